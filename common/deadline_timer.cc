@@ -1,0 +1,71 @@
+#include "common/deadline_timer.h"
+
+#include <utility>
+#include <vector>
+
+namespace tessera {
+
+DeadlineTimer::DeadlineTimer() : thread_([this] { Loop(); }) {}
+
+DeadlineTimer::~DeadlineTimer() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+DeadlineTimer::Id DeadlineTimer::Schedule(absl::Time when,
+                                          std::function<void()> fn) {
+  if (when == absl::InfiniteFuture()) return 0;
+  absl::MutexLock lock(&mu_);
+  const Id id = next_id_++;
+  if (by_time_.empty() || when < by_time_.begin()->first) ++generation_;
+  by_time_.emplace(when, id);
+  entries_.emplace(id, std::make_pair(when, std::move(fn)));
+  return id;
+}
+
+void DeadlineTimer::Cancel(Id id) {
+  if (id == 0) return;
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return;
+  auto range = by_time_.equal_range(it->second.first);
+  for (auto t = range.first; t != range.second; ++t) {
+    if (t->second == id) {
+      by_time_.erase(t);
+      break;
+    }
+  }
+  entries_.erase(it);
+}
+
+void DeadlineTimer::Loop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    std::vector<std::function<void()>> due;
+    const absl::Time now = absl::Now();
+    while (!by_time_.empty() && by_time_.begin()->first <= now) {
+      auto entry = entries_.find(by_time_.begin()->second);
+      due.push_back(std::move(entry->second.second));
+      entries_.erase(entry);
+      by_time_.erase(by_time_.begin());
+    }
+    if (!due.empty()) {
+      mu_.Unlock();
+      for (auto& fn : due) fn();
+      mu_.Lock();
+      continue;
+    }
+    const absl::Time wake =
+        by_time_.empty() ? absl::InfiniteFuture() : by_time_.begin()->first;
+    const uint64_t seen = generation_;
+    auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || generation_ != seen;
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&changed), wake);
+  }
+}
+
+}  // namespace tessera

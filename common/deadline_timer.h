@@ -1,0 +1,49 @@
+// DeadlineTimer: runs callbacks at given times on one background thread.
+//
+// Used to fail futures whose deadline passed. Callbacks must be short and
+// must not block (completing a promise is the intended use). Cancel() after
+// the callback started is harmless; the destructor drops pending callbacks.
+//
+// Thread-safety: all methods may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <thread>
+#include <unordered_map>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace tessera {
+
+class DeadlineTimer {
+ public:
+  using Id = uint64_t;
+
+  DeadlineTimer();
+  ~DeadlineTimer();
+  DeadlineTimer(const DeadlineTimer&) = delete;
+  DeadlineTimer& operator=(const DeadlineTimer&) = delete;
+
+  // Schedules `fn` at `when`; an infinite `when` schedules nothing (returns 0).
+  Id Schedule(absl::Time when, std::function<void()> fn);
+  void Cancel(Id id);
+
+ private:
+  void Loop();
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  Id next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::multimap<absl::Time, Id> by_time_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<Id, std::pair<absl::Time, std::function<void()>>> entries_
+      ABSL_GUARDED_BY(mu_);
+  // Bumped whenever an earlier deadline arrives, to wake the loop.
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread thread_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,205 @@
+// Future<T> / Promise<T>: the one asynchronous result type of Tessera.
+//
+// A Promise is completed exactly once, with a value or an error Status; later
+// attempts are ignored and reported by the return value of Set(). Waiting
+// always takes a deadline. Callbacks registered with OnReady()/Then() run
+// once, after completion: on the completing thread, or posted to the
+// Executor given to the Promise (transport threads use that so user code
+// never runs on them). A callback added after completion runs inline.
+// No callback is ever invoked while an internal lock is held.
+//
+// Thread-safety: all methods may be called from any thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/executor.h"
+
+namespace tessera {
+
+template <typename T>
+class Future;
+
+namespace future_internal {
+
+template <typename T>
+class State : public std::enable_shared_from_this<State<T>> {
+ public:
+  using Callback = std::function<void(const absl::StatusOr<T>&)>;
+
+  explicit State(Executor* executor) : executor_(executor) {}
+
+  bool Set(absl::StatusOr<T> result) {
+    std::vector<Callback> callbacks;
+    {
+      absl::MutexLock lock(&mu_);
+      if (result_.has_value()) return false;
+      result_.emplace(std::move(result));
+      callbacks.swap(callbacks_);
+    }
+    // result_ is immutable from here on, so reading it unlocked is safe.
+    for (auto& callback : callbacks) Dispatch(std::move(callback));
+    return true;
+  }
+
+  void AddCallback(Callback callback) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!result_.has_value()) {
+        callbacks_.push_back(std::move(callback));
+        return;
+      }
+    }
+    callback(*result_);
+  }
+
+  bool IsReady() const {
+    absl::MutexLock lock(&mu_);
+    return result_.has_value();
+  }
+
+  // Returns the result, or DeadlineExceeded if none arrived by `deadline`.
+  absl::StatusOr<T> Wait(absl::Time deadline) const {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return result_.has_value();
+    };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
+      return absl::DeadlineExceededError("timed out waiting for a future");
+    }
+    return *result_;
+  }
+
+ private:
+  void Dispatch(Callback callback) {
+    if (executor_ == nullptr) {
+      callback(*result_);
+      return;
+    }
+    executor_->Post([callback = std::move(callback),
+                     self = this->shared_from_this()]() {
+      callback(*self->result_);
+    });
+  }
+
+  mutable absl::Mutex mu_;
+  std::optional<absl::StatusOr<T>> result_ ABSL_GUARDED_BY(mu_);
+  std::vector<Callback> callbacks_ ABSL_GUARDED_BY(mu_);
+  Executor* const executor_;
+};
+
+template <typename U>
+struct IsFuture : std::false_type {};
+template <typename U>
+struct IsFuture<Future<U>> : std::true_type {};
+
+template <typename U>
+struct IsStatusOr : std::false_type {};
+template <typename U>
+struct IsStatusOr<absl::StatusOr<U>> : std::true_type {};
+
+}  // namespace future_internal
+
+template <typename T>
+class Promise;
+
+template <typename T>
+class Future {
+ public:
+  using ValueType = T;
+
+  // A future that is already complete.
+  static Future Ready(absl::StatusOr<T> result) {
+    Promise<T> promise;
+    promise.Set(std::move(result));
+    return promise.GetFuture();
+  }
+
+  bool IsReady() const { return state_->IsReady(); }
+
+  absl::StatusOr<T> Wait(absl::Time deadline) const {
+    return state_->Wait(deadline);
+  }
+  absl::StatusOr<T> Wait(absl::Duration timeout) const {
+    return state_->Wait(absl::Now() + timeout);
+  }
+
+  // Runs `callback(result)` once the future completes (see header comment).
+  void OnReady(std::function<void(const absl::StatusOr<T>&)> callback) const {
+    auto state = state_;  // keeps the state alive until the callback ran
+    state_->AddCallback(
+        [state, callback = std::move(callback)](const absl::StatusOr<T>& r) {
+          callback(r);
+        });
+  }
+
+  // Chains a continuation. `fn` takes `const absl::StatusOr<T>&` and returns
+  // U, absl::StatusOr<U> or Future<U>; the result is a Future<U> that
+  // completes when `fn` (and the future it returned, if any) completes.
+  template <typename Fn>
+  auto Then(Fn fn) const;
+
+ private:
+  friend class Promise<T>;
+  explicit Future(std::shared_ptr<future_internal::State<T>> state)
+      : state_(std::move(state)) {}
+
+  std::shared_ptr<future_internal::State<T>> state_;
+};
+
+template <typename T>
+class Promise {
+ public:
+  // `executor` (optional, not owned, must outlive completion) runs callbacks.
+  explicit Promise(Executor* executor = nullptr)
+      : state_(std::make_shared<future_internal::State<T>>(executor)) {}
+
+  Future<T> GetFuture() const { return Future<T>(state_); }
+
+  // Completes the future; returns false if it was already complete.
+  bool Set(absl::StatusOr<T> result) const {
+    return state_->Set(std::move(result));
+  }
+
+ private:
+  std::shared_ptr<future_internal::State<T>> state_;
+};
+
+template <typename T>
+template <typename Fn>
+auto Future<T>::Then(Fn fn) const {
+  using R = std::invoke_result_t<Fn, const absl::StatusOr<T>&>;
+  if constexpr (future_internal::IsFuture<R>::value) {
+    using U = typename R::ValueType;
+    Promise<U> next;
+    OnReady([next, fn = std::move(fn)](const absl::StatusOr<T>& r) mutable {
+      fn(r).OnReady([next](const absl::StatusOr<U>& u) { next.Set(u); });
+    });
+    return next.GetFuture();
+  } else if constexpr (future_internal::IsStatusOr<R>::value) {
+    using U = typename R::value_type;
+    Promise<U> next;
+    OnReady([next, fn = std::move(fn)](const absl::StatusOr<T>& r) mutable {
+      next.Set(fn(r));
+    });
+    return next.GetFuture();
+  } else {
+    Promise<R> next;
+    OnReady([next, fn = std::move(fn)](const absl::StatusOr<T>& r) mutable {
+      next.Set(fn(r));
+    });
+    return next.GetFuture();
+  }
+}
+
+}  // namespace tessera

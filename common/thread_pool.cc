@@ -1,0 +1,59 @@
+#include "common/thread_pool.h"
+
+#include <utility>
+
+#include "common/logging.h"
+
+namespace tessera {
+namespace {
+thread_local const ThreadPool* current_pool = nullptr;
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads, std::string name)
+    : name_(std::move(name)) {
+  threads_.reserve(num_threads);
+  for (int i = 0; i < num_threads; ++i) {
+    threads_.emplace_back([this] { Loop(); });
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  for (auto& thread : threads_) thread.join();
+}
+
+void ThreadPool::Post(std::function<void()> task) {
+  absl::MutexLock lock(&mu_);
+  tasks_.push_back(std::move(task));
+}
+
+bool ThreadPool::InPool() const { return current_pool == this; }
+
+void ThreadPool::Loop() {
+  current_pool = this;
+  auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || !tasks_.empty();
+  };
+  while (true) {
+    std::function<void()> task;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(&has_work));
+      if (tasks_.empty()) return;  // stopping and drained
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    try {
+      task();
+    } catch (const std::exception& e) {
+      // Tasks report errors through futures; an escaped exception is a bug,
+      // but it must not take the process down with it.
+      TESSERA_LOG(ERROR) << name_ << ": task threw: " << e.what();
+    }
+  }
+}
+
+}  // namespace tessera

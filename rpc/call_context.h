@@ -1,0 +1,21 @@
+// CallContext: what a registered function knows about the call it serves.
+#pragma once
+
+#include <string>
+
+#include "absl/time/time.h"
+
+namespace tessera::rpc {
+
+class Runtime;
+
+struct CallContext {
+  // The runtime serving the call; use it to call onward (nested RPCs).
+  Runtime* runtime = nullptr;
+  std::string caller_name;
+  int caller_rank = -1;
+  // When the caller stops waiting; onward calls should not outlive it.
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+}  // namespace tessera::rpc

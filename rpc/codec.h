@@ -1,0 +1,60 @@
+// Codec: c10::IValue <-> proto::Value, with tensors carried out of band.
+//
+// Encoding appends each tensor (made contiguous; a view sends only its own
+// elements) to Message::tensors and its metadata to Envelope.tensors.
+// Decoding never trusts the peer: AllocateTensors() checks every TensorMeta
+// against the byte lengths the transport announced and against the limits
+// before allocating, and DecodeValue() checks indices and nesting depth.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/rpc.pb.h"
+#include "rpc/message.h"
+
+namespace tessera::rpc {
+
+struct CodecLimits {
+  // Deepest nesting of lists/dicts accepted.
+  int max_depth = 64;
+  // Most tensors in one message.
+  size_t max_tensors = 1 << 16;
+  // Most dimensions of one tensor.
+  size_t max_dims = 64;
+  // Most tensor bytes in one message.
+  uint64_t max_tensor_bytes = uint64_t{16} << 30;
+  // Largest serialized envelope.
+  size_t max_envelope_bytes = size_t{256} << 20;
+};
+
+// Encodes `value` into `out`; tensors go to `message` (see header comment).
+absl::Status EncodeValue(const c10::IValue& value, proto::Value* out,
+                         Message* message, const CodecLimits& limits = {});
+
+// Decodes `value`, taking tensors from `tensors` by index.
+absl::StatusOr<c10::IValue> DecodeValue(const proto::Value& value,
+                                        const std::vector<at::Tensor>& tensors,
+                                        const CodecLimits& limits = {});
+
+// Validates the envelope's tensor metadata against the byte lengths the
+// transport announced for each tensor payload, then allocates the receive
+// buffers. Nothing is allocated unless every check passes.
+absl::StatusOr<std::vector<at::Tensor>> AllocateTensors(
+    const proto::Envelope& envelope,
+    const std::vector<size_t>& payload_lengths,
+    const CodecLimits& limits = {});
+
+// Parses a serialized envelope, enforcing the size limit.
+absl::StatusOr<proto::Envelope> ParseEnvelope(const std::string& bytes,
+                                              const CodecLimits& limits = {});
+
+// A short type description of a value, e.g. "List[int]" or "Tensor".
+std::string DescribeIValue(const c10::IValue& value);
+
+}  // namespace tessera::rpc

@@ -1,0 +1,85 @@
+#include "rpc/quiescence.h"
+
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace tessera::rpc {
+namespace {
+
+std::string Encode(const AgentCounters& c) {
+  return absl::StrCat(c.requests_sent, ",", c.responses_received, ",",
+                      c.requests_received, ",", c.responses_sent);
+}
+
+bool Decode(const std::string& text, AgentCounters* c) {
+  std::vector<std::string> parts = absl::StrSplit(text, ',');
+  return parts.size() == 4 && absl::SimpleAtoi(parts[0], &c->requests_sent) &&
+         absl::SimpleAtoi(parts[1], &c->responses_received) &&
+         absl::SimpleAtoi(parts[2], &c->requests_received) &&
+         absl::SimpleAtoi(parts[3], &c->responses_sent);
+}
+
+bool Balanced(const std::vector<AgentCounters>& all) {
+  uint64_t sent = 0, answered = 0, received = 0, replied = 0;
+  for (const auto& c : all) {
+    sent += c.requests_sent;
+    answered += c.responses_received;
+    received += c.requests_received;
+    replied += c.responses_sent;
+  }
+  return sent == received && received == replied && replied == answered;
+}
+
+}  // namespace
+
+absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix,
+                            int rank, int world_size, const RpcAgent& agent,
+                            absl::Time deadline) {
+  std::vector<AgentCounters> previous;
+  // Rounds back off so a long-running call does not hammer the store.
+  absl::Duration pause = absl::Milliseconds(1);
+  for (int round = 0;; ++round) {
+    const std::string round_prefix = absl::StrCat(prefix, "/shutdown/", round, "/");
+    auto status = store.Set(round_prefix + std::to_string(rank), Encode(agent.counters()));
+    if (!status.ok()) return status;
+    std::vector<std::string> keys;
+    for (int r = 0; r < world_size; ++r) keys.push_back(round_prefix + std::to_string(r));
+    auto missing = store.WaitForKeys(keys, deadline - absl::Now());
+    if (!missing.ok()) return missing.status();
+    if (!missing->empty()) {
+      std::vector<std::string> ranks;
+      for (const auto& key : *missing) ranks.push_back(key.substr(key.rfind('/') + 1));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "graceful shutdown: rank(s) ", absl::StrJoin(ranks, ", "),
+          " did not take part in round ", round, " (gone, or not shutting down)"));
+    }
+    std::vector<AgentCounters> current(world_size);
+    for (int r = 0; r < world_size; ++r) {
+      auto value = store.Get(keys[r], absl::ZeroDuration());
+      if (!value.ok()) return value.status();
+      if (!Decode(*value, &current[r])) {
+        return absl::DataLossError("graceful shutdown: malformed counters from rank " +
+                                   std::to_string(r));
+      }
+    }
+    if (Balanced(current) && current == previous) return absl::OkStatus();
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "graceful shutdown: calls still outstanding after round ", round));
+    }
+    // Balanced but not yet confirmed: go again at once. Unbalanced: wait for
+    // the in-flight calls to finish before the next snapshot.
+    if (!Balanced(current)) {
+      std::this_thread::sleep_for(absl::ToChronoMicroseconds(pause));
+      pause = std::min(pause * 2, absl::Milliseconds(50));
+    }
+    previous = std::move(current);
+  }
+}
+
+}  // namespace tessera::rpc

@@ -1,0 +1,30 @@
+// Note [Graceful shutdown agreement]
+//
+// Workers must not close while any request or response is still travelling:
+// a handler may be about to call onward, and a closed peer would fail it.
+// Each worker counts requests sent/received and responses sent/received
+// (AgentCounters). In rounds, every worker publishes its counters to the
+// store and reads everyone's. The job is quiescent when, for two consecutive
+// rounds, all counters are unchanged and the sums balance (every request
+// sent was received and answered, every answer was received) — the classic
+// four-counter termination test, which cannot be fooled by a message that is
+// in flight during one snapshot. All workers read the same snapshots, so all
+// decide in the same round.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "rpc/rpc_agent.h"
+#include "store/store_client.h"
+
+namespace tessera::rpc {
+
+// Returns OK once the job is quiescent, or DeadlineExceeded naming the ranks
+// that stopped taking part (or the imbalance) at `deadline`.
+absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix,
+                            int rank, int world_size, const RpcAgent& agent,
+                            absl::Time deadline);
+
+}  // namespace tessera::rpc

@@ -1,0 +1,24 @@
+// Rendezvous: workers publish who they are and where they listen, then wait
+// for everyone else, through the store.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "rpc/rpc_agent.h"
+#include "store/store_client.h"
+
+namespace tessera::rpc {
+
+// Publishes `self` and returns all `world_size` workers, indexed by rank.
+// Fails with DeadlineExceeded naming the ranks that did not show up within
+// `timeout`, or InvalidArgument on duplicate names.
+absl::StatusOr<std::vector<WorkerInfo>> Rendezvous(store::StoreClient& store,
+                                                   const std::string& prefix,
+                                                   const WorkerInfo& self,
+                                                   int world_size,
+                                                   absl::Duration timeout);
+
+}  // namespace tessera::rpc

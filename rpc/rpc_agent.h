@@ -1,0 +1,79 @@
+// RpcAgent: moves request and response Messages between workers.
+//
+// The agent knows nothing of functions or values: it sends a request to a
+// rank and completes a future with the matching response, and hands incoming
+// requests to a RequestHandler. Backends (TensorPipe, later gRPC) implement
+// it behind a factory; the core never includes them.
+//
+// Contract every backend keeps:
+//  - each future from Send() completes exactly once: with the response, with
+//    DeadlineExceeded when the deadline passes, with Unavailable when the
+//    connection to the peer dies, or with the Close() status;
+//  - a malformed frame from a peer closes that connection with a logged
+//    reason and never stops the worker serving others;
+//  - handlers and future callbacks never run on transport threads.
+//
+// Thread-safety: all methods may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/future.h"
+#include "rpc/message.h"
+
+namespace tessera::rpc {
+
+struct WorkerInfo {
+  std::string name;
+  int rank = -1;
+  // Where peers connect (backend-specific URL).
+  std::string address;
+};
+
+// Serves one incoming request; the response is sent when the future completes.
+using RequestHandler =
+    std::function<Future<Message>(int from_rank, Message request)>;
+
+// Cumulative message counts, for agreeing on quiescence at shutdown.
+struct AgentCounters {
+  uint64_t requests_sent = 0;
+  uint64_t responses_received = 0;  // including calls failed locally
+  uint64_t requests_received = 0;
+  uint64_t responses_sent = 0;
+
+  bool operator==(const AgentCounters& o) const {
+    return requests_sent == o.requests_sent &&
+           responses_received == o.responses_received &&
+           requests_received == o.requests_received &&
+           responses_sent == o.responses_sent;
+  }
+};
+
+class RpcAgent {
+ public:
+  virtual ~RpcAgent() = default;
+
+  virtual const WorkerInfo& self() const = 0;
+
+  // Installs the table of all workers (indexed by rank), once, after
+  // rendezvous and before the first Send().
+  virtual void SetWorkers(std::vector<WorkerInfo> workers) = 0;
+
+  // Sends `request` to `to_rank`. The agent fills in request_id and
+  // origin_rank, and the remaining time as timeout_us.
+  virtual Future<Message> Send(int to_rank, Message request,
+                               absl::Time deadline) = 0;
+
+  virtual AgentCounters counters() const = 0;
+
+  // Stops everything: pending futures fail with `reason`, connections and
+  // the listener close, transport threads are joined. Idempotent.
+  virtual void Close(const absl::Status& reason) = 0;
+};
+
+}  // namespace tessera::rpc

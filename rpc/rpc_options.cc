@@ -1,0 +1,45 @@
+#include "rpc/rpc_options.h"
+
+#include <cstdlib>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace tessera::rpc {
+namespace {
+
+absl::StatusOr<int> IntFromEnv(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("environment variable ", name,
+                                                   " is not set"));
+  }
+  int parsed = 0;
+  if (!absl::SimpleAtoi(value, &parsed)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment variable ", name, "='", value,
+                     "' is not an integer"));
+  }
+  return parsed;
+}
+
+}  // namespace
+
+absl::StatusOr<RpcOptions> RpcOptions::FromEnv() {
+  RpcOptions options;
+  auto rank = IntFromEnv("RANK");
+  if (!rank.ok()) return rank.status();
+  auto world_size = IntFromEnv("WORLD_SIZE");
+  if (!world_size.ok()) return world_size.status();
+  auto port = IntFromEnv("MASTER_PORT");
+  if (!port.ok()) return port.status();
+  options.rank = *rank;
+  options.world_size = *world_size;
+  options.master_port = *port;
+  if (const char* addr = std::getenv("MASTER_ADDR")) options.master_addr = addr;
+  const char* name = std::getenv("TESSERA_WORKER_NAME");
+  options.name = name ? name : absl::StrCat("worker", options.rank);
+  return options;
+}
+
+}  // namespace tessera::rpc

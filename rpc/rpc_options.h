@@ -1,0 +1,48 @@
+// Options for starting an RPC runtime.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "rpc/tensorpipe/tensorpipe_agent.h"
+
+namespace tessera::rpc {
+
+enum class StoreRole {
+  kAuto,     // rank 0 hosts the store, the others connect (like env://)
+  kHost,     // this worker hosts it
+  kConnect,  // the store runs elsewhere (e.g. a launcher or a test)
+};
+
+struct RpcOptions {
+  std::string name;     // unique worker name
+  int rank = -1;
+  int world_size = 0;
+  // Where the rendezvous store is (MASTER_ADDR / MASTER_PORT).
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  StoreRole store_role = StoreRole::kAuto;
+  // Keys of this job in the store; change it to run several jobs (or
+  // successive runtimes) against one long-lived store.
+  std::string store_prefix = "tessera";
+
+  // How long init waits for every worker to show up.
+  absl::Duration rendezvous_timeout = absl::Seconds(60);
+  // Per-call timeout when a call gives none.
+  absl::Duration default_call_timeout = absl::Seconds(60);
+  // How long a graceful shutdown waits for the other workers.
+  absl::Duration shutdown_timeout = absl::Seconds(60);
+  // Threads that run handlers and callbacks. Handlers that block in nested
+  // synchronous calls hold one each; asynchronous handlers hold none.
+  int num_worker_threads = 8;
+
+  TensorPipeOptions tensorpipe;
+
+  // Fills rank, world size, master address/port from RANK, WORLD_SIZE,
+  // MASTER_ADDR, MASTER_PORT (as torch's env:// does) and the name from
+  // TESSERA_WORKER_NAME, defaulting to "worker<rank>".
+  static absl::StatusOr<RpcOptions> FromEnv();
+};
+
+}  // namespace tessera::rpc

@@ -1,0 +1,203 @@
+#include "rpc/runtime.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "rpc/codec.h"
+#include "rpc/quiescence.h"
+#include "rpc/rendezvous.h"
+#include "rpc/tensorpipe/tensorpipe_agent.h"
+
+namespace tessera::rpc {
+namespace {
+
+// Turns a response envelope into the call's result or remote error.
+absl::StatusOr<c10::IValue> ResultFromResponse(const Message& response) {
+  const proto::Status& status = response.envelope.status();
+  if (status.code() != 0) {
+    return absl::Status(static_cast<absl::StatusCode>(status.code()),
+                        absl::StrCat("on worker '", status.origin_worker(),
+                                     "': ", status.message()));
+  }
+  return DecodeValue(response.envelope.result(), response.tensors);
+}
+
+}  // namespace
+
+Runtime::Runtime(RpcOptions options, Registry registry)
+    : options_(std::move(options)), registry_(std::move(registry)) {}
+
+absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Init(RpcOptions options,
+                                                       Registry registry) {
+  if (options.world_size <= 0 || options.rank < 0 ||
+      options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "invalid rank ", options.rank, " for world size ", options.world_size));
+  }
+  if (options.name.empty()) return absl::InvalidArgumentError("worker name is empty");
+  std::unique_ptr<Runtime> runtime(new Runtime(std::move(options), std::move(registry)));
+  auto status = runtime->Start();
+  if (!status.ok()) {
+    runtime->Shutdown(/*graceful=*/false).IgnoreError();
+    return status;
+  }
+  return runtime;
+}
+
+absl::Status Runtime::Start() {
+  const bool host_store = options_.store_role == StoreRole::kHost ||
+                          (options_.store_role == StoreRole::kAuto && options_.rank == 0);
+  int port = options_.master_port;
+  if (host_store) {
+    auto server = store::StoreServer::Start(options_.master_addr, port);
+    if (!server.ok()) return server.status();
+    store_server_ = *std::move(server);
+    port = store_server_->port();
+  }
+  store_client_ = std::make_unique<store::StoreClient>(options_.master_addr, port,
+                                                       options_.rendezvous_timeout);
+  timer_ = std::make_unique<DeadlineTimer>();
+  pool_ = std::make_unique<ThreadPool>(options_.num_worker_threads, options_.name);
+  auto agent = CreateTensorPipeAgent(
+      options_.tensorpipe, options_.name, options_.rank,
+      [this](int from, Message request) { return HandleRequest(from, std::move(request)); },
+      pool_.get(), timer_.get());
+  if (!agent.ok()) return agent.status();
+  agent_ = *std::move(agent);
+
+  auto workers = Rendezvous(*store_client_, options_.store_prefix, agent_->self(),
+                            options_.world_size, options_.rendezvous_timeout);
+  if (!workers.ok()) return workers.status();
+  workers_ = *std::move(workers);
+  agent_->SetWorkers(workers_);
+  TESSERA_LOG(INFO) << options_.name << ": joined a world of " << options_.world_size;
+  return absl::OkStatus();
+}
+
+Runtime::~Runtime() { Shutdown(/*graceful=*/false).IgnoreError(); }
+
+absl::StatusOr<WorkerInfo> Runtime::GetWorkerInfo(const std::string& name) const {
+  for (const auto& worker : workers_) {
+    if (worker.name == name) return worker;
+  }
+  return absl::NotFoundError("no worker named '" + name + "'");
+}
+
+absl::StatusOr<WorkerInfo> Runtime::GetWorkerInfo(int rank) const {
+  if (rank < 0 || rank >= static_cast<int>(workers_.size())) {
+    return absl::NotFoundError(absl::StrCat("no worker with rank ", rank));
+  }
+  return workers_[rank];
+}
+
+absl::Duration Runtime::Timeout(const CallOptions& options) const {
+  return options.timeout > absl::ZeroDuration() ? options.timeout
+                                                : options_.default_call_timeout;
+}
+
+Future<c10::IValue> Runtime::CallAsync(const std::string& to,
+                                       const std::string& function,
+                                       std::vector<c10::IValue> args,
+                                       const CallOptions& options) {
+  auto worker = GetWorkerInfo(to);
+  if (!worker.ok()) return Future<c10::IValue>::Ready(worker.status());
+  return CallAsync(worker->rank, function, std::move(args), options);
+}
+
+Future<c10::IValue> Runtime::CallAsync(int to_rank, const std::string& function,
+                                       std::vector<c10::IValue> args,
+                                       const CallOptions& options) {
+  Message request;
+  request.envelope.set_kind(proto::CALL);
+  request.envelope.set_target(function);
+  for (const auto& arg : args) {
+    auto status = EncodeValue(arg, request.envelope.add_args(), &request,
+                              options_.tensorpipe.limits);
+    if (!status.ok()) {
+      return Future<c10::IValue>::Ready(
+          Annotate(status, "cannot send arguments of '" + function + "'"));
+    }
+  }
+  return agent_->Send(to_rank, std::move(request), absl::Now() + Timeout(options))
+      .Then([](const absl::StatusOr<Message>& response) -> absl::StatusOr<c10::IValue> {
+        if (!response.ok()) return response.status();
+        return ResultFromResponse(*response);
+      });
+}
+
+Future<Message> Runtime::HandleRequest(int from_rank, Message request) {
+  const proto::Envelope& envelope = request.envelope;
+  CallContext context;
+  context.runtime = this;
+  context.caller_rank = from_rank;
+  if (from_rank >= 0 && from_rank < static_cast<int>(workers_.size())) {
+    context.caller_name = workers_[from_rank].name;
+  }
+  if (envelope.timeout_us() > 0) {
+    context.deadline = absl::Now() + absl::Microseconds(envelope.timeout_us());
+  }
+  std::vector<c10::IValue> args;
+  args.reserve(envelope.args_size());
+  for (const auto& arg : envelope.args()) {
+    auto value = DecodeValue(arg, request.tensors, options_.tensorpipe.limits);
+    if (!value.ok()) {
+      return Future<Message>::Ready(
+          Annotate(value.status(), "bad arguments for '" + envelope.target() + "'"));
+    }
+    args.push_back(*std::move(value));
+  }
+  const auto limits = options_.tensorpipe.limits;
+  const std::string target = envelope.target();
+  return registry_.Invoke(target, context, std::move(args))
+      .Then([limits, target](const absl::StatusOr<c10::IValue>& result)
+                -> absl::StatusOr<Message> {
+        if (!result.ok()) return result.status();
+        Message response;
+        auto status = EncodeValue(*result, response.envelope.mutable_result(),
+                                  &response, limits);
+        if (!status.ok()) {
+          return Annotate(status, "cannot send the result of '" + target + "'");
+        }
+        return response;
+      });
+}
+
+absl::Status Runtime::Shutdown(bool graceful) {
+  {
+    absl::MutexLock lock(&shutdown_mu_);
+    if (shut_down_) return absl::OkStatus();
+    shut_down_ = true;
+  }
+  absl::Status status;
+  if (agent_ != nullptr && graceful) {
+    const absl::Time deadline = absl::Now() + options_.shutdown_timeout;
+    status = AgreeQuiescent(*store_client_, options_.store_prefix, options_.rank,
+                            options_.world_size, *agent_, deadline);
+    if (status.ok() && store_server_ != nullptr) {
+      // The hosting rank keeps the store up until everyone has read the
+      // final round; each worker says so before it closes.
+      status = store_client_->Set(
+          absl::StrCat(options_.store_prefix, "/shutdown/done/", options_.rank), "1");
+      std::vector<std::string> keys;
+      for (int r = 0; r < options_.world_size; ++r) {
+        keys.push_back(absl::StrCat(options_.store_prefix, "/shutdown/done/", r));
+      }
+      if (status.ok()) status = store_client_->Wait(keys, deadline - absl::Now());
+    } else if (status.ok()) {
+      status = store_client_->Set(
+          absl::StrCat(options_.store_prefix, "/shutdown/done/", options_.rank), "1");
+    }
+    if (!status.ok()) {
+      TESSERA_LOG(WARNING) << options_.name
+                           << ": graceful shutdown incomplete, closing anyway: " << status;
+    }
+  }
+  if (agent_ != nullptr) {
+    agent_->Close(absl::CancelledError("RPC runtime of '" + options_.name +
+                                       "' shut down before the call completed"));
+  }
+  pool_.reset();  // drains queued callbacks, joins threads
+  if (store_server_ != nullptr) store_server_->Shutdown();
+  return status;
+}
+
+}  // namespace tessera::rpc

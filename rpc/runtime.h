@@ -1,0 +1,156 @@
+// Runtime: one worker's RPC endpoint — the C++ counterpart of
+// torch.distributed.rpc's init_rpc / rpc_sync / rpc_async / shutdown.
+//
+//   Registry registry;
+//   registry.Register("add", [](at::Tensor a, at::Tensor b) { return a + b; });
+//   auto runtime = Runtime::Init(options, std::move(registry));   // rendezvous
+//   at::Tensor sum = (*runtime)->RpcSync<at::Tensor>("worker1", "add", x, y);
+//   Future<at::Tensor> f = (*runtime)->RpcAsync<at::Tensor>("worker1", "add", x, y);
+//   (*runtime)->Shutdown();                                        // graceful
+//
+// The runtime owns everything a worker needs (store connection and, on the
+// hosting rank, the store server; the agent; the registry; the thread pool;
+// the deadline timer). There are no process-wide singletons: several
+// runtimes may exist in one process, one after another or side by side.
+//
+// Errors: CallAsync/RpcAsync futures carry absl::Status (remote errors keep
+// their code and name the worker they came from). RpcSync throws
+// StatusError. Every call has a deadline (CallOptions::timeout, else the
+// runtime's default).
+//
+// Thread-safety: all methods are thread-safe; Shutdown() runs once.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/deadline_timer.h"
+#include "common/future.h"
+#include "common/status.h"
+#include "common/thread_pool.h"
+#include "rpc/registry.h"
+#include "rpc/rpc_agent.h"
+#include "rpc/rpc_options.h"
+#include "rpc/value_traits.h"
+#include "store/store_client.h"
+#include "store/store_server.h"
+
+namespace tessera::rpc {
+
+// What a typed call of R yields: `void` calls yield std::monostate.
+template <typename R>
+using ResultOf = std::conditional_t<std::is_void_v<R>, std::monostate, R>;
+
+struct CallOptions {
+  // Zero means "the runtime's default_call_timeout".
+  absl::Duration timeout = absl::ZeroDuration();
+};
+
+class Runtime {
+ public:
+  // Starts the agent, meets every other worker through the store (bounded by
+  // rendezvous_timeout) and begins serving `registry`'s functions.
+  static absl::StatusOr<std::unique_ptr<Runtime>> Init(RpcOptions options,
+                                                       Registry registry);
+  // Forced shutdown if Shutdown() was not called.
+  ~Runtime();
+
+  const WorkerInfo& self() const { return agent_->self(); }
+  const std::vector<WorkerInfo>& workers() const { return workers_; }
+  absl::StatusOr<WorkerInfo> GetWorkerInfo(const std::string& name) const;
+  absl::StatusOr<WorkerInfo> GetWorkerInfo(int rank) const;
+
+  // Untyped call: arguments and result as IValues.
+  Future<c10::IValue> CallAsync(const std::string& to, const std::string& function,
+                                std::vector<c10::IValue> args,
+                                const CallOptions& options = {});
+  Future<c10::IValue> CallAsync(int to_rank, const std::string& function,
+                                std::vector<c10::IValue> args,
+                                const CallOptions& options = {});
+
+  // Typed calls: arguments are converted with ValueTraits; the result is
+  // checked against R (an error names what arrived instead).
+  template <typename R = c10::IValue, typename... Args>
+  Future<ResultOf<R>> RpcAsync(const std::string& to, const std::string& function,
+                               Args&&... args) {
+    return RpcAsync<R>(CallOptions{}, to, function, std::forward<Args>(args)...);
+  }
+  template <typename R = c10::IValue, typename... Args>
+  Future<ResultOf<R>> RpcAsync(const CallOptions& options, const std::string& to,
+                               const std::string& function, Args&&... args) {
+    std::vector<c10::IValue> values{ToIValue(std::forward<Args>(args))...};
+    return Typed<R>(CallAsync(to, function, std::move(values), options), to, function);
+  }
+  template <typename R = c10::IValue, typename... Args>
+  R RpcSync(const std::string& to, const std::string& function, Args&&... args) {
+    return RpcSync<R>(CallOptions{}, to, function, std::forward<Args>(args)...);
+  }
+  template <typename R = c10::IValue, typename... Args>
+  R RpcSync(const CallOptions& options, const std::string& to,
+            const std::string& function, Args&&... args) {
+    // The agent's timer fails the call at its deadline; the extra second
+    // here only guards against a broken agent.
+    auto result = RpcAsync<R>(options, to, function, std::forward<Args>(args)...)
+                      .Wait(Timeout(options) + absl::Seconds(1));
+    if constexpr (std::is_void_v<R>) {
+      ThrowIfError(result.status());
+    } else {
+      return ValueOrThrow(std::move(result));
+    }
+  }
+
+  // Graceful: waits (up to shutdown_timeout) until no call is outstanding on
+  // any worker, then closes. Forced: fails every pending call now and closes.
+  // A graceful shutdown that cannot agree (a peer died) closes anyway and
+  // returns the reason.
+  absl::Status Shutdown(bool graceful = true);
+
+  ThreadPool& executor() { return *pool_; }
+  store::StoreClient& store() { return *store_client_; }
+  const Registry& registry() const { return registry_; }
+  const RpcOptions& options() const { return options_; }
+
+ private:
+  Runtime(RpcOptions options, Registry registry);
+  absl::Status Start();
+  Future<Message> HandleRequest(int from_rank, Message request);
+  absl::Duration Timeout(const CallOptions& options) const;
+
+  template <typename R>
+  static Future<ResultOf<R>> Typed(Future<c10::IValue> raw, const std::string& to,
+                         const std::string& function) {
+    if constexpr (std::is_same_v<R, c10::IValue>) {
+      return raw;
+    } else {
+      using Wire = ResultOf<R>;
+      return raw.Then([to, function](const absl::StatusOr<c10::IValue>& r)
+                          -> absl::StatusOr<Wire> {
+        if (!r.ok()) return r.status();
+        auto value = ValueTraits<Wire>::FromIValue(*r);
+        if (!value.has_value()) {
+          return absl::InvalidArgumentError(
+              "function '" + function + "' on worker '" + to + "' returned " +
+              DescribeIValue(*r) + ", expected " + ValueTraits<Wire>::Name());
+        }
+        return *std::move(value);
+      });
+    }
+  }
+
+  const RpcOptions options_;
+  const Registry registry_;
+  std::unique_ptr<store::StoreServer> store_server_;
+  std::unique_ptr<store::StoreClient> store_client_;
+  std::unique_ptr<DeadlineTimer> timer_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<RpcAgent> agent_;
+  std::vector<WorkerInfo> workers_;
+  absl::Mutex shutdown_mu_;
+  bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+};
+
+}  // namespace tessera::rpc

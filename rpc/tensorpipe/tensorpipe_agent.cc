@@ -1,0 +1,460 @@
+#include "rpc/tensorpipe/tensorpipe_agent.h"
+
+#include <tensorpipe/tensorpipe.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/logging.h"
+
+namespace tessera::rpc {
+namespace {
+
+namespace tp = tensorpipe;
+
+// One outgoing pipe: requests go out on it, their responses come back on it.
+// Incoming requests arrive on pipes that peers opened to our listener.
+struct ClientPipe {
+  uint64_t id = 0;
+  int rank = -1;
+  std::shared_ptr<tp::Pipe> pipe;
+};
+
+struct PendingCall {
+  Promise<Message> promise;
+  uint64_t pipe_id = 0;
+  int to_rank = -1;
+  std::string target;
+  absl::Time started;
+  DeadlineTimer::Id timer_id = 0;
+};
+
+std::string UniqueShmAddress(const std::string& name) {
+  static std::atomic<uint64_t> counter{0};
+  return absl::StrCat("tessera_", getpid(), "_", counter.fetch_add(1), "_", name);
+}
+
+// Sends `message` on `pipe`; `done` runs with the transport's error, if any.
+// The message (and so its tensors) stays alive until the write completes.
+void WriteMessage(const std::shared_ptr<tp::Pipe>& pipe,
+                  std::shared_ptr<Message> message,
+                  std::function<void(const tp::Error&)> done) {
+  tp::Message out;
+  out.metadata = message->envelope.SerializeAsString();
+  out.tensors.reserve(message->tensors.size());
+  for (const at::Tensor& tensor : message->tensors) {
+    tp::Message::Tensor t;
+    t.buffer = tp::CpuBuffer{const_cast<void*>(tensor.data_ptr())};
+    t.length = tensor.nbytes();
+    out.tensors.push_back(std::move(t));
+  }
+  pipe->write(std::move(out), [message = std::move(message),
+                               done = std::move(done)](const tp::Error& error) {
+    done(error);
+  });
+}
+
+class TensorPipeAgent final : public RpcAgent {
+ public:
+  TensorPipeAgent(const TensorPipeOptions& options, WorkerInfo self,
+                  RequestHandler handler, Executor* executor,
+                  DeadlineTimer* timer)
+      : options_(options),
+        self_(std::move(self)),
+        handler_(std::move(handler)),
+        executor_(executor),
+        timer_(timer),
+        context_(std::make_shared<tp::Context>(
+            tp::ContextOptions().name(self_.name))) {}
+
+  ~TensorPipeAgent() override {
+    Close(absl::CancelledError("RPC agent destroyed"));
+  }
+
+  absl::Status Start() {
+    context_->registerTransport(0, "uv", tp::transport::uv::create());
+    std::vector<std::string> urls = {"uv://" + options_.listen_host + ":0"};
+    std::string transport_choice = "uv";
+    if (options_.enable_shm) {
+      auto shm = tp::transport::shm::create();
+      if (shm->isViable()) {
+        context_->registerTransport(10, "shm", shm);
+        urls.push_back("shm://" + UniqueShmAddress(self_.name));
+        transport_choice = "shm (same host), uv";
+      }
+    }
+    context_->registerChannel(0, "basic", tp::channel::basic::create());
+    std::string channel_choice = "basic";
+    if (options_.enable_cma) {
+      auto cma = tp::channel::cma::create();
+      if (cma->isViable()) {
+        context_->registerChannel(10, "cma", cma);
+        channel_choice = "cma (same host), basic";
+      }
+    }
+    listener_ = context_->listen(urls);
+    self_.address = listener_->url("uv");
+    TESSERA_LOG(INFO) << self_.name << ": TensorPipe listening at "
+                      << self_.address << "; transports: " << transport_choice
+                      << "; channels: " << channel_choice;
+    Accept();
+    return absl::OkStatus();
+  }
+
+  const WorkerInfo& self() const override { return self_; }
+
+  void SetWorkers(std::vector<WorkerInfo> workers) override {
+    absl::MutexLock lock(&mu_);
+    workers_ = std::move(workers);
+  }
+
+  Future<Message> Send(int to_rank, Message request,
+                       absl::Time deadline) override;
+
+  AgentCounters counters() const override {
+    AgentCounters c;
+    c.requests_sent = requests_sent_.load();
+    c.responses_received = responses_received_.load();
+    c.requests_received = requests_received_.load();
+    c.responses_sent = responses_sent_.load();
+    return c;
+  }
+
+  void Close(const absl::Status& reason) override;
+
+ private:
+  void Accept();
+  void ReadRequest(std::shared_ptr<tp::Pipe> pipe);
+  void ServeRequest(std::shared_ptr<tp::Pipe> pipe, Message request);
+  void ReadResponse(std::shared_ptr<ClientPipe> client);
+  void CompleteCall(uint64_t request_id, absl::StatusOr<Message> result);
+  void FailPipe(const std::shared_ptr<ClientPipe>& client,
+                const std::string& why);
+  std::string PeerName(int rank) const;
+
+  // Reads one frame's descriptor, validates it, allocates receive buffers,
+  // reads the data, then calls `done` with the message or the reason the
+  // frame was rejected.
+  void ReadFrame(std::shared_ptr<tp::Pipe> pipe,
+                 std::function<void(absl::StatusOr<Message>)> done);
+
+  const TensorPipeOptions options_;
+  WorkerInfo self_;
+  const RequestHandler handler_;
+  Executor* const executor_;
+  DeadlineTimer* const timer_;
+  std::shared_ptr<tp::Context> context_;
+  std::shared_ptr<tp::Listener> listener_;
+
+  mutable absl::Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<WorkerInfo> workers_ ABSL_GUARDED_BY(mu_);
+  std::map<int, std::shared_ptr<ClientPipe>> client_pipes_ ABSL_GUARDED_BY(mu_);
+  std::set<std::shared_ptr<tp::Pipe>> server_pipes_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, PendingCall> pending_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_request_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_pipe_id_ ABSL_GUARDED_BY(mu_) = 1;
+
+  std::atomic<uint64_t> requests_sent_{0};
+  std::atomic<uint64_t> responses_received_{0};
+  std::atomic<uint64_t> requests_received_{0};
+  std::atomic<uint64_t> responses_sent_{0};
+};
+
+std::string TensorPipeAgent::PeerName(int rank) const {
+  absl::MutexLock lock(&mu_);
+  if (rank >= 0 && rank < static_cast<int>(workers_.size())) {
+    return absl::StrCat("'", workers_[rank].name, "' (rank ", rank, ")");
+  }
+  return absl::StrCat("rank ", rank);
+}
+
+Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
+                                      absl::Time deadline) {
+  Promise<Message> promise(executor_);
+  Future<Message> future = promise.GetFuture();
+  std::shared_ptr<ClientPipe> client;
+  uint64_t request_id = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) {
+      promise.Set(absl::FailedPreconditionError(
+          "RPC agent of '" + self_.name + "' is shut down"));
+      return future;
+    }
+    if (to_rank < 0 || to_rank >= static_cast<int>(workers_.size())) {
+      promise.Set(absl::InvalidArgumentError(
+          absl::StrCat("no worker with rank ", to_rank, " (world size ",
+                       workers_.size(), ")")));
+      return future;
+    }
+    auto& slot = client_pipes_[to_rank];
+    if (slot == nullptr) {
+      slot = std::make_shared<ClientPipe>();
+      slot->id = next_pipe_id_++;
+      slot->rank = to_rank;
+      slot->pipe = context_->connect(workers_[to_rank].address,
+                                     tp::PipeOptions().remoteName(workers_[to_rank].name));
+      ReadResponse(slot);
+    }
+    client = slot;
+    request_id = next_request_id_++;
+    PendingCall call;
+    call.promise = promise;
+    call.pipe_id = client->id;
+    call.to_rank = to_rank;
+    call.target = request.envelope.target();
+    call.started = absl::Now();
+    pending_.emplace(request_id, std::move(call));
+  }
+  requests_sent_.fetch_add(1);
+
+  const absl::Time now = absl::Now();
+  if (deadline != absl::InfiniteFuture()) {
+    const auto timer_id = timer_->Schedule(deadline, [this, request_id, to_rank] {
+      CompleteCall(request_id,
+                   absl::DeadlineExceededError(absl::StrCat(
+                       "call to worker ", PeerName(to_rank), " timed out")));
+    });
+    absl::MutexLock lock(&mu_);
+    auto it = pending_.find(request_id);
+    if (it != pending_.end()) it->second.timer_id = timer_id;
+    request.envelope.set_timeout_us(
+        std::max<int64_t>(1, absl::ToInt64Microseconds(deadline - now)));
+  }
+  request.envelope.set_request_id(request_id);
+  request.envelope.set_origin_rank(self_.rank);
+  WriteMessage(client->pipe, std::make_shared<Message>(std::move(request)),
+               [this, client](const tp::Error& error) {
+                 if (error) FailPipe(client, "write failed: " + error.what());
+               });
+  return future;
+}
+
+void TensorPipeAgent::CompleteCall(uint64_t request_id,
+                                   absl::StatusOr<Message> result) {
+  PendingCall call;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = pending_.find(request_id);
+    if (it == pending_.end()) return;  // already timed out or failed
+    call = std::move(it->second);
+    pending_.erase(it);
+  }
+  responses_received_.fetch_add(1);
+  timer_->Cancel(call.timer_id);
+  if (!result.ok() && absl::IsDeadlineExceeded(result.status())) {
+    result = absl::DeadlineExceededError(absl::StrCat(
+        result.status().message(), ": '", call.target, "' got no response within ",
+        absl::FormatDuration(absl::Now() - call.started)));
+  }
+  call.promise.Set(std::move(result));
+}
+
+void TensorPipeAgent::FailPipe(const std::shared_ptr<ClientPipe>& client,
+                               const std::string& why) {
+  std::vector<uint64_t> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = client_pipes_.find(client->rank);
+    // Forget the broken pipe, so the next call reconnects.
+    if (it != client_pipes_.end() && it->second == client) client_pipes_.erase(it);
+    for (const auto& [id, call] : pending_) {
+      if (call.pipe_id == client->id) failed.push_back(id);
+    }
+  }
+  if (failed.empty()) return;
+  const std::string message = absl::StrCat(
+      "worker ", PeerName(client->rank), " is unavailable: ", why);
+  TESSERA_LOG(WARNING) << self_.name << ": " << message << " (" << failed.size()
+                       << " calls failed)";
+  for (uint64_t id : failed) CompleteCall(id, absl::UnavailableError(message));
+  client->pipe->close();
+}
+
+void TensorPipeAgent::ReadFrame(
+    std::shared_ptr<tp::Pipe> pipe,
+    std::function<void(absl::StatusOr<Message>)> done) {
+  pipe->readDescriptor([this, pipe, done = std::move(done)](
+                           const tp::Error& error, tp::Descriptor descriptor) {
+    if (error) {
+      done(absl::UnavailableError(error.what()));
+      return;
+    }
+    if (!descriptor.payloads.empty()) {
+      done(absl::InvalidArgumentError("frame carries unexpected payloads"));
+      return;
+    }
+    auto envelope = ParseEnvelope(descriptor.metadata, options_.limits);
+    if (!envelope.ok()) {
+      done(envelope.status());
+      return;
+    }
+    std::vector<size_t> lengths;
+    lengths.reserve(descriptor.tensors.size());
+    for (const auto& tensor : descriptor.tensors) {
+      if (tensor.sourceDevice.type != tp::kCpuDeviceType) {
+        done(absl::InvalidArgumentError("frame carries a non-CPU tensor"));
+        return;
+      }
+      lengths.push_back(tensor.length);
+    }
+    auto tensors = AllocateTensors(*envelope, lengths, options_.limits);
+    if (!tensors.ok()) {
+      done(tensors.status());
+      return;
+    }
+    auto message = std::make_shared<Message>();
+    message->envelope = *std::move(envelope);
+    message->tensors = *std::move(tensors);
+    tp::Allocation allocation;
+    for (const at::Tensor& tensor : message->tensors) {
+      tp::Allocation::Tensor t;
+      t.buffer = tp::CpuBuffer{tensor.data_ptr()};
+      allocation.tensors.push_back(std::move(t));
+    }
+    pipe->read(std::move(allocation),
+               [message, done](const tp::Error& error) {
+                 if (error) {
+                   done(absl::UnavailableError(error.what()));
+                 } else {
+                   done(std::move(*message));
+                 }
+               });
+  });
+}
+
+void TensorPipeAgent::ReadResponse(std::shared_ptr<ClientPipe> client) {
+  ReadFrame(client->pipe, [this, client](absl::StatusOr<Message> message) {
+    if (!message.ok()) {
+      FailPipe(client, std::string(message.status().message()));
+      return;
+    }
+    if (message->envelope.kind() != proto::RESPONSE) {
+      FailPipe(client, "peer sent a non-response on a client pipe");
+      return;
+    }
+    const uint64_t id = message->envelope.request_id();
+    CompleteCall(id, *std::move(message));
+    ReadResponse(client);
+  });
+}
+
+void TensorPipeAgent::Accept() {
+  listener_->accept([this](const tp::Error& error,
+                           std::shared_ptr<tp::Pipe> pipe) {
+    if (error) {
+      // The listener only fails when the context closes.
+      TESSERA_LOG(DEBUG) << self_.name << ": listener stopped: " << error.what();
+      return;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      if (closed_) return;
+      server_pipes_.insert(pipe);
+    }
+    ReadRequest(pipe);
+    Accept();
+  });
+}
+
+void TensorPipeAgent::ReadRequest(std::shared_ptr<tp::Pipe> pipe) {
+  ReadFrame(pipe, [this, pipe](absl::StatusOr<Message> message) {
+    std::string reject;
+    if (!message.ok()) {
+      reject = std::string(message.status().message());
+    } else if (message->envelope.kind() != proto::CALL) {
+      reject = "expected a request, got message kind " +
+               std::to_string(message->envelope.kind());
+    }
+    if (!reject.empty()) {
+      const bool peer_left = message.status().code() == absl::StatusCode::kUnavailable;
+      if (peer_left) {
+        TESSERA_LOG(DEBUG) << self_.name << ": incoming connection ended: " << reject;
+      } else {
+        TESSERA_LOG(WARNING) << self_.name
+                             << ": closing incoming connection: bad frame: " << reject;
+      }
+      pipe->close();
+      absl::MutexLock lock(&mu_);
+      server_pipes_.erase(pipe);
+      return;
+    }
+    requests_received_.fetch_add(1);
+    executor_->Post([this, pipe, request = *std::move(message)]() mutable {
+      ServeRequest(pipe, std::move(request));
+    });
+    ReadRequest(pipe);
+  });
+}
+
+void TensorPipeAgent::ServeRequest(std::shared_ptr<tp::Pipe> pipe,
+                                   Message request) {
+  const uint64_t request_id = request.envelope.request_id();
+  const int from = request.envelope.origin_rank();
+  handler_(from, std::move(request))
+      .OnReady([this, pipe, request_id](const absl::StatusOr<Message>& result) {
+        auto response = std::make_shared<Message>();
+        if (result.ok()) {
+          *response = *result;
+        } else {
+          auto* status = response->envelope.mutable_status();
+          status->set_code(static_cast<int>(result.status().code()));
+          status->set_message(std::string(result.status().message()));
+          status->set_origin_worker(self_.name);
+        }
+        response->envelope.set_kind(proto::RESPONSE);
+        response->envelope.set_request_id(request_id);
+        response->envelope.set_origin_rank(self_.rank);
+        WriteMessage(pipe, std::move(response), [this](const tp::Error& error) {
+          if (error) {
+            TESSERA_LOG(DEBUG) << self_.name << ": response not delivered: "
+                               << error.what();
+          }
+          responses_sent_.fetch_add(1);
+        });
+      });
+}
+
+void TensorPipeAgent::Close(const absl::Status& reason) {
+  std::map<uint64_t, PendingCall> pending;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+    closed_ = true;
+    pending.swap(pending_);
+  }
+  for (auto& [id, call] : pending) {
+    timer_->Cancel(call.timer_id);
+    responses_received_.fetch_add(1);
+    call.promise.Set(reason);
+  }
+  context_->close();
+  context_->join();
+  absl::MutexLock lock(&mu_);
+  client_pipes_.clear();
+  server_pipes_.clear();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RpcAgent>> CreateTensorPipeAgent(
+    const TensorPipeOptions& options, const std::string& name, int rank,
+    RequestHandler handler, Executor* executor, DeadlineTimer* timer) {
+  WorkerInfo self;
+  self.name = name;
+  self.rank = rank;
+  auto agent = std::make_unique<TensorPipeAgent>(options, std::move(self),
+                                                 std::move(handler), executor, timer);
+  auto status = agent->Start();
+  if (!status.ok()) return status;
+  return std::unique_ptr<RpcAgent>(std::move(agent));
+}
+
+}  // namespace tessera::rpc

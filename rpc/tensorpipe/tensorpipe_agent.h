@@ -1,0 +1,35 @@
+// Factory for the TensorPipe backend of RpcAgent (the default backend).
+//
+// Transports: `uv` (TCP) always, as the bootstrap; `shm` when viable on the
+// host, preferred for peers on the same machine. Channels for tensor bytes:
+// `cma` (cross-memory attach, one copy) when viable, else `basic`. The choice
+// is probed at start and logged at INFO.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/executor.h"
+#include "common/deadline_timer.h"
+#include "rpc/codec.h"
+#include "rpc/rpc_agent.h"
+
+namespace tessera::rpc {
+
+struct TensorPipeOptions {
+  // Interface address to listen on and advertise to peers.
+  std::string listen_host = "127.0.0.1";
+  // Allow the shared-memory transport / cma channel when viable.
+  bool enable_shm = true;
+  bool enable_cma = true;
+  CodecLimits limits;
+};
+
+// `executor` runs handlers and future callbacks; `timer` fires deadlines.
+// Both must outlive the agent.
+absl::StatusOr<std::unique_ptr<RpcAgent>> CreateTensorPipeAgent(
+    const TensorPipeOptions& options, const std::string& name, int rank,
+    RequestHandler handler, Executor* executor, DeadlineTimer* timer);
+
+}  // namespace tessera::rpc

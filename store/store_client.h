@@ -1,0 +1,55 @@
+// StoreClient: a worker's connection to the rendezvous store.
+//
+// Every call has a deadline (the client's default, or the one given). A call
+// made before the server is up waits for it until the deadline, so workers
+// may start in any order.
+//
+// Thread-safety: thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace tessera::store {
+
+class StoreClient {
+ public:
+  StoreClient(const std::string& host, int port,
+              absl::Duration default_timeout = absl::Seconds(60));
+  ~StoreClient();
+
+  absl::Status Set(const std::string& key, const std::string& value);
+  // Waits for the key up to `timeout`; NotFound-free: DeadlineExceeded names it.
+  absl::StatusOr<std::string> Get(const std::string& key,
+                                  absl::Duration timeout);
+  absl::StatusOr<std::string> Get(const std::string& key);
+  // Waits until all keys exist; DeadlineExceeded lists the missing ones.
+  absl::Status Wait(const std::vector<std::string>& keys,
+                    absl::Duration timeout);
+  // Like Wait, but returns the keys still missing at the deadline (empty when
+  // all arrived) instead of an error.
+  absl::StatusOr<std::vector<std::string>> WaitForKeys(
+      const std::vector<std::string>& keys, absl::Duration timeout);
+  absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta);
+  absl::StatusOr<std::string> CompareSet(const std::string& key,
+                                         const std::string& expected,
+                                         const std::string& desired);
+  absl::StatusOr<bool> Delete(const std::string& key);
+
+  const std::string& target() const { return target_; }
+  absl::Duration default_timeout() const { return default_timeout_; }
+
+ private:
+  class Stub;
+  const std::string target_;
+  const absl::Duration default_timeout_;
+  std::unique_ptr<Stub> stub_;
+};
+
+}  // namespace tessera::store

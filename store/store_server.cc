@@ -1,0 +1,141 @@
+#include "store/store_server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/store.grpc.pb.h"
+
+namespace tessera::store {
+
+class StoreServiceImpl final : public proto::Store::Service {
+ public:
+  grpc::Status Set(grpc::ServerContext*, const proto::SetRequest* request,
+                   proto::SetResponse*) override {
+    absl::MutexLock lock(&mu_);
+    data_[request->key()] = request->value();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Get(grpc::ServerContext*, const proto::GetRequest* request,
+                   proto::GetResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    auto present = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return shutting_down_ || data_.count(request->key()) > 0;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&present), Timeout(request->timeout_ms()));
+    auto it = data_.find(request->key());
+    response->set_found(it != data_.end());
+    if (it != data_.end()) response->set_value(it->second);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Wait(grpc::ServerContext*, const proto::WaitRequest* request,
+                    proto::WaitResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    auto all_present = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (shutting_down_) return true;
+      return std::all_of(request->keys().begin(), request->keys().end(),
+                         [&](const std::string& k) { return data_.count(k) > 0; });
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&all_present),
+                         Timeout(request->timeout_ms()));
+    for (const auto& key : request->keys()) {
+      if (data_.count(key) == 0) response->add_missing(key);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Add(grpc::ServerContext*, const proto::AddRequest* request,
+                   proto::AddResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    int64_t current = 0;
+    auto it = data_.find(request->key());
+    if (it != data_.end() && !absl::SimpleAtoi(it->second, &current)) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "store key '" + request->key() + "' is not an integer");
+    }
+    current += request->delta();
+    data_[request->key()] = std::to_string(current);
+    response->set_value(current);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status CompareSet(grpc::ServerContext*,
+                          const proto::CompareSetRequest* request,
+                          proto::CompareSetResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    auto it = data_.find(request->key());
+    if (it == data_.end()) {
+      if (request->expected().empty()) {
+        data_[request->key()] = request->desired();
+        response->set_value(request->desired());
+      }
+      return grpc::Status::OK;
+    }
+    if (it->second == request->expected()) it->second = request->desired();
+    response->set_value(it->second);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Delete(grpc::ServerContext*, const proto::DeleteRequest* request,
+                      proto::DeleteResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    response->set_deleted(data_.erase(request->key()) > 0);
+    return grpc::Status::OK;
+  }
+
+  // Releases every waiting handler so the gRPC server can stop promptly.
+  void BeginShutdown() {
+    absl::MutexLock lock(&mu_);
+    shutting_down_ = true;
+  }
+
+ private:
+  // Server-side waits are capped so a client that asked for "forever" cannot
+  // pin a thread; the client retries if it really wants to wait longer.
+  static absl::Duration Timeout(int64_t timeout_ms) {
+    constexpr int64_t kMaxWaitMs = 10 * 60 * 1000;
+    if (timeout_ms <= 0) return absl::ZeroDuration();
+    return absl::Milliseconds(std::min(timeout_ms, kMaxWaitMs));
+  }
+
+  absl::Mutex mu_;
+  std::map<std::string, std::string> data_ ABSL_GUARDED_BY(mu_);
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(
+    const std::string& host, int port) {
+  std::unique_ptr<StoreServer> server(new StoreServer());
+  server->service_ = std::make_unique<StoreServiceImpl>();
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(host + ":" + std::to_string(port),
+                           grpc::InsecureServerCredentials(), &bound_port);
+  builder.RegisterService(server->service_.get());
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || bound_port == 0) {
+    return absl::UnavailableError("store: cannot listen on " + host + ":" +
+                                  std::to_string(port));
+  }
+  server->port_ = bound_port;
+  return server;
+}
+
+void StoreServer::Shutdown() {
+  if (server_ == nullptr) return;
+  service_->BeginShutdown();
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server_->Wait();
+  server_.reset();
+}
+
+StoreServer::~StoreServer() { Shutdown(); }
+
+}  // namespace tessera::store
