@@ -137,12 +137,12 @@ ErasedFunction Erase(const std::string& name, Fn fn) {
   using Wire = WireParams<typename Traits::Params>;
   using Params = typename Wire::Types;
   using R = typename Traits::Return;
-  constexpr size_t kArity = std::tuple_size_v<Params>;
   const std::string signature = Signature<Fn>();
 
   return [fn = std::move(fn), name, signature](
              CallContext& context,
              std::vector<c10::IValue>& args) -> Future<c10::IValue> {
+    constexpr size_t kArity = std::tuple_size_v<Params>;
     auto mismatch = [&]() {
       std::vector<std::string> got;
       for (const auto& arg : args) got.push_back(DescribeIValue(arg));

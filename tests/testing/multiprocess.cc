@@ -1,0 +1,96 @@
+#include "tests/testing/multiprocess.h"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace tessera::testing {
+namespace {
+
+std::map<std::string, Scenario>& Scenarios() {
+  static auto* scenarios = new std::map<std::string, Scenario>();
+  return *scenarios;
+}
+
+constexpr char kFlag[] = "--tessera_worker=";
+
+}  // namespace
+
+bool RegisterScenario(const std::string& name, Scenario scenario) {
+  Scenarios()[name] = std::move(scenario);
+  return true;
+}
+
+WorkerProcess::WorkerProcess(const std::string& scenario,
+                             const std::map<std::string, std::string>& env) {
+  const std::string flag = std::string(kFlag) + scenario;
+  pid_ = fork();
+  if (pid_ == 0) {
+    for (const auto& [key, value] : env) setenv(key.c_str(), value.c_str(), 1);
+    // Die with the test, so a crashed test never leaves workers behind.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    char self[] = "/proc/self/exe";
+    execl(self, self, flag.c_str(), static_cast<char*>(nullptr));
+    std::perror("execl");
+    _exit(127);
+  }
+  pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
+}
+
+WorkerProcess::~WorkerProcess() {
+  if (exit_code_ < 0 && pid_ > 0) {
+    Kill();
+    Wait(absl::Seconds(10));
+  }
+  if (pidfd_ >= 0) close(pidfd_);
+}
+
+int WorkerProcess::Wait(absl::Duration timeout) {
+  if (exit_code_ >= 0) return exit_code_;
+  struct pollfd pfd = {pidfd_, POLLIN, 0};
+  if (poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) <= 0) {
+    return -1;
+  }
+  int status = 0;
+  if (waitpid(pid_, &status, 0) != pid_) return -1;
+  exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return exit_code_;
+}
+
+void WorkerProcess::Kill() {
+  if (exit_code_ < 0 && pid_ > 0) ::kill(pid_, SIGKILL);
+}
+
+std::map<std::string, std::string> WorkerEnv(int rank, int world_size, int store_port) {
+  return {{"RANK", std::to_string(rank)},
+          {"WORLD_SIZE", std::to_string(world_size)},
+          {"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", std::to_string(store_port)}};
+}
+
+int TestMain(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], kFlag, std::strlen(kFlag)) == 0) {
+      const std::string name = argv[i] + std::strlen(kFlag);
+      auto it = Scenarios().find(name);
+      if (it == Scenarios().end()) {
+        std::fprintf(stderr, "unknown worker scenario '%s'\n", name.c_str());
+        return 2;
+      }
+      return it->second();
+    }
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
+
+}  // namespace tessera::testing

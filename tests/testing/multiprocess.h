@@ -1,0 +1,57 @@
+// Multi-process test support: real worker processes on 127.0.0.1.
+//
+// A test binary re-executes itself (/proc/self/exe) with
+// --tessera_worker=<scenario>; TestMain() runs that scenario instead of the
+// tests. Workers meet the test through a store the test hosts on a free port.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "absl/time/time.h"
+
+namespace tessera::testing {
+
+using Scenario = std::function<int()>;
+
+// Registers a worker scenario; use TESSERA_WORKER_SCENARIO.
+bool RegisterScenario(const std::string& name, Scenario scenario);
+
+#define TESSERA_WORKER_SCENARIO(name)                                  \
+  static int name##_scenario();                                        \
+  static const bool name##_registered =                                \
+      ::tessera::testing::RegisterScenario(#name, &name##_scenario);   \
+  static int name##_scenario()
+
+// A child process running one scenario.
+class WorkerProcess {
+ public:
+  // Starts `scenario` with the given extra environment variables.
+  WorkerProcess(const std::string& scenario,
+                const std::map<std::string, std::string>& env);
+  ~WorkerProcess();  // kills the child if it is still running
+
+  WorkerProcess(const WorkerProcess&) = delete;
+  WorkerProcess& operator=(const WorkerProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Exit code, 128+signal if killed, or -1 if it did not exit in time.
+  int Wait(absl::Duration timeout);
+  void Kill();
+
+ private:
+  pid_t pid_ = -1;
+  int pidfd_ = -1;
+  int exit_code_ = -1;
+};
+
+// Environment for an RPC worker of rank `rank`.
+std::map<std::string, std::string> WorkerEnv(int rank, int world_size, int store_port);
+
+// Entry point for test binaries: dispatches worker scenarios, else runs gtest.
+int TestMain(int argc, char** argv);
+
+}  // namespace tessera::testing

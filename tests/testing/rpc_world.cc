@@ -1,0 +1,61 @@
+#include "tests/testing/rpc_world.h"
+
+#include <cstdio>
+
+#include "tests/testing/test_functions.h"
+
+namespace tessera::testing {
+
+TESSERA_WORKER_SCENARIO(serve) {
+  auto runtime = rpc::Runtime::Init(TestWorkerOptions(), MakeTestRegistry());
+  if (!runtime.ok()) {
+    std::fprintf(stderr, "serve: init failed: %s\n",
+                 runtime.status().ToString().c_str());
+    return 1;
+  }
+  auto status = (*runtime)->Shutdown();
+  if (!status.ok()) {
+    std::fprintf(stderr, "serve: shutdown: %s\n", status.ToString().c_str());
+    return 3;
+  }
+  return 0;
+}
+
+void RpcWorld::StartWorld(int world_size,
+                          const std::map<std::string, std::string>& child_env) {
+  auto store = store::StoreServer::Start("127.0.0.1", 0);
+  ASSERT_TRUE(store.ok()) << store.status();
+  store_ = *std::move(store);
+  for (int rank = 1; rank < world_size; ++rank) {
+    auto env = WorkerEnv(rank, world_size, store_->port());
+    env.insert(child_env.begin(), child_env.end());
+    children_.push_back(std::make_unique<WorkerProcess>("serve", env));
+  }
+  rpc::RpcOptions options;
+  options.name = "worker0";
+  options.rank = 0;
+  options.world_size = world_size;
+  options.master_port = store_->port();
+  options.store_role = rpc::StoreRole::kConnect;
+  options.shutdown_timeout = absl::Seconds(60);
+  auto runtime = rpc::Runtime::Init(options, MakeTestRegistry());
+  ASSERT_TRUE(runtime.ok()) << runtime.status();
+  runtime_ = *std::move(runtime);
+}
+
+void RpcWorld::TearDown() {
+  if (runtime_ != nullptr) {
+    auto status = runtime_->Shutdown();
+    if (expect_clean_exit_) EXPECT_TRUE(status.ok()) << status;
+  }
+  if (expect_clean_exit_) {
+    for (size_t i = 0; i < children_.size(); ++i) {
+      EXPECT_EQ(children_[i]->Wait(absl::Seconds(60)), 0) << "rank " << i + 1;
+    }
+  }
+  runtime_.reset();
+  children_.clear();
+  if (store_ != nullptr) store_->Shutdown();
+}
+
+}  // namespace tessera::testing

@@ -1,0 +1,37 @@
+// RpcWorld: a test fixture with a store hosted by the test, the test process
+// as rank 0 ("worker0") and ranks 1.. as real child processes ("workerN")
+// that serve MakeTestRegistry() until everyone shuts down.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rpc/runtime.h"
+#include "store/store_server.h"
+#include "tests/testing/multiprocess.h"
+
+namespace tessera::testing {
+
+class RpcWorld : public ::testing::Test {
+ protected:
+  // Starts the store, `world_size - 1` serving children and rank 0 here.
+  void StartWorld(int world_size,
+                  const std::map<std::string, std::string>& child_env = {});
+  // Graceful shutdown of rank 0; children must then exit with 0.
+  void TearDown() override;
+
+  rpc::Runtime& rt() { return *runtime_; }
+  int store_port() const { return store_->port(); }
+
+  std::unique_ptr<store::StoreServer> store_;
+  std::vector<std::unique_ptr<WorkerProcess>> children_;  // children_[i] is rank i+1
+  std::unique_ptr<rpc::Runtime> runtime_;
+  // Set by tests that expect some child to exit non-zero.
+  bool expect_clean_exit_ = true;
+};
+
+}  // namespace tessera::testing

@@ -1,0 +1,77 @@
+#include "tests/testing/test_functions.h"
+
+#include <ATen/TensorOperators.h>
+
+#include <stdexcept>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "rpc/runtime.h"
+
+namespace tessera::testing {
+
+using rpc::CallContext;
+
+rpc::Registry MakeTestRegistry() {
+  rpc::Registry registry;
+  auto check = [](absl::Status status) {
+    if (!status.ok()) throw std::logic_error(status.ToString());
+  };
+  check(registry.Register("echo", [](c10::IValue v) { return v; }));
+  check(registry.Register("add", [](at::Tensor a, at::Tensor b) { return a + b; }));
+  check(registry.Register("fail", [](std::string message) -> int64_t {
+    throw std::runtime_error(message);
+  }));
+  check(registry.Register("block", [](CallContext& ctx, std::string key) {
+    auto& store = ctx.runtime->store();
+    if (!store.Set(key + "/started", "1").ok()) return false;
+    return store.Get(key, ctx.deadline - absl::Now()).ok();
+  }));
+  check(registry.Register(
+      "nested", [](CallContext& ctx, std::vector<std::string> chain, at::Tensor t) {
+        if (chain.empty()) return t + 1;
+        const std::string next = chain.front();
+        chain.erase(chain.begin());
+        return ctx.runtime->RpcSync<at::Tensor>(next, "nested", chain, t) + 1;
+      }));
+  check(registry.Register(
+      "async_nested",
+      [](CallContext& ctx, std::vector<std::string> chain, at::Tensor t) {
+        if (chain.empty()) return Future<at::Tensor>::Ready(t + 1);
+        const std::string next = chain.front();
+        chain.erase(chain.begin());
+        return ctx.runtime->RpcAsync<at::Tensor>(next, "async_nested", chain, t)
+            .Then([](const absl::StatusOr<at::Tensor>& r) -> absl::StatusOr<at::Tensor> {
+              if (!r.ok()) return r.status();
+              return *r + 1;
+            });
+      }));
+  check(registry.Register("async_add", [](CallContext& ctx, at::Tensor a, at::Tensor b) {
+    Promise<at::Tensor> promise;
+    ctx.runtime->executor().Post([promise, a, b] { promise.Set(a + b); });
+    return promise.GetFuture();
+  }));
+  check(registry.Register(
+      "describe", [](at::Tensor t, int64_t i, double d, bool b, std::string s,
+                     std::vector<int64_t> ints, std::map<std::string, double> dict) {
+        std::vector<std::string> keys;
+        for (const auto& [k, v] : dict) keys.push_back(absl::StrCat(k, "=", v));
+        return absl::StrCat(t.numel(), "|", i, "|", d, "|", b ? "true" : "false", "|", s, "|",
+                            absl::StrJoin(ints, ","), "|", absl::StrJoin(keys, ","));
+      }));
+  return registry;
+}
+
+rpc::RpcOptions TestWorkerOptions() {
+  auto options = rpc::RpcOptions::FromEnv();
+  if (!options.ok()) throw std::runtime_error(options.status().ToString());
+  options->store_role = rpc::StoreRole::kConnect;
+  options->rendezvous_timeout = absl::Seconds(60);
+  options->shutdown_timeout = absl::Seconds(120);
+  if (const char* s = std::getenv("TESSERA_TEST_SHUTDOWN_TIMEOUT_S")) {
+    options->shutdown_timeout = absl::Seconds(std::atoi(s));
+  }
+  return *std::move(options);
+}
+
+}  // namespace tessera::testing

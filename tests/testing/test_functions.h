@@ -1,0 +1,22 @@
+// The functions every worker of the RPC tests registers.
+#pragma once
+
+#include "rpc/registry.h"
+#include "rpc/rpc_options.h"
+
+namespace tessera::testing {
+
+// echo(Any) -> Any; add(Tensor, Tensor) -> Tensor; fail(str) throws;
+// block(str key) -> bool: sets "<key>/started" in the store, then waits for
+// `key` until the call's deadline; nested(List[str], Tensor) -> Tensor calls
+// the first worker of the list synchronously (+1 per hop); async_nested the
+// same without holding a thread; async_add(Tensor, Tensor) completes on
+// another thread; describe(Tensor, int, float, bool, str, List[int],
+// Dict[str, float]) -> str.
+rpc::Registry MakeTestRegistry();
+
+// Options for a test worker from the environment (see WorkerEnv), with
+// timeouts suited to tests.
+rpc::RpcOptions TestWorkerOptions();
+
+}  // namespace tessera::testing
