@@ -5,11 +5,15 @@
 // Each worker counts requests sent/received and responses sent/received
 // (AgentCounters). In rounds, every worker publishes its counters to the
 // store and reads everyone's. The job is quiescent when, for two consecutive
-// rounds, all counters are unchanged and the sums balance (every request
-// sent was received and answered, every answer was received) — the classic
-// four-counter termination test, which cannot be fooled by a message that is
-// in flight during one snapshot. All workers read the same snapshots, so all
-// decide in the same round.
+// rounds, all counters are unchanged and every worker is locally idle (each
+// request it sent was answered, each request it received was answered).
+// A call in flight keeps its caller non-idle until the answer arrives, and
+// anything that happened between two snapshots changes some counter, so
+// two identical idle rounds mean nothing is left anywhere (the four-counter
+// termination test). Balancing per worker rather than job-wide keeps
+// requests from outside the job (which no agent counted as sent) from
+// wedging it. All workers read the same snapshots, so all decide in the
+// same round.
 #pragma once
 
 #include <string>

@@ -98,12 +98,17 @@ class TensorPipeAgent final : public RpcAgent {
         channel_choice = "cma (same host), basic";
       }
     }
-    listener_ = context_->listen(urls);
-    self_.address = listener_->url("uv");
+    try {
+      listener_ = context_->listen(urls);
+      self_.address = listener_->url("uv");
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot listen on ", options_.listen_host, ": ", e.what()));
+    }
     TESSERA_LOG(INFO) << self_.name << ": TensorPipe listening at "
                       << self_.address << "; transports: " << transport_choice
                       << "; channels: " << channel_choice;
-    Accept();
+    Accept(listener_);
     return absl::OkStatus();
   }
 
@@ -129,7 +134,8 @@ class TensorPipeAgent final : public RpcAgent {
   void Close(const absl::Status& reason) override;
 
  private:
-  void Accept();
+  void Accept(std::shared_ptr<tp::Listener> listener);
+  void Relisten();
   void ReadRequest(std::shared_ptr<tp::Pipe> pipe);
   void ServeRequest(std::shared_ptr<tp::Pipe> pipe, Message request);
   void ReadResponse(std::shared_ptr<ClientPipe> client);
@@ -150,7 +156,8 @@ class TensorPipeAgent final : public RpcAgent {
   Executor* const executor_;
   DeadlineTimer* const timer_;
   std::shared_ptr<tp::Context> context_;
-  std::shared_ptr<tp::Listener> listener_;
+  std::shared_ptr<tp::Listener> listener_;  // replaced by Relisten()
+  absl::Duration relisten_backoff_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(1);
 
   mutable absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
@@ -346,22 +353,50 @@ void TensorPipeAgent::ReadResponse(std::shared_ptr<ClientPipe> client) {
   });
 }
 
-void TensorPipeAgent::Accept() {
-  listener_->accept([this](const tp::Error& error,
-                           std::shared_ptr<tp::Pipe> pipe) {
+void TensorPipeAgent::Accept(std::shared_ptr<tp::Listener> listener) {
+  listener->accept([this, listener](const tp::Error& error,
+                                    std::shared_ptr<tp::Pipe> pipe) {
     if (error) {
-      // The listener only fails when the context closes.
-      TESSERA_LOG(DEBUG) << self_.name << ": listener stopped: " << error.what();
+      // Note [Listener restart]: TensorPipe fails its whole listener when one
+      // incoming connection breaks before its hello (a port scan, garbage,
+      // a peer dying mid-handshake). Established pipes are unaffected, but
+      // nobody new could connect, so we listen again on the same address.
+      absl::MutexLock lock(&mu_);
+      if (closed_) return;
+      TESSERA_LOG(WARNING) << self_.name << ": listener failed ("
+                           << error.what() << "); listening again at "
+                           << self_.address << " in " << relisten_backoff_;
+      timer_->Schedule(absl::Now() + relisten_backoff_, [this] { Relisten(); });
+      relisten_backoff_ = std::min(relisten_backoff_ * 2, absl::Seconds(1));
       return;
     }
     {
       absl::MutexLock lock(&mu_);
       if (closed_) return;
+      relisten_backoff_ = absl::Milliseconds(1);
       server_pipes_.insert(pipe);
     }
     ReadRequest(pipe);
-    Accept();
+    Accept(listener);
   });
+}
+
+void TensorPipeAgent::Relisten() {
+  absl::MutexLock lock(&mu_);
+  if (closed_) return;
+  std::vector<std::string> urls = {self_.address};
+  if (options_.enable_shm && context_ != nullptr) {
+    urls.push_back("shm://" + UniqueShmAddress(self_.name));
+  }
+  try {
+    listener_ = context_->listen(urls);
+  } catch (const std::exception& e) {
+    TESSERA_LOG(WARNING) << self_.name << ": listening again failed: " << e.what();
+    timer_->Schedule(absl::Now() + relisten_backoff_, [this] { Relisten(); });
+    relisten_backoff_ = std::min(relisten_backoff_ * 2, absl::Seconds(1));
+    return;
+  }
+  Accept(listener_);
 }
 
 void TensorPipeAgent::ReadRequest(std::shared_ptr<tp::Pipe> pipe) {

@@ -22,7 +22,8 @@ TESSERA_WORKER_SCENARIO(serve) {
 }
 
 void RpcWorld::StartWorld(int world_size,
-                          const std::map<std::string, std::string>& child_env) {
+                          const std::map<std::string, std::string>& child_env,
+                          absl::Duration shutdown_timeout) {
   auto store = store::StoreServer::Start("127.0.0.1", 0);
   ASSERT_TRUE(store.ok()) << store.status();
   store_ = *std::move(store);
@@ -37,7 +38,7 @@ void RpcWorld::StartWorld(int world_size,
   options.world_size = world_size;
   options.master_port = store_->port();
   options.store_role = rpc::StoreRole::kConnect;
-  options.shutdown_timeout = absl::Seconds(60);
+  options.shutdown_timeout = shutdown_timeout;
   auto runtime = rpc::Runtime::Init(options, MakeTestRegistry());
   ASSERT_TRUE(runtime.ok()) << runtime.status();
   runtime_ = *std::move(runtime);

@@ -20,7 +20,8 @@ class RpcWorld : public ::testing::Test {
  protected:
   // Starts the store, `world_size - 1` serving children and rank 0 here.
   void StartWorld(int world_size,
-                  const std::map<std::string, std::string>& child_env = {});
+                  const std::map<std::string, std::string>& child_env = {},
+                  absl::Duration shutdown_timeout = absl::Seconds(60));
   // Graceful shutdown of rank 0; children must then exit with 0.
   void TearDown() override;
 
