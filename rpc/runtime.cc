@@ -36,6 +36,9 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Init(RpcOptions options,
   if (options.name.empty()) return absl::InvalidArgumentError("worker name is empty");
   std::unique_ptr<Runtime> runtime(new Runtime(std::move(options), std::move(registry)));
   auto status = runtime->Start();
+  runtime->ready_.Set(status.ok() ? absl::StatusOr<bool>(true)
+                                  : absl::StatusOr<bool>(Annotate(
+                                        status, "worker failed to start")));
   if (!status.ok()) {
     runtime->Shutdown(/*graceful=*/false).IgnoreError();
     return status;
@@ -125,6 +128,16 @@ Future<c10::IValue> Runtime::CallAsync(int to_rank, const std::string& function,
 }
 
 Future<Message> Runtime::HandleRequest(int from_rank, Message request) {
+  Future<bool> ready = ready_.GetFuture();
+  if (ready.IsReady()) return Dispatch(from_rank, request);
+  return ready.Then([this, from_rank, request = std::move(request)](
+                        const absl::StatusOr<bool>& started) -> Future<Message> {
+    if (!started.ok()) return Future<Message>::Ready(started.status());
+    return Dispatch(from_rank, request);
+  });
+}
+
+Future<Message> Runtime::Dispatch(int from_rank, const Message& request) {
   const proto::Envelope& envelope = request.envelope;
   CallContext context;
   context.runtime = this;

@@ -118,6 +118,7 @@ class Runtime {
   Runtime(RpcOptions options, Registry registry);
   absl::Status Start();
   Future<Message> HandleRequest(int from_rank, Message request);
+  Future<Message> Dispatch(int from_rank, const Message& request);
   absl::Duration Timeout(const CallOptions& options) const;
 
   template <typename R>
@@ -148,7 +149,10 @@ class Runtime {
   std::unique_ptr<DeadlineTimer> timer_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<RpcAgent> agent_;
-  std::vector<WorkerInfo> workers_;
+  std::vector<WorkerInfo> workers_;  // written once, before ready_ is set
+  // Set when rendezvous completed (or failed). A peer that finished its own
+  // rendezvous first may call us before that; such requests wait on this.
+  Promise<bool> ready_;
   absl::Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
 };

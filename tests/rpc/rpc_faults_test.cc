@@ -124,7 +124,15 @@ void SendRawBytes(const std::string& host, int port, const std::string& bytes) {
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  // The previous garbage may have failed the listener; the agent re-arms it
+  // at once (Note [Listener restart]), so retry a refused connect, bounded.
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ASSERT_EQ(errno, ECONNREFUSED) << strerror(errno);
+    ASSERT_LT(absl::Now(), give_up) << "listener never came back";
+    close(fd);
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+  }
   ASSERT_EQ(write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
   close(fd);
 }

@@ -1,0 +1,113 @@
+// RPC benchmark: two processes on loopback (this process is the caller,
+// a child serves). Prints one JSON object with:
+//   rtt_p50_us / rtt_p99_us  round trip of a 1-float tensor echo
+//   calls_per_s              echo throughput with 64 calls in flight
+//   gbps_1mb / gbps_64mb     tensor echo bandwidth: 2 x size / round trip
+// Run through bench/compare_rpc.sh to compare with PyTorch in the same run.
+#include <ATen/ops/ones.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include "rpc/runtime.h"
+#include "store/store_server.h"
+
+namespace {
+
+using tessera::rpc::Runtime;
+using Clock = std::chrono::steady_clock;
+
+tessera::rpc::Registry MakeRegistry() {
+  tessera::rpc::Registry registry;
+  (void)registry.Register("echo", [](at::Tensor t) { return t; });
+  return registry;
+}
+
+std::unique_ptr<Runtime> Start(int rank, int port, bool shm) {
+  tessera::rpc::RpcOptions options;
+  options.name = "worker" + std::to_string(rank);
+  options.rank = rank;
+  options.world_size = 2;
+  options.master_port = port;
+  options.store_role = tessera::rpc::StoreRole::kConnect;
+  options.tensorpipe.enable_shm = shm;
+  options.shutdown_timeout = absl::Minutes(10);
+  auto runtime = Runtime::Init(options, MakeRegistry());
+  if (!runtime.ok()) {
+    std::fprintf(stderr, "init: %s\n", runtime.status().ToString().c_str());
+    std::exit(1);
+  }
+  return *std::move(runtime);
+}
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+void Echo(Runtime& rt, const at::Tensor& t) {
+  (void)rt.RpcSync<at::Tensor>("worker1", "echo", t);
+}
+
+double Bandwidth(Runtime& rt, int64_t bytes, int iterations) {
+  at::Tensor t = at::ones({bytes / 4});
+  Echo(rt, t);
+  auto start = Clock::now();
+  for (int i = 0; i < iterations; ++i) Echo(rt, t);
+  return 2.0 * bytes * iterations / Seconds(Clock::now() - start) / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool shm = !(argc > 1 && std::strcmp(argv[1], "--no-shm") == 0);
+  if (argc > 3 && std::strcmp(argv[1], "--serve") == 0) {
+    auto rt = Start(1, std::atoi(argv[2]), std::strcmp(argv[3], "1") == 0);
+    return rt->Shutdown().ok() ? 0 : 1;
+  }
+  auto store = tessera::store::StoreServer::Start("127.0.0.1", 0);
+  const std::string port = std::to_string((*store)->port());
+  pid_t child = fork();
+  if (child == 0) {
+    execl("/proc/self/exe", argv[0], "--serve", port.c_str(), shm ? "1" : "0", nullptr);
+    _exit(127);
+  }
+  auto rt = Start(0, (*store)->port(), shm);
+
+  at::Tensor one = at::ones({1});
+  for (int i = 0; i < 500; ++i) Echo(*rt, one);
+  std::vector<double> rtts;
+  for (int i = 0; i < 5000; ++i) {
+    auto start = Clock::now();
+    Echo(*rt, one);
+    rtts.push_back(Seconds(Clock::now() - start) * 1e6);
+  }
+  std::sort(rtts.begin(), rtts.end());
+
+  constexpr int kWindow = 64, kCalls = 20000;
+  std::deque<tessera::Future<at::Tensor>> window;
+  auto start = Clock::now();
+  for (int i = 0; i < kCalls; ++i) {
+    if (window.size() == kWindow) {
+      (void)window.front().Wait(absl::Seconds(60));
+      window.pop_front();
+    }
+    window.push_back(rt->RpcAsync<at::Tensor>("worker1", "echo", one));
+  }
+  for (auto& f : window) (void)f.Wait(absl::Seconds(60));
+  const double calls_per_s = kCalls / Seconds(Clock::now() - start);
+
+  const double gbps_1mb = Bandwidth(*rt, 1 << 20, 500);
+  const double gbps_64mb = Bandwidth(*rt, 64 << 20, 20);
+  std::printf("{\"rtt_p50_us\": %.1f, \"rtt_p99_us\": %.1f, \"calls_per_s\": %.0f, "
+              "\"gbps_1mb\": %.2f, \"gbps_64mb\": %.2f}\n",
+              rtts[rtts.size() / 2], rtts[rtts.size() * 99 / 100], calls_per_s,
+              gbps_1mb, gbps_64mb);
+  int code = rt->Shutdown().ok() ? 0 : 1;
+  int status = 0;
+  waitpid(child, &status, 0);
+  return code;
+}

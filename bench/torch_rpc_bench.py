@@ -1,0 +1,74 @@
+"""The workloads of bench/rpc_bench.cc with PyTorch's torch.distributed.rpc
+(TensorPipe backend), two processes on loopback. Prints one JSON object with
+the same keys. Run with Debian's /usr/bin/python3 (python3-torch 1.13)."""
+import json
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed.rpc as rpc
+import torch.multiprocessing as mp
+
+
+def echo(t):
+    return t
+
+
+def bandwidth(nbytes, iterations):
+    t = torch.ones(nbytes // 4)
+    rpc.rpc_sync("worker1", echo, args=(t,))
+    start = time.perf_counter()
+    for _ in range(iterations):
+        rpc.rpc_sync("worker1", echo, args=(t,))
+    return 2.0 * nbytes * iterations / (time.perf_counter() - start) / 1e9
+
+
+def run(rank, port, out):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=8, rpc_timeout=600)
+    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2, rpc_backend_options=opts)
+    if rank == 0:
+        one = torch.ones(1)
+        for _ in range(500):
+            rpc.rpc_sync("worker1", echo, args=(one,))
+        rtts = []
+        for _ in range(5000):
+            start = time.perf_counter()
+            rpc.rpc_sync("worker1", echo, args=(one,))
+            rtts.append((time.perf_counter() - start) * 1e6)
+        rtts.sort()
+        window, calls = [], 20000
+        start = time.perf_counter()
+        for _ in range(calls):
+            if len(window) == 64:
+                window.pop(0).wait()
+            window.append(rpc.rpc_async("worker1", echo, args=(one,)))
+        for f in window:
+            f.wait()
+        calls_per_s = calls / (time.perf_counter() - start)
+        result = {
+            "rtt_p50_us": round(rtts[len(rtts) // 2], 1),
+            "rtt_p99_us": round(rtts[len(rtts) * 99 // 100], 1),
+            "calls_per_s": round(calls_per_s),
+            "gbps_1mb": round(bandwidth(1 << 20, 500), 2),
+            "gbps_64mb": round(bandwidth(64 << 20, 20), 2),
+        }
+        with open(out, "w") as f:
+            json.dump(result, f)
+    rpc.shutdown()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":
+    out = sys.argv[1] if len(sys.argv) > 1 else "/tmp/torch_rpc_bench.json"
+    mp.spawn(run, args=(free_port(), out), nprocs=2, join=True)
+    with open(out) as f:
+        print(f.read())
