@@ -10,6 +10,7 @@
 #include <ATen/ops/zeros.h>
 
 #include "tests/testing/rpc_world.h"
+#include "tests/testing/test_functions.h"
 
 namespace tessera::testing {
 namespace {
@@ -181,6 +182,35 @@ TEST_F(RpcCallsTest, UnknownWorkerIsAnError) {
   auto result = rt().CallAsync("nobody", "echo", {c10::IValue(1)}).Wait(absl::Seconds(5));
   EXPECT_EQ(result.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(result.status().message().find("nobody"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::testing
+
+namespace tessera::testing {
+namespace {
+
+// Scenario: a process starts a runtime, uses it, shuts it down, and starts a
+// new one (new store, new listener) — no singleton state survives to break
+// the second. A world of one also calls itself through the transport.
+TEST(RuntimeLifecycleTest, CleanRestartInTheSameProcess) {
+  for (int generation = 0; generation < 2; ++generation) {
+    auto store = store::StoreServer::Start("127.0.0.1", 0);
+    ASSERT_TRUE(store.ok());
+    rpc::RpcOptions options;
+    options.name = "solo";
+    options.rank = 0;
+    options.world_size = 1;
+    options.master_port = (*store)->port();
+    options.store_role = rpc::StoreRole::kConnect;
+    auto runtime = rpc::Runtime::Init(options, MakeTestRegistry());
+    ASSERT_TRUE(runtime.ok()) << runtime.status();
+    EXPECT_EQ((*runtime)->RpcSync<int64_t>("solo", "echo", int64_t{generation}), generation);
+    EXPECT_TRUE((*runtime)->Shutdown().ok());
+    // After shutdown, calls fail cleanly instead of hanging.
+    auto after = (*runtime)->CallAsync("solo", "echo", {c10::IValue(1)}).Wait(absl::Seconds(5));
+    EXPECT_EQ(after.status().code(), absl::StatusCode::kFailedPrecondition) << after.status();
+  }
 }
 
 }  // namespace
