@@ -1,5 +1,6 @@
 #include "common/deadline_timer.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -20,7 +21,7 @@ DeadlineTimer::Id DeadlineTimer::Schedule(absl::Time when,
   if (when == absl::InfiniteFuture()) return 0;
   absl::MutexLock lock(&mu_);
   const Id id = next_id_++;
-  if (by_time_.empty() || when < by_time_.begin()->first) ++generation_;
+  if (when < wake_at_) ++generation_;
   by_time_.emplace(when, id);
   entries_.emplace(id, std::make_pair(when, std::move(fn)));
   return id;
@@ -58,13 +59,19 @@ void DeadlineTimer::Loop() {
       mu_.Lock();
       continue;
     }
+    // Idle or far-off deadlines: tick at least this often, so that a new
+    // deadline further out than the tick never needs to wake the thread.
+    constexpr absl::Duration kMaxSleep = absl::Milliseconds(50);
+    const absl::Time tick = absl::Now() + kMaxSleep;
     const absl::Time wake =
-        by_time_.empty() ? absl::InfiniteFuture() : by_time_.begin()->first;
+        by_time_.empty() ? tick : std::min(tick, by_time_.begin()->first);
+    wake_at_ = wake;
     const uint64_t seen = generation_;
     auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return stopping_ || generation_ != seen;
     };
     mu_.AwaitWithDeadline(absl::Condition(&changed), wake);
+    wake_at_ = absl::InfinitePast();  // awake: Schedule() need not signal
   }
 }
 

@@ -41,7 +41,10 @@ class DeadlineTimer {
   std::multimap<absl::Time, Id> by_time_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<Id, std::pair<absl::Time, std::function<void()>>> entries_
       ABSL_GUARDED_BY(mu_);
-  // Bumped whenever an earlier deadline arrives, to wake the loop.
+  // When the loop will next wake by itself. Scheduling a later deadline does
+  // not wake it (the common case: a call's deadline is seconds away), which
+  // saves a thread wake-up per RPC; an earlier one bumps generation_.
+  absl::Time wake_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };

@@ -214,7 +214,8 @@ absl::StatusOr<c10::IValue> DecodeValue(const proto::Value& value,
 
 absl::StatusOr<std::vector<at::Tensor>> AllocateTensors(
     const proto::Envelope& envelope,
-    const std::vector<size_t>& payload_lengths, const CodecLimits& limits) {
+    const std::vector<size_t>& payload_lengths, const CodecLimits& limits,
+    BufferPool* pool) {
   const size_t count = envelope.tensors_size();
   if (count != payload_lengths.size()) {
     return absl::InvalidArgumentError(
@@ -268,8 +269,10 @@ absl::StatusOr<std::vector<at::Tensor>> AllocateTensors(
   for (size_t i = 0; i < count; ++i) {
     const proto::TensorMeta& meta = envelope.tensors(i);
     std::vector<int64_t> sizes(meta.sizes().begin(), meta.sizes().end());
-    tensors.push_back(at::empty(
-        sizes, at::TensorOptions().dtype(static_cast<c10::ScalarType>(meta.dtype()))));
+    const auto dtype = static_cast<c10::ScalarType>(meta.dtype());
+    tensors.push_back(pool != nullptr
+                          ? pool->Allocate(sizes, dtype)
+                          : at::empty(sizes, at::TensorOptions().dtype(dtype)));
   }
   return tensors;
 }

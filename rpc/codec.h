@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/rpc.pb.h"
+#include "rpc/buffer_pool.h"
 #include "rpc/message.h"
 
 namespace tessera::rpc {
@@ -44,11 +45,12 @@ absl::StatusOr<c10::IValue> DecodeValue(const proto::Value& value,
 
 // Validates the envelope's tensor metadata against the byte lengths the
 // transport announced for each tensor payload, then allocates the receive
-// buffers. Nothing is allocated unless every check passes.
+// buffers (from `pool` when given). Nothing is allocated unless every check
+// passes.
 absl::StatusOr<std::vector<at::Tensor>> AllocateTensors(
     const proto::Envelope& envelope,
     const std::vector<size_t>& payload_lengths,
-    const CodecLimits& limits = {});
+    const CodecLimits& limits = {}, BufferPool* pool = nullptr);
 
 // Parses a serialized envelope, enforcing the size limit.
 absl::StatusOr<proto::Envelope> ParseEnvelope(const std::string& bytes,

@@ -11,7 +11,10 @@
 //    connection to the peer dies, or with the Close() status;
 //  - a malformed frame from a peer closes that connection with a logged
 //    reason and never stops the worker serving others;
-//  - handlers and future callbacks never run on transport threads.
+//  - handlers never run on transport threads. Futures from Send() may
+//    complete on one, so their continuations must be short and non-blocking
+//    (the runtime decodes there and hands user code a future whose
+//    callbacks run on its pool).
 //
 // Thread-safety: all methods may be called from any thread.
 #pragma once

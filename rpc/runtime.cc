@@ -109,6 +109,12 @@ Future<c10::IValue> Runtime::CallAsync(const std::string& to,
 Future<c10::IValue> Runtime::CallAsync(int to_rank, const std::string& function,
                                        std::vector<c10::IValue> args,
                                        const CallOptions& options) {
+  return Call(to_rank, function, std::move(args), options, pool_.get());
+}
+
+Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
+                                  std::vector<c10::IValue> args,
+                                  const CallOptions& options, Executor* executor) {
   Message request;
   request.envelope.set_kind(proto::CALL);
   request.envelope.set_target(function);
@@ -121,10 +127,12 @@ Future<c10::IValue> Runtime::CallAsync(int to_rank, const std::string& function,
     }
   }
   return agent_->Send(to_rank, std::move(request), absl::Now() + Timeout(options))
-      .Then([](const absl::StatusOr<Message>& response) -> absl::StatusOr<c10::IValue> {
-        if (!response.ok()) return response.status();
-        return ResultFromResponse(*response);
-      });
+      .Then(
+          [](const absl::StatusOr<Message>& response) -> absl::StatusOr<c10::IValue> {
+            if (!response.ok()) return response.status();
+            return ResultFromResponse(*response);
+          },
+          executor);
 }
 
 Future<Message> Runtime::HandleRequest(int from_rank, Message request) {

@@ -83,7 +83,10 @@ class Runtime {
   Future<ResultOf<R>> RpcAsync(const CallOptions& options, const std::string& to,
                                const std::string& function, Args&&... args) {
     std::vector<c10::IValue> values{ToIValue(std::forward<Args>(args))...};
-    return Typed<R>(CallAsync(to, function, std::move(values), options), to, function);
+    auto worker = GetWorkerInfo(to);
+    if (!worker.ok()) return Future<ResultOf<R>>::Ready(worker.status());
+    return Typed<R>(Call(worker->rank, function, std::move(values), options, nullptr),
+                    to, function, pool_.get());
   }
   template <typename R = c10::IValue, typename... Args>
   R RpcSync(const std::string& to, const std::string& function, Args&&... args) {
@@ -117,15 +120,20 @@ class Runtime {
  private:
   Runtime(RpcOptions options, Registry registry);
   absl::Status Start();
+  // Sends a call; the returned future's callbacks run on `executor`
+  // (nullptr: inline on the completing thread — internal use only).
+  Future<c10::IValue> Call(int to_rank, const std::string& function,
+                           std::vector<c10::IValue> args, const CallOptions& options,
+                           Executor* executor);
   Future<Message> HandleRequest(int from_rank, Message request);
   Future<Message> Dispatch(int from_rank, const Message& request);
   absl::Duration Timeout(const CallOptions& options) const;
 
   template <typename R>
   static Future<ResultOf<R>> Typed(Future<c10::IValue> raw, const std::string& to,
-                         const std::string& function) {
+                                   const std::string& function, Executor* executor) {
     if constexpr (std::is_same_v<R, c10::IValue>) {
-      return raw;
+      return raw.Then([](const absl::StatusOr<c10::IValue>& r) { return r; }, executor);
     } else {
       using Wire = ResultOf<R>;
       return raw.Then([to, function](const absl::StatusOr<c10::IValue>& r)
@@ -138,7 +146,7 @@ class Runtime {
               DescribeIValue(*r) + ", expected " + ValueTraits<Wire>::Name());
         }
         return *std::move(value);
-      });
+      }, executor);
     }
   }
 
