@@ -30,8 +30,8 @@ struct CodecLimits {
   size_t max_dims = 64;
   // Most tensor bytes in one message.
   uint64_t max_tensor_bytes = uint64_t{16} << 30;
-  // Largest serialized envelope.
-  size_t max_envelope_bytes = size_t{256} << 20;
+  // Largest serialized envelope (tensor bytes travel outside it).
+  size_t max_envelope_bytes = size_t{64} << 20;
 };
 
 // Encodes `value` into `out`; tensors go to `message` (see header comment).

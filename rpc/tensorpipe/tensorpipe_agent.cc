@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
+#include "rpc/tensorpipe/guarded_tcp/guarded_tcp.h"
 
 namespace tessera::rpc {
 namespace {
@@ -78,15 +79,24 @@ class TensorPipeAgent final : public RpcAgent {
   }
 
   absl::Status Start() {
-    context_->registerTransport(0, "uv", tp::transport::uv::create());
-    std::vector<std::string> urls = {"uv://" + options_.listen_host + ":0"};
-    std::string transport_choice = "uv";
+    std::string tcp_name = "uv";
+    if (options_.tcp == TcpTransport::kGuarded) {
+      tcp_name = "tcp";
+      GuardedTcpOptions tcp_options;
+      // A descriptor frame is the envelope plus TensorPipe's small header.
+      tcp_options.max_frame_bytes = options_.limits.max_envelope_bytes + (64 << 10);
+      context_->registerTransport(0, tcp_name, CreateGuardedTcpTransport(tcp_options));
+    } else {
+      context_->registerTransport(0, tcp_name, tp::transport::uv::create());
+    }
+    std::vector<std::string> urls = {tcp_name + "://" + options_.listen_host + ":0"};
+    std::string transport_choice = tcp_name;
     if (options_.enable_shm) {
       auto shm = tp::transport::shm::create();
       if (shm->isViable()) {
         context_->registerTransport(10, "shm", shm);
         urls.push_back("shm://" + UniqueShmAddress(self_.name));
-        transport_choice = "shm (same host), uv";
+        transport_choice = "shm (same host), " + tcp_name;
       }
     }
     context_->registerChannel(0, "basic", tp::channel::basic::create());
@@ -98,9 +108,10 @@ class TensorPipeAgent final : public RpcAgent {
         channel_choice = "cma (same host), basic";
       }
     }
+    std::shared_ptr<tp::Listener> listener;
     try {
-      listener_ = context_->listen(urls);
-      self_.address = listener_->url("uv");
+      listener = context_->listen(urls);
+      self_.address = listener->url(tcp_name);
     } catch (const std::exception& e) {
       return absl::UnavailableError(absl::StrCat(
           "cannot listen on ", options_.listen_host, ": ", e.what()));
@@ -108,7 +119,11 @@ class TensorPipeAgent final : public RpcAgent {
     TESSERA_LOG(INFO) << self_.name << ": TensorPipe listening at "
                       << self_.address << "; transports: " << transport_choice
                       << "; channels: " << channel_choice;
-    Accept(listener_);
+    {
+      absl::MutexLock lock(&mu_);
+      listener_ = listener;
+    }
+    Accept(listener);
     return absl::OkStatus();
   }
 
@@ -156,7 +171,7 @@ class TensorPipeAgent final : public RpcAgent {
   Executor* const executor_;
   DeadlineTimer* const timer_;
   std::shared_ptr<tp::Context> context_;
-  std::shared_ptr<tp::Listener> listener_;  // replaced by Relisten()
+  std::shared_ptr<tp::Listener> listener_ ABSL_GUARDED_BY(mu_);  // see Relisten()
   const std::shared_ptr<BufferPool> buffers_ = BufferPool::Create();
   absl::Duration relisten_backoff_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(1);
 
@@ -190,8 +205,11 @@ Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
   // callbacks to the pool. That saves a thread hop per call.
   Promise<Message> promise;
   Future<Message> future = promise.GetFuture();
+  // Note [No TensorPipe calls under mu_]: TensorPipe may run our callbacks
+  // inline in the calling thread (e.g. a connect refused at once), and they
+  // take mu_; so pipes are connected and read outside the lock.
   std::shared_ptr<ClientPipe> client;
-  uint64_t request_id = 0;
+  std::string address, peer_name;
   {
     absl::MutexLock lock(&mu_);
     if (closed_) {
@@ -205,16 +223,35 @@ Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
                        workers_.size(), ")")));
       return future;
     }
-    auto& slot = client_pipes_[to_rank];
-    if (slot == nullptr) {
-      slot = std::make_shared<ClientPipe>();
-      slot->id = next_pipe_id_++;
-      slot->rank = to_rank;
-      slot->pipe = context_->connect(workers_[to_rank].address,
-                                     tp::PipeOptions().remoteName(workers_[to_rank].name));
-      ReadResponse(slot);
+    auto it = client_pipes_.find(to_rank);
+    if (it != client_pipes_.end()) client = it->second;
+    address = workers_[to_rank].address;
+    peer_name = workers_[to_rank].name;
+  }
+  if (client == nullptr) {
+    auto fresh = std::make_shared<ClientPipe>();
+    fresh->rank = to_rank;
+    fresh->pipe = context_->connect(address, tp::PipeOptions().remoteName(peer_name));
+    bool installed = false;
+    {
+      absl::MutexLock lock(&mu_);
+      auto& slot = client_pipes_[to_rank];
+      if (slot == nullptr) {
+        fresh->id = next_pipe_id_++;
+        slot = fresh;
+        installed = true;
+      }
+      client = slot;
     }
-    client = slot;
+    if (installed) {
+      ReadResponse(client);
+    } else {
+      fresh->pipe->close();  // another thread connected first
+    }
+  }
+  uint64_t request_id = 0;
+  {
+    absl::MutexLock lock(&mu_);
     request_id = next_request_id_++;
     PendingCall call;
     call.promise = promise;
@@ -386,21 +423,28 @@ void TensorPipeAgent::Accept(std::shared_ptr<tp::Listener> listener) {
 }
 
 void TensorPipeAgent::Relisten() {
-  absl::MutexLock lock(&mu_);
-  if (closed_) return;
-  std::vector<std::string> urls = {self_.address};
-  if (options_.enable_shm && context_ != nullptr) {
-    urls.push_back("shm://" + UniqueShmAddress(self_.name));
+  std::vector<std::string> urls;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+    urls.push_back(self_.address);
   }
+  if (options_.enable_shm) urls.push_back("shm://" + UniqueShmAddress(self_.name));
+  std::shared_ptr<tp::Listener> listener;
   try {
-    listener_ = context_->listen(urls);
+    listener = context_->listen(urls);  // see Note [No TensorPipe calls under mu_]
   } catch (const std::exception& e) {
+    absl::MutexLock lock(&mu_);
     TESSERA_LOG(WARNING) << self_.name << ": listening again failed: " << e.what();
     timer_->Schedule(absl::Now() + relisten_backoff_, [this] { Relisten(); });
     relisten_backoff_ = std::min(relisten_backoff_ * 2, absl::Seconds(1));
     return;
   }
-  Accept(listener_);
+  {
+    absl::MutexLock lock(&mu_);
+    listener_ = listener;
+  }
+  Accept(listener);
 }
 
 void TensorPipeAgent::ReadRequest(std::shared_ptr<tp::Pipe> pipe) {

@@ -1,7 +1,8 @@
 // Factory for the TensorPipe backend of RpcAgent (the default backend).
 //
-// Transports: `uv` (TCP) always, as the bootstrap; `shm` when viable on the
-// host, preferred for peers on the same machine. Channels for tensor bytes:
+// Transports: `tcp` always, as the bootstrap — Tessera's guarded TCP
+// transport (guarded_tcp/), or TensorPipe's own `uv` if asked; `shm` when
+// viable on the host, preferred for peers on the same machine. Channels for tensor bytes:
 // `cma` (cross-memory attach, one copy) when viable, else `basic`. The choice
 // is probed at start and logged at INFO.
 #pragma once
@@ -17,12 +18,18 @@
 
 namespace tessera::rpc {
 
+enum class TcpTransport {
+  kGuarded,  // bounded frames, survives hostile peers (default)
+  kUv,       // TensorPipe's libuv transport: trusts every peer
+};
+
 struct TensorPipeOptions {
   // Interface address to listen on and advertise to peers.
   std::string listen_host = "127.0.0.1";
   // Allow the shared-memory transport / cma channel when viable.
   bool enable_shm = true;
   bool enable_cma = true;
+  TcpTransport tcp = TcpTransport::kGuarded;
   CodecLimits limits;
 };
 

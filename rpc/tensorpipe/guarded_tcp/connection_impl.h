@@ -1,0 +1,76 @@
+// Connection of the guarded TCP transport: non-blocking socket, driven by
+// epoll readiness; queued reads and writes complete in order. See
+// guarded_tcp.h for what it refuses.
+#pragma once
+
+#include <tensorpipe/common/epoll_loop.h>
+#include <tensorpipe/common/socket.h>
+#include <tensorpipe/transport/connection_impl_boilerplate.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "rpc/tensorpipe/guarded_tcp/inet_sockaddr.h"
+
+namespace tessera::rpc::guarded_tcp {
+
+class ContextImpl;
+class ListenerImpl;
+
+class ConnectionImpl final
+    : public tensorpipe::transport::ConnectionImplBoilerplate<ContextImpl, ListenerImpl,
+                                                             ConnectionImpl>,
+      public tensorpipe::EpollLoop::EventHandler {
+ public:
+  // Accepted side.
+  ConnectionImpl(ConstructorToken token, std::shared_ptr<ContextImpl> context,
+                 std::string id, tensorpipe::Socket socket);
+  // Connecting side.
+  ConnectionImpl(ConstructorToken token, std::shared_ptr<ContextImpl> context,
+                 std::string id, std::string addr);
+
+  void handleEventsFromLoop(int events) override;
+
+ protected:
+  void initImplFromLoop() override;
+  void readImplFromLoop(read_callback_fn fn) override;
+  void readImplFromLoop(tensorpipe::AbstractNopHolder& object,
+                        read_nop_callback_fn fn) override;
+  void readImplFromLoop(void* ptr, size_t length, read_callback_fn fn) override;
+  void writeImplFromLoop(const void* ptr, size_t length, write_callback_fn fn) override;
+  void handleErrorImpl() override;
+
+ private:
+  struct ReadOp {
+    std::optional<size_t> expected;  // set when reading into a given buffer
+    char* data = nullptr;
+    std::unique_ptr<char[]> owned;  // buffer for frames of unknown size
+    uint64_t length = 0;
+    size_t prefix_done = 0;
+    size_t data_done = 0;
+    read_callback_fn fn;
+  };
+  struct WriteOp {
+    uint64_t length = 0;
+    const char* data = nullptr;
+    size_t done = 0;  // bytes of prefix + data already sent
+    write_callback_fn fn;
+  };
+
+  void ProcessReads();
+  void ProcessWrites();
+  // Registers for exactly the events the queued operations need.
+  void UpdateInterest();
+
+  std::string addr_;
+  tensorpipe::Socket socket_;
+  bool connecting_ = false;
+  int registered_events_ = 0;
+  std::deque<ReadOp> reads_;
+  std::deque<WriteOp> writes_;
+};
+
+}  // namespace tessera::rpc::guarded_tcp

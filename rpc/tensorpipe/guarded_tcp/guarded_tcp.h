@@ -1,0 +1,32 @@
+// A TensorPipe transport over TCP that does not trust its peer.
+//
+// Same wire framing as TensorPipe's uv transport (an 8-byte length, then the
+// bytes), but: a frame of unknown size larger than `max_frame_bytes` is an
+// error for that connection instead of an allocation of whatever the peer
+// claimed; a frame read into a caller's buffer must have exactly the
+// expected length (uv only DCHECKs it, so a peer could overrun the buffer);
+// an unparsable control object fails the connection instead of throwing on
+// the event loop; and the listener keeps accepting after a bad connection.
+// See docs/security.md.
+//
+// Registered by the TensorPipe agent under the name "tcp" in place of "uv".
+#pragma once
+
+#include <tensorpipe/transport/context.h>
+
+#include <cstddef>
+#include <memory>
+
+namespace tessera::rpc {
+
+struct GuardedTcpOptions {
+  // Largest control frame accepted (TensorPipe descriptors carry Tessera's
+  // envelope, so this bounds it too). Tensor payloads are read into buffers
+  // the reader sized from validated metadata, so they are not limited here.
+  size_t max_frame_bytes = size_t{64} << 20;
+};
+
+std::shared_ptr<tensorpipe::transport::Context> CreateGuardedTcpTransport(
+    const GuardedTcpOptions& options);
+
+}  // namespace tessera::rpc

@@ -1,0 +1,195 @@
+#include "rpc/tensorpipe/guarded_tcp/listener_impl.h"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <tensorpipe/common/nop.h>
+#include <tensorpipe/core/nop_types.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "rpc/tensorpipe/guarded_tcp/connection_impl.h"
+#include "rpc/tensorpipe/guarded_tcp/context_impl.h"
+#include "rpc/tensorpipe/guarded_tcp/frame_error.h"
+
+namespace tessera::rpc::guarded_tcp {
+namespace {
+
+// Forwards a pending connection's socket events to its listener.
+class HelloGate final : public tensorpipe::EpollLoop::EventHandler {
+ public:
+  HelloGate(std::weak_ptr<ListenerImpl> listener, int fd)
+      : listener_(std::move(listener)), fd_(fd) {}
+  void handleEventsFromLoop(int events) override {
+    if (auto listener = listener_.lock()) listener->OnHelloEvent(fd_, events);
+  }
+
+ private:
+  std::weak_ptr<ListenerImpl> listener_;
+  const int fd_;
+};
+
+std::string PeerOf(int fd) {
+  struct sockaddr_storage addr;
+  socklen_t len = sizeof(addr);
+  if (::getpeername(fd, reinterpret_cast<struct sockaddr*>(&addr), &len) != 0) return "?";
+  return InetSockaddr(reinterpret_cast<struct sockaddr*>(&addr), len).str();
+}
+
+}  // namespace
+
+ListenerImpl::ListenerImpl(ConstructorToken token, std::shared_ptr<ContextImpl> context,
+                           std::string id, std::string addr)
+    : ListenerImplBoilerplate(token, std::move(context), std::move(id)),
+      requested_addr_(std::move(addr)) {}
+
+void ListenerImpl::initImplFromLoop() {
+  context_->enroll(*this);
+  sockaddr_ = InetSockaddr::Parse(requested_addr_);
+  if (!sockaddr_.has_value()) {
+    setError(MakeFrameError("cannot parse listen address '" + requested_addr_ + "'",
+                            __FILE__, __LINE__));
+    return;
+  }
+  tensorpipe::Error error;
+  std::tie(error, socket_) = tensorpipe::Socket::createForFamily(sockaddr_->family());
+  if (!error) error = socket_.reuseAddr(true);
+  if (!error) error = socket_.bind(*sockaddr_);
+  if (!error) error = socket_.block(false);
+  if (!error) error = socket_.listen(128);
+  if (error) {
+    setError(std::move(error));
+    return;
+  }
+  struct sockaddr_storage bound;
+  socklen_t length;
+  std::tie(error, bound, length) = socket_.getSockName();
+  if (error) {
+    setError(std::move(error));
+    return;
+  }
+  sockaddr_ = InetSockaddr(reinterpret_cast<struct sockaddr*>(&bound), length);
+}
+
+void ListenerImpl::acceptImplFromLoop(accept_callback_fn fn) {
+  if (!ready_.empty()) {
+    tensorpipe::Socket socket = std::move(ready_.front());
+    ready_.pop_front();
+    fn(tensorpipe::Error::kSuccess, createAndInitConnection(std::move(socket)));
+    return;
+  }
+  fns_.push_back(std::move(fn));
+  if (!listening_registered_) {
+    context_->registerDescriptor(socket_.fd(), EPOLLIN, shared_from_this());
+    listening_registered_ = true;
+  }
+}
+
+void ListenerImpl::Deliver(tensorpipe::Socket socket) {
+  if (fns_.empty()) {
+    ready_.push_back(std::move(socket));
+    return;
+  }
+  auto fn = std::move(fns_.front());
+  fns_.pop_front();
+  fn(tensorpipe::Error::kSuccess, createAndInitConnection(std::move(socket)));
+}
+
+void ListenerImpl::Drop(int fd, const std::string& why) {
+  TESSERA_LOG(WARNING) << "listener " << addrImplFromLoop() << ": closing connection from "
+                       << PeerOf(fd) << ": " << why;
+  context_->unregisterDescriptor(fd);
+  pending_.erase(fd);  // closes the socket
+}
+
+void ListenerImpl::DropStaleHellos() {
+  const absl::Time cutoff = absl::Now() - kHelloTimeout;
+  std::vector<int> stale;
+  for (const auto& [fd, hello] : pending_) {
+    if (hello.since < cutoff) stale.push_back(fd);
+  }
+  for (int fd : stale) Drop(fd, "no hello within " + absl::FormatDuration(kHelloTimeout));
+}
+
+void ListenerImpl::OnHelloEvent(int fd, int events) {
+  if (pending_.count(fd) == 0) return;
+  std::vector<char> buffer(sizeof(uint64_t) + kMaxHelloBytes);
+  const ssize_t n = ::recv(fd, buffer.data(), buffer.size(), MSG_PEEK | MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  if (n <= 0) {
+    Drop(fd, n == 0 ? "closed before its hello" : std::string("recv: ") + std::strerror(errno));
+    return;
+  }
+  const bool closed = events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP);
+  uint64_t length = 0;
+  if (static_cast<size_t>(n) >= sizeof(length)) {
+    std::memcpy(&length, buffer.data(), sizeof(length));
+    if (length > kMaxHelloBytes) {
+      Drop(fd, "first frame announces " + std::to_string(length) + " bytes (not a peer)");
+      return;
+    }
+  }
+  if (static_cast<size_t>(n) < sizeof(length) + length || n < static_cast<ssize_t>(sizeof(length))) {
+    if (closed) Drop(fd, "closed before its hello was complete");
+    return;  // wait for the rest (edge-triggered: the next arrival wakes us)
+  }
+  tensorpipe::NopHolder<tensorpipe::Packet> hello;
+  tensorpipe::NopReader reader(reinterpret_cast<const uint8_t*>(buffer.data()) + sizeof(length),
+                               length);
+  if (hello.read(reader).has_error()) {
+    Drop(fd, "first frame is not a TensorPipe hello");
+    return;
+  }
+  context_->unregisterDescriptor(fd);
+  tensorpipe::Socket socket = std::move(pending_[fd].socket);
+  pending_.erase(fd);
+  Deliver(std::move(socket));
+}
+
+std::string ListenerImpl::addrImplFromLoop() const {
+  return sockaddr_.has_value() ? sockaddr_->str() : requested_addr_;
+}
+
+void ListenerImpl::handleEventsFromLoop(int events) {
+  if (events & (EPOLLERR | EPOLLHUP)) {
+    setError(MakeFrameError("listening socket failed", __FILE__, __LINE__));
+    return;
+  }
+  const int fd = ::accept4(socket_.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd < 0) {
+    // EAGAIN: another wake-up took it; ECONNABORTED: the peer gave up;
+    // EMFILE/ENFILE: out of descriptors for now. None ends the listener.
+    return;
+  }
+  tensorpipe::Socket socket(fd);
+  DropStaleHellos();
+  if (pending_.size() >= kMaxPendingHellos) {
+    TESSERA_LOG(WARNING) << "listener " << addrImplFromLoop() << ": " << pending_.size()
+                         << " connections already await their hello; refusing "
+                         << PeerOf(fd);
+    return;  // `socket` closes it
+  }
+  pending_.emplace(fd, PendingHello{std::move(socket), absl::Now()});
+  context_->registerDescriptor(fd, EPOLLIN | EPOLLRDHUP | EPOLLET,
+                               std::make_shared<HelloGate>(
+                                   std::static_pointer_cast<ListenerImpl>(shared_from_this()), fd));
+}
+
+void ListenerImpl::handleErrorImpl() {
+  if (listening_registered_ && socket_.hasValue()) {
+    context_->unregisterDescriptor(socket_.fd());
+    listening_registered_ = false;
+  }
+  socket_.reset();
+  for (auto& [fd, hello] : pending_) context_->unregisterDescriptor(fd);
+  pending_.clear();
+  ready_.clear();
+  for (auto& fn : fns_) fn(error_, std::shared_ptr<tensorpipe::transport::Connection>());
+  fns_.clear();
+  context_->unenroll(*this);
+}
+
+}  // namespace tessera::rpc::guarded_tcp

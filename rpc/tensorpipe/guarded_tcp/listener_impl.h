@@ -1,0 +1,73 @@
+// Listener of the guarded TCP transport.
+//
+// Note [Hello gate]: TensorPipe's core listener fails as a whole when one
+// accepted connection does not deliver a valid hello (its first frame), so
+// a port scan or a stray client would stop a worker from accepting peers.
+// This listener therefore hands a connection over only once its first frame
+// has fully arrived, is no larger than kMaxHelloBytes, and parses as a
+// TensorPipe hello — it only peeks, so the core still reads the frame
+// itself. Anything else is closed here with a logged reason. At most
+// kMaxPendingHellos connections may be waiting, each for at most
+// kHelloTimeout. Transient accept errors do not end the listener either.
+#pragma once
+
+#include <tensorpipe/common/epoll_loop.h>
+#include <tensorpipe/common/socket.h>
+#include <tensorpipe/transport/listener_impl_boilerplate.h>
+
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/time/time.h"
+
+#include "rpc/tensorpipe/guarded_tcp/inet_sockaddr.h"
+
+namespace tessera::rpc::guarded_tcp {
+
+class ContextImpl;
+class ConnectionImpl;
+
+class ListenerImpl final
+    : public tensorpipe::transport::ListenerImplBoilerplate<ContextImpl, ListenerImpl,
+                                                           ConnectionImpl>,
+      public tensorpipe::EpollLoop::EventHandler {
+ public:
+  ListenerImpl(ConstructorToken token, std::shared_ptr<ContextImpl> context,
+               std::string id, std::string addr);
+
+  void handleEventsFromLoop(int events) override;
+  // A pending connection's socket became readable (or closed).
+  void OnHelloEvent(int fd, int events);
+
+  static constexpr size_t kMaxHelloBytes = 64 << 10;
+  static constexpr size_t kMaxPendingHellos = 256;
+  static constexpr absl::Duration kHelloTimeout = absl::Seconds(10);
+
+ protected:
+  void initImplFromLoop() override;
+  void acceptImplFromLoop(accept_callback_fn fn) override;
+  std::string addrImplFromLoop() const override;
+  void handleErrorImpl() override;
+
+ private:
+  const std::string requested_addr_;
+  std::optional<InetSockaddr> sockaddr_;
+  tensorpipe::Socket socket_;
+  void Drop(int fd, const std::string& why);
+  void DropStaleHellos();
+  void Deliver(tensorpipe::Socket socket);
+
+  struct PendingHello {
+    tensorpipe::Socket socket;
+    absl::Time since;
+  };
+
+  std::deque<accept_callback_fn> fns_;
+  std::map<int, PendingHello> pending_;       // waiting for a full hello
+  std::deque<tensorpipe::Socket> ready_;       // hello complete, not yet taken
+  bool listening_registered_ = false;
+};
+
+}  // namespace tessera::rpc::guarded_tcp
