@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <utility>
-#include <vector>
 
 namespace tessera {
 
@@ -31,7 +30,15 @@ void DeadlineTimer::Cancel(Id id) {
   if (id == 0) return;
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(id);
-  if (it == entries_.end()) return;
+  if (it == entries_.end()) {
+    if (std::this_thread::get_id() != thread_.get_id()) {
+      auto finished = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return running_ != id;
+      };
+      mu_.Await(absl::Condition(&finished));
+    }
+    return;
+  }
   auto range = by_time_.equal_range(it->second.first);
   for (auto t = range.first; t != range.second; ++t) {
     if (t->second == id) {
@@ -45,18 +52,18 @@ void DeadlineTimer::Cancel(Id id) {
 void DeadlineTimer::Loop() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
-    std::vector<std::function<void()>> due;
     const absl::Time now = absl::Now();
-    while (!by_time_.empty() && by_time_.begin()->first <= now) {
-      auto entry = entries_.find(by_time_.begin()->second);
-      due.push_back(std::move(entry->second.second));
+    if (!by_time_.empty() && by_time_.begin()->first <= now) {
+      const Id id = by_time_.begin()->second;
+      auto entry = entries_.find(id);
+      std::function<void()> fn = std::move(entry->second.second);
       entries_.erase(entry);
       by_time_.erase(by_time_.begin());
-    }
-    if (!due.empty()) {
+      running_ = id;
       mu_.Unlock();
-      for (auto& fn : due) fn();
+      fn();
       mu_.Lock();
+      running_ = 0;
       continue;
     }
     // Idle or far-off deadlines: tick at least this often, so that a new

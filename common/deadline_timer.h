@@ -1,8 +1,11 @@
 // DeadlineTimer: runs callbacks at given times on one background thread.
 //
 // Used to fail futures whose deadline passed. Callbacks must be short and
-// must not block (completing a promise is the intended use). Cancel() after
-// the callback started is harmless; the destructor drops pending callbacks.
+// must not block (completing a promise is the intended use). When Cancel()
+// returns, the callback is neither running nor going to run (it waits for a
+// callback already under way, unless called from that callback itself), so
+// an owner may cancel its timers and then safely destroy what they touch.
+// The destructor drops pending callbacks.
 //
 // Thread-safety: all methods may be called from any thread.
 #pragma once
@@ -41,6 +44,7 @@ class DeadlineTimer {
   std::multimap<absl::Time, Id> by_time_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<Id, std::pair<absl::Time, std::function<void()>>> entries_
       ABSL_GUARDED_BY(mu_);
+  Id running_ ABSL_GUARDED_BY(mu_) = 0;  // callback now executing, 0 if none
   // When the loop will next wake by itself. Scheduling a later deadline does
   // not wake it (the common case: a call's deadline is seconds away), which
   // saves a thread wake-up per RPC; an earlier one bumps generation_.

@@ -174,6 +174,7 @@ class TensorPipeAgent final : public RpcAgent {
   std::shared_ptr<tp::Listener> listener_ ABSL_GUARDED_BY(mu_);  // see Relisten()
   const std::shared_ptr<BufferPool> buffers_ = BufferPool::Create();
   absl::Duration relisten_backoff_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(1);
+  DeadlineTimer::Id relisten_timer_ ABSL_GUARDED_BY(mu_) = 0;
 
   mutable absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
@@ -407,7 +408,7 @@ void TensorPipeAgent::Accept(std::shared_ptr<tp::Listener> listener) {
       TESSERA_LOG(WARNING) << self_.name << ": listener failed ("
                            << error.what() << "); listening again at "
                            << self_.address << " in " << relisten_backoff_;
-      timer_->Schedule(absl::Now() + relisten_backoff_, [this] { Relisten(); });
+      relisten_timer_ = timer_->Schedule(absl::Now() + relisten_backoff_, [this] { Relisten(); });
       relisten_backoff_ = std::min(relisten_backoff_ * 2, absl::Seconds(1));
       return;
     }
@@ -436,7 +437,7 @@ void TensorPipeAgent::Relisten() {
   } catch (const std::exception& e) {
     absl::MutexLock lock(&mu_);
     TESSERA_LOG(WARNING) << self_.name << ": listening again failed: " << e.what();
-    timer_->Schedule(absl::Now() + relisten_backoff_, [this] { Relisten(); });
+    relisten_timer_ = timer_->Schedule(absl::Now() + relisten_backoff_, [this] { Relisten(); });
     relisten_backoff_ = std::min(relisten_backoff_ * 2, absl::Seconds(1));
     return;
   }
@@ -507,12 +508,16 @@ void TensorPipeAgent::ServeRequest(std::shared_ptr<tp::Pipe> pipe,
 
 void TensorPipeAgent::Close(const absl::Status& reason) {
   std::map<uint64_t, PendingCall> pending;
+  DeadlineTimer::Id relisten_timer = 0;
   {
     absl::MutexLock lock(&mu_);
     if (closed_) return;
     closed_ = true;
     pending.swap(pending_);
+    relisten_timer = relisten_timer_;
   }
+  // Cancel() waits for a callback under way, so none touches `this` later.
+  timer_->Cancel(relisten_timer);
   for (auto& [id, call] : pending) {
     timer_->Cancel(call.timer_id);
     responses_received_.fetch_add(1);

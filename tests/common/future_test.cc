@@ -103,3 +103,26 @@ TEST(ThreadPoolTest, RunsEverythingPostedBeforeDestruction) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(DeadlineTimerTest, CancelWaitsForACallbackUnderWay) {
+  DeadlineTimer timer;
+  Promise<bool> entered;
+  Promise<bool> release;
+  std::atomic<bool> finished{false};
+  auto id = timer.Schedule(absl::Now(), [&] {
+    entered.Set(true);
+    (void)release.GetFuture().Wait(absl::Seconds(30));
+    finished = true;
+  });
+  ASSERT_TRUE(entered.GetFuture().Wait(absl::Seconds(10)).ok());
+  std::thread releaser([&] { release.Set(true); });
+  timer.Cancel(id);  // must not return while the callback runs
+  EXPECT_TRUE(finished.load());
+  releaser.join();
+}
+
+}  // namespace
+}  // namespace tessera
