@@ -9,8 +9,9 @@ DeadlineTimer::DeadlineTimer() : thread_([this] { Loop(); }) {}
 
 DeadlineTimer::~DeadlineTimer() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
+    cv_.SignalAll();
   }
   thread_.join();
 }
@@ -18,9 +19,12 @@ DeadlineTimer::~DeadlineTimer() {
 DeadlineTimer::Id DeadlineTimer::Schedule(absl::Time when,
                                           std::function<void()> fn) {
   if (when == absl::InfiniteFuture()) return 0;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   const Id id = next_id_++;
-  if (when < wake_at_) ++generation_;
+  if (when < wake_at_) {
+    ++generation_;
+    cv_.SignalAll();
+  }
   by_time_.emplace(when, id);
   entries_.emplace(id, std::make_pair(when, std::move(fn)));
   return id;
@@ -28,14 +32,11 @@ DeadlineTimer::Id DeadlineTimer::Schedule(absl::Time when,
 
 void DeadlineTimer::Cancel(Id id) {
   if (id == 0) return;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = entries_.find(id);
   if (it == entries_.end()) {
     if (std::this_thread::get_id() != thread_.get_id()) {
-      auto finished = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return running_ != id;
-      };
-      mu_.Await(absl::Condition(&finished));
+      cv_.Wait(&mu_, [this, id]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return running_ != id; });
     }
     return;
   }
@@ -50,7 +51,7 @@ void DeadlineTimer::Cancel(Id id) {
 }
 
 void DeadlineTimer::Loop() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   while (!stopping_) {
     const absl::Time now = absl::Now();
     if (!by_time_.empty() && by_time_.begin()->first <= now) {
@@ -64,6 +65,7 @@ void DeadlineTimer::Loop() {
       fn();
       mu_.Lock();
       running_ = 0;
+      cv_.SignalAll();  // wakes Cancel() waiting for this callback
       continue;
     }
     // Idle or far-off deadlines: tick at least this often, so that a new
@@ -74,10 +76,10 @@ void DeadlineTimer::Loop() {
         by_time_.empty() ? tick : std::min(tick, by_time_.begin()->first);
     wake_at_ = wake;
     const uint64_t seen = generation_;
-    auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto changed = [this, seen]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
       return stopping_ || generation_ != seen;
     };
-    mu_.AwaitWithDeadline(absl::Condition(&changed), wake);
+    cv_.WaitUntil(&mu_, changed, wake);
     wake_at_ = absl::InfinitePast();  // awake: Schedule() need not signal
   }
 }

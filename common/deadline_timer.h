@@ -17,7 +17,7 @@
 #include <unordered_map>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "absl/time/time.h"
 
 namespace tessera {
@@ -38,7 +38,8 @@ class DeadlineTimer {
  private:
   void Loop();
 
-  absl::Mutex mu_;
+  Mutex mu_;
+  CondVar cv_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   Id next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::multimap<absl::Time, Id> by_time_ ABSL_GUARDED_BY(mu_);

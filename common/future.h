@@ -23,9 +23,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/executor.h"
+#include "common/mutex.h"
 
 namespace tessera {
 
@@ -44,10 +44,11 @@ class State : public std::enable_shared_from_this<State<T>> {
   bool Set(absl::StatusOr<T> result) {
     std::vector<Callback> callbacks;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (result_.has_value()) return false;
       result_.emplace(std::move(result));
       ready_.store(true, std::memory_order_release);
+      cv_.SignalAll();
       callbacks.swap(callbacks_);
     }
     // result_ is immutable from here on, so reading it unlocked is safe.
@@ -57,7 +58,7 @@ class State : public std::enable_shared_from_this<State<T>> {
 
   void AddCallback(Callback callback) {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (!result_.has_value()) {
         callbacks_.push_back(std::move(callback));
         return;
@@ -67,7 +68,7 @@ class State : public std::enable_shared_from_this<State<T>> {
   }
 
   bool IsReady() const {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return result_.has_value();
   }
 
@@ -79,11 +80,9 @@ class State : public std::enable_shared_from_this<State<T>> {
     for (int i = 0; i < kSpinYields && !ready_.load(std::memory_order_acquire); ++i) {
       std::this_thread::yield();
     }
-    absl::MutexLock lock(&mu_);
-    auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return result_.has_value();
-    };
-    if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
+    MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return result_.has_value(); };
+    if (!cv_.WaitUntil(&mu_, ready, deadline)) {
       return absl::DeadlineExceededError("timed out waiting for a future");
     }
     return *result_;
@@ -103,7 +102,8 @@ class State : public std::enable_shared_from_this<State<T>> {
 
   static constexpr int kSpinYields = 64;
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
+  mutable CondVar cv_;
   std::atomic<bool> ready_{false};  // mirrors result_.has_value()
   std::optional<absl::StatusOr<T>> result_ ABSL_GUARDED_BY(mu_);
   std::vector<Callback> callbacks_ ABSL_GUARDED_BY(mu_);

@@ -19,29 +19,31 @@ ThreadPool::ThreadPool(int num_threads, std::string name)
 
 ThreadPool::~ThreadPool() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
+    cv_.SignalAll();
   }
   for (auto& thread : threads_) thread.join();
 }
 
 void ThreadPool::Post(std::function<void()> task) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   tasks_.push_back(std::move(task));
+  cv_.Signal();
 }
 
 bool ThreadPool::InPool() const { return current_pool == this; }
 
 void ThreadPool::Loop() {
   current_pool = this;
-  auto has_work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  auto has_work = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     return stopping_ || !tasks_.empty();
   };
   while (true) {
     std::function<void()> task;
     {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(&has_work));
+      MutexLock lock(&mu_);
+      cv_.Wait(&mu_, has_work);
       if (tasks_.empty()) return;  // stopping and drained
       task = std::move(tasks_.front());
       tasks_.pop_front();

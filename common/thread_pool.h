@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "common/executor.h"
+#include "common/mutex.h"
 
 namespace tessera {
 
@@ -34,7 +34,8 @@ class ThreadPool final : public Executor {
   void Loop();
 
   const std::string name_;
-  absl::Mutex mu_;
+  Mutex mu_;
+  CondVar cv_;
   std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;

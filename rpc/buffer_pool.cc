@@ -26,7 +26,7 @@ std::shared_ptr<BufferPool> BufferPool::Create(Options options) {
 }
 
 BufferPool::~BufferPool() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (auto& [capacity, block] : free_) std::free(block);
 }
 
@@ -40,7 +40,7 @@ at::Tensor BufferPool::Allocate(c10::IntArrayRef sizes, c10::ScalarType dtype) {
   const size_t capacity = Capacity(bytes);
   void* block = nullptr;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = free_.find(capacity);
     if (it != free_.end()) {
       block = it->second;
@@ -65,7 +65,7 @@ at::Tensor BufferPool::Allocate(c10::IntArrayRef sizes, c10::ScalarType dtype) {
 
 void BufferPool::Release(void* block, size_t capacity) {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (cached_bytes_ + capacity <= options_.max_cached_bytes) {
       free_.emplace(capacity, block);
       cached_bytes_ += capacity;
@@ -76,7 +76,7 @@ void BufferPool::Release(void* block, size_t capacity) {
 }
 
 size_t BufferPool::cached_bytes() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return cached_bytes_;
 }
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 
 namespace tessera::rpc {
 
@@ -47,7 +47,7 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   void Release(void* block, size_t capacity);
 
   const Options options_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::multimap<size_t, void*> free_ ABSL_GUARDED_BY(mu_);  // capacity -> block
   size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };

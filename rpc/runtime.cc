@@ -184,7 +184,7 @@ Future<Message> Runtime::Dispatch(int from_rank, const Message& request) {
 
 absl::Status Runtime::Shutdown(bool graceful) {
   {
-    absl::MutexLock lock(&shutdown_mu_);
+    MutexLock lock(&shutdown_mu_);
     if (shut_down_) return absl::OkStatus();
     shut_down_ = true;
   }

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "common/deadline_timer.h"
 #include "common/future.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_pool.h"
 #include "rpc/registry.h"
@@ -161,7 +162,7 @@ class Runtime {
   // Set when rendezvous completed (or failed). A peer that finished its own
   // rendezvous first may call us before that; such requests wait on this.
   Promise<bool> ready_;
-  absl::Mutex shutdown_mu_;
+  Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
 };
 

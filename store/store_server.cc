@@ -8,7 +8,8 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/mutex.h"
 #include "proto/store.grpc.pb.h"
 
 namespace tessera::store {
@@ -17,18 +18,19 @@ class StoreServiceImpl final : public proto::Store::Service {
  public:
   grpc::Status Set(grpc::ServerContext*, const proto::SetRequest* request,
                    proto::SetResponse*) override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     data_[request->key()] = request->value();
+    cv_.SignalAll();
     return grpc::Status::OK;
   }
 
   grpc::Status Get(grpc::ServerContext*, const proto::GetRequest* request,
                    proto::GetResponse* response) override {
-    absl::MutexLock lock(&mu_);
-    auto present = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    MutexLock lock(&mu_);
+    auto present = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
       return shutting_down_ || data_.count(request->key()) > 0;
     };
-    mu_.AwaitWithTimeout(absl::Condition(&present), Timeout(request->timeout_ms()));
+    cv_.WaitUntil(&mu_, present, absl::Now() + Timeout(request->timeout_ms()));
     auto it = data_.find(request->key());
     response->set_found(it != data_.end());
     if (it != data_.end()) response->set_value(it->second);
@@ -37,14 +39,13 @@ class StoreServiceImpl final : public proto::Store::Service {
 
   grpc::Status Wait(grpc::ServerContext*, const proto::WaitRequest* request,
                     proto::WaitResponse* response) override {
-    absl::MutexLock lock(&mu_);
-    auto all_present = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    MutexLock lock(&mu_);
+    auto all_present = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
       if (shutting_down_) return true;
       return std::all_of(request->keys().begin(), request->keys().end(),
                          [&](const std::string& k) { return data_.count(k) > 0; });
     };
-    mu_.AwaitWithTimeout(absl::Condition(&all_present),
-                         Timeout(request->timeout_ms()));
+    cv_.WaitUntil(&mu_, all_present, absl::Now() + Timeout(request->timeout_ms()));
     for (const auto& key : request->keys()) {
       if (data_.count(key) == 0) response->add_missing(key);
     }
@@ -53,7 +54,7 @@ class StoreServiceImpl final : public proto::Store::Service {
 
   grpc::Status Add(grpc::ServerContext*, const proto::AddRequest* request,
                    proto::AddResponse* response) override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     int64_t current = 0;
     auto it = data_.find(request->key());
     if (it != data_.end() && !absl::SimpleAtoi(it->second, &current)) {
@@ -62,6 +63,7 @@ class StoreServiceImpl final : public proto::Store::Service {
     }
     current += request->delta();
     data_[request->key()] = std::to_string(current);
+    cv_.SignalAll();
     response->set_value(current);
     return grpc::Status::OK;
   }
@@ -69,31 +71,36 @@ class StoreServiceImpl final : public proto::Store::Service {
   grpc::Status CompareSet(grpc::ServerContext*,
                           const proto::CompareSetRequest* request,
                           proto::CompareSetResponse* response) override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = data_.find(request->key());
     if (it == data_.end()) {
       if (request->expected().empty()) {
         data_[request->key()] = request->desired();
+        cv_.SignalAll();
         response->set_value(request->desired());
       }
       return grpc::Status::OK;
     }
-    if (it->second == request->expected()) it->second = request->desired();
+    if (it->second == request->expected()) {
+      it->second = request->desired();
+      cv_.SignalAll();
+    }
     response->set_value(it->second);
     return grpc::Status::OK;
   }
 
   grpc::Status Delete(grpc::ServerContext*, const proto::DeleteRequest* request,
                       proto::DeleteResponse* response) override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     response->set_deleted(data_.erase(request->key()) > 0);
     return grpc::Status::OK;
   }
 
   // Releases every waiting handler so the gRPC server can stop promptly.
   void BeginShutdown() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     shutting_down_ = true;
+    cv_.SignalAll();
   }
 
  private:
@@ -105,7 +112,8 @@ class StoreServiceImpl final : public proto::Store::Service {
     return absl::Milliseconds(std::min(timeout_ms, kMaxWaitMs));
   }
 
-  absl::Mutex mu_;
+  Mutex mu_;
+  CondVar cv_;
   std::map<std::string, std::string> data_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -10,7 +10,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "common/logging.h"
 #include "rpc/tensorpipe/guarded_tcp/guarded_tcp.h"
 
@@ -120,7 +120,7 @@ class TensorPipeAgent final : public RpcAgent {
                       << self_.address << "; transports: " << transport_choice
                       << "; channels: " << channel_choice;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       listener_ = listener;
     }
     Accept(listener);
@@ -130,7 +130,7 @@ class TensorPipeAgent final : public RpcAgent {
   const WorkerInfo& self() const override { return self_; }
 
   void SetWorkers(std::vector<WorkerInfo> workers) override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     workers_ = std::move(workers);
   }
 
@@ -176,7 +176,7 @@ class TensorPipeAgent final : public RpcAgent {
   absl::Duration relisten_backoff_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(1);
   DeadlineTimer::Id relisten_timer_ ABSL_GUARDED_BY(mu_) = 0;
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<WorkerInfo> workers_ ABSL_GUARDED_BY(mu_);
   std::map<int, std::shared_ptr<ClientPipe>> client_pipes_ ABSL_GUARDED_BY(mu_);
@@ -192,7 +192,7 @@ class TensorPipeAgent final : public RpcAgent {
 };
 
 std::string TensorPipeAgent::PeerName(int rank) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (rank >= 0 && rank < static_cast<int>(workers_.size())) {
     return absl::StrCat("'", workers_[rank].name, "' (rank ", rank, ")");
   }
@@ -212,7 +212,7 @@ Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
   std::shared_ptr<ClientPipe> client;
   std::string address, peer_name;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (closed_) {
       promise.Set(absl::FailedPreconditionError(
           "RPC agent of '" + self_.name + "' is shut down"));
@@ -235,7 +235,7 @@ Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
     fresh->pipe = context_->connect(address, tp::PipeOptions().remoteName(peer_name));
     bool installed = false;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       auto& slot = client_pipes_[to_rank];
       if (slot == nullptr) {
         fresh->id = next_pipe_id_++;
@@ -252,7 +252,7 @@ Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
   }
   uint64_t request_id = 0;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     request_id = next_request_id_++;
     PendingCall call;
     call.promise = promise;
@@ -271,7 +271,7 @@ Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
                    absl::DeadlineExceededError(absl::StrCat(
                        "call to worker ", PeerName(to_rank), " timed out")));
     });
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = pending_.find(request_id);
     if (it != pending_.end()) it->second.timer_id = timer_id;
     request.envelope.set_timeout_us(
@@ -290,7 +290,7 @@ void TensorPipeAgent::CompleteCall(uint64_t request_id,
                                    absl::StatusOr<Message> result) {
   PendingCall call;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = pending_.find(request_id);
     if (it == pending_.end()) return;  // already timed out or failed
     call = std::move(it->second);
@@ -310,7 +310,7 @@ void TensorPipeAgent::FailPipe(const std::shared_ptr<ClientPipe>& client,
                                const std::string& why) {
   std::vector<uint64_t> failed;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = client_pipes_.find(client->rank);
     // Forget the broken pipe, so the next call reconnects.
     if (it != client_pipes_.end() && it->second == client) client_pipes_.erase(it);
@@ -403,7 +403,7 @@ void TensorPipeAgent::Accept(std::shared_ptr<tp::Listener> listener) {
       // incoming connection breaks before its hello (a port scan, garbage,
       // a peer dying mid-handshake). Established pipes are unaffected, but
       // nobody new could connect, so we listen again on the same address.
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (closed_) return;
       TESSERA_LOG(WARNING) << self_.name << ": listener failed ("
                            << error.what() << "); listening again at "
@@ -413,7 +413,7 @@ void TensorPipeAgent::Accept(std::shared_ptr<tp::Listener> listener) {
       return;
     }
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (closed_) return;
       relisten_backoff_ = absl::Milliseconds(1);
       server_pipes_.insert(pipe);
@@ -426,7 +426,7 @@ void TensorPipeAgent::Accept(std::shared_ptr<tp::Listener> listener) {
 void TensorPipeAgent::Relisten() {
   std::vector<std::string> urls;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (closed_) return;
     urls.push_back(self_.address);
   }
@@ -435,14 +435,14 @@ void TensorPipeAgent::Relisten() {
   try {
     listener = context_->listen(urls);  // see Note [No TensorPipe calls under mu_]
   } catch (const std::exception& e) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     TESSERA_LOG(WARNING) << self_.name << ": listening again failed: " << e.what();
     relisten_timer_ = timer_->Schedule(absl::Now() + relisten_backoff_, [this] { Relisten(); });
     relisten_backoff_ = std::min(relisten_backoff_ * 2, absl::Seconds(1));
     return;
   }
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     listener_ = listener;
   }
   Accept(listener);
@@ -466,7 +466,7 @@ void TensorPipeAgent::ReadRequest(std::shared_ptr<tp::Pipe> pipe) {
                              << ": closing incoming connection: bad frame: " << reject;
       }
       pipe->close();
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       server_pipes_.erase(pipe);
       return;
     }
@@ -510,7 +510,7 @@ void TensorPipeAgent::Close(const absl::Status& reason) {
   std::map<uint64_t, PendingCall> pending;
   DeadlineTimer::Id relisten_timer = 0;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (closed_) return;
     closed_ = true;
     pending.swap(pending_);
@@ -525,7 +525,7 @@ void TensorPipeAgent::Close(const absl::Status& reason) {
   }
   context_->close();
   context_->join();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   client_pipes_.clear();
   server_pipes_.clear();
 }
