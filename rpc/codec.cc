@@ -68,7 +68,8 @@ absl::Status EncodeTensor(const at::Tensor& tensor, proto::Value* out,
 }
 
 absl::Status EncodeAt(const c10::IValue& value, proto::Value* out,
-                      Message* message, const CodecLimits& limits, int depth) {
+                      Message* message, const CodecLimits& limits, Peer peer,
+                      int depth) {
   if (depth > limits.max_depth) {
     return absl::InvalidArgumentError(
         absl::StrCat("value nested deeper than ", limits.max_depth));
@@ -89,12 +90,12 @@ absl::Status EncodeAt(const c10::IValue& value, proto::Value* out,
     auto* list = out->mutable_list();
     if (value.isList()) {
       for (const c10::IValue& item : value.toListRef()) {
-        auto status = EncodeAt(item, list->add_items(), message, limits, depth + 1);
+        auto status = EncodeAt(item, list->add_items(), message, limits, peer, depth + 1);
         if (!status.ok()) return status;
       }
     } else {
       for (const c10::IValue& item : value.toTupleRef().elements()) {
-        auto status = EncodeAt(item, list->add_items(), message, limits, depth + 1);
+        auto status = EncodeAt(item, list->add_items(), message, limits, peer, depth + 1);
         if (!status.ok()) return status;
       }
     }
@@ -109,9 +110,15 @@ absl::Status EncodeAt(const c10::IValue& value, proto::Value* out,
       auto* item = dict->add_entries();
       item->set_key(entry.key().toStringRef());
       auto status = EncodeAt(entry.value(), item->mutable_value(), message,
-                             limits, depth + 1);
+                             limits, peer, depth + 1);
       if (!status.ok()) return status;
     }
+  } else if (value.isRRef()) {
+    if (peer.hooks == nullptr) {
+      return absl::InvalidArgumentError(
+          "an RRef cannot travel here: this runtime has no RRef support attached");
+    }
+    return peer.hooks->EncodeRRef(value, peer.rank, out->mutable_rref());
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("values of type ", value.tagKind(), " cannot travel over RPC"));
@@ -141,7 +148,7 @@ c10::TypePtr CommonType(const std::vector<c10::IValue>& items) {
 
 absl::StatusOr<c10::IValue> DecodeAt(const proto::Value& value,
                                      const std::vector<at::Tensor>& tensors,
-                                     const CodecLimits& limits, int depth) {
+                                     const CodecLimits& limits, Peer peer, int depth) {
   if (depth > limits.max_depth) {
     return absl::InvalidArgumentError(
         absl::StrCat("value nested deeper than ", limits.max_depth));
@@ -169,7 +176,7 @@ absl::StatusOr<c10::IValue> DecodeAt(const proto::Value& value,
       std::vector<c10::IValue> items;
       items.reserve(value.list().items_size());
       for (const auto& item : value.list().items()) {
-        auto decoded = DecodeAt(item, tensors, limits, depth + 1);
+        auto decoded = DecodeAt(item, tensors, limits, peer, depth + 1);
         if (!decoded.ok()) return decoded.status();
         items.push_back(*std::move(decoded));
       }
@@ -182,7 +189,7 @@ absl::StatusOr<c10::IValue> DecodeAt(const proto::Value& value,
       std::vector<c10::IValue> values;
       values.reserve(value.dict().entries_size());
       for (const auto& entry : value.dict().entries()) {
-        auto decoded = DecodeAt(entry.value(), tensors, limits, depth + 1);
+        auto decoded = DecodeAt(entry.value(), tensors, limits, peer, depth + 1);
         if (!decoded.ok()) return decoded.status();
         values.push_back(*std::move(decoded));
       }
@@ -193,6 +200,11 @@ absl::StatusOr<c10::IValue> DecodeAt(const proto::Value& value,
       }
       return c10::IValue(std::move(dict));
     }
+    case proto::Value::kRref:
+      if (peer.hooks == nullptr) {
+        return absl::InvalidArgumentError("an RRef arrived but this runtime has no RRef support");
+      }
+      return peer.hooks->DecodeRRef(value.rref(), peer.rank);
     case proto::Value::KIND_NOT_SET:
       break;
   }
@@ -202,14 +214,14 @@ absl::StatusOr<c10::IValue> DecodeAt(const proto::Value& value,
 }  // namespace
 
 absl::Status EncodeValue(const c10::IValue& value, proto::Value* out,
-                         Message* message, const CodecLimits& limits) {
-  return EncodeAt(value, out, message, limits, 0);
+                         Message* message, const CodecLimits& limits, Peer peer) {
+  return EncodeAt(value, out, message, limits, peer, 0);
 }
 
 absl::StatusOr<c10::IValue> DecodeValue(const proto::Value& value,
                                         const std::vector<at::Tensor>& tensors,
-                                        const CodecLimits& limits) {
-  return DecodeAt(value, tensors, limits, 0);
+                                        const CodecLimits& limits, Peer peer) {
+  return DecodeAt(value, tensors, limits, peer, 0);
 }
 
 absl::StatusOr<std::vector<at::Tensor>> AllocateTensors(
@@ -310,6 +322,7 @@ std::string DescribeIValue(const c10::IValue& value) {
     return "List[" + absl::StrJoin(kinds, "|") + "]";
   }
   if (value.isGenericDict()) return "Dict[str, ...]";
+  if (value.isRRef()) return "RRef";
   if (value.isTuple()) return "Tuple";
   return value.tagKind();
 }

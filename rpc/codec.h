@@ -21,6 +21,25 @@
 
 namespace tessera::rpc {
 
+// Encodes and decodes values the codec does not know itself — RRefs, which
+// carry protocol side effects (forks) and so live in rref/, above rpc/.
+class ValueHooks {
+ public:
+  virtual ~ValueHooks() = default;
+  // Encodes an RRef being sent to worker `to_rank`.
+  virtual absl::Status EncodeRRef(const c10::IValue& rref, int to_rank,
+                                  proto::RRefHandle* out) = 0;
+  // Decodes an RRef received from worker `from_rank`.
+  virtual absl::StatusOr<c10::IValue> DecodeRRef(const proto::RRefHandle& handle,
+                                                 int from_rank) = 0;
+};
+
+// Where a value goes to or comes from, for ValueHooks; no hooks, no RRefs.
+struct Peer {
+  ValueHooks* hooks = nullptr;
+  int rank = -1;
+};
+
 struct CodecLimits {
   // Deepest nesting of lists/dicts accepted.
   int max_depth = 64;
@@ -36,12 +55,14 @@ struct CodecLimits {
 
 // Encodes `value` into `out`; tensors go to `message` (see header comment).
 absl::Status EncodeValue(const c10::IValue& value, proto::Value* out,
-                         Message* message, const CodecLimits& limits = {});
+                         Message* message, const CodecLimits& limits = {},
+                         Peer peer = {});
 
 // Decodes `value`, taking tensors from `tensors` by index.
 absl::StatusOr<c10::IValue> DecodeValue(const proto::Value& value,
                                         const std::vector<at::Tensor>& tensors,
-                                        const CodecLimits& limits = {});
+                                        const CodecLimits& limits = {},
+                                        Peer peer = {});
 
 // Validates the envelope's tensor metadata against the byte lengths the
 // transport announced for each tensor payload, then allocates the receive

@@ -74,6 +74,10 @@ class RpcAgent {
 
   virtual AgentCounters counters() const = 0;
 
+  // Called (on a transport thread; keep it short) when a connection to or
+  // from `rank` breaks other than by Close(). Set before the first Send().
+  virtual void SetPeerFailureHandler(std::function<void(int rank)> handler) = 0;
+
   // Stops everything: pending futures fail with `reason`, connections and
   // the listener close, transport threads are joined. Idempotent.
   virtual void Close(const absl::Status& reason) = 0;

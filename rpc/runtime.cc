@@ -11,30 +11,44 @@ namespace tessera::rpc {
 namespace {
 
 // Turns a response envelope into the call's result or remote error.
-absl::StatusOr<c10::IValue> ResultFromResponse(const Message& response) {
+absl::StatusOr<c10::IValue> ResultFromResponse(const Message& response, Peer peer) {
   const proto::Status& status = response.envelope.status();
   if (status.code() != 0) {
     return absl::Status(static_cast<absl::StatusCode>(status.code()),
                         absl::StrCat("on worker '", status.origin_worker(),
                                      "': ", status.message()));
   }
-  return DecodeValue(response.envelope.result(), response.tensors);
+  return DecodeValue(response.envelope.result(), response.tensors, {}, peer);
 }
 
 }  // namespace
 
-Runtime::Runtime(RpcOptions options, Registry registry)
-    : options_(std::move(options)), registry_(std::move(registry)) {}
+Runtime::Runtime(RpcOptions options, Registry registry,
+                 std::vector<std::shared_ptr<RuntimeExtension>> extensions)
+    : options_(std::move(options)),
+      registry_(std::move(registry)),
+      extensions_(std::move(extensions)) {}
 
-absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Init(RpcOptions options,
-                                                       Registry registry) {
+absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Init(
+    RpcOptions options, Registry registry,
+    std::vector<std::shared_ptr<RuntimeExtension>> extensions) {
   if (options.world_size <= 0 || options.rank < 0 ||
       options.rank >= options.world_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "invalid rank ", options.rank, " for world size ", options.world_size));
   }
   if (options.name.empty()) return absl::InvalidArgumentError("worker name is empty");
-  std::unique_ptr<Runtime> runtime(new Runtime(std::move(options), std::move(registry)));
+  std::unique_ptr<Runtime> runtime(
+      new Runtime(std::move(options), std::move(registry), std::move(extensions)));
+  for (const auto& extension : runtime->extensions_) {
+    extension->Attach(runtime.get(), &runtime->internal_);
+    if (ValueHooks* hooks = extension->value_hooks()) {
+      if (runtime->hooks_ != nullptr) {
+        return absl::InvalidArgumentError("two runtime extensions provide value hooks");
+      }
+      runtime->hooks_ = hooks;
+    }
+  }
   auto status = runtime->Start();
   runtime->ready_.Set(status.ok() ? absl::StatusOr<bool>(true)
                                   : absl::StatusOr<bool>(Annotate(
@@ -66,6 +80,7 @@ absl::Status Runtime::Start() {
       pool_.get(), timer_.get());
   if (!agent.ok()) return agent.status();
   agent_ = *std::move(agent);
+  agent_->SetPeerFailureHandler([this](int rank) { OnPeerFailure(rank); });
 
   auto workers = Rendezvous(*store_client_, options_.store_prefix, agent_->self(),
                             options_.world_size, options_.rendezvous_timeout);
@@ -112,15 +127,32 @@ Future<c10::IValue> Runtime::CallAsync(int to_rank, const std::string& function,
   return Call(to_rank, function, std::move(args), options, pool_.get());
 }
 
+Future<c10::IValue> Runtime::CallInternal(int to_rank, const std::string& service,
+                                          std::vector<c10::IValue> args,
+                                          const CallOptions& options) {
+  return Call(to_rank, service, std::move(args), options, pool_.get(),
+              proto::INTERNAL_CALL);
+}
+
+void Runtime::OnPeerFailure(int rank) {
+  // On a transport thread: hand it to the pool, extensions may take locks.
+  if (shutting_down_.load() || extensions_.empty() || pool_ == nullptr) return;
+  pool_->Post([this, rank] {
+    for (const auto& extension : extensions_) extension->OnPeerUnavailable(rank);
+  });
+}
+
 Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
                                   std::vector<c10::IValue> args,
-                                  const CallOptions& options, Executor* executor) {
+                                  const CallOptions& options, Executor* executor,
+                                  proto::MessageKind kind) {
   Message request;
-  request.envelope.set_kind(proto::CALL);
+  request.envelope.set_kind(kind);
   request.envelope.set_target(function);
+  const Peer peer{hooks_, to_rank};
   for (const auto& arg : args) {
     auto status = EncodeValue(arg, request.envelope.add_args(), &request,
-                              options_.tensorpipe.limits);
+                              options_.tensorpipe.limits, peer);
     if (!status.ok()) {
       return Future<c10::IValue>::Ready(
           Annotate(status, "cannot send arguments of '" + function + "'"));
@@ -128,9 +160,9 @@ Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
   }
   return agent_->Send(to_rank, std::move(request), absl::Now() + Timeout(options))
       .Then(
-          [](const absl::StatusOr<Message>& response) -> absl::StatusOr<c10::IValue> {
+          [peer](const absl::StatusOr<Message>& response) -> absl::StatusOr<c10::IValue> {
             if (!response.ok()) return response.status();
-            return ResultFromResponse(*response);
+            return ResultFromResponse(*response, peer);
           },
           executor);
 }
@@ -158,8 +190,9 @@ Future<Message> Runtime::Dispatch(int from_rank, const Message& request) {
   }
   std::vector<c10::IValue> args;
   args.reserve(envelope.args_size());
+  const Peer peer{hooks_, from_rank};
   for (const auto& arg : envelope.args()) {
-    auto value = DecodeValue(arg, request.tensors, options_.tensorpipe.limits);
+    auto value = DecodeValue(arg, request.tensors, options_.tensorpipe.limits, peer);
     if (!value.ok()) {
       return Future<Message>::Ready(
           Annotate(value.status(), "bad arguments for '" + envelope.target() + "'"));
@@ -168,13 +201,15 @@ Future<Message> Runtime::Dispatch(int from_rank, const Message& request) {
   }
   const auto limits = options_.tensorpipe.limits;
   const std::string target = envelope.target();
-  return registry_.Invoke(target, context, std::move(args))
-      .Then([limits, target](const absl::StatusOr<c10::IValue>& result)
+  const Registry& registry =
+      envelope.kind() == proto::INTERNAL_CALL ? internal_ : registry_;
+  return registry.Invoke(target, context, std::move(args))
+      .Then([limits, target, peer](const absl::StatusOr<c10::IValue>& result)
                 -> absl::StatusOr<Message> {
         if (!result.ok()) return result.status();
         Message response;
         auto status = EncodeValue(*result, response.envelope.mutable_result(),
-                                  &response, limits);
+                                  &response, limits, peer);
         if (!status.ok()) {
           return Annotate(status, "cannot send the result of '" + target + "'");
         }
@@ -188,11 +223,19 @@ absl::Status Runtime::Shutdown(bool graceful) {
     if (shut_down_) return absl::OkStatus();
     shut_down_ = true;
   }
+  shutting_down_.store(true);
   absl::Status status;
   if (agent_ != nullptr && graceful) {
     const absl::Time deadline = absl::Now() + options_.shutdown_timeout;
+    for (const auto& extension : extensions_) extension->OnShutdownBegin();
     status = AgreeQuiescent(*store_client_, options_.store_prefix, options_.rank,
                             options_.world_size, *agent_, deadline);
+    if (status.ok()) {
+      for (const auto& extension : extensions_) {
+        absl::Status leaks = extension->OnQuiescent();
+        if (!leaks.ok()) status = leaks;
+      }
+    }
     if (status.ok() && store_server_ != nullptr) {
       // The hosting rank keeps the store up until everyone has read the
       // final round; each worker says so before it closes.

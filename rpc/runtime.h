@@ -23,6 +23,7 @@
 
 #include <ATen/core/ivalue.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,7 @@
 #include "rpc/registry.h"
 #include "rpc/rpc_agent.h"
 #include "rpc/rpc_options.h"
+#include "rpc/runtime_extension.h"
 #include "rpc/value_traits.h"
 #include "store/store_client.h"
 #include "store/store_server.h"
@@ -55,8 +57,9 @@ class Runtime {
  public:
   // Starts the agent, meets every other worker through the store (bounded by
   // rendezvous_timeout) and begins serving `registry`'s functions.
-  static absl::StatusOr<std::unique_ptr<Runtime>> Init(RpcOptions options,
-                                                       Registry registry);
+  static absl::StatusOr<std::unique_ptr<Runtime>> Init(
+      RpcOptions options, Registry registry,
+      std::vector<std::shared_ptr<RuntimeExtension>> extensions = {});
   // Forced shutdown if Shutdown() was not called.
   ~Runtime();
 
@@ -107,6 +110,12 @@ class Runtime {
     }
   }
 
+  // Calls an internal service (see RuntimeExtension); callbacks of the
+  // returned future run on the pool.
+  Future<c10::IValue> CallInternal(int to_rank, const std::string& service,
+                                   std::vector<c10::IValue> args,
+                                   const CallOptions& options = {});
+
   // Graceful: waits (up to shutdown_timeout) until no call is outstanding on
   // any worker, then closes. Forced: fails every pending call now and closes.
   // A graceful shutdown that cannot agree (a peer died) closes anyway and
@@ -119,13 +128,15 @@ class Runtime {
   const RpcOptions& options() const { return options_; }
 
  private:
-  Runtime(RpcOptions options, Registry registry);
+  Runtime(RpcOptions options, Registry registry,
+          std::vector<std::shared_ptr<RuntimeExtension>> extensions);
   absl::Status Start();
   // Sends a call; the returned future's callbacks run on `executor`
   // (nullptr: inline on the completing thread — internal use only).
   Future<c10::IValue> Call(int to_rank, const std::string& function,
                            std::vector<c10::IValue> args, const CallOptions& options,
-                           Executor* executor);
+                           Executor* executor, proto::MessageKind kind = proto::CALL);
+  void OnPeerFailure(int rank);
   Future<Message> HandleRequest(int from_rank, Message request);
   Future<Message> Dispatch(int from_rank, const Message& request);
   absl::Duration Timeout(const CallOptions& options) const;
@@ -153,6 +164,9 @@ class Runtime {
 
   const RpcOptions options_;
   const Registry registry_;
+  Registry internal_;  // filled by extensions in Init, then read-only
+  const std::vector<std::shared_ptr<RuntimeExtension>> extensions_;
+  ValueHooks* hooks_ = nullptr;  // from the extension that provides them
   std::unique_ptr<store::StoreServer> store_server_;
   std::unique_ptr<store::StoreClient> store_client_;
   std::unique_ptr<DeadlineTimer> timer_;
@@ -164,6 +178,7 @@ class Runtime {
   Promise<bool> ready_;
   Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+  std::atomic<bool> shutting_down_{false};  // stops peer-failure notices
 };
 
 }  // namespace tessera::rpc

@@ -148,10 +148,17 @@ class TensorPipeAgent final : public RpcAgent {
 
   void Close(const absl::Status& reason) override;
 
+  void SetPeerFailureHandler(std::function<void(int rank)> handler) override {
+    MutexLock lock(&mu_);
+    peer_failure_handler_ = std::move(handler);
+  }
+
  private:
+  void NotifyPeerFailure(int rank);
   void Accept(std::shared_ptr<tp::Listener> listener);
   void Relisten();
-  void ReadRequest(std::shared_ptr<tp::Pipe> pipe);
+  // `peer_rank`: who sent the last request on this pipe (-1 before any).
+  void ReadRequest(std::shared_ptr<tp::Pipe> pipe, int peer_rank);
   void ServeRequest(std::shared_ptr<tp::Pipe> pipe, Message request);
   void ReadResponse(std::shared_ptr<ClientPipe> client);
   void CompleteCall(uint64_t request_id, absl::StatusOr<Message> result);
@@ -184,6 +191,8 @@ class TensorPipeAgent final : public RpcAgent {
   std::map<uint64_t, PendingCall> pending_ ABSL_GUARDED_BY(mu_);
   uint64_t next_request_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_pipe_id_ ABSL_GUARDED_BY(mu_) = 1;
+
+  std::function<void(int)> peer_failure_handler_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<uint64_t> requests_sent_{0};
   std::atomic<uint64_t> responses_received_{0};
@@ -318,6 +327,7 @@ void TensorPipeAgent::FailPipe(const std::shared_ptr<ClientPipe>& client,
       if (call.pipe_id == client->id) failed.push_back(id);
     }
   }
+  NotifyPeerFailure(client->rank);
   if (failed.empty()) return;
   const std::string message = absl::StrCat(
       "worker ", PeerName(client->rank), " is unavailable: ", why);
@@ -325,6 +335,16 @@ void TensorPipeAgent::FailPipe(const std::shared_ptr<ClientPipe>& client,
                        << " calls failed)";
   for (uint64_t id : failed) CompleteCall(id, absl::UnavailableError(message));
   client->pipe->close();
+}
+
+void TensorPipeAgent::NotifyPeerFailure(int rank) {
+  std::function<void(int)> handler;
+  {
+    MutexLock lock(&mu_);
+    if (closed_ || rank < 0) return;
+    handler = peer_failure_handler_;
+  }
+  if (handler) handler(rank);
 }
 
 void TensorPipeAgent::ReadFrame(
@@ -418,7 +438,7 @@ void TensorPipeAgent::Accept(std::shared_ptr<tp::Listener> listener) {
       relisten_backoff_ = absl::Milliseconds(1);
       server_pipes_.insert(pipe);
     }
-    ReadRequest(pipe);
+    ReadRequest(pipe, /*peer_rank=*/-1);
     Accept(listener);
   });
 }
@@ -448,8 +468,8 @@ void TensorPipeAgent::Relisten() {
   Accept(listener);
 }
 
-void TensorPipeAgent::ReadRequest(std::shared_ptr<tp::Pipe> pipe) {
-  ReadFrame(pipe, [this, pipe](absl::StatusOr<Message> message) {
+void TensorPipeAgent::ReadRequest(std::shared_ptr<tp::Pipe> pipe, int peer_rank) {
+  ReadFrame(pipe, [this, pipe, peer_rank](absl::StatusOr<Message> message) {
     std::string reject;
     if (!message.ok()) {
       reject = std::string(message.status().message());
@@ -461,6 +481,7 @@ void TensorPipeAgent::ReadRequest(std::shared_ptr<tp::Pipe> pipe) {
       const bool peer_left = message.status().code() == absl::StatusCode::kUnavailable;
       if (peer_left) {
         TESSERA_LOG(DEBUG) << self_.name << ": incoming connection ended: " << reject;
+        NotifyPeerFailure(peer_rank);
       } else {
         TESSERA_LOG(WARNING) << self_.name
                              << ": closing incoming connection: bad frame: " << reject;
@@ -471,10 +492,11 @@ void TensorPipeAgent::ReadRequest(std::shared_ptr<tp::Pipe> pipe) {
       return;
     }
     requests_received_.fetch_add(1);
+    const int origin = message->envelope.origin_rank();
     executor_->Post([this, pipe, request = *std::move(message)]() mutable {
       ServeRequest(pipe, std::move(request));
     });
-    ReadRequest(pipe);
+    ReadRequest(pipe, origin);
   });
 }
 
