@@ -16,6 +16,8 @@ struct CallContext {
   int caller_rank = -1;
   // When the caller stops waiting; onward calls should not outlive it.
   absl::Time deadline = absl::InfiniteFuture();
+  // For a method call on a remote object (rref/): the object itself.
+  void* self = nullptr;
 };
 
 }  // namespace tessera::rpc

@@ -260,6 +260,7 @@ absl::Status Runtime::Shutdown(bool graceful) {
                                        "' shut down before the call completed"));
   }
   pool_.reset();  // drains queued callbacks, joins threads
+  for (const auto& extension : extensions_) extension->OnClosed();
   if (store_server_ != nullptr) store_server_->Shutdown();
   return status;
 }

@@ -32,6 +32,9 @@ class RuntimeExtension {
   virtual void OnShutdownBegin() {}
   // Graceful shutdown, once nothing is in flight anywhere: report leaks.
   virtual absl::Status OnQuiescent() { return absl::OkStatus(); }
+  // The runtime has closed (after any shutdown, and before it is destroyed):
+  // send nothing more through it.
+  virtual void OnClosed() {}
 };
 
 }  // namespace tessera::rpc

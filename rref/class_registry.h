@@ -1,0 +1,148 @@
+// ClassRegistry: C++ classes whose objects can be created on another worker
+// with remote() and used there through their RRef.
+//
+//   ClassRegistry classes;
+//   classes.Class<ParameterServer>("ParameterServer")
+//       .Constructor<int64_t>()
+//       .Method("get_weights", &ParameterServer::GetWeights)
+//       .Method("update", &ParameterServer::Update);
+//
+// Objects never leave their owner: only method results travel. Methods are
+// type-checked like registered functions (see rpc/registry.h), may take a
+// leading `rpc::CallContext&`, and may return Future<T> to finish later.
+//
+// Thread-safety: register before the runtime starts; read-only afterwards.
+// Methods of one object may run concurrently: objects guard their own state.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <typeindex>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "rpc/function_adapter.h"
+#include "rpc/registry.h"
+
+namespace tessera::rref {
+
+struct ClassInfo {
+  std::string name;
+  std::string constructor_signature;
+  std::function<absl::StatusOr<std::shared_ptr<void>>(std::vector<c10::IValue>&)> construct;
+  rpc::Registry methods;  // invoked with CallContext::self = the object
+};
+
+namespace class_internal {
+
+template <typename M>
+struct MethodAdapter;
+
+#define TESSERA_METHOD_ADAPTER(QUALIFIER)                                              \
+  template <typename T, typename R, typename... A>                                     \
+  struct MethodAdapter<R (T::*)(A...) QUALIFIER> {                                     \
+    static auto Bind(R (T::*m)(A...) QUALIFIER) {                                      \
+      return [m](rpc::CallContext& ctx, std::decay_t<A>... args) -> R {                \
+        return (static_cast<T*>(ctx.self)->*m)(std::move(args)...);                    \
+      };                                                                               \
+    }                                                                                  \
+  };                                                                                   \
+  template <typename T, typename R, typename... A>                                     \
+  struct MethodAdapter<R (T::*)(rpc::CallContext&, A...) QUALIFIER> {                  \
+    static auto Bind(R (T::*m)(rpc::CallContext&, A...) QUALIFIER) {                   \
+      return [m](rpc::CallContext& ctx, std::decay_t<A>... args) -> R {                \
+        return (static_cast<T*>(ctx.self)->*m)(ctx, std::move(args)...);               \
+      };                                                                               \
+    }                                                                                  \
+  };
+TESSERA_METHOD_ADAPTER()
+TESSERA_METHOD_ADAPTER(const)
+#undef TESSERA_METHOD_ADAPTER
+
+}  // namespace class_internal
+
+template <typename T>
+class ClassBuilder {
+ public:
+  explicit ClassBuilder(ClassInfo* info) : info_(info) {}
+
+  template <typename... Args>
+  ClassBuilder& Constructor() {
+    const std::string name = info_->name;
+    auto probe = [](Args...) {};
+    info_->constructor_signature = rpc::Signature<decltype(probe)>();
+    const std::string signature = info_->constructor_signature;
+    info_->construct = [name, signature](std::vector<c10::IValue>& args)
+        -> absl::StatusOr<std::shared_ptr<void>> {
+      constexpr size_t kArity = sizeof...(Args);
+      using Params = std::tuple<Args...>;
+      auto mismatch = [&] {
+        std::vector<std::string> got;
+        for (const auto& arg : args) got.push_back(rpc::DescribeIValue(arg));
+        return absl::InvalidArgumentError("constructor of '" + name + "' expects " +
+                                          signature + " but got (" +
+                                          absl::StrJoin(got, ", ") + ")");
+      };
+      if (args.size() != kArity) return mismatch();
+      auto converted = rpc::adapter_internal::ConvertArgs<Params>(
+          args, std::make_index_sequence<kArity>());
+      const bool all_ok = std::apply(
+          [](const auto&... c) { return (true && ... && c.has_value()); }, converted);
+      if (!all_ok) return mismatch();
+      try {
+        return std::apply(
+            [](auto&... c) -> std::shared_ptr<void> {
+              return std::make_shared<T>(std::move(*c)...);
+            },
+            converted);
+      } catch (const std::exception& e) {
+        return absl::UnknownError("constructor of '" + name + "' raised: " + e.what());
+      }
+    };
+    return *this;
+  }
+
+  template <typename M>
+  ClassBuilder& Method(const std::string& method, M member) {
+    auto status = info_->methods.Register(
+        method, class_internal::MethodAdapter<M>::Bind(member));
+    if (!status.ok()) throw std::logic_error(status.ToString());
+    return *this;
+  }
+
+ private:
+  ClassInfo* info_;
+};
+
+class ClassRegistry {
+ public:
+  // Starts registering T under `name` (names and types must be unique).
+  template <typename T>
+  ClassBuilder<T> Class(const std::string& name) {
+    auto [it, inserted] = classes_.emplace(name, std::make_shared<ClassInfo>());
+    if (!inserted) throw std::logic_error("class '" + name + "' is already registered");
+    it->second->name = name;
+    names_by_type_[std::type_index(typeid(T))] = name;
+    return ClassBuilder<T>(it->second.get());
+  }
+
+  const ClassInfo* Find(const std::string& name) const {
+    auto it = classes_.find(name);
+    return it == classes_.end() ? nullptr : it->second.get();
+  }
+
+  // The registered name of T, or "" if T was not registered.
+  template <typename T>
+  std::string NameOf() const {
+    auto it = names_by_type_.find(std::type_index(typeid(T)));
+    return it == names_by_type_.end() ? "" : it->second;
+  }
+
+ private:
+  std::map<std::string, std::shared_ptr<ClassInfo>> classes_;
+  std::map<std::type_index, std::string> names_by_type_;
+};
+
+}  // namespace tessera::rref

@@ -1,0 +1,36 @@
+// remote(): create a value or an object on another worker and get an RRef
+// to it at once, while the owner computes it.
+//
+//   auto t  = Remote<at::Tensor>(*rrefs, "worker1", "make_tensor", 3);
+//   auto ps = RemoteObject<ParameterServer>(*rrefs, "worker1", int64_t{10});
+//
+// Errors of the function or constructor surface on to_here() and on every
+// method call through the RRef. An unknown worker throws StatusError here.
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include "rref/rref.h"
+
+namespace tessera::rref {
+
+template <typename R, typename... Args>
+RRef<R> Remote(RRefContext& context, const std::string& owner, const std::string& function,
+               Args&&... args) {
+  return RRef<R>(ValueOrThrow(context.RemoteCall(
+      owner, function, {rpc::ToIValue(std::forward<Args>(args))...}, "")));
+}
+
+template <typename C, typename... Args>
+RRef<C> RemoteObject(RRefContext& context, const std::string& owner, Args&&... args) {
+  const std::string name = context.classes().template NameOf<C>();
+  if (name.empty()) {
+    throw StatusError(absl::InvalidArgumentError(
+        std::string("RemoteObject: class ") + typeid(C).name() + " is not registered"));
+  }
+  return RRef<C>(ValueOrThrow(
+      context.RemoteNew(owner, name, {rpc::ToIValue(std::forward<Args>(args))...})));
+}
+
+}  // namespace tessera::rref

@@ -1,0 +1,132 @@
+// RRef<T>: a reference to a value or object of type T that lives on one
+// worker (its owner) — the C++ counterpart of torch.distributed.rpc.RRef.
+//
+//   RRef<at::Tensor> t = Remote<at::Tensor>(*rrefs, "worker1", "make_tensor", 3);
+//   at::Tensor copy = t.to_here();                 // fetches a copy
+//   RRef<ParameterServer> ps = RemoteObject<ParameterServer>(*rrefs, "ps", 10);
+//   at::Tensor w = ps.RpcSync<at::Tensor>("get_weights");
+//
+// Copies of an RRef share one reference; when the last copy anywhere in the
+// job is gone, the owner frees the value (Note [RRef protocol]). RRefs may
+// be passed as arguments and results of RPCs and of other RRef calls.
+// Blocking calls take a timeout (default 60 s) and throw StatusError; the
+// *Async variants return futures instead.
+//
+// Thread-safety: an RRef may be copied and used from any thread.
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include "common/status.h"
+#include "rpc/runtime.h"
+#include "rpc/value_traits.h"
+#include "rref/rref_context.h"
+
+namespace tessera::rref {
+
+inline constexpr absl::Duration kDefaultRRefTimeout = absl::Seconds(60);
+
+template <typename T>
+class RRef {
+ public:
+  RRef() = default;
+  explicit RRef(c10::intrusive_ptr<RRefImpl> impl) : impl_(std::move(impl)) {}
+
+  bool valid() const { return static_cast<bool>(impl_); }
+  int owner() const { return impl_->owner_rank(); }
+  std::string owner_name() const { return impl_->ownerName(); }
+  bool is_owner() const { return impl_->isOwner(); }
+  bool confirmed_by_owner() const { return impl_->confirmedByOwner(); }
+
+  // A copy of the value (for tensors, a copy of the data). An error for
+  // objects of registered classes, which never leave their owner.
+  Future<T> to_here_async(absl::Duration timeout = kDefaultRRefTimeout) const {
+    return Typed<T>(impl_->context()->Fetch(*impl_, timeout));
+  }
+  T to_here(absl::Duration timeout = kDefaultRRefTimeout) const {
+    return ValueOrThrow(to_here_async(timeout).Wait(timeout + absl::Seconds(1)));
+  }
+
+  // The value itself; only on the owner (FailedPrecondition elsewhere).
+  // For objects of registered classes, use local_object().
+  absl::StatusOr<T> local_value() const {
+    auto value = impl_->context()->LocalValue(*impl_);
+    if (!value.ok()) return value.status();
+    auto typed = rpc::ValueTraits<T>::FromIValue(*value);
+    if (!typed.has_value()) {
+      return absl::InvalidArgumentError("RRef holds " + rpc::DescribeIValue(*value) +
+                                        ", not " + rpc::ValueTraits<T>::Name());
+    }
+    return *std::move(typed);
+  }
+  // The object itself, on its owner.
+  absl::StatusOr<std::shared_ptr<T>> local_object() const {
+    auto object = impl_->context()->LocalObject(*impl_);
+    if (!object.ok()) return object.status();
+    return std::static_pointer_cast<T>(*object);
+  }
+
+  // Calls a method of the remote object (see ClassRegistry).
+  template <typename R = c10::IValue, typename... Args>
+  Future<rpc::ResultOf<R>> RpcAsync(const std::string& method, Args&&... args) const {
+    return Typed<R>(impl_->context()->CallMethod(
+        *impl_, method, {rpc::ToIValue(std::forward<Args>(args))...}, kDefaultRRefTimeout));
+  }
+  template <typename R = c10::IValue, typename... Args>
+  R RpcSync(const std::string& method, Args&&... args) const {
+    auto result = RpcAsync<R>(method, std::forward<Args>(args)...)
+                      .Wait(kDefaultRRefTimeout + absl::Seconds(1));
+    if constexpr (std::is_void_v<R>) {
+      ThrowIfError(result.status());
+    } else {
+      return ValueOrThrow(std::move(result));
+    }
+  }
+  // Calls a method of the remote object and keeps the result on the owner.
+  template <typename R, typename... Args>
+  RRef<R> Remote(const std::string& method, Args&&... args) const {
+    return RRef<R>(ValueOrThrow(impl_->context()->RemoteMethod(
+        *impl_, method, {rpc::ToIValue(std::forward<Args>(args))...}, "")));
+  }
+
+  const c10::intrusive_ptr<RRefImpl>& impl() const { return impl_; }
+
+ private:
+  template <typename R>
+  static Future<rpc::ResultOf<R>> Typed(Future<c10::IValue> raw) {
+    using Wire = rpc::ResultOf<R>;
+    return raw.Then([](const absl::StatusOr<c10::IValue>& r) -> absl::StatusOr<Wire> {
+      if (!r.ok()) return r.status();
+      auto value = rpc::ValueTraits<Wire>::FromIValue(*r);
+      if (!value.has_value()) {
+        return absl::InvalidArgumentError("RRef call returned " + rpc::DescribeIValue(*r) +
+                                          ", expected " + rpc::ValueTraits<Wire>::Name());
+      }
+      return *std::move(value);
+    });
+  }
+
+  c10::intrusive_ptr<RRefImpl> impl_;
+};
+
+}  // namespace tessera::rref
+
+namespace tessera::rpc {
+
+// RRefs travel as arguments and results of typed functions.
+template <typename T>
+struct ValueTraits<rref::RRef<T>> {
+  static std::string Name() { return "RRef"; }
+  static c10::IValue ToIValue(rref::RRef<T> v) {
+    return c10::IValue(c10::intrusive_ptr<c10::RRefInterface>(v.impl()));
+  }
+  static std::optional<rref::RRef<T>> FromIValue(const c10::IValue& v) {
+    if (!v.isRRef()) return std::nullopt;
+    auto impl = c10::dynamic_intrusive_pointer_cast<rref::RRefImpl>(v.toRRef());
+    if (!impl) return std::nullopt;
+    return rref::RRef<T>(std::move(impl));
+  }
+};
+
+}  // namespace tessera::rpc

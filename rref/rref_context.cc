@@ -1,0 +1,495 @@
+// User side of the RRef protocol, the codec hooks, and the lifecycle.
+// The owner side's services are in rref_services.cc.
+#include "rref/rref_context.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+
+namespace tessera::rref {
+
+std::shared_ptr<RRefContext> RRefContext::Create(ClassRegistry classes) {
+  return std::shared_ptr<RRefContext>(new RRefContext(std::move(classes)));
+}
+
+RRefContext::RRefContext(ClassRegistry classes) : classes_(std::move(classes)) {}
+
+void RRefContext::Attach(rpc::Runtime* runtime, rpc::Registry* internal) {
+  runtime_ = runtime;
+  self_ = runtime->options().rank;
+  RegisterServices(internal);
+}
+
+GlobalId RRefContext::NextId() { return GlobalId{self_, next_local_.fetch_add(1)}; }
+
+std::string RRefContext::NameOf(int rank) const {
+  rpc::Runtime* runtime = runtime_.load();
+  if (runtime != nullptr) {
+    auto worker = runtime->GetWorkerInfo(rank);
+    if (worker.ok()) return worker->name;
+  }
+  return "rank " + std::to_string(rank);
+}
+
+absl::StatusOr<int> RRefContext::RankOf(const std::string& worker) const {
+  rpc::Runtime* runtime = runtime_.load();
+  if (runtime == nullptr) return absl::FailedPreconditionError("RRef runtime is closed");
+  auto info = runtime->GetWorkerInfo(worker);
+  if (!info.ok()) return info.status();
+  return info->rank;
+}
+
+c10::intrusive_ptr<RRefImpl> RRefContext::NewUserRRef(const GlobalId& rref_id,
+                                                      const GlobalId& fork_id, int owner,
+                                                      const std::string& type,
+                                                      bool confirmed) {
+  auto flag = std::make_shared<std::atomic<bool>>(confirmed);
+  {
+    MutexLock lock(&mu_);
+    user_forks_[fork_id] = UserFork{rref_id, owner, flag};
+  }
+  return c10::make_intrusive<RRefImpl>(shared_from_this(), rref_id, fork_id, owner,
+                                       NameOf(owner), type, flag);
+}
+
+c10::intrusive_ptr<RRefImpl> RRefContext::NewOwnerRRef(const GlobalId& rref_id,
+                                                       const std::string& type) {
+  {
+    MutexLock lock(&mu_);
+    EntryLocked(rref_id, type)->local_handles++;
+  }
+  return c10::make_intrusive<RRefImpl>(shared_from_this(), rref_id, self_, NameOf(self_),
+                                       type);
+}
+
+void RRefContext::SendInternal(int to_rank, const std::string& service,
+                               std::vector<c10::IValue> args) {
+  rpc::Runtime* runtime = runtime_.load();
+  if (runtime == nullptr) return;
+  runtime->CallInternal(to_rank, service, std::move(args))
+      .OnReady([service, to_rank](const absl::StatusOr<c10::IValue>& result) {
+        if (!result.ok()) {
+          TESSERA_LOG(INFO) << service << " to rank " << to_rank
+                            << " failed: " << result.status();
+        }
+      });
+}
+
+namespace {
+void PushId(std::vector<c10::IValue>* args, const GlobalId& id) {
+  args->emplace_back(static_cast<int64_t>(id.worker));
+  args->emplace_back(id.local);
+}
+}  // namespace
+
+absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::RemoteCall(
+    const std::string& owner, const std::string& function, std::vector<c10::IValue> args,
+    const std::string& type_name) {
+  auto owner_rank = RankOf(owner);
+  if (!owner_rank.ok()) return owner_rank.status();
+  const GlobalId rref_id = NextId();
+  if (*owner_rank == self_) {
+    auto handle = NewOwnerRRef(rref_id, type_name);
+    std::shared_ptr<OwnerEntry> entry;
+    {
+      MutexLock lock(&mu_);
+      entry = owned_[rref_id];
+    }
+    Fulfil(entry, RunFunction(self_, function, std::move(args)),
+           "remote() of '" + function + "'");
+    return handle;
+  }
+  const GlobalId fork_id = NextId();
+  auto handle = NewUserRRef(rref_id, fork_id, *owner_rank, type_name, false);
+  std::vector<c10::IValue> message;
+  PushId(&message, rref_id);
+  PushId(&message, fork_id);
+  message.emplace_back(function);
+  message.emplace_back(type_name);
+  message.emplace_back(rpc::ToIValue(std::move(args)));
+  ConfirmWhenAcked(*owner_rank, "rref.remote", std::move(message), fork_id);
+  return handle;
+}
+
+absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::RemoteNew(
+    const std::string& owner, const std::string& class_name, std::vector<c10::IValue> args) {
+  auto owner_rank = RankOf(owner);
+  if (!owner_rank.ok()) return owner_rank.status();
+  const GlobalId rref_id = NextId();
+  if (*owner_rank == self_) {
+    auto handle = NewOwnerRRef(rref_id, class_name);
+    std::shared_ptr<OwnerEntry> entry;
+    {
+      MutexLock lock(&mu_);
+      entry = owned_[rref_id];
+    }
+    Fulfil(entry, Construct(class_name, std::move(args)), "remote() of '" + class_name + "'");
+    return handle;
+  }
+  const GlobalId fork_id = NextId();
+  auto handle = NewUserRRef(rref_id, fork_id, *owner_rank, class_name, false);
+  std::vector<c10::IValue> message;
+  PushId(&message, rref_id);
+  PushId(&message, fork_id);
+  message.emplace_back(class_name);
+  message.emplace_back(rpc::ToIValue(std::move(args)));
+  ConfirmWhenAcked(*owner_rank, "rref.remote_new", std::move(message), fork_id);
+  return handle;
+}
+
+absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::RemoteMethod(
+    const RRefImpl& target, const std::string& method, std::vector<c10::IValue> args,
+    const std::string& type_name) {
+  const int owner = target.owner_rank();
+  const GlobalId rref_id = NextId();
+  if (owner == self_) {
+    auto handle = NewOwnerRRef(rref_id, type_name);
+    std::shared_ptr<OwnerEntry> entry;
+    {
+      MutexLock lock(&mu_);
+      entry = owned_[rref_id];
+    }
+    Fulfil(entry,
+           InvokeMethod(self_, target.rref_id(), method, std::move(args))
+               .Then([](const absl::StatusOr<c10::IValue>& v) -> absl::StatusOr<OwnedValue> {
+                 if (!v.ok()) return v.status();
+                 return OwnedValue{*v};
+               }),
+           "remote() of method '" + method + "'");
+    return handle;
+  }
+  const GlobalId fork_id = NextId();
+  auto handle = NewUserRRef(rref_id, fork_id, owner, type_name, false);
+  std::vector<c10::IValue> message;
+  PushId(&message, target.rref_id());
+  PushId(&message, rref_id);
+  PushId(&message, fork_id);
+  message.emplace_back(method);
+  message.emplace_back(type_name);
+  message.emplace_back(rpc::ToIValue(std::move(args)));
+  ConfirmWhenAcked(owner, "rref.remote_method", std::move(message), fork_id);
+  return handle;
+}
+
+void RRefContext::ConfirmWhenAcked(int owner, const std::string& service,
+                                   std::vector<c10::IValue> message, const GlobalId& fork_id) {
+  rpc::Runtime* runtime = runtime_.load();
+  if (runtime == nullptr) return;
+  std::weak_ptr<RRefContext> weak = weak_from_this();
+  runtime->CallInternal(owner, service, std::move(message))
+      .OnReady([weak, fork_id, service](const absl::StatusOr<c10::IValue>& ack) {
+        auto self = weak.lock();
+        if (self == nullptr) return;
+        if (ack.ok()) {
+          self->OnForkConfirmed(fork_id, /*parent_rank=*/-1);
+        } else {
+          // The owner never registered this fork: nothing to delete later.
+          TESSERA_LOG(INFO) << service << " failed: " << ack.status();
+          MutexLock lock(&self->mu_);
+          self->user_forks_.erase(fork_id);
+        }
+      });
+}
+
+void RRefContext::OnForkConfirmed(const GlobalId& fork_id, int parent_rank) {
+  bool send_delete = false;
+  UserFork fork;
+  {
+    MutexLock lock(&mu_);
+    auto it = user_forks_.find(fork_id);
+    if (it != user_forks_.end()) {
+      it->second.confirmed->store(true);
+      fork = it->second;
+      if (it->second.dropped) {
+        send_delete = true;  // G1: the handle died before the owner knew of it
+        user_forks_.erase(it);
+      }
+    }
+  }
+  if (send_delete) {
+    std::vector<c10::IValue> args;
+    PushId(&args, fork.rref_id);
+    PushId(&args, fork_id);
+    SendInternal(fork.owner, "rref.delete", std::move(args));
+  }
+  if (parent_rank >= 0) {
+    std::vector<c10::IValue> args;
+    PushId(&args, fork_id);
+    SendInternal(parent_rank, "rref.child_accept", std::move(args));
+  }
+}
+
+void RRefContext::ReleaseUserFork(const GlobalId& rref_id, const GlobalId& fork_id,
+                                  int owner) {
+  {
+    MutexLock lock(&mu_);
+    auto it = user_forks_.find(fork_id);
+    if (it == user_forks_.end()) return;  // purged, or released at shutdown
+    if (!it->second.confirmed->load()) {
+      it->second.dropped = true;  // delete once confirmed (G1)
+      return;
+    }
+    const bool released = it->second.released;
+    user_forks_.erase(it);
+    if (released || closed_) return;
+  }
+  std::vector<c10::IValue> args;
+  PushId(&args, rref_id);
+  PushId(&args, fork_id);
+  SendInternal(owner, "rref.delete", std::move(args));
+}
+
+void RRefContext::ReleaseOwnerHandle(const GlobalId& rref_id) {
+  std::shared_ptr<OwnerEntry> doomed;
+  {
+    MutexLock lock(&mu_);
+    auto it = owned_.find(rref_id);
+    if (it == owned_.end()) return;
+    it->second->local_handles--;
+    doomed = TakeIfUnreferencedLocked(rref_id);
+  }
+  // `doomed` (and the value it holds) dies here, outside the lock.
+}
+
+Future<c10::IValue> RRefContext::Fetch(const RRefImpl& rref, absl::Duration timeout) {
+  if (rref.owner_rank() == self_) return FetchLocal(rref.rref_id());
+  rpc::Runtime* runtime = runtime_.load();
+  if (runtime == nullptr) {
+    return Future<c10::IValue>::Ready(absl::FailedPreconditionError("RRef runtime is closed"));
+  }
+  std::vector<c10::IValue> args;
+  PushId(&args, rref.rref_id());
+  return runtime->CallInternal(rref.owner_rank(), "rref.fetch", std::move(args),
+                               rpc::CallOptions{timeout});
+}
+
+Future<c10::IValue> RRefContext::CallMethod(const RRefImpl& target, const std::string& method,
+                                            std::vector<c10::IValue> args,
+                                            absl::Duration timeout) {
+  if (target.owner_rank() == self_) {
+    return InvokeMethod(self_, target.rref_id(), method, std::move(args));
+  }
+  rpc::Runtime* runtime = runtime_.load();
+  if (runtime == nullptr) {
+    return Future<c10::IValue>::Ready(absl::FailedPreconditionError("RRef runtime is closed"));
+  }
+  std::vector<c10::IValue> message;
+  PushId(&message, target.rref_id());
+  message.emplace_back(method);
+  message.emplace_back(rpc::ToIValue(std::move(args)));
+  return runtime->CallInternal(target.owner_rank(), "rref.call", std::move(message),
+                               rpc::CallOptions{timeout});
+}
+
+absl::StatusOr<c10::IValue> RRefContext::LocalValue(const RRefImpl& rref) {
+  if (!rref.isOwner()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "local_value() called on worker '", NameOf(self_), "' but the RRef is owned by '",
+        rref.ownerName(), "'"));
+  }
+  return FetchLocal(rref.rref_id()).Wait(absl::InfiniteFuture());
+}
+
+absl::StatusOr<std::shared_ptr<void>> RRefContext::LocalObject(const RRefImpl& rref) {
+  if (!rref.isOwner()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "local_value() called on worker '", NameOf(self_), "' but the RRef is owned by '",
+        rref.ownerName(), "'"));
+  }
+  auto value = ValueOf(rref.rref_id()).Wait(absl::InfiniteFuture());
+  if (!value.ok()) return value.status();
+  if (value->object == nullptr) {
+    return absl::FailedPreconditionError("the RRef holds a value, not an object");
+  }
+  return value->object;
+}
+
+absl::Status RRefContext::EncodeRRef(const c10::IValue& value, int to_rank,
+                                     proto::RRefHandle* out) {
+  auto impl = c10::dynamic_intrusive_pointer_cast<RRefImpl>(value.toRRef());
+  if (!impl || impl->context().get() != this) {
+    return absl::InvalidArgumentError("an RRef from another runtime cannot be sent here");
+  }
+  const GlobalId fork_id = NextId();
+  out->set_owner(impl->owner_rank());
+  impl->rref_id().ToProto(out->mutable_rref_id());
+  fork_id.ToProto(out->mutable_fork_id());
+  out->set_parent(self_);
+  out->set_type_name(impl->type_name());
+  MutexLock lock(&mu_);
+  if (impl->isOwner()) {
+    // The owner makes the fork, so it knows of it already.
+    auto it = owned_.find(impl->rref_id());
+    if (it == owned_.end()) return absl::InternalError("owned RRef without an entry");
+    it->second->forks[fork_id] = to_rank;
+  } else {
+    pending_children_[fork_id] = PendingChild{impl, to_rank};  // G2
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<c10::IValue> RRefContext::DecodeRRef(const proto::RRefHandle& handle,
+                                                    int from_rank) {
+  const GlobalId rref_id = GlobalId::FromProto(handle.rref_id());
+  const GlobalId fork_id = GlobalId::FromProto(handle.fork_id());
+  const int owner = handle.owner();
+  const int parent = handle.parent();
+  if (owner == self_) {
+    {
+      MutexLock lock(&mu_);
+      auto it = owned_.find(rref_id);
+      if (it == owned_.end()) {
+        return absl::NotFoundError(absl::StrCat("unknown RRef ", rref_id.ToString(),
+                                                " (never created here, or already freed)"));
+      }
+      // A fork the owner made for itself is not a user reference.
+      if (parent == self_) it->second->forks.erase(fork_id);
+    }
+    auto handle_here = NewOwnerRRef(rref_id, handle.type_name());
+    if (parent != self_) {
+      std::vector<c10::IValue> args;
+      PushId(&args, fork_id);
+      SendInternal(parent, "rref.child_accept", std::move(args));
+    }
+    return c10::IValue(c10::intrusive_ptr<c10::RRefInterface>(handle_here));
+  }
+  if (owner < 0 || (runtime_.load() != nullptr &&
+                    !runtime_.load()->GetWorkerInfo(owner).ok())) {
+    return absl::InvalidArgumentError(absl::StrCat("RRef names unknown owner rank ", owner));
+  }
+  const bool owner_made_it = parent == owner;
+  auto user = NewUserRRef(rref_id, fork_id, owner, handle.type_name(), owner_made_it);
+  if (!owner_made_it) {
+    // Ask the owner to register this fork; then tell the parent (G2).
+    std::vector<c10::IValue> args;
+    PushId(&args, rref_id);
+    PushId(&args, fork_id);
+    rpc::Runtime* runtime = runtime_.load();
+    if (runtime != nullptr) {
+      std::weak_ptr<RRefContext> weak = weak_from_this();
+      runtime->CallInternal(owner, "rref.fork", std::move(args))
+          .OnReady([weak, fork_id, parent](const absl::StatusOr<c10::IValue>& ack) {
+            auto self = weak.lock();
+            if (self == nullptr) return;
+            if (ack.ok()) {
+              self->OnForkConfirmed(fork_id, parent);
+              return;
+            }
+            TESSERA_LOG(INFO) << "rref.fork failed: " << ack.status();
+            {
+              MutexLock lock(&self->mu_);
+              self->user_forks_.erase(fork_id);
+            }
+            std::vector<c10::IValue> accept;
+            PushId(&accept, fork_id);
+            self->SendInternal(parent, "rref.child_accept", std::move(accept));
+          });
+    }
+  }
+  (void)from_rank;
+  return c10::IValue(c10::intrusive_ptr<c10::RRefInterface>(user));
+}
+
+RRefContext::Stats RRefContext::stats() const {
+  MutexLock lock(&mu_);
+  Stats stats;
+  stats.owned_values = owned_.size();
+  for (const auto& [id, entry] : owned_) stats.known_forks += entry->forks.size();
+  stats.user_forks = user_forks_.size();
+  stats.pending_children = pending_children_.size();
+  return stats;
+}
+
+bool RRefContext::WaitForOwnedValues(size_t count, absl::Duration timeout) const {
+  MutexLock lock(&mu_);
+  return owned_changed_.WaitUntil(
+      &mu_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return owned_.size() == count; },
+      absl::Now() + timeout);
+}
+
+void RRefContext::OnPeerUnavailable(int rank) {
+  std::vector<std::shared_ptr<OwnerEntry>> doomed;
+  std::vector<PendingChild> released;
+  {
+    MutexLock lock(&mu_);
+    std::vector<GlobalId> ids;
+    for (auto& [id, entry] : owned_) {
+      for (auto it = entry->forks.begin(); it != entry->forks.end();) {
+        it = it->second == rank ? entry->forks.erase(it) : std::next(it);
+      }
+      ids.push_back(id);
+    }
+    for (const auto& id : ids) {
+      if (auto entry = TakeIfUnreferencedLocked(id)) doomed.push_back(std::move(entry));
+    }
+    for (auto it = pending_children_.begin(); it != pending_children_.end();) {
+      if (it->second.child_rank == rank) {
+        released.push_back(std::move(it->second));
+        it = pending_children_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto it = user_forks_.begin(); it != user_forks_.end();) {
+      it = it->second.owner == rank ? user_forks_.erase(it) : std::next(it);
+    }
+  }
+  if (!doomed.empty() || !released.empty()) {
+    TESSERA_LOG(INFO) << "worker rank " << rank << " is gone: freed " << doomed.size()
+                      << " values it referenced, released " << released.size()
+                      << " forks passed to it";
+  }
+}
+
+void RRefContext::OnShutdownBegin() {
+  std::vector<std::pair<int, std::vector<c10::IValue>>> deletes;
+  {
+    MutexLock lock(&mu_);
+    for (auto& [fork_id, fork] : user_forks_) {
+      if (fork.released) continue;
+      if (!fork.confirmed->load()) {
+        fork.dropped = true;
+        continue;
+      }
+      fork.released = true;
+      std::vector<c10::IValue> args;
+      PushId(&args, fork.rref_id);
+      PushId(&args, fork_id);
+      deletes.emplace_back(fork.owner, std::move(args));
+    }
+  }
+  for (auto& [owner, args] : deletes) SendInternal(owner, "rref.delete", std::move(args));
+}
+
+absl::Status RRefContext::OnQuiescent() {
+  std::map<GlobalId, std::shared_ptr<OwnerEntry>> owned;
+  std::map<GlobalId, PendingChild> children;
+  std::vector<std::string> leaks;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [id, entry] : owned_) {
+      for (const auto& [fork, holder] : entry->forks) {
+        if (leaks.size() < 5) {
+          leaks.push_back(absl::StrCat("RRef ", id.ToString(), " fork ", fork.ToString(),
+                                       " held by ", NameOf(holder)));
+        }
+      }
+    }
+    owned.swap(owned_);
+    children.swap(pending_children_);
+    owned_changed_.SignalAll();
+  }
+  if (leaks.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      "RRefs still referenced by other workers at shutdown: " + absl::StrJoin(leaks, "; "));
+}
+
+void RRefContext::OnClosed() {
+  {
+    MutexLock lock(&mu_);
+    closed_ = true;
+  }
+  runtime_ = nullptr;
+}
+
+}  // namespace tessera::rref

@@ -1,0 +1,185 @@
+// RRefContext: one worker's side of the RRef protocol. Attach it to a
+// Runtime (Runtime::Init(options, registry, {context})); RRef<T>, Remote()
+// and RemoteObject() (rref.h, remote.h) are the user-facing API on top.
+//
+// Note [RRef protocol] (after PyTorch's RRef design note):
+// - The owner keeps each value with the set of forks (user references)
+//   that it knows of, and who holds each. A value is freed when it has no
+//   forks and no local handles left — while the job runs.
+// - remote(): the caller makes the rref id and its own fork id, returns a
+//   handle at once, and sends "rref.remote". The owner registers the fork,
+//   acknowledges (that confirms the caller's fork), and computes the value.
+// - Passing a user reference to another worker makes a child fork. G2: the
+//   parent keeps its own reference (pending_children_) until the child says
+//   the owner knows of it ("rref.child_accept"). The child asks the owner
+//   ("rref.fork") before that. Passing the owner's reference registers the
+//   fork at once (the owner is the one who knows).
+// - G1: a fork is never deleted before the owner knows of it: a handle
+//   dropped before its confirmation sends "rref.delete" only when the
+//   confirmation arrives.
+// - A dead peer's forks and pending children are dropped when the runtime
+//   reports it unavailable. Ids that the owner does not know are errors.
+//
+// Thread-safety: thread-safe.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/future.h"
+#include "common/mutex.h"
+#include "rpc/runtime.h"
+#include "rpc/runtime_extension.h"
+#include "rref/class_registry.h"
+#include "rref/global_id.h"
+#include "rref/rref_impl.h"
+
+namespace tessera::rref {
+
+// A value held by its owner: plain (an IValue) or an object of a class.
+struct OwnedValue {
+  c10::IValue value;
+  std::shared_ptr<void> object;
+  const ClassInfo* cls = nullptr;
+};
+
+class RRefContext final : public rpc::RuntimeExtension,
+                          public rpc::ValueHooks,
+                          public std::enable_shared_from_this<RRefContext> {
+ public:
+  static std::shared_ptr<RRefContext> Create(ClassRegistry classes = {});
+
+  // --- creating values on a worker (the caller gets a user reference) ---
+  // Runs registered function `function` on `owner` and keeps its result there.
+  absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RemoteCall(
+      const std::string& owner, const std::string& function,
+      std::vector<c10::IValue> args, const std::string& type_name);
+  // Constructs an object of registered class `class_name` on `owner`.
+  absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RemoteNew(
+      const std::string& owner, const std::string& class_name,
+      std::vector<c10::IValue> args);
+  // Calls `method` on the object behind `target` and keeps the result there.
+  absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RemoteMethod(
+      const RRefImpl& target, const std::string& method, std::vector<c10::IValue> args,
+      const std::string& type_name);
+
+  // --- using a reference ---
+  Future<c10::IValue> CallMethod(const RRefImpl& target, const std::string& method,
+                                 std::vector<c10::IValue> args, absl::Duration timeout);
+  Future<c10::IValue> Fetch(const RRefImpl& rref, absl::Duration timeout);
+  // The owner's value itself; FailedPrecondition anywhere but on the owner.
+  absl::StatusOr<c10::IValue> LocalValue(const RRefImpl& rref);
+  // The owner's object itself (for local use on the owner).
+  absl::StatusOr<std::shared_ptr<void>> LocalObject(const RRefImpl& rref);
+
+  const ClassRegistry& classes() const { return classes_; }
+  rpc::Runtime* runtime() const { return runtime_.load(); }
+
+  // For leak checks in tests and at shutdown.
+  struct Stats {
+    size_t owned_values = 0;     // values this worker owns
+    size_t known_forks = 0;      // user references to them that it knows of
+    size_t user_forks = 0;       // user references this worker holds, alive
+    size_t pending_children = 0; // forks it passed on, not yet confirmed (G2)
+  };
+  Stats stats() const;
+  // Waits until this worker owns exactly `count` values (deletes arrive
+  // asynchronously); false if that did not happen within `timeout`.
+  bool WaitForOwnedValues(size_t count, absl::Duration timeout) const;
+
+  // --- called by RRefImpl's destructor ---
+  void ReleaseOwnerHandle(const GlobalId& rref_id);
+  void ReleaseUserFork(const GlobalId& rref_id, const GlobalId& fork_id, int owner);
+
+  // --- rpc::RuntimeExtension ---
+  void Attach(rpc::Runtime* runtime, rpc::Registry* internal) override;
+  rpc::ValueHooks* value_hooks() override { return this; }
+  void OnPeerUnavailable(int rank) override;
+  void OnShutdownBegin() override;
+  absl::Status OnQuiescent() override;
+  void OnClosed() override;
+
+  // --- rpc::ValueHooks ---
+  absl::Status EncodeRRef(const c10::IValue& rref, int to_rank,
+                          proto::RRefHandle* out) override;
+  absl::StatusOr<c10::IValue> DecodeRRef(const proto::RRefHandle& handle,
+                                         int from_rank) override;
+
+ private:
+  struct OwnerEntry {
+    Promise<OwnedValue> promise;
+    std::map<GlobalId, int> forks;  // fork -> worker holding it
+    int local_handles = 0;
+    std::string type_name;
+  };
+  struct UserFork {
+    GlobalId rref_id;
+    int owner = -1;
+    std::shared_ptr<std::atomic<bool>> confirmed;
+    bool dropped = false;   // the handle died before confirmation (G1)
+    bool released = false;  // a delete was sent (at shutdown, or on drop)
+  };
+  struct PendingChild {
+    c10::intrusive_ptr<RRefImpl> parent;  // kept alive until confirmed (G2)
+    int child_rank = -1;
+  };
+
+  explicit RRefContext(ClassRegistry classes);
+
+  GlobalId NextId();
+  std::string NameOf(int rank) const;
+  absl::StatusOr<int> RankOf(const std::string& worker) const;
+  // Owner side: the entry for `rref_id`, made if absent. Requires mu_.
+  std::shared_ptr<OwnerEntry> EntryLocked(const GlobalId& rref_id, const std::string& type)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Owner side: removes and returns an entry nobody references any more
+  // (nullptr otherwise); the caller lets it die after releasing mu_, since
+  // destroying a value may run user code.
+  std::shared_ptr<OwnerEntry> TakeIfUnreferencedLocked(const GlobalId& rref_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends `service` to the owner; its acknowledgement confirms `fork_id`.
+  void ConfirmWhenAcked(int owner, const std::string& service,
+                        std::vector<c10::IValue> message, const GlobalId& fork_id);
+  Future<OwnedValue> ValueOf(const GlobalId& rref_id);
+  c10::intrusive_ptr<RRefImpl> NewUserRRef(const GlobalId& rref_id, const GlobalId& fork_id,
+                                           int owner, const std::string& type, bool confirmed);
+  c10::intrusive_ptr<RRefImpl> NewOwnerRRef(const GlobalId& rref_id, const std::string& type);
+  // Fire-and-forget protocol message; failures are logged (peer gone).
+  void SendInternal(int to_rank, const std::string& service, std::vector<c10::IValue> args);
+  void OnForkConfirmed(const GlobalId& fork_id, int parent_rank);
+  void RegisterServices(rpc::Registry* internal);
+  // Owner side: `entry`'s value is whatever `value` completes with;
+  // `what` describes the producer for error messages.
+  static void Fulfil(const std::shared_ptr<OwnerEntry>& entry, Future<OwnedValue> value,
+                     std::string what);
+  // Owner side: produce values (run a function, construct an object, call a
+  // method of another owned object).
+  Future<OwnedValue> RunFunction(int caller, const std::string& function,
+                                 std::vector<c10::IValue> args);
+  Future<OwnedValue> Construct(const std::string& class_name, std::vector<c10::IValue> args);
+  Future<c10::IValue> InvokeMethod(int caller, const GlobalId& target, const std::string& method,
+                                   std::vector<c10::IValue> args);
+  Future<c10::IValue> FetchLocal(const GlobalId& rref_id);
+
+  const ClassRegistry classes_;
+  // Set by Attach; cleared by OnClosed. RRef handles that outlive the
+  // runtime then release locally only.
+  std::atomic<rpc::Runtime*> runtime_{nullptr};
+  int self_ = -1;
+  std::atomic<int64_t> next_local_{1};
+
+  mutable Mutex mu_;
+  mutable CondVar owned_changed_;  // signalled when owned_ gains or loses an entry
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<GlobalId, std::shared_ptr<OwnerEntry>> owned_ ABSL_GUARDED_BY(mu_);
+  std::map<GlobalId, UserFork> user_forks_ ABSL_GUARDED_BY(mu_);
+  std::map<GlobalId, PendingChild> pending_children_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tessera::rref

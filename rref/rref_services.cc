@@ -1,0 +1,222 @@
+// Owner side of the RRef protocol: the values a worker owns and the
+// internal services other workers call on it (see Note [RRef protocol]).
+#include "absl/strings/str_cat.h"
+#include "rref/rref_context.h"
+
+namespace tessera::rref {
+
+std::shared_ptr<RRefContext::OwnerEntry> RRefContext::EntryLocked(const GlobalId& rref_id,
+                                                                  const std::string& type) {
+  auto& entry = owned_[rref_id];
+  if (entry == nullptr) {
+    entry = std::make_shared<OwnerEntry>();
+    entry->type_name = type;
+    owned_changed_.SignalAll();
+  }
+  return entry;
+}
+
+std::shared_ptr<RRefContext::OwnerEntry> RRefContext::TakeIfUnreferencedLocked(
+    const GlobalId& rref_id) {
+  auto it = owned_.find(rref_id);
+  if (it == owned_.end() || !it->second->forks.empty() || it->second->local_handles > 0) {
+    return nullptr;
+  }
+  auto entry = std::move(it->second);
+  owned_.erase(it);
+  owned_changed_.SignalAll();
+  return entry;
+}
+
+Future<OwnedValue> RRefContext::ValueOf(const GlobalId& rref_id) {
+  MutexLock lock(&mu_);
+  auto it = owned_.find(rref_id);
+  if (it == owned_.end()) {
+    return Future<OwnedValue>::Ready(absl::NotFoundError(absl::StrCat(
+        "unknown RRef ", rref_id.ToString(), " on worker '", NameOf(self_),
+        "' (never created here, or already freed)")));
+  }
+  return it->second->promise.GetFuture();
+}
+
+void RRefContext::Fulfil(const std::shared_ptr<OwnerEntry>& entry, Future<OwnedValue> value,
+                         std::string what) {
+  // The entry may be freed before the value is ready; the promise lives on
+  // in this callback and the result is then simply dropped.
+  Promise<OwnedValue> promise = entry->promise;
+  value.OnReady([promise, what](const absl::StatusOr<OwnedValue>& result) {
+    if (result.ok()) {
+      promise.Set(result);
+    } else {
+      promise.Set(absl::Status(result.status().code(),
+                               what + " failed: " + std::string(result.status().message())));
+    }
+  });
+}
+
+Future<OwnedValue> RRefContext::RunFunction(int caller, const std::string& function,
+                                            std::vector<c10::IValue> args) {
+  rpc::Runtime* runtime = runtime_.load();
+  if (runtime == nullptr) {
+    return Future<OwnedValue>::Ready(absl::FailedPreconditionError("RRef runtime is closed"));
+  }
+  rpc::CallContext context;
+  context.runtime = runtime;
+  context.caller_rank = caller;
+  context.caller_name = NameOf(caller);
+  return runtime->registry()
+      .Invoke(function, context, std::move(args))
+      .Then([](const absl::StatusOr<c10::IValue>& v) -> absl::StatusOr<OwnedValue> {
+        if (!v.ok()) return v.status();
+        return OwnedValue{*v};
+      });
+}
+
+Future<OwnedValue> RRefContext::Construct(const std::string& class_name,
+                                          std::vector<c10::IValue> args) {
+  const ClassInfo* cls = classes_.Find(class_name);
+  if (cls == nullptr) {
+    return Future<OwnedValue>::Ready(absl::NotFoundError(absl::StrCat(
+        "no class named '", class_name, "' is registered on worker '", NameOf(self_), "'")));
+  }
+  if (!cls->construct) {
+    return Future<OwnedValue>::Ready(absl::FailedPreconditionError(
+        "class '" + class_name + "' was registered without a constructor"));
+  }
+  auto object = cls->construct(args);
+  if (!object.ok()) return Future<OwnedValue>::Ready(object.status());
+  OwnedValue value;
+  value.object = *std::move(object);
+  value.cls = cls;
+  return Future<OwnedValue>::Ready(std::move(value));
+}
+
+Future<c10::IValue> RRefContext::InvokeMethod(int caller, const GlobalId& target,
+                                              const std::string& method,
+                                              std::vector<c10::IValue> args) {
+  rpc::Runtime* runtime = runtime_.load();
+  const std::string caller_name = NameOf(caller);
+  return ValueOf(target).Then([runtime, caller, caller_name, method,
+                               args = std::move(args)](
+                                  const absl::StatusOr<OwnedValue>& owned) mutable
+                              -> Future<c10::IValue> {
+    if (!owned.ok()) return Future<c10::IValue>::Ready(owned.status());
+    if (owned->object == nullptr) {
+      return Future<c10::IValue>::Ready(absl::FailedPreconditionError(
+          "method '" + method + "' called on an RRef to a value; methods need an object "
+          "of a registered class"));
+    }
+    rpc::CallContext context;
+    context.runtime = runtime;
+    context.caller_rank = caller;
+    context.caller_name = caller_name;
+    context.self = owned->object.get();
+    // The object stays alive until the method's future completes.
+    auto keep_alive = owned->object;
+    return owned->cls->methods.Invoke(method, context, std::move(args))
+        .Then([keep_alive](const absl::StatusOr<c10::IValue>& r) { return r; });
+  });
+}
+
+Future<c10::IValue> RRefContext::FetchLocal(const GlobalId& rref_id) {
+  const std::string self_name = NameOf(self_);
+  return ValueOf(rref_id).Then(
+      [self_name](const absl::StatusOr<OwnedValue>& owned) -> absl::StatusOr<c10::IValue> {
+        if (!owned.ok()) return owned.status();
+        if (owned->object != nullptr) {
+          return absl::FailedPreconditionError(
+              "to_here() on an RRef to a '" + owned->cls->name + "' object: objects stay on "
+              "their owner ('" + self_name + "'); call its methods instead");
+        }
+        return owned->value;
+      });
+}
+
+void RRefContext::RegisterServices(rpc::Registry* internal) {
+  auto must = [](absl::Status status) {
+    if (!status.ok()) throw std::logic_error(status.ToString());
+  };
+  // Registers the caller's fork of a new value and starts producing it.
+  auto start = [this](const GlobalId& rref_id, const GlobalId& fork_id, int caller,
+                      const std::string& type) {
+    MutexLock lock(&mu_);
+    auto entry = EntryLocked(rref_id, type);
+    entry->forks[fork_id] = caller;
+    return entry;
+  };
+  must(internal->Register(
+      "rref.remote", [this, start](rpc::CallContext& ctx, int64_t rw, int64_t rl, int64_t fw,
+                                   int64_t fl, std::string function, std::string type,
+                                   std::vector<c10::IValue> args) {
+        auto entry = start({int32_t(rw), rl}, {int32_t(fw), fl}, ctx.caller_rank, type);
+        Fulfil(entry, RunFunction(ctx.caller_rank, function, std::move(args)),
+               "remote() of '" + function + "' on worker '" + NameOf(self_) + "'");
+      }));
+  must(internal->Register(
+      "rref.remote_new", [this, start](rpc::CallContext& ctx, int64_t rw, int64_t rl,
+                                       int64_t fw, int64_t fl, std::string class_name,
+                                       std::vector<c10::IValue> args) {
+        auto entry = start({int32_t(rw), rl}, {int32_t(fw), fl}, ctx.caller_rank, class_name);
+        Fulfil(entry, Construct(class_name, std::move(args)),
+               "remote() of '" + class_name + "' on worker '" + NameOf(self_) + "'");
+      }));
+  must(internal->Register(
+      "rref.remote_method",
+      [this, start](rpc::CallContext& ctx, int64_t tw, int64_t tl, int64_t rw, int64_t rl,
+                    int64_t fw, int64_t fl, std::string method, std::string type,
+                    std::vector<c10::IValue> args) {
+        auto entry = start({int32_t(rw), rl}, {int32_t(fw), fl}, ctx.caller_rank, type);
+        Fulfil(entry,
+               InvokeMethod(ctx.caller_rank, {int32_t(tw), tl}, method, std::move(args))
+                   .Then([](const absl::StatusOr<c10::IValue>& v)
+                             -> absl::StatusOr<OwnedValue> {
+                     if (!v.ok()) return v.status();
+                     return OwnedValue{*v};
+                   }),
+               "remote() of method '" + method + "' on worker '" + NameOf(self_) + "'");
+      }));
+  must(internal->Register("rref.call", [this](rpc::CallContext& ctx, int64_t rw, int64_t rl,
+                                              std::string method,
+                                              std::vector<c10::IValue> args) {
+    return InvokeMethod(ctx.caller_rank, {int32_t(rw), rl}, method, std::move(args));
+  }));
+  must(internal->Register("rref.fetch", [this](int64_t rw, int64_t rl) {
+    return FetchLocal({int32_t(rw), rl});
+  }));
+  must(internal->Register("rref.fork", [this](rpc::CallContext& ctx, int64_t rw, int64_t rl,
+                                              int64_t fw, int64_t fl) -> absl::Status {
+    MutexLock lock(&mu_);
+    auto it = owned_.find({int32_t(rw), rl});
+    if (it == owned_.end()) {
+      return absl::NotFoundError(absl::StrCat("fork of unknown RRef (", rw, ",", rl, ")"));
+    }
+    it->second->forks[{int32_t(fw), fl}] = ctx.caller_rank;
+    return absl::OkStatus();
+  }));
+  must(internal->Register("rref.child_accept", [this](int64_t fw, int64_t fl) {
+    PendingChild released;  // dropping the parent may send a delete: after the lock
+    MutexLock lock(&mu_);
+    auto it = pending_children_.find({int32_t(fw), fl});
+    if (it != pending_children_.end()) {
+      released = std::move(it->second);
+      pending_children_.erase(it);
+    }
+  }));
+  must(internal->Register("rref.delete", [this](int64_t rw, int64_t rl, int64_t fw,
+                                                int64_t fl) -> absl::Status {
+    std::shared_ptr<OwnerEntry> doomed;
+    {
+      MutexLock lock(&mu_);
+      const GlobalId rref_id{int32_t(rw), rl};
+      auto it = owned_.find(rref_id);
+      if (it == owned_.end() || it->second->forks.erase({int32_t(fw), fl}) == 0) {
+        return absl::NotFoundError(
+            absl::StrCat("delete of unknown fork (", fw, ",", fl, ") of RRef (", rw, ",", rl, ")"));
+      }
+      doomed = TakeIfUnreferencedLocked(rref_id);
+    }
+    return absl::OkStatus();
+  }));
+}
+
+}  // namespace tessera::rref
