@@ -223,7 +223,6 @@ absl::Status Runtime::Shutdown(bool graceful) {
     if (shut_down_) return absl::OkStatus();
     shut_down_ = true;
   }
-  shutting_down_.store(true);
   absl::Status status;
   if (agent_ != nullptr && graceful) {
     const absl::Time deadline = absl::Now() + options_.shutdown_timeout;
@@ -255,6 +254,9 @@ absl::Status Runtime::Shutdown(bool graceful) {
                            << ": graceful shutdown incomplete, closing anyway: " << status;
     }
   }
+  // Until now a worker waiting in shutdown still serves, and must still
+  // hear of dead peers; from here on, connections closing are expected.
+  shutting_down_.store(true);
   if (agent_ != nullptr) {
     agent_->Close(absl::CancelledError("RPC runtime of '" + options_.name +
                                        "' shut down before the call completed"));

@@ -123,6 +123,7 @@ class Runtime {
   absl::Status Shutdown(bool graceful = true);
 
   ThreadPool& executor() { return *pool_; }
+  DeadlineTimer& timer() { return *timer_; }
   store::StoreClient& store() { return *store_client_; }
   const Registry& registry() const { return registry_; }
   const RpcOptions& options() const { return options_; }
@@ -178,7 +179,7 @@ class Runtime {
   Promise<bool> ready_;
   Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
-  std::atomic<bool> shutting_down_{false};  // stops peer-failure notices
+  std::atomic<bool> shutting_down_{false};  // closing: no more peer-failure notices
 };
 
 }  // namespace tessera::rpc

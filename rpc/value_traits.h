@@ -193,6 +193,13 @@ struct ValueTraits<const char*> {
   static c10::IValue ToIValue(const char* v) { return c10::IValue(std::string(v)); }
 };
 
+// True for types that can travel (have a ValueTraits specialization).
+template <typename T, typename = void>
+struct IsWireType : std::false_type {};
+template <typename T>
+struct IsWireType<T, std::void_t<decltype(ValueTraits<T>::FromIValue(
+                         std::declval<const c10::IValue&>()))>> : std::true_type {};
+
 template <typename T>
 c10::IValue ToIValue(T&& value) {
   using Decayed = std::decay_t<T>;

@@ -39,10 +39,18 @@ class RRef {
   bool is_owner() const { return impl_->isOwner(); }
   bool confirmed_by_owner() const { return impl_->confirmedByOwner(); }
 
-  // A copy of the value (for tensors, a copy of the data). An error for
-  // objects of registered classes, which never leave their owner.
+  // A copy of the value (for tensors, a copy of the data). Objects of
+  // registered classes never leave their owner: for RRef<SomeClass> this
+  // does not compile, and to_here_value_async() returns an error saying so.
   Future<T> to_here_async(absl::Duration timeout = kDefaultRRefTimeout) const {
+    static_assert(rpc::IsWireType<T>::value,
+                  "to_here(): objects of registered classes never leave their owner; "
+                  "call their methods (RpcSync/RpcAsync) instead");
     return Typed<T>(impl_->context()->Fetch(*impl_, timeout));
+  }
+  // Untyped fetch, for code that does not know T.
+  Future<c10::IValue> to_here_value_async(absl::Duration timeout = kDefaultRRefTimeout) const {
+    return impl_->context()->Fetch(*impl_, timeout);
   }
   T to_here(absl::Duration timeout = kDefaultRRefTimeout) const {
     return ValueOrThrow(to_here_async(timeout).Wait(timeout + absl::Seconds(1)));

@@ -43,21 +43,27 @@ c10::intrusive_ptr<RRefImpl> RRefContext::NewUserRRef(const GlobalId& rref_id,
                                                       const GlobalId& fork_id, int owner,
                                                       const std::string& type,
                                                       bool confirmed) {
-  auto flag = std::make_shared<std::atomic<bool>>(confirmed);
+  auto state = std::make_shared<ForkState>();
+  if (confirmed) {
+    state->confirmed = true;
+    state->confirmation.Set(true);
+  }
   {
     MutexLock lock(&mu_);
-    user_forks_[fork_id] = UserFork{rref_id, owner, flag};
+    user_forks_[fork_id] = UserFork{rref_id, owner, state};
   }
   return c10::make_intrusive<RRefImpl>(shared_from_this(), rref_id, fork_id, owner,
-                                       NameOf(owner), type, flag);
+                                       NameOf(owner), type, state);
 }
 
 c10::intrusive_ptr<RRefImpl> RRefContext::NewOwnerRRef(const GlobalId& rref_id,
                                                        const std::string& type) {
+  std::vector<Promise<bool>> now_registered;
   {
     MutexLock lock(&mu_);
-    EntryLocked(rref_id, type)->local_handles++;
+    EntryLocked(rref_id, type, &now_registered)->local_handles++;
   }
+  for (auto& promise : now_registered) promise.Set(true);
   return c10::make_intrusive<RRefImpl>(shared_from_this(), rref_id, self_, NameOf(self_),
                                        type);
 }
@@ -167,7 +173,17 @@ absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::RemoteMethod(
   message.emplace_back(method);
   message.emplace_back(type_name);
   message.emplace_back(rpc::ToIValue(std::move(args)));
-  ConfirmWhenAcked(owner, "rref.remote_method", std::move(message), fork_id);
+  // The target must be known to its owner before a method of it can run.
+  std::weak_ptr<RRefContext> weak = weak_from_this();
+  target.Confirmed().OnReady([weak, owner, message, fork_id](const absl::StatusOr<bool>& ok) {
+    auto self = weak.lock();
+    if (self == nullptr) return;
+    if (!ok.ok()) {
+      self->OnForkFailed(fork_id, ok.status());
+      return;
+    }
+    self->ConfirmWhenAcked(owner, "rref.remote_method", message, fork_id);
+  });
   return handle;
 }
 
@@ -183,10 +199,8 @@ void RRefContext::ConfirmWhenAcked(int owner, const std::string& service,
         if (ack.ok()) {
           self->OnForkConfirmed(fork_id, /*parent_rank=*/-1);
         } else {
-          // The owner never registered this fork: nothing to delete later.
           TESSERA_LOG(INFO) << service << " failed: " << ack.status();
-          MutexLock lock(&self->mu_);
-          self->user_forks_.erase(fork_id);
+          self->OnForkFailed(fork_id, ack.status());
         }
       });
 }
@@ -198,7 +212,8 @@ void RRefContext::OnForkConfirmed(const GlobalId& fork_id, int parent_rank) {
     MutexLock lock(&mu_);
     auto it = user_forks_.find(fork_id);
     if (it != user_forks_.end()) {
-      it->second.confirmed->store(true);
+      it->second.state->confirmed.store(true);
+      it->second.state->confirmation.Set(true);
       fork = it->second;
       if (it->second.dropped) {
         send_delete = true;  // G1: the handle died before the owner knew of it
@@ -219,13 +234,36 @@ void RRefContext::OnForkConfirmed(const GlobalId& fork_id, int parent_rank) {
   }
 }
 
+void RRefContext::OnForkFailed(const GlobalId& fork_id, const absl::Status& why) {
+  MutexLock lock(&mu_);
+  auto it = user_forks_.find(fork_id);
+  if (it == user_forks_.end()) return;
+  it->second.state->confirmation.Set(why);
+  user_forks_.erase(it);  // the owner never knew of it: nothing to delete
+}
+
+Future<c10::IValue> RRefContext::WhenConfirmed(const RRefImpl& rref,
+                                               std::function<Future<c10::IValue>()> send) {
+  Future<bool> confirmed = rref.Confirmed();
+  if (confirmed.IsReady()) {
+    auto status = confirmed.Wait(absl::ZeroDuration());
+    if (!status.ok()) return Future<c10::IValue>::Ready(status.status());
+    return send();
+  }
+  return confirmed.Then(
+      [send = std::move(send)](const absl::StatusOr<bool>& ok) -> Future<c10::IValue> {
+        if (!ok.ok()) return Future<c10::IValue>::Ready(ok.status());
+        return send();
+      });
+}
+
 void RRefContext::ReleaseUserFork(const GlobalId& rref_id, const GlobalId& fork_id,
                                   int owner) {
   {
     MutexLock lock(&mu_);
     auto it = user_forks_.find(fork_id);
     if (it == user_forks_.end()) return;  // purged, or released at shutdown
-    if (!it->second.confirmed->load()) {
+    if (!it->second.state->confirmed.load()) {
       it->second.dropped = true;  // delete once confirmed (G1)
       return;
     }
@@ -259,8 +297,10 @@ Future<c10::IValue> RRefContext::Fetch(const RRefImpl& rref, absl::Duration time
   }
   std::vector<c10::IValue> args;
   PushId(&args, rref.rref_id());
-  return runtime->CallInternal(rref.owner_rank(), "rref.fetch", std::move(args),
-                               rpc::CallOptions{timeout});
+  const int owner = rref.owner_rank();
+  return WhenConfirmed(rref, [runtime, owner, args, timeout]() {
+    return runtime->CallInternal(owner, "rref.fetch", args, rpc::CallOptions{timeout});
+  });
 }
 
 Future<c10::IValue> RRefContext::CallMethod(const RRefImpl& target, const std::string& method,
@@ -277,8 +317,10 @@ Future<c10::IValue> RRefContext::CallMethod(const RRefImpl& target, const std::s
   PushId(&message, target.rref_id());
   message.emplace_back(method);
   message.emplace_back(rpc::ToIValue(std::move(args)));
-  return runtime->CallInternal(target.owner_rank(), "rref.call", std::move(message),
-                               rpc::CallOptions{timeout});
+  const int owner = target.owner_rank();
+  return WhenConfirmed(target, [runtime, owner, message, timeout]() {
+    return runtime->CallInternal(owner, "rref.call", message, rpc::CallOptions{timeout});
+  });
 }
 
 absl::StatusOr<c10::IValue> RRefContext::LocalValue(const RRefImpl& rref) {
@@ -376,10 +418,7 @@ absl::StatusOr<c10::IValue> RRefContext::DecodeRRef(const proto::RRefHandle& han
               return;
             }
             TESSERA_LOG(INFO) << "rref.fork failed: " << ack.status();
-            {
-              MutexLock lock(&self->mu_);
-              self->user_forks_.erase(fork_id);
-            }
+            self->OnForkFailed(fork_id, ack.status());
             std::vector<c10::IValue> accept;
             PushId(&accept, fork_id);
             self->SendInternal(parent, "rref.child_accept", std::move(accept));
@@ -447,7 +486,7 @@ void RRefContext::OnShutdownBegin() {
     MutexLock lock(&mu_);
     for (auto& [fork_id, fork] : user_forks_) {
       if (fork.released) continue;
-      if (!fork.confirmed->load()) {
+      if (!fork.state->confirmed.load()) {
         fork.dropped = true;
         continue;
       }

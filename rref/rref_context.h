@@ -121,7 +121,7 @@ class RRefContext final : public rpc::RuntimeExtension,
   struct UserFork {
     GlobalId rref_id;
     int owner = -1;
-    std::shared_ptr<std::atomic<bool>> confirmed;
+    std::shared_ptr<ForkState> state;
     bool dropped = false;   // the handle died before confirmation (G1)
     bool released = false;  // a delete was sent (at shutdown, or on drop)
   };
@@ -136,7 +136,10 @@ class RRefContext final : public rpc::RuntimeExtension,
   std::string NameOf(int rank) const;
   absl::StatusOr<int> RankOf(const std::string& worker) const;
   // Owner side: the entry for `rref_id`, made if absent. Requires mu_.
-  std::shared_ptr<OwnerEntry> EntryLocked(const GlobalId& rref_id, const std::string& type)
+  // Forks that were waiting for it are registered; their requests' promises
+  // go to `now_registered`, for the caller to complete after unlocking.
+  std::shared_ptr<OwnerEntry> EntryLocked(const GlobalId& rref_id, const std::string& type,
+                                          std::vector<Promise<bool>>* now_registered)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Owner side: removes and returns an entry nobody references any more
   // (nullptr otherwise); the caller lets it die after releasing mu_, since
@@ -153,6 +156,15 @@ class RRefContext final : public rpc::RuntimeExtension,
   // Fire-and-forget protocol message; failures are logged (peer gone).
   void SendInternal(int to_rank, const std::string& service, std::vector<c10::IValue> args);
   void OnForkConfirmed(const GlobalId& fork_id, int parent_rank);
+  // The owner never registered `fork_id` (its request failed): calls through
+  // it fail with `why`, and no delete will be sent.
+  void OnForkFailed(const GlobalId& fork_id, const absl::Status& why);
+  // Runs `send` once `rref` is confirmed by its owner (at once if it is).
+  Future<c10::IValue> WhenConfirmed(const RRefImpl& rref,
+                                    std::function<Future<c10::IValue>()> send);
+  // Owner side, in the fork service: register now, or wait for creation.
+  Future<bool> RegisterFork(const GlobalId& rref_id, const GlobalId& fork_id, int holder,
+                            absl::Time deadline);
   void RegisterServices(rpc::Registry* internal);
   // Owner side: `entry`'s value is whatever `value` completes with;
   // `what` describes the producer for error messages.
@@ -180,6 +192,16 @@ class RRefContext final : public rpc::RuntimeExtension,
   std::map<GlobalId, std::shared_ptr<OwnerEntry>> owned_ ABSL_GUARDED_BY(mu_);
   std::map<GlobalId, UserFork> user_forks_ ABSL_GUARDED_BY(mu_);
   std::map<GlobalId, PendingChild> pending_children_ ABSL_GUARDED_BY(mu_);
+  // Note [Early fork registration]: a child's fork request can reach the
+  // owner before the value's creation does (they come from different
+  // workers). It waits here, until the creation registers it or its
+  // deadline fails it with NotFound (a forged or freed id).
+  struct EarlyFork {
+    GlobalId fork_id;
+    int holder = -1;
+    Promise<bool> registered;
+  };
+  std::map<GlobalId, std::vector<EarlyFork>> early_forks_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera::rref

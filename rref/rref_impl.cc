@@ -6,7 +6,7 @@ namespace tessera::rref {
 
 RRefImpl::RRefImpl(std::shared_ptr<RRefContext> context, GlobalId rref_id,
                    GlobalId fork_id, int owner, std::string owner_name,
-                   std::string type_name, std::shared_ptr<std::atomic<bool>> confirmed)
+                   std::string type_name, std::shared_ptr<ForkState> state)
     : context_(std::move(context)),
       rref_id_(rref_id),
       fork_id_(fork_id),
@@ -14,7 +14,7 @@ RRefImpl::RRefImpl(std::shared_ptr<RRefContext> context, GlobalId rref_id,
       owner_name_(std::move(owner_name)),
       type_name_(std::move(type_name)),
       is_owner_(false),
-      confirmed_(std::move(confirmed)) {}
+      state_(std::move(state)) {}
 
 RRefImpl::RRefImpl(std::shared_ptr<RRefContext> context, GlobalId rref_id, int owner,
                    std::string owner_name, std::string type_name)
@@ -24,7 +24,10 @@ RRefImpl::RRefImpl(std::shared_ptr<RRefContext> context, GlobalId rref_id, int o
       owner_name_(std::move(owner_name)),
       type_name_(std::move(type_name)),
       is_owner_(true),
-      confirmed_(std::make_shared<std::atomic<bool>>(true)) {}
+      state_(std::make_shared<ForkState>()) {
+  state_->confirmed = true;
+  state_->confirmation.Set(true);
+}
 
 RRefImpl::~RRefImpl() {
   if (is_owner_) {

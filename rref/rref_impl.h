@@ -13,9 +13,18 @@
 #include <memory>
 #include <string>
 
+#include "common/future.h"
 #include "rref/global_id.h"
 
 namespace tessera::rref {
+
+// Whether the owner knows of a user fork yet. Requests through the fork
+// (fetch, method calls) wait for `confirmation`, so that they never reach
+// the owner before the value's creation does.
+struct ForkState {
+  std::atomic<bool> confirmed{false};
+  Promise<bool> confirmation;
+};
 
 class RRefContext;
 
@@ -24,7 +33,7 @@ class RRefImpl final : public c10::RRefInterface {
   // A user reference: fork `fork_id` of value `rref_id` owned by `owner`.
   RRefImpl(std::shared_ptr<RRefContext> context, GlobalId rref_id, GlobalId fork_id,
            int owner, std::string owner_name, std::string type_name,
-           std::shared_ptr<std::atomic<bool>> confirmed);
+           std::shared_ptr<ForkState> state);
   // The owner's own reference to a value it holds.
   RRefImpl(std::shared_ptr<RRefContext> context, GlobalId rref_id, int owner,
            std::string owner_name, std::string type_name);
@@ -33,7 +42,9 @@ class RRefImpl final : public c10::RRefInterface {
   c10::worker_id_t owner() const override { return static_cast<c10::worker_id_t>(owner_); }
   std::string ownerName() const override { return owner_name_; }
   bool isOwner() const override { return is_owner_; }
-  bool confirmedByOwner() const override { return is_owner_ || confirmed_->load(); }
+  bool confirmedByOwner() const override { return is_owner_ || state_->confirmed.load(); }
+  // Completes once the owner knows of this reference (at once for owners).
+  Future<bool> Confirmed() const { return state_->confirmation.GetFuture(); }
   const c10::TypePtr type() const override { return c10::AnyType::get(); }
 
   int owner_rank() const { return owner_; }
@@ -50,7 +61,7 @@ class RRefImpl final : public c10::RRefInterface {
   const std::string owner_name_;
   const std::string type_name_;
   const bool is_owner_;
-  const std::shared_ptr<std::atomic<bool>> confirmed_;
+  const std::shared_ptr<ForkState> state_;
 };
 
 }  // namespace tessera::rref

@@ -5,13 +5,27 @@
 
 namespace tessera::rref {
 
-std::shared_ptr<RRefContext::OwnerEntry> RRefContext::EntryLocked(const GlobalId& rref_id,
-                                                                  const std::string& type) {
+// How long a fork request for a not-yet-created value waits, when the
+// request carries no deadline of its own.
+constexpr absl::Duration kDefaultEarlyForkWait = absl::Seconds(60);
+
+std::shared_ptr<RRefContext::OwnerEntry> RRefContext::EntryLocked(
+    const GlobalId& rref_id, const std::string& type,
+    std::vector<Promise<bool>>* now_registered) {
   auto& entry = owned_[rref_id];
   if (entry == nullptr) {
     entry = std::make_shared<OwnerEntry>();
     entry->type_name = type;
     owned_changed_.SignalAll();
+    // Note [Early fork registration]: forks that arrived before the value.
+    auto early = early_forks_.find(rref_id);
+    if (early != early_forks_.end()) {
+      for (auto& fork : early->second) {
+        entry->forks[fork.fork_id] = fork.holder;
+        now_registered->push_back(fork.registered);
+      }
+      early_forks_.erase(early);
+    }
   }
   return entry;
 }
@@ -132,6 +146,54 @@ Future<c10::IValue> RRefContext::FetchLocal(const GlobalId& rref_id) {
       });
 }
 
+Future<bool> RRefContext::RegisterFork(const GlobalId& rref_id, const GlobalId& fork_id,
+                                       int holder, absl::Time deadline) {
+  Promise<bool> registered;
+  {
+    MutexLock lock(&mu_);
+    auto it = owned_.find(rref_id);
+    if (it != owned_.end()) {
+      it->second->forks[fork_id] = holder;
+      return Future<bool>::Ready(true);
+    }
+    early_forks_[rref_id].push_back(EarlyFork{fork_id, holder, registered});
+  }
+  rpc::Runtime* runtime = runtime_.load();
+  if (runtime != nullptr) {
+    std::weak_ptr<RRefContext> weak = weak_from_this();
+    const absl::Time when = deadline == absl::InfiniteFuture()
+                                ? absl::Now() + kDefaultEarlyForkWait
+                                : deadline;
+    runtime->timer().Schedule(when, [weak, rref_id, fork_id]() {
+      auto self = weak.lock();
+      if (self == nullptr) return;
+      Promise<bool> expired;
+      bool found = false;
+      {
+        MutexLock lock(&self->mu_);
+        auto it = self->early_forks_.find(rref_id);
+        if (it == self->early_forks_.end()) return;
+        auto& forks = it->second;
+        for (auto f = forks.begin(); f != forks.end(); ++f) {
+          if (f->fork_id == fork_id) {
+            expired = f->registered;
+            forks.erase(f);
+            found = true;
+            break;
+          }
+        }
+        if (forks.empty()) self->early_forks_.erase(it);
+      }
+      if (found) {
+        expired.Set(absl::NotFoundError(absl::StrCat(
+            "fork of unknown RRef ", rref_id.ToString(),
+            ": its creation never arrived (forged, or already freed)")));
+      }
+    });
+  }
+  return registered.GetFuture();
+}
+
 void RRefContext::RegisterServices(rpc::Registry* internal) {
   auto must = [](absl::Status status) {
     if (!status.ok()) throw std::logic_error(status.ToString());
@@ -139,9 +201,14 @@ void RRefContext::RegisterServices(rpc::Registry* internal) {
   // Registers the caller's fork of a new value and starts producing it.
   auto start = [this](const GlobalId& rref_id, const GlobalId& fork_id, int caller,
                       const std::string& type) {
-    MutexLock lock(&mu_);
-    auto entry = EntryLocked(rref_id, type);
-    entry->forks[fork_id] = caller;
+    std::vector<Promise<bool>> now_registered;
+    std::shared_ptr<OwnerEntry> entry;
+    {
+      MutexLock lock(&mu_);
+      entry = EntryLocked(rref_id, type, &now_registered);
+      entry->forks[fork_id] = caller;
+    }
+    for (auto& promise : now_registered) promise.Set(true);  // answers their requests
     return entry;
   };
   must(internal->Register(
@@ -184,14 +251,8 @@ void RRefContext::RegisterServices(rpc::Registry* internal) {
     return FetchLocal({int32_t(rw), rl});
   }));
   must(internal->Register("rref.fork", [this](rpc::CallContext& ctx, int64_t rw, int64_t rl,
-                                              int64_t fw, int64_t fl) -> absl::Status {
-    MutexLock lock(&mu_);
-    auto it = owned_.find({int32_t(rw), rl});
-    if (it == owned_.end()) {
-      return absl::NotFoundError(absl::StrCat("fork of unknown RRef (", rw, ",", rl, ")"));
-    }
-    it->second->forks[{int32_t(fw), fl}] = ctx.caller_rank;
-    return absl::OkStatus();
+                                              int64_t fw, int64_t fl) {
+    return RegisterFork({int32_t(rw), rl}, {int32_t(fw), fl}, ctx.caller_rank, ctx.deadline);
   }));
   must(internal->Register("rref.child_accept", [this](int64_t fw, int64_t fl) {
     PendingChild released;  // dropping the parent may send a delete: after the lock

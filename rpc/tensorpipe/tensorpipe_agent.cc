@@ -1,5 +1,6 @@
 #include "rpc/tensorpipe/tensorpipe_agent.h"
 
+#include <signal.h>
 #include <tensorpipe/tensorpipe.h>
 #include <unistd.h>
 
@@ -473,7 +474,8 @@ void TensorPipeAgent::ReadRequest(std::shared_ptr<tp::Pipe> pipe, int peer_rank)
     std::string reject;
     if (!message.ok()) {
       reject = std::string(message.status().message());
-    } else if (message->envelope.kind() != proto::CALL) {
+    } else if (message->envelope.kind() != proto::CALL &&
+               message->envelope.kind() != proto::INTERNAL_CALL) {
       reject = "expected a request, got message kind " +
                std::to_string(message->envelope.kind());
     }
@@ -557,6 +559,13 @@ void TensorPipeAgent::Close(const absl::Status& reason) {
 absl::StatusOr<std::unique_ptr<RpcAgent>> CreateTensorPipeAgent(
     const TensorPipeOptions& options, const std::string& name, int rank,
     RequestHandler handler, Executor* executor, DeadlineTimer* timer) {
+  // TensorPipe's shm transport writes to Unix sockets without MSG_NOSIGNAL:
+  // a peer dying mid-handshake would kill this process with SIGPIPE. Ignore
+  // it, unless the application installed its own handler.
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    signal(SIGPIPE, SIG_IGN);
+  }
   WorkerInfo self;
   self.name = name;
   self.rank = rank;

@@ -30,7 +30,7 @@ void RpcWorld::StartWorld(int world_size,
   for (int rank = 1; rank < world_size; ++rank) {
     auto env = WorkerEnv(rank, world_size, store_->port());
     env.insert(child_env.begin(), child_env.end());
-    children_.push_back(std::make_unique<WorkerProcess>("serve", env));
+    children_.push_back(std::make_unique<WorkerProcess>(ChildScenario(), env));
   }
   rpc::RpcOptions options;
   options.name = "worker0";
@@ -39,10 +39,12 @@ void RpcWorld::StartWorld(int world_size,
   options.master_port = store_->port();
   options.store_role = rpc::StoreRole::kConnect;
   options.shutdown_timeout = shutdown_timeout;
-  auto runtime = rpc::Runtime::Init(options, MakeTestRegistry());
+  auto runtime = rpc::Runtime::Init(options, MakeRegistry(), MakeExtensions());
   ASSERT_TRUE(runtime.ok()) << runtime.status();
   runtime_ = *std::move(runtime);
 }
+
+rpc::Registry RpcWorld::MakeRegistry() { return MakeTestRegistry(); }
 
 void RpcWorld::TearDown() {
   if (runtime_ != nullptr) {

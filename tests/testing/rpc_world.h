@@ -22,6 +22,10 @@ class RpcWorld : public ::testing::Test {
   void StartWorld(int world_size,
                   const std::map<std::string, std::string>& child_env = {},
                   absl::Duration shutdown_timeout = absl::Seconds(60));
+  // The scenario children run, and what rank 0 runs with (overridable).
+  virtual std::string ChildScenario() const { return "serve"; }
+  virtual rpc::Registry MakeRegistry();
+  virtual std::vector<std::shared_ptr<rpc::RuntimeExtension>> MakeExtensions() { return {}; }
   // Graceful shutdown of rank 0; children must then exit with 0.
   void TearDown() override;
 

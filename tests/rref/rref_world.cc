@@ -1,0 +1,89 @@
+#include "tests/rref/rref_world.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/ones.h>
+
+#include <cstdio>
+
+#include "tests/testing/test_functions.h"
+
+namespace tessera::testing {
+
+using rref::RRef;
+
+rref::ClassRegistry MakeTestClasses() {
+  rref::ClassRegistry classes;
+  classes.Class<Counter>("Counter")
+      .Constructor<int64_t>()
+      .Method("add", &Counter::Add)
+      .Method("get", &Counter::Get);
+  classes.Class<Failing>("Failing").Constructor<std::string>().Method("never", &Failing::Never);
+  return classes;
+}
+
+rpc::Registry MakeRRefTestRegistry(std::shared_ptr<rref::RRefContext> context) {
+  rpc::Registry registry = MakeTestRegistry();
+  auto must = [](absl::Status s) {
+    if (!s.ok()) throw std::logic_error(s.ToString());
+  };
+  must(registry.Register("make_tensor", [](int64_t n) { return at::ones({n}) * n; }));
+  must(registry.Register(
+      "relay_rref", [](rpc::CallContext& ctx, std::vector<std::string> chain,
+                       RRef<at::Tensor> ref) -> double {
+        if (chain.empty()) return ref.to_here().sum().item<double>();
+        const std::string next = chain.front();
+        chain.erase(chain.begin());
+        return ctx.runtime->RpcSync<double>(next, "relay_rref", chain, ref);
+      }));
+  must(registry.Register("owner_check", [](RRef<at::Tensor> ref) {
+    auto value = ref.local_value();
+    return std::vector<double>{ref.is_owner() ? 1.0 : 0.0,
+                               value.ok() ? value->sum().item<double>() : -1.0};
+  }));
+  auto kept = std::make_shared<std::vector<RRef<at::Tensor>>>();
+  auto kept_mu = std::make_shared<std::mutex>();
+  must(registry.Register("keep", [kept, kept_mu](RRef<at::Tensor> ref) {
+    std::lock_guard<std::mutex> lock(*kept_mu);
+    kept->push_back(std::move(ref));
+    return static_cast<int64_t>(kept->size());
+  }));
+  must(registry.Register("drop_kept", [kept, kept_mu]() {
+    std::lock_guard<std::mutex> lock(*kept_mu);
+    kept->clear();
+  }));
+  std::weak_ptr<rref::RRefContext> weak = context;
+  must(registry.Register("await_owned", [weak](int64_t n, int64_t timeout_ms) {
+    auto context = weak.lock();
+    return context != nullptr &&
+           context->WaitForOwnedValues(static_cast<size_t>(n), absl::Milliseconds(timeout_ms));
+  }));
+  must(registry.Register("make_on", [weak](std::string worker, int64_t n) {
+    auto context = weak.lock();
+    return rref::Remote<at::Tensor>(*context, worker, "make_tensor", n);
+  }));
+  return registry;
+}
+
+TESSERA_WORKER_SCENARIO(serve_rref) {
+  auto context = rref::RRefContext::Create(MakeTestClasses());
+  auto runtime = rpc::Runtime::Init(TestWorkerOptions(), MakeRRefTestRegistry(context),
+                                    {context});
+  if (!runtime.ok()) {
+    std::fprintf(stderr, "serve_rref: init failed: %s\n", runtime.status().ToString().c_str());
+    return 1;
+  }
+  auto status = (*runtime)->Shutdown();
+  if (!status.ok()) {
+    std::fprintf(stderr, "serve_rref: shutdown: %s\n", status.ToString().c_str());
+    return 3;
+  }
+  return 0;
+}
+
+rpc::Registry RRefWorld::MakeRegistry() { return MakeRRefTestRegistry(rrefs_); }
+
+std::vector<std::shared_ptr<rpc::RuntimeExtension>> RRefWorld::MakeExtensions() {
+  return {rrefs_};
+}
+
+}  // namespace tessera::testing

@@ -1,0 +1,57 @@
+// RRefWorld: RpcWorld whose workers (rank 0 here, the children in the
+// "serve_rref" scenario) all carry an RRefContext with the test classes and
+// functions below.
+#pragma once
+
+#include <mutex>
+#include <vector>
+
+#include "rref/remote.h"
+#include "tests/testing/rpc_world.h"
+
+namespace tessera::testing {
+
+// A counter whose methods may run concurrently.
+class Counter {
+ public:
+  explicit Counter(int64_t start) : value_(start) {}
+  int64_t Add(int64_t delta) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return value_ += delta;
+  }
+  int64_t Get() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return value_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  int64_t value_;
+};
+
+// Its constructor always throws.
+class Failing {
+ public:
+  explicit Failing(std::string why) { throw std::runtime_error(why); }
+  int64_t Never() { return 0; }
+};
+
+rref::ClassRegistry MakeTestClasses();
+
+// The RPC test functions plus: make_tensor(n) -> ones(n)*n; relay_rref(chain,
+// rref) passes the RRef along `chain` and the last worker returns
+// to_here().sum(); owner_check(rref) -> [is_owner, local sum]; keep(rref)
+// holds the RRef until drop_kept(); await_owned(n, timeout_ms) -> bool;
+// make_on(worker, n) -> RRef made by this worker on `worker`.
+rpc::Registry MakeRRefTestRegistry(std::shared_ptr<rref::RRefContext> context);
+
+class RRefWorld : public RpcWorld {
+ protected:
+  std::string ChildScenario() const override { return "serve_rref"; }
+  rpc::Registry MakeRegistry() override;
+  std::vector<std::shared_ptr<rpc::RuntimeExtension>> MakeExtensions() override;
+
+  std::shared_ptr<rref::RRefContext> rrefs_ = rref::RRefContext::Create(MakeTestClasses());
+};
+
+}  // namespace tessera::testing
