@@ -43,7 +43,7 @@ absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix
   // Rounds back off so a long-running call does not hammer the store.
   absl::Duration pause = absl::Milliseconds(1);
   for (int round = 0;; ++round) {
-    const std::string round_prefix = absl::StrCat(prefix, "/shutdown/", round, "/");
+    const std::string round_prefix = absl::StrCat(prefix, "/", round, "/");
     auto status = store.Set(round_prefix + std::to_string(rank), Encode(agent.counters()));
     if (!status.ok()) return status;
     std::vector<std::string> keys;

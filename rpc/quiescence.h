@@ -26,7 +26,9 @@
 namespace tessera::rpc {
 
 // Returns OK once the job is quiescent, or DeadlineExceeded naming the ranks
-// that stopped taking part (or the imbalance) at `deadline`.
+// that stopped taking part (or the imbalance) at `deadline`. Rounds are
+// published under "<prefix>/<round>/<rank>"; each agreement needs its own
+// prefix.
 absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix,
                             int rank, int world_size, const RpcAgent& agent,
                             absl::Time deadline);

@@ -226,13 +226,17 @@ absl::Status Runtime::Shutdown(bool graceful) {
   absl::Status status;
   if (agent_ != nullptr && graceful) {
     const absl::Time deadline = absl::Now() + options_.shutdown_timeout;
-    for (const auto& extension : extensions_) extension->OnShutdownBegin();
-    status = AgreeQuiescent(*store_client_, options_.store_prefix, options_.rank,
-                            options_.world_size, *agent_, deadline);
-    if (status.ok()) {
+    status = AgreeQuiescent(*store_client_, options_.store_prefix + "/shutdown",
+                            options_.rank, options_.world_size, *agent_, deadline);
+    if (status.ok() && !extensions_.empty()) {
+      // Second phase: references held across workers are released now that
+      // nobody can make new ones, and the releases drain before the check.
+      for (const auto& extension : extensions_) extension->ReleaseReferences();
+      status = AgreeQuiescent(*store_client_, options_.store_prefix + "/release",
+                              options_.rank, options_.world_size, *agent_, deadline);
       for (const auto& extension : extensions_) {
-        absl::Status leaks = extension->OnQuiescent();
-        if (!leaks.ok()) status = leaks;
+        if (!status.ok()) break;
+        status = extension->CheckReleased();
       }
     }
     if (status.ok() && store_server_ != nullptr) {

@@ -27,11 +27,12 @@ class RuntimeExtension {
   virtual ValueHooks* value_hooks() { return nullptr; }
   // The connection to `rank` broke: the peer is presumed gone.
   virtual void OnPeerUnavailable(int rank) {}
-  // Graceful shutdown, before the workers agree that nothing is in flight:
-  // release what this worker holds of others.
-  virtual void OnShutdownBegin() {}
-  // Graceful shutdown, once nothing is in flight anywhere: report leaks.
-  virtual absl::Status OnQuiescent() { return absl::OkStatus(); }
+  // Graceful shutdown, once the workers agree that no call is in flight
+  // anywhere: release what this worker holds of others. The runtime then
+  // agrees a second time, so whatever this sends is delivered before...
+  virtual void ReleaseReferences() {}
+  // ...this: report what is still referenced (leaks), if anything.
+  virtual absl::Status CheckReleased() { return absl::OkStatus(); }
   // The runtime has closed (after any shutdown, and before it is destroyed):
   // send nothing more through it.
   virtual void OnClosed() {}

@@ -480,7 +480,7 @@ void RRefContext::OnPeerUnavailable(int rank) {
   }
 }
 
-void RRefContext::OnShutdownBegin() {
+void RRefContext::ReleaseReferences() {
   std::vector<std::pair<int, std::vector<c10::IValue>>> deletes;
   {
     MutexLock lock(&mu_);
@@ -500,7 +500,7 @@ void RRefContext::OnShutdownBegin() {
   for (auto& [owner, args] : deletes) SendInternal(owner, "rref.delete", std::move(args));
 }
 
-absl::Status RRefContext::OnQuiescent() {
+absl::Status RRefContext::CheckReleased() {
   std::map<GlobalId, std::shared_ptr<OwnerEntry>> owned;
   std::map<GlobalId, PendingChild> children;
   std::vector<std::string> leaks;

@@ -101,8 +101,8 @@ class RRefContext final : public rpc::RuntimeExtension,
   void Attach(rpc::Runtime* runtime, rpc::Registry* internal) override;
   rpc::ValueHooks* value_hooks() override { return this; }
   void OnPeerUnavailable(int rank) override;
-  void OnShutdownBegin() override;
-  absl::Status OnQuiescent() override;
+  void ReleaseReferences() override;
+  absl::Status CheckReleased() override;
   void OnClosed() override;
 
   // --- rpc::ValueHooks ---

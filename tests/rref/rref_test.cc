@@ -1,7 +1,7 @@
 // RRef protocol tests with real worker processes. In the style of Ray's
 // reference-counter tests: each opens with its scenario, and every test ends
 // with the world's graceful shutdown, which fails if any worker still owns a
-// value that another worker references (RRefContext::OnQuiescent), plus
+// value that another worker references (RRefContext::CheckReleased), plus
 // explicit zero-leak checks where the scenario frees values mid-job.
 #include <gtest/gtest.h>
 
@@ -62,6 +62,26 @@ TEST_F(RRefTest, MethodCallsOnARemoteObject) {
   EXPECT_EQ(later.to_here(), 210);
   auto unknown = counter.RpcAsync<int64_t>("no_such_method").Wait(absl::Seconds(30));
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  // A method that returns a future (it calls a third worker) holds no thread.
+  EXPECT_EQ(counter.RpcSync<int64_t>("add_remote_echo", std::string("worker0"), int64_t{5}),
+            215);
+  auto wrong = counter.RpcAsync<int64_t>("add", "not a number").Wait(absl::Seconds(30));
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.status().message().find("'add' expects (int) -> int"), std::string::npos)
+      << wrong.status();
+}
+
+// Scenario: worker2 still holds a reference to worker1's value when the job
+// shuts down. Graceful shutdown releases it and every worker exits cleanly
+// with nothing leaked (TearDown checks the exit codes; the owner's shutdown
+// would fail if a referenced value remained).
+TEST_F(RRefTest, GracefulShutdownReleasesReferencesStillHeld) {
+  StartWorld(3);
+  RRef<at::Tensor> t = Remote<at::Tensor>(*rrefs_, "worker1", "make_tensor", int64_t{2});
+  EXPECT_EQ(rt().RpcSync<int64_t>("worker2", "keep", t), 1);
+  EXPECT_EQ(rt().RpcSync<double>("worker2", "relay_rref", std::vector<std::string>{}, t), 4.0);
+  EXPECT_TRUE(rt().Shutdown().ok());
+  for (auto& child : children_) EXPECT_EQ(child->Wait(absl::Seconds(60)), 0);
 }
 
 // Scenario: the constructor throws on the owner. The error, with its
@@ -93,6 +113,10 @@ TEST_F(RRefTest, ForkChainAcrossFourWorkers) {
     // A second chain that passes through the owner itself.
     sum = rt().RpcSync<double>("worker3", "relay_rref",
                                std::vector<std::string>{"worker1", "worker2"}, t);
+    EXPECT_EQ(sum, 16.0);
+    // A third that comes back to its creator (this worker).
+    sum = rt().RpcSync<double>("worker2", "relay_rref",
+                               std::vector<std::string>{"worker0"}, t);
     EXPECT_EQ(sum, 16.0);
   }
   EXPECT_TRUE(OwnerHolds("worker1", 0));

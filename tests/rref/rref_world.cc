@@ -16,7 +16,8 @@ rref::ClassRegistry MakeTestClasses() {
   classes.Class<Counter>("Counter")
       .Constructor<int64_t>()
       .Method("add", &Counter::Add)
-      .Method("get", &Counter::Get);
+      .Method("get", &Counter::Get)
+      .Method("add_remote_echo", &Counter::AddRemoteEcho);
   classes.Class<Failing>("Failing").Constructor<std::string>().Method("never", &Failing::Never);
   return classes;
 }

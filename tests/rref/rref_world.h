@@ -23,6 +23,14 @@ class Counter {
     std::lock_guard<std::mutex> lock(mu_);
     return value_;
   }
+  // Asynchronous method: the result comes from another worker's function.
+  Future<int64_t> AddRemoteEcho(rpc::CallContext& ctx, std::string worker, int64_t delta) {
+    return ctx.runtime->RpcAsync<int64_t>(worker, "echo", delta)
+        .Then([this](const absl::StatusOr<int64_t>& d) -> absl::StatusOr<int64_t> {
+          if (!d.ok()) return d.status();
+          return Add(*d);
+        });
+  }
 
  private:
   mutable std::mutex mu_;
