@@ -298,6 +298,12 @@ Future<c10::IValue> RRefContext::Fetch(const RRefImpl& rref, absl::Duration time
   std::vector<c10::IValue> args;
   PushId(&args, rref.rref_id());
   const int owner = rref.owner_rank();
+  if (IsCreatorFork(rref) && !rref.Confirmed().IsReady()) {
+    // Note [Early arrivals]: the owner waits for the creation if need be.
+    args.emplace_back(true);
+    return runtime->CallInternal(owner, "rref.fetch", std::move(args), rpc::CallOptions{timeout});
+  }
+  args.emplace_back(false);
   return WhenConfirmed(rref, [runtime, owner, args, timeout]() {
     return runtime->CallInternal(owner, "rref.fetch", args, rpc::CallOptions{timeout});
   });
@@ -313,11 +319,17 @@ Future<c10::IValue> RRefContext::CallMethod(const RRefImpl& target, const std::s
   if (runtime == nullptr) {
     return Future<c10::IValue>::Ready(absl::FailedPreconditionError("RRef runtime is closed"));
   }
+  const bool early = IsCreatorFork(target) && !target.Confirmed().IsReady();
   std::vector<c10::IValue> message;
   PushId(&message, target.rref_id());
+  message.emplace_back(early);
   message.emplace_back(method);
   message.emplace_back(rpc::ToIValue(std::move(args)));
   const int owner = target.owner_rank();
+  if (early) {  // Note [Early arrivals]
+    return runtime->CallInternal(owner, "rref.call", std::move(message),
+                                 rpc::CallOptions{timeout});
+  }
   return WhenConfirmed(target, [runtime, owner, message, timeout]() {
     return runtime->CallInternal(owner, "rref.call", message, rpc::CallOptions{timeout});
   });

@@ -162,9 +162,17 @@ class RRefContext final : public rpc::RuntimeExtension,
   // Runs `send` once `rref` is confirmed by its owner (at once if it is).
   Future<c10::IValue> WhenConfirmed(const RRefImpl& rref,
                                     std::function<Future<c10::IValue>()> send);
-  // Owner side, in the fork service: register now, or wait for creation.
+  // Owner side: completes when `rref_id` exists here — at once, or when its
+  // creation arrives; NotFound if that has not happened by `deadline`.
+  Future<bool> AwaitCreation(const GlobalId& rref_id, absl::Time deadline);
+  // Owner side, in the fork service: register once the value exists.
   Future<bool> RegisterFork(const GlobalId& rref_id, const GlobalId& fork_id, int holder,
                             absl::Time deadline);
+  // True for the reference remote() returned to its caller: the only one
+  // whose requests may reach the owner before the creation does.
+  bool IsCreatorFork(const RRefImpl& rref) const {
+    return !rref.isOwner() && rref.rref_id().worker == self_ && rref.fork_id().worker == self_;
+  }
   void RegisterServices(rpc::Registry* internal);
   // Owner side: `entry`'s value is whatever `value` completes with;
   // `what` describes the producer for error messages.
@@ -192,16 +200,17 @@ class RRefContext final : public rpc::RuntimeExtension,
   std::map<GlobalId, std::shared_ptr<OwnerEntry>> owned_ ABSL_GUARDED_BY(mu_);
   std::map<GlobalId, UserFork> user_forks_ ABSL_GUARDED_BY(mu_);
   std::map<GlobalId, PendingChild> pending_children_ ABSL_GUARDED_BY(mu_);
-  // Note [Early fork registration]: a child's fork request can reach the
-  // owner before the value's creation does (they come from different
-  // workers). It waits here, until the creation registers it or its
-  // deadline fails it with NotFound (a forged or freed id).
-  struct EarlyFork {
-    GlobalId fork_id;
-    int holder = -1;
-    Promise<bool> registered;
-  };
-  std::map<GlobalId, std::vector<EarlyFork>> early_forks_ ABSL_GUARDED_BY(mu_);
+  // Note [Early arrivals]: a request about a value can reach its owner
+  // before the value's creation does — a child's fork request (it comes
+  // from another worker than the creation), or the creator's own first call
+  // (sent without waiting for the creation's acknowledgement, to save a
+  // round trip; the owner serves requests concurrently, so even one pipe
+  // does not order them). Such requests wait here until the creation
+  // arrives, or fail with NotFound at their deadline (a forged or freed id).
+  // Only requests that say they may be early wait; others fail at once.
+  std::map<GlobalId, std::map<uint64_t, Promise<bool>>> awaiting_creation_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace tessera::rref

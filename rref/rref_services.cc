@@ -5,9 +5,9 @@
 
 namespace tessera::rref {
 
-// How long a fork request for a not-yet-created value waits, when the
-// request carries no deadline of its own.
-constexpr absl::Duration kDefaultEarlyForkWait = absl::Seconds(60);
+// How long an early request waits for a value's creation when the request
+// carries no deadline of its own (Note [Early arrivals]).
+constexpr absl::Duration kDefaultEarlyWait = absl::Seconds(60);
 
 std::shared_ptr<RRefContext::OwnerEntry> RRefContext::EntryLocked(
     const GlobalId& rref_id, const std::string& type,
@@ -17,14 +17,11 @@ std::shared_ptr<RRefContext::OwnerEntry> RRefContext::EntryLocked(
     entry = std::make_shared<OwnerEntry>();
     entry->type_name = type;
     owned_changed_.SignalAll();
-    // Note [Early fork registration]: forks that arrived before the value.
-    auto early = early_forks_.find(rref_id);
-    if (early != early_forks_.end()) {
-      for (auto& fork : early->second) {
-        entry->forks[fork.fork_id] = fork.holder;
-        now_registered->push_back(fork.registered);
-      }
-      early_forks_.erase(early);
+    // Note [Early arrivals]: requests that came before the value.
+    auto early = awaiting_creation_.find(rref_id);
+    if (early != awaiting_creation_.end()) {
+      for (auto& [id, waiter] : early->second) now_registered->push_back(waiter);
+      awaiting_creation_.erase(early);
     }
   }
   return entry;
@@ -146,52 +143,60 @@ Future<c10::IValue> RRefContext::FetchLocal(const GlobalId& rref_id) {
       });
 }
 
-Future<bool> RRefContext::RegisterFork(const GlobalId& rref_id, const GlobalId& fork_id,
-                                       int holder, absl::Time deadline) {
-  Promise<bool> registered;
+Future<bool> RRefContext::AwaitCreation(const GlobalId& rref_id, absl::Time deadline) {
+  Promise<bool> created;
+  uint64_t waiter = 0;
   {
     MutexLock lock(&mu_);
-    auto it = owned_.find(rref_id);
-    if (it != owned_.end()) {
-      it->second->forks[fork_id] = holder;
-      return Future<bool>::Ready(true);
-    }
-    early_forks_[rref_id].push_back(EarlyFork{fork_id, holder, registered});
+    if (owned_.count(rref_id) > 0) return Future<bool>::Ready(true);
+    waiter = next_waiter_++;
+    awaiting_creation_[rref_id][waiter] = created;
   }
   rpc::Runtime* runtime = runtime_.load();
   if (runtime != nullptr) {
     std::weak_ptr<RRefContext> weak = weak_from_this();
-    const absl::Time when = deadline == absl::InfiniteFuture()
-                                ? absl::Now() + kDefaultEarlyForkWait
-                                : deadline;
-    runtime->timer().Schedule(when, [weak, rref_id, fork_id]() {
+    const absl::Time when =
+        deadline == absl::InfiniteFuture() ? absl::Now() + kDefaultEarlyWait : deadline;
+    runtime->timer().Schedule(when, [weak, rref_id, waiter]() {
       auto self = weak.lock();
       if (self == nullptr) return;
       Promise<bool> expired;
-      bool found = false;
       {
         MutexLock lock(&self->mu_);
-        auto it = self->early_forks_.find(rref_id);
-        if (it == self->early_forks_.end()) return;
-        auto& forks = it->second;
-        for (auto f = forks.begin(); f != forks.end(); ++f) {
-          if (f->fork_id == fork_id) {
-            expired = f->registered;
-            forks.erase(f);
-            found = true;
-            break;
-          }
-        }
-        if (forks.empty()) self->early_forks_.erase(it);
+        auto it = self->awaiting_creation_.find(rref_id);
+        if (it == self->awaiting_creation_.end()) return;
+        auto entry = it->second.find(waiter);
+        if (entry == it->second.end()) return;
+        expired = entry->second;
+        it->second.erase(entry);
+        if (it->second.empty()) self->awaiting_creation_.erase(it);
       }
-      if (found) {
-        expired.Set(absl::NotFoundError(absl::StrCat(
-            "fork of unknown RRef ", rref_id.ToString(),
-            ": its creation never arrived (forged, or already freed)")));
-      }
+      expired.Set(absl::NotFoundError(absl::StrCat(
+          "unknown RRef ", rref_id.ToString(),
+          ": its creation never arrived (forged, or already freed)")));
     });
   }
-  return registered.GetFuture();
+  return created.GetFuture();
+}
+
+Future<bool> RRefContext::RegisterFork(const GlobalId& rref_id, const GlobalId& fork_id,
+                                       int holder, absl::Time deadline) {
+  // Safe to register after creation rather than with it: the parent keeps
+  // its own reference until this fork is confirmed (G2), so the value
+  // cannot be freed in between.
+  return AwaitCreation(rref_id, deadline)
+      .Then([this, rref_id, fork_id, holder](const absl::StatusOr<bool>& created)
+                -> absl::StatusOr<bool> {
+        if (!created.ok()) return created.status();
+        MutexLock lock(&mu_);
+        auto it = owned_.find(rref_id);
+        if (it == owned_.end()) {
+          return absl::NotFoundError("fork of RRef " + rref_id.ToString() +
+                                     ", which was already freed");
+        }
+        it->second->forks[fork_id] = holder;
+        return true;
+      });
 }
 
 void RRefContext::RegisterServices(rpc::Registry* internal) {
@@ -243,12 +248,27 @@ void RRefContext::RegisterServices(rpc::Registry* internal) {
                "remote() of method '" + method + "' on worker '" + NameOf(self_) + "'");
       }));
   must(internal->Register("rref.call", [this](rpc::CallContext& ctx, int64_t rw, int64_t rl,
-                                              std::string method,
+                                              bool may_be_early, std::string method,
                                               std::vector<c10::IValue> args) {
-    return InvokeMethod(ctx.caller_rank, {int32_t(rw), rl}, method, std::move(args));
+    const GlobalId id{int32_t(rw), rl};
+    const int caller = ctx.caller_rank;
+    if (!may_be_early) return InvokeMethod(caller, id, method, std::move(args));
+    return AwaitCreation(id, ctx.deadline)
+        .Then([this, caller, id, method, args = std::move(args)](
+                  const absl::StatusOr<bool>& created) mutable -> Future<c10::IValue> {
+          if (!created.ok()) return Future<c10::IValue>::Ready(created.status());
+          return InvokeMethod(caller, id, method, std::move(args));
+        });
   }));
-  must(internal->Register("rref.fetch", [this](int64_t rw, int64_t rl) {
-    return FetchLocal({int32_t(rw), rl});
+  must(internal->Register("rref.fetch", [this](rpc::CallContext& ctx, int64_t rw, int64_t rl,
+                                               bool may_be_early) {
+    const GlobalId id{int32_t(rw), rl};
+    if (!may_be_early) return FetchLocal(id);
+    return AwaitCreation(id, ctx.deadline)
+        .Then([this, id](const absl::StatusOr<bool>& created) -> Future<c10::IValue> {
+          if (!created.ok()) return Future<c10::IValue>::Ready(created.status());
+          return FetchLocal(id);
+        });
   }));
   must(internal->Register("rref.fork", [this](rpc::CallContext& ctx, int64_t rw, int64_t rl,
                                               int64_t fw, int64_t fl) {

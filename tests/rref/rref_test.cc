@@ -168,9 +168,18 @@ TEST_F(RRefTest, ManyShortLivedRRefsKeepOwnerMemoryFlat) {
 TEST_F(RRefTest, ForgedIdIsAnError) {
   StartWorld(2);
   auto result = rt().CallInternal(1, "rref.fetch", {c10::IValue(int64_t{7}),
-                                                    c10::IValue(int64_t{123456})})
+                                                    c10::IValue(int64_t{123456}),
+                                                    c10::IValue(false)})
                     .Wait(absl::Seconds(30));
   EXPECT_EQ(result.status().code(), absl::StatusCode::kNotFound);
+  // A request that claims to be early waits for the creation, but only
+  // until its deadline.
+  auto early = rt().CallInternal(1, "rref.fetch",
+                                 {c10::IValue(int64_t{7}), c10::IValue(int64_t{123457}),
+                                  c10::IValue(true)},
+                                 rpc::CallOptions{absl::Milliseconds(300)})
+                   .Wait(absl::Seconds(30));
+  EXPECT_FALSE(early.ok());
   auto deleted = rt().CallInternal(1, "rref.delete",
                                    {c10::IValue(int64_t{7}), c10::IValue(int64_t{1}),
                                     c10::IValue(int64_t{7}), c10::IValue(int64_t{2})})

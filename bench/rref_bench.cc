@@ -1,0 +1,125 @@
+// RRef benchmark: two processes on loopback. Prints one JSON object:
+//   remote_method_p50_us / _p99_us  RemoteObject<Counter>() then one method call
+//   remote_to_here_p50_us           Remote<int>("echo") then to_here()
+//   rrefs_per_s                     10,000 remote() calls, each dropped at once,
+//                                   until the owner has freed all of them
+// Run through bench/compare_rref.sh to compare with PyTorch in the same run.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "rref/remote.h"
+#include "store/store_server.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using tessera::rref::RRefContext;
+
+class Counter {
+ public:
+  explicit Counter(int64_t start) : value_(start) {}
+  int64_t Add(int64_t delta) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return value_ += delta;
+  }
+
+ private:
+  std::mutex mu_;
+  int64_t value_;
+};
+
+std::shared_ptr<RRefContext> MakeContext() {
+  tessera::rref::ClassRegistry classes;
+  classes.Class<Counter>("Counter").Constructor<int64_t>().Method("add", &Counter::Add);
+  return RRefContext::Create(std::move(classes));
+}
+
+std::unique_ptr<tessera::rpc::Runtime> Start(int rank, int port,
+                                             const std::shared_ptr<RRefContext>& context) {
+  tessera::rpc::Registry registry;
+  (void)registry.Register("echo", [](int64_t v) { return v; });
+  std::weak_ptr<RRefContext> weak = context;
+  (void)registry.Register("await_owned", [weak](int64_t n) {
+    auto c = weak.lock();
+    return c && c->WaitForOwnedValues(static_cast<size_t>(n), absl::Seconds(60));
+  });
+  tessera::rpc::RpcOptions options;
+  options.name = "worker" + std::to_string(rank);
+  options.rank = rank;
+  options.world_size = 2;
+  options.master_port = port;
+  options.store_role = tessera::rpc::StoreRole::kConnect;
+  options.shutdown_timeout = absl::Minutes(10);
+  auto runtime = tessera::rpc::Runtime::Init(options, std::move(registry), {context});
+  if (!runtime.ok()) {
+    std::fprintf(stderr, "init: %s\n", runtime.status().ToString().c_str());
+    std::exit(1);
+  }
+  return *std::move(runtime);
+}
+
+double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 2 && std::strcmp(argv[1], "--serve") == 0) {
+    auto context = MakeContext();
+    auto runtime = Start(1, std::atoi(argv[2]), context);
+    return runtime->Shutdown().ok() ? 0 : 1;
+  }
+  auto store = tessera::store::StoreServer::Start("127.0.0.1", 0);
+  const std::string port = std::to_string((*store)->port());
+  pid_t child = fork();
+  if (child == 0) {
+    execl("/proc/self/exe", argv[0], "--serve", port.c_str(), nullptr);
+    _exit(127);
+  }
+  auto context = MakeContext();
+  auto runtime = Start(0, (*store)->port(), context);
+
+  auto remote_method = [&] {
+    auto counter = tessera::rref::RemoteObject<Counter>(*context, "worker1", int64_t{0});
+    return counter.RpcSync<int64_t>("add", int64_t{1});
+  };
+  auto remote_fetch = [&](int64_t i) {
+    return tessera::rref::Remote<int64_t>(*context, "worker1", "echo", i).to_here();
+  };
+  for (int i = 0; i < 300; ++i) remote_method(), remote_fetch(i);
+
+  std::vector<double> method_us, fetch_us;
+  for (int i = 0; i < 3000; ++i) {
+    auto start = Clock::now();
+    remote_method();
+    method_us.push_back(Micros(Clock::now() - start));
+    start = Clock::now();
+    remote_fetch(i);
+    fetch_us.push_back(Micros(Clock::now() - start));
+  }
+  std::sort(method_us.begin(), method_us.end());
+  std::sort(fetch_us.begin(), fetch_us.end());
+
+  constexpr int kRRefs = 10000;
+  auto start = Clock::now();
+  for (int64_t i = 0; i < kRRefs; ++i) {
+    (void)tessera::rref::Remote<int64_t>(*context, "worker1", "echo", i);
+  }
+  (void)runtime->RpcSync<bool>("worker1", "await_owned", int64_t{0});
+  const double rate = kRRefs / std::chrono::duration<double>(Clock::now() - start).count();
+
+  std::printf("{\"remote_method_p50_us\": %.1f, \"remote_method_p99_us\": %.1f, "
+              "\"remote_to_here_p50_us\": %.1f, \"rrefs_per_s\": %.0f}\n",
+              method_us[method_us.size() / 2], method_us[method_us.size() * 99 / 100],
+              fetch_us[fetch_us.size() / 2], rate);
+  const int code = runtime->Shutdown().ok() ? 0 : 1;
+  int status = 0;
+  waitpid(child, &status, 0);
+  return code;
+}
