@@ -1,10 +1,15 @@
 // Options for starting an RPC runtime.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/deadline_timer.h"
+#include "common/executor.h"
+#include "rpc/rpc_agent.h"
 #include "rpc/tensorpipe/tensorpipe_agent.h"
 
 namespace tessera::rpc {
@@ -38,6 +43,13 @@ struct RpcOptions {
   int num_worker_threads = 8;
 
   TensorPipeOptions tensorpipe;
+
+  // Makes the agent; unset means TensorPipe. Tests use it to run workers
+  // over a fake network whose message order they control.
+  using AgentFactory = std::function<absl::StatusOr<std::unique_ptr<RpcAgent>>(
+      const std::string& name, int rank, RequestHandler handler, Executor* executor,
+      DeadlineTimer* timer)>;
+  AgentFactory agent_factory;
 
   // Fills rank, world size, master address/port from RANK, WORLD_SIZE,
   // MASTER_ADDR, MASTER_PORT (as torch's env:// does) and the name from

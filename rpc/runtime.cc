@@ -74,10 +74,14 @@ absl::Status Runtime::Start() {
                                                        options_.rendezvous_timeout);
   timer_ = std::make_unique<DeadlineTimer>();
   pool_ = std::make_unique<ThreadPool>(options_.num_worker_threads, options_.name);
-  auto agent = CreateTensorPipeAgent(
-      options_.tensorpipe, options_.name, options_.rank,
-      [this](int from, Message request) { return HandleRequest(from, std::move(request)); },
-      pool_.get(), timer_.get());
+  RequestHandler handler = [this](int from, Message request) {
+    return HandleRequest(from, std::move(request));
+  };
+  auto agent = options_.agent_factory
+                   ? options_.agent_factory(options_.name, options_.rank, std::move(handler),
+                                            pool_.get(), timer_.get())
+                   : CreateTensorPipeAgent(options_.tensorpipe, options_.name, options_.rank,
+                                           std::move(handler), pool_.get(), timer_.get());
   if (!agent.ok()) return agent.status();
   agent_ = *std::move(agent);
   agent_->SetPeerFailureHandler([this](int rank) { OnPeerFailure(rank); });
