@@ -1,15 +1,22 @@
 // ThreadSanitizer suppressions, compiled into every test binary (TSan calls
 // this hook at start-up; other builds ignore it).
 //
-// Debian's gRPC (and the Abseil inside it) is not built with TSan, so the
-// synchronization with which it hands messages between its own threads is
-// invisible: every request or response it carries looks like a race. Only
-// whole uninstrumented modules are listed, never Tessera code.
+// Debian's gRPC, Abseil and TensorPipe are not built with TSan, so the
+// atomics and locks with which they hand data between their own threads are
+// invisible: what they carry looks like a race. Only whole uninstrumented
+// modules are listed, never Tessera code (which synchronizes with
+// std::mutex, common/mutex.h, so that TSan sees it).
 extern "C" const char* __tsan_default_suppressions() {
   return "race:libgrpc.so\n"
          "race:libgrpc++.so\n"
          "race:libgpr.so\n"
          "called_from_lib:libgrpc.so\n"
          "called_from_lib:libgrpc++.so\n"
-         "called_from_lib:libgpr.so\n";
+         "called_from_lib:libgpr.so\n"
+         "race:libabsl_synchronization.so\n"
+         "race:libabsl_status.so\n"
+         "race:libabsl_cord.so\n"
+         "race:libtensorpipe.so\n"
+         "called_from_lib:libabsl_synchronization.so\n"
+         "called_from_lib:libtensorpipe.so\n";
 }
