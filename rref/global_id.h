@@ -2,9 +2,12 @@
 // Identifies RRef values and the forks (user references) of them.
 #pragma once
 
+#include <ATen/core/ivalue.h>
+
 #include <cstdint>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "proto/rpc.pb.h"
 
@@ -27,5 +30,11 @@ struct GlobalId {
     out->set_local(local);
   }
 };
+
+// Ids travel in internal messages as two ints.
+inline void PushId(std::vector<c10::IValue>* args, const GlobalId& id) {
+  args->emplace_back(static_cast<int64_t>(id.worker));
+  args->emplace_back(id.local);
+}
 
 }  // namespace tessera::rref

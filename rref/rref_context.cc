@@ -81,13 +81,6 @@ void RRefContext::SendInternal(int to_rank, const std::string& service,
       });
 }
 
-namespace {
-void PushId(std::vector<c10::IValue>* args, const GlobalId& id) {
-  args->emplace_back(static_cast<int64_t>(id.worker));
-  args->emplace_back(id.local);
-}
-}  // namespace
-
 absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::RemoteCall(
     const std::string& owner, const std::string& function, std::vector<c10::IValue> args,
     const std::string& type_name) {
@@ -356,89 +349,6 @@ absl::StatusOr<std::shared_ptr<void>> RRefContext::LocalObject(const RRefImpl& r
     return absl::FailedPreconditionError("the RRef holds a value, not an object");
   }
   return value->object;
-}
-
-absl::Status RRefContext::EncodeRRef(const c10::IValue& value, int to_rank,
-                                     proto::RRefHandle* out) {
-  auto impl = c10::dynamic_intrusive_pointer_cast<RRefImpl>(value.toRRef());
-  if (!impl || impl->context().get() != this) {
-    return absl::InvalidArgumentError("an RRef from another runtime cannot be sent here");
-  }
-  const GlobalId fork_id = NextId();
-  out->set_owner(impl->owner_rank());
-  impl->rref_id().ToProto(out->mutable_rref_id());
-  fork_id.ToProto(out->mutable_fork_id());
-  out->set_parent(self_);
-  out->set_type_name(impl->type_name());
-  MutexLock lock(&mu_);
-  if (impl->isOwner()) {
-    // The owner makes the fork, so it knows of it already.
-    auto it = owned_.find(impl->rref_id());
-    if (it == owned_.end()) return absl::InternalError("owned RRef without an entry");
-    it->second->forks[fork_id] = to_rank;
-  } else {
-    pending_children_[fork_id] = PendingChild{impl, to_rank};  // G2
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<c10::IValue> RRefContext::DecodeRRef(const proto::RRefHandle& handle,
-                                                    int from_rank) {
-  const GlobalId rref_id = GlobalId::FromProto(handle.rref_id());
-  const GlobalId fork_id = GlobalId::FromProto(handle.fork_id());
-  const int owner = handle.owner();
-  const int parent = handle.parent();
-  if (owner == self_) {
-    {
-      MutexLock lock(&mu_);
-      auto it = owned_.find(rref_id);
-      if (it == owned_.end()) {
-        return absl::NotFoundError(absl::StrCat("unknown RRef ", rref_id.ToString(),
-                                                " (never created here, or already freed)"));
-      }
-      // A fork the owner made for itself is not a user reference.
-      if (parent == self_) it->second->forks.erase(fork_id);
-    }
-    auto handle_here = NewOwnerRRef(rref_id, handle.type_name());
-    if (parent != self_) {
-      std::vector<c10::IValue> args;
-      PushId(&args, fork_id);
-      SendInternal(parent, "rref.child_accept", std::move(args));
-    }
-    return c10::IValue(c10::intrusive_ptr<c10::RRefInterface>(handle_here));
-  }
-  if (owner < 0 || (runtime_.load() != nullptr &&
-                    !runtime_.load()->GetWorkerInfo(owner).ok())) {
-    return absl::InvalidArgumentError(absl::StrCat("RRef names unknown owner rank ", owner));
-  }
-  const bool owner_made_it = parent == owner;
-  auto user = NewUserRRef(rref_id, fork_id, owner, handle.type_name(), owner_made_it);
-  if (!owner_made_it) {
-    // Ask the owner to register this fork; then tell the parent (G2).
-    std::vector<c10::IValue> args;
-    PushId(&args, rref_id);
-    PushId(&args, fork_id);
-    rpc::Runtime* runtime = runtime_.load();
-    if (runtime != nullptr) {
-      std::weak_ptr<RRefContext> weak = weak_from_this();
-      runtime->CallInternal(owner, "rref.fork", std::move(args))
-          .OnReady([weak, fork_id, parent](const absl::StatusOr<c10::IValue>& ack) {
-            auto self = weak.lock();
-            if (self == nullptr) return;
-            if (ack.ok()) {
-              self->OnForkConfirmed(fork_id, parent);
-              return;
-            }
-            TESSERA_LOG(INFO) << "rref.fork failed: " << ack.status();
-            self->OnForkFailed(fork_id, ack.status());
-            std::vector<c10::IValue> accept;
-            PushId(&accept, fork_id);
-            self->SendInternal(parent, "rref.child_accept", std::move(accept));
-          });
-    }
-  }
-  (void)from_rank;
-  return c10::IValue(c10::intrusive_ptr<c10::RRefInterface>(user));
 }
 
 RRefContext::Stats RRefContext::stats() const {

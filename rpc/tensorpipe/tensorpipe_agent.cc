@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/mutex.h"
 #include "common/logging.h"
+#include "rpc/tensorpipe/frame_io.h"
 #include "rpc/tensorpipe/guarded_tcp/guarded_tcp.h"
 
 namespace tessera::rpc {
@@ -40,26 +41,6 @@ struct PendingCall {
 std::string UniqueShmAddress(const std::string& name) {
   static std::atomic<uint64_t> counter{0};
   return absl::StrCat("tessera_", getpid(), "_", counter.fetch_add(1), "_", name);
-}
-
-// Sends `message` on `pipe`; `done` runs with the transport's error, if any.
-// The message (and so its tensors) stays alive until the write completes.
-void WriteMessage(const std::shared_ptr<tp::Pipe>& pipe,
-                  std::shared_ptr<Message> message,
-                  std::function<void(const tp::Error&)> done) {
-  tp::Message out;
-  out.metadata = message->envelope.SerializeAsString();
-  out.tensors.reserve(message->tensors.size());
-  for (const at::Tensor& tensor : message->tensors) {
-    tp::Message::Tensor t;
-    t.buffer = tp::CpuBuffer{const_cast<void*>(tensor.data_ptr())};
-    t.length = tensor.nbytes();
-    out.tensors.push_back(std::move(t));
-  }
-  pipe->write(std::move(out), [message = std::move(message),
-                               done = std::move(done)](const tp::Error& error) {
-    done(error);
-  });
 }
 
 class TensorPipeAgent final : public RpcAgent {
@@ -167,11 +148,7 @@ class TensorPipeAgent final : public RpcAgent {
                 const std::string& why);
   std::string PeerName(int rank) const;
 
-  // Reads one frame's descriptor, validates it, allocates receive buffers,
-  // reads the data, then calls `done` with the message or the reason the
-  // frame was rejected.
-  void ReadFrame(std::shared_ptr<tp::Pipe> pipe,
-                 std::function<void(absl::StatusOr<Message>)> done);
+
 
   const TensorPipeOptions options_;
   WorkerInfo self_;
@@ -348,60 +325,8 @@ void TensorPipeAgent::NotifyPeerFailure(int rank) {
   if (handler) handler(rank);
 }
 
-void TensorPipeAgent::ReadFrame(
-    std::shared_ptr<tp::Pipe> pipe,
-    std::function<void(absl::StatusOr<Message>)> done) {
-  pipe->readDescriptor([this, pipe, done = std::move(done)](
-                           const tp::Error& error, tp::Descriptor descriptor) {
-    if (error) {
-      done(absl::UnavailableError(error.what()));
-      return;
-    }
-    if (!descriptor.payloads.empty()) {
-      done(absl::InvalidArgumentError("frame carries unexpected payloads"));
-      return;
-    }
-    auto envelope = ParseEnvelope(descriptor.metadata, options_.limits);
-    if (!envelope.ok()) {
-      done(envelope.status());
-      return;
-    }
-    std::vector<size_t> lengths;
-    lengths.reserve(descriptor.tensors.size());
-    for (const auto& tensor : descriptor.tensors) {
-      if (tensor.sourceDevice.type != tp::kCpuDeviceType) {
-        done(absl::InvalidArgumentError("frame carries a non-CPU tensor"));
-        return;
-      }
-      lengths.push_back(tensor.length);
-    }
-    auto tensors = AllocateTensors(*envelope, lengths, options_.limits, buffers_.get());
-    if (!tensors.ok()) {
-      done(tensors.status());
-      return;
-    }
-    auto message = std::make_shared<Message>();
-    message->envelope = *std::move(envelope);
-    message->tensors = *std::move(tensors);
-    tp::Allocation allocation;
-    for (const at::Tensor& tensor : message->tensors) {
-      tp::Allocation::Tensor t;
-      t.buffer = tp::CpuBuffer{tensor.data_ptr()};
-      allocation.tensors.push_back(std::move(t));
-    }
-    pipe->read(std::move(allocation),
-               [message, done](const tp::Error& error) {
-                 if (error) {
-                   done(absl::UnavailableError(error.what()));
-                 } else {
-                   done(std::move(*message));
-                 }
-               });
-  });
-}
-
 void TensorPipeAgent::ReadResponse(std::shared_ptr<ClientPipe> client) {
-  ReadFrame(client->pipe, [this, client](absl::StatusOr<Message> message) {
+  ReadFrame(client->pipe, options_.limits, buffers_.get(), [this, client](absl::StatusOr<Message> message) {
     if (!message.ok()) {
       FailPipe(client, std::string(message.status().message()));
       return;
@@ -470,7 +395,7 @@ void TensorPipeAgent::Relisten() {
 }
 
 void TensorPipeAgent::ReadRequest(std::shared_ptr<tp::Pipe> pipe, int peer_rank) {
-  ReadFrame(pipe, [this, pipe, peer_rank](absl::StatusOr<Message> message) {
+  ReadFrame(pipe, options_.limits, buffers_.get(), [this, pipe, peer_rank](absl::StatusOr<Message> message) {
     std::string reject;
     if (!message.ok()) {
       reject = std::string(message.status().message());

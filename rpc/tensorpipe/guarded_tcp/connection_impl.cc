@@ -135,23 +135,31 @@ void ConnectionImpl::handleEventsFromLoop(int events) {
   if (!error_) UpdateInterest();
 }
 
+bool ConnectionImpl::ReceiveInto(char* data, size_t wanted, size_t* done) {
+  while (*done < wanted) {
+    const ssize_t n = ::recv(socket_.fd(), data + *done, wanted - *done, 0);
+    if (n == 0) {
+      setError(tensorpipe::Error(std::make_shared<tensorpipe::EOFError>(), __FILE__, __LINE__));
+      return false;
+    }
+    if (n < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        setError(SystemErrorAt("recv", errno, __LINE__));
+      }
+      return false;
+    }
+    *done += n;
+  }
+  return true;
+}
+
 void ConnectionImpl::ProcessReads() {
   while (!reads_.empty()) {
     ReadOp& op = reads_.front();
     if (op.prefix_done < kPrefixBytes) {
-      const ssize_t n = ::recv(socket_.fd(), reinterpret_cast<char*>(&op.length) + op.prefix_done,
-                               kPrefixBytes - op.prefix_done, 0);
-      if (n == 0) {
-        setError(tensorpipe::Error(std::make_shared<tensorpipe::EOFError>(), __FILE__, __LINE__));
+      if (!ReceiveInto(reinterpret_cast<char*>(&op.length), kPrefixBytes, &op.prefix_done)) {
         return;
       }
-      if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
-        setError(SystemErrorAt("recv", errno, __LINE__));
-        return;
-      }
-      op.prefix_done += n;
-      if (op.prefix_done < kPrefixBytes) continue;
       // Note [Bounded frames]: the length comes from the peer. Into a given
       // buffer it must match exactly; otherwise it must fit the limit before
       // a single byte is allocated for it.
@@ -175,19 +183,7 @@ void ConnectionImpl::ProcessReads() {
         op.data = op.owned.get();
       }
     }
-    while (op.data_done < op.length) {
-      const ssize_t n = ::recv(socket_.fd(), op.data + op.data_done, op.length - op.data_done, 0);
-      if (n == 0) {
-        setError(tensorpipe::Error(std::make_shared<tensorpipe::EOFError>(), __FILE__, __LINE__));
-        return;
-      }
-      if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
-        setError(SystemErrorAt("recv", errno, __LINE__));
-        return;
-      }
-      op.data_done += n;
-    }
+    if (!ReceiveInto(op.data, op.length, &op.data_done)) return;
     ReadOp done = std::move(op);
     reads_.pop_front();
     done.fn(tensorpipe::Error::kSuccess, done.data, done.length);

@@ -60,6 +60,9 @@ class ConnectionImpl final
     write_callback_fn fn;
   };
 
+  // Reads into data[*done, wanted); false (with the error set if it is one)
+  // when the socket has nothing more for now or failed.
+  bool ReceiveInto(char* data, size_t wanted, size_t* done);
   void ProcessReads();
   void ProcessWrites();
   // Registers for exactly the events the queued operations need.
