@@ -38,16 +38,18 @@ absl::StatusOr<c10::IValue> RRefContext::DecodeRRef(const proto::RRefHandle& han
   const int owner = handle.owner();
   const int parent = handle.parent();
   if (owner == self_) {
+    std::vector<Promise<bool>> now_registered;
     {
       MutexLock lock(&mu_);
-      auto it = owned_.find(rref_id);
-      if (it == owned_.end()) {
-        return absl::NotFoundError(absl::StrCat("unknown RRef ", rref_id.ToString(),
-                                                " (never created here, or already freed)"));
-      }
+      // Note [Early arrivals]: the creator may pass the reference back
+      // before its creation message has been served here. The entry is made
+      // now and the value arrives with the creation; waits on it are bounded
+      // by their deadlines, and an entry nobody references is freed again.
+      auto entry = EntryLocked(rref_id, handle.type_name(), &now_registered);
       // A fork the owner made for itself is not a user reference.
-      if (parent == self_) it->second->forks.erase(fork_id);
+      if (parent == self_) entry->forks.erase(fork_id);
     }
+    for (auto& promise : now_registered) promise.Set(true);
     auto handle_here = NewOwnerRRef(rref_id, handle.type_name());
     if (parent != self_) {
       std::vector<c10::IValue> args;

@@ -8,6 +8,9 @@
 
 namespace tessera::rref {
 
+// How long local_value() waits for a value still being computed.
+constexpr absl::Duration kLocalValueTimeout = absl::Seconds(60);
+
 std::shared_ptr<RRefContext> RRefContext::Create(ClassRegistry classes) {
   return std::shared_ptr<RRefContext>(new RRefContext(std::move(classes)));
 }
@@ -334,7 +337,7 @@ absl::StatusOr<c10::IValue> RRefContext::LocalValue(const RRefImpl& rref) {
         "local_value() called on worker '", NameOf(self_), "' but the RRef is owned by '",
         rref.ownerName(), "'"));
   }
-  return FetchLocal(rref.rref_id()).Wait(absl::InfiniteFuture());
+  return FetchLocal(rref.rref_id()).Wait(kLocalValueTimeout);
 }
 
 absl::StatusOr<std::shared_ptr<void>> RRefContext::LocalObject(const RRefImpl& rref) {
@@ -343,7 +346,7 @@ absl::StatusOr<std::shared_ptr<void>> RRefContext::LocalObject(const RRefImpl& r
         "local_value() called on worker '", NameOf(self_), "' but the RRef is owned by '",
         rref.ownerName(), "'"));
   }
-  auto value = ValueOf(rref.rref_id()).Wait(absl::InfiniteFuture());
+  auto value = ValueOf(rref.rref_id()).Wait(kLocalValueTimeout);
   if (!value.ok()) return value.status();
   if (value->object == nullptr) {
     return absl::FailedPreconditionError("the RRef holds a value, not an object");

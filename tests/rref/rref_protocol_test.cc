@@ -97,9 +97,10 @@ TEST_F(RRefProtocolTest, ForkRequestBeforeCreation) {
   EXPECT_EQ(stats(1).owned_values, 1u);
   EXPECT_EQ(stats(1).known_forks, 2u);  // worker0's and worker2's
 
-  ASSERT_TRUE(Settle([&] { return stats(0).pending_children == 0 && kept.IsReady(); }));
+  ASSERT_TRUE(Settle([&] {
+    return stats(0).pending_children == 0 && kept.IsReady() && t.confirmed_by_owner();
+  }));
   EXPECT_EQ(*kept.Wait(absl::ZeroDuration()), 1);
-  EXPECT_TRUE(t.confirmed_by_owner());
 
   auto fetched = t.to_here_async();
   ASSERT_TRUE(Settle([&] { return fetched.IsReady(); }));
@@ -149,6 +150,27 @@ TEST_F(RRefProtocolTest, ParentKeepsItsReferenceUntilTheChildIsConfirmed) {
 
   auto dropped = rt(0).RpcAsync<void>("worker2", "drop_kept");
   ASSERT_TRUE(Settle([&] { return stats(1).owned_values == 0 && dropped.IsReady(); }));
+}
+
+// Scenario (Note [Early arrivals]): worker0 creates a value on worker1 and
+// sends the reference straight back to worker1, whose call is served before
+// the creation. worker1 recognises its own value: the entry is made on
+// arrival and freed again when the call's handle dies (nobody else knows of
+// it yet); the creation then makes it for good. Nothing leaks.
+TEST_F(RRefProtocolTest, ReferenceReachesItsOwnerBeforeCreation) {
+  RRef<at::Tensor> t = Remote<at::Tensor>(rrefs(0), "worker1", "make_tensor", int64_t{2});
+  auto mine = rt(0).RpcAsync<bool>("worker1", "is_owner", t);
+  ASSERT_TRUE(network_->DeliverFirst(Request("is_owner")));
+  EXPECT_EQ(stats(1).owned_values, 0u);  // made, used, and freed again
+  ASSERT_TRUE(network_->DeliverFirst(Request("rref.remote")));
+  EXPECT_EQ(stats(1).owned_values, 1u);
+  ASSERT_TRUE(Settle([&] { return mine.IsReady() && stats(0).pending_children == 0; }));
+  EXPECT_TRUE(*mine.Wait(absl::ZeroDuration()));
+  auto fetched = t.to_here_async();
+  ASSERT_TRUE(Settle([&] { return fetched.IsReady(); }));
+  EXPECT_TRUE(at::equal(*fetched.Wait(absl::ZeroDuration()), at::ones({2}) * 2));
+  t = RRef<at::Tensor>();
+  ASSERT_TRUE(Settle([&] { return stats(1).owned_values == 0; }));
 }
 
 }  // namespace

@@ -41,6 +41,7 @@ rpc::Registry MakeRRefTestRegistry(std::shared_ptr<rref::RRefContext> context) {
     return std::vector<double>{ref.is_owner() ? 1.0 : 0.0,
                                value.ok() ? value->sum().item<double>() : -1.0};
   }));
+  must(registry.Register("is_owner", [](RRef<at::Tensor> ref) { return ref.is_owner(); }));
   auto kept = std::make_shared<std::vector<RRef<at::Tensor>>>();
   auto kept_mu = std::make_shared<std::mutex>();
   must(registry.Register("keep", [kept, kept_mu](RRef<at::Tensor> ref) {

@@ -48,7 +48,8 @@ rref::ClassRegistry MakeTestClasses();
 
 // The RPC test functions plus: make_tensor(n) -> ones(n)*n; relay_rref(chain,
 // rref) passes the RRef along `chain` and the last worker returns
-// to_here().sum(); owner_check(rref) -> [is_owner, local sum]; keep(rref)
+// to_here().sum(); owner_check(rref) -> [is_owner, local sum];
+// is_owner(rref) -> bool (does not wait for the value); keep(rref)
 // holds the RRef until drop_kept(); await_owned(n, timeout_ms) -> bool;
 // make_on(worker, n) -> RRef made by this worker on `worker`.
 rpc::Registry MakeRRefTestRegistry(std::shared_ptr<rref::RRefContext> context);
