@@ -197,13 +197,8 @@ TEST(RuntimeLifecycleTest, CleanRestartInTheSameProcess) {
   for (int generation = 0; generation < 2; ++generation) {
     auto store = store::StoreServer::Start("127.0.0.1", 0);
     ASSERT_TRUE(store.ok());
-    rpc::RpcOptions options;
-    options.name = "solo";
-    options.rank = 0;
-    options.world_size = 1;
-    options.master_port = (*store)->port();
-    options.store_role = rpc::StoreRole::kConnect;
-    auto runtime = rpc::Runtime::Init(options, MakeTestRegistry());
+    auto runtime = rpc::Runtime::Init(InProcessOptions("solo", 0, 1, (*store)->port()),
+                                      MakeTestRegistry());
     ASSERT_TRUE(runtime.ok()) << runtime.status();
     EXPECT_EQ((*runtime)->RpcSync<int64_t>("solo", "echo", int64_t{generation}), generation);
     EXPECT_TRUE((*runtime)->Shutdown().ok());

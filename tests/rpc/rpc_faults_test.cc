@@ -59,12 +59,7 @@ TEST_F(RpcFaultsTest, WorkerKilledMidCallFailsPendingCallsOnly) {
 TEST(RpcRendezvousTest, MissingWorkersAreNamedNotWaitedForever) {
   auto store = store::StoreServer::Start("127.0.0.1", 0);
   ASSERT_TRUE(store.ok());
-  rpc::RpcOptions options;
-  options.name = "worker0";
-  options.rank = 0;
-  options.world_size = 3;
-  options.master_port = (*store)->port();
-  options.store_role = rpc::StoreRole::kConnect;
+  rpc::RpcOptions options = InProcessOptions("worker0", 0, 3, (*store)->port());
   options.rendezvous_timeout = absl::Milliseconds(500);
   auto runtime = rpc::Runtime::Init(options, MakeTestRegistry());
   ASSERT_FALSE(runtime.ok());

@@ -14,6 +14,7 @@
 #include "store/store_server.h"
 #include "tests/rref/rref_world.h"
 #include "tests/testing/fake_network.h"
+#include "tests/testing/test_functions.h"
 
 namespace tessera::testing {
 namespace {
@@ -32,12 +33,8 @@ class RRefProtocolTest : public ::testing::Test {
     std::vector<std::future<absl::StatusOr<std::unique_ptr<rpc::Runtime>>>> starting;
     for (int rank = 0; rank < kWorld; ++rank) {
       contexts_.push_back(rref::RRefContext::Create(MakeTestClasses()));
-      rpc::RpcOptions options;
-      options.name = "worker" + std::to_string(rank);
-      options.rank = rank;
-      options.world_size = kWorld;
-      options.master_port = store_->port();
-      options.store_role = rpc::StoreRole::kConnect;
+      rpc::RpcOptions options =
+          InProcessOptions("worker" + std::to_string(rank), rank, kWorld, store_->port());
       options.agent_factory = network_->Factory();
       auto context = contexts_.back();
       starting.push_back(std::async(std::launch::async, [options, context] {

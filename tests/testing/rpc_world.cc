@@ -32,12 +32,7 @@ void RpcWorld::StartWorld(int world_size,
     env.insert(child_env.begin(), child_env.end());
     children_.push_back(std::make_unique<WorkerProcess>(ChildScenario(), env));
   }
-  rpc::RpcOptions options;
-  options.name = "worker0";
-  options.rank = 0;
-  options.world_size = world_size;
-  options.master_port = store_->port();
-  options.store_role = rpc::StoreRole::kConnect;
+  rpc::RpcOptions options = InProcessOptions("worker0", 0, world_size, store_->port());
   options.shutdown_timeout = shutdown_timeout;
   auto runtime = rpc::Runtime::Init(options, MakeRegistry(), MakeExtensions());
   ASSERT_TRUE(runtime.ok()) << runtime.status();

@@ -62,6 +62,17 @@ rpc::Registry MakeTestRegistry() {
   return registry;
 }
 
+rpc::RpcOptions InProcessOptions(const std::string& name, int rank, int world_size,
+                                 int store_port) {
+  rpc::RpcOptions options;
+  options.name = name;
+  options.rank = rank;
+  options.world_size = world_size;
+  options.master_port = store_port;
+  options.store_role = rpc::StoreRole::kConnect;
+  return options;
+}
+
 rpc::RpcOptions TestWorkerOptions() {
   auto options = rpc::RpcOptions::FromEnv();
   if (!options.ok()) throw std::runtime_error(options.status().ToString());

@@ -19,4 +19,9 @@ rpc::Registry MakeTestRegistry();
 // timeouts suited to tests.
 rpc::RpcOptions TestWorkerOptions();
 
+// Options for a worker in this process that meets the others through a store
+// the test hosts on `store_port`.
+rpc::RpcOptions InProcessOptions(const std::string& name, int rank, int world_size,
+                                 int store_port);
+
 }  // namespace tessera::testing
