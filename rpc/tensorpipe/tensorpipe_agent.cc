@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <thread>
@@ -73,7 +74,11 @@ class TensorPipeAgent final : public RpcAgent {
     }
     std::vector<std::string> urls = {tcp_name + "://" + options_.listen_host + ":0"};
     std::string transport_choice = tcp_name;
-    if (options_.enable_shm) {
+    // TESSERA_TENSORPIPE_SHM=0 turns the shared-memory transport off (e.g.
+    // under ThreadSanitizer, whose slowdown upsets TensorPipe's shm handshake).
+    const char* shm_env = std::getenv("TESSERA_TENSORPIPE_SHM");
+    const bool shm_allowed = shm_env == nullptr || std::string(shm_env) != "0";
+    if (options_.enable_shm && shm_allowed) {
       auto shm = tp::transport::shm::create();
       if (shm->isViable()) {
         context_->registerTransport(10, "shm", shm);
