@@ -35,7 +35,10 @@ TEST_F(RRefTest, CreateFetchDelete) {
     EXPECT_FALSE(t.is_owner());
     EXPECT_EQ(t.owner_name(), "worker1");
     EXPECT_TRUE(at::equal(t.to_here(), at::ones({3}) * 3));
-    EXPECT_TRUE(t.confirmed_by_owner());  // the fetch came after the ack
+    // The creator's fetch need not wait for the creation's acknowledgement
+    // (Note [Early arrivals]); the acknowledgement still comes.
+    EXPECT_TRUE(t.impl()->Confirmed().Wait(absl::Seconds(30)).ok());
+    EXPECT_TRUE(t.confirmed_by_owner());
     EXPECT_TRUE(OwnerHolds("worker1", 1));
     auto local = t.local_value();
     EXPECT_EQ(local.status().code(), absl::StatusCode::kFailedPrecondition);
