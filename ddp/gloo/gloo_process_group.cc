@@ -1,0 +1,179 @@
+#include "ddp/gloo/gloo_process_group.h"
+
+#include <ATen/ops/div.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/thread_pool.h"
+#include "ddp/gloo/gloo_store.h"
+
+namespace tessera::ddp {
+namespace {
+
+// Gloo's reduction for op on elements of T.
+using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+template <typename T>
+ReduceFn ReduceFunction(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:  // summed, then divided
+      return static_cast<ReduceFn>(&gloo::sum<T>);
+    case ReduceOp::kProduct:
+      return static_cast<ReduceFn>(&gloo::product<T>);
+    case ReduceOp::kMin:
+      return static_cast<ReduceFn>(&gloo::min<T>);
+    case ReduceOp::kMax:
+      return static_cast<ReduceFn>(&gloo::max<T>);
+  }
+  return nullptr;
+}
+
+absl::Status CheckTensor(const at::Tensor& tensor, const char* op) {
+  if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": the Gloo backend takes defined, contiguous CPU tensors"));
+  }
+  return absl::OkStatus();
+}
+
+class GlooProcessGroup final : public ProcessGroup {
+ public:
+  GlooProcessGroup(std::shared_ptr<gloo::rendezvous::Context> context, absl::Duration timeout)
+      : context_(std::move(context)),
+        timeout_(std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout))),
+        worker_(1, "gloo") {}
+
+  int rank() const override { return context_->rank; }
+  int size() const override { return context_->size; }
+
+  Work Allreduce(at::Tensor tensor, ReduceOp op) override {
+    if (auto status = CheckTensor(tensor, "allreduce"); !status.ok()) return Work::Ready(status);
+    return Run("allreduce", [this, tensor, op](uint32_t tag) -> absl::Status {
+      gloo::AllreduceOptions options(context_);
+      options.setTag(tag);
+      options.setTimeout(timeout_);
+      absl::Status typed = Typed(tensor, [&](auto* data) {
+        using T = std::remove_pointer_t<decltype(data)>;
+        options.setOutput(data, tensor.numel());
+        options.setReduceFunction(ReduceFunction<T>(op));
+      });
+      if (!typed.ok()) return typed;
+      gloo::allreduce(options);
+      if (op == ReduceOp::kAverage) tensor.div_(context_->size);
+      return absl::OkStatus();
+    });
+  }
+
+  Work Broadcast(at::Tensor tensor, int root) override {
+    if (auto status = CheckTensor(tensor, "broadcast"); !status.ok()) return Work::Ready(status);
+    if (root < 0 || root >= size()) {
+      return Work::Ready(absl::InvalidArgumentError(absl::StrCat("broadcast root ", root)));
+    }
+    return Run("broadcast", [this, tensor, root](uint32_t tag) -> absl::Status {
+      gloo::BroadcastOptions options(context_);
+      options.setTag(tag);
+      options.setTimeout(timeout_);
+      options.setRoot(root);
+      absl::Status typed = Typed(tensor, [&](auto* data) {
+        if (rank() == root) options.setInput(data, tensor.numel());
+        options.setOutput(data, tensor.numel());
+      });
+      if (!typed.ok()) return typed;
+      gloo::broadcast(options);
+      return absl::OkStatus();
+    });
+  }
+
+  Work Barrier() override {
+    return Run("barrier", [this](uint32_t tag) -> absl::Status {
+      gloo::BarrierOptions options(context_);
+      options.setTag(tag);
+      options.setTimeout(timeout_);
+      gloo::barrier(options);
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  // Calls fn(T* data) for the tensor's element type.
+  template <typename Fn>
+  static absl::Status Typed(const at::Tensor& tensor, Fn fn) {
+    switch (tensor.scalar_type()) {
+      case c10::ScalarType::Float: fn(tensor.data_ptr<float>()); break;
+      case c10::ScalarType::Double: fn(tensor.data_ptr<double>()); break;
+      case c10::ScalarType::Int: fn(tensor.data_ptr<int32_t>()); break;
+      case c10::ScalarType::Long: fn(tensor.data_ptr<int64_t>()); break;
+      case c10::ScalarType::Char: fn(tensor.data_ptr<int8_t>()); break;
+      case c10::ScalarType::Byte: fn(tensor.data_ptr<uint8_t>()); break;
+      case c10::ScalarType::Half:
+        fn(reinterpret_cast<gloo::float16*>(tensor.data_ptr<at::Half>()));
+        break;
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the Gloo backend does not reduce ", c10::toString(tensor.scalar_type()),
+            " tensors"));
+    }
+    return absl::OkStatus();
+  }
+
+  // Runs collectives one at a time, in issue order, each with its own tag.
+  Work Run(const char* what, std::function<absl::Status(uint32_t)> op) {
+    Promise<std::monostate> done;
+    const uint32_t tag = next_tag_++;
+    const int64_t timeout_ms = timeout_.count();
+    worker_.Post([done, what, op = std::move(op), tag, timeout_ms]() {
+      try {
+        absl::Status status = op(tag);
+        if (status.ok()) {
+          done.Set(std::monostate{});
+        } else {
+          done.Set(status);
+        }
+      } catch (const gloo::IoException& e) {
+        done.Set(absl::DeadlineExceededError(absl::StrCat(
+            what, " did not complete within ", timeout_ms,
+            " ms (a rank is missing, dead or issuing other collectives): ", e.what())));
+      } catch (const std::exception& e) {
+        done.Set(absl::InternalError(absl::StrCat(what, " failed: ", e.what())));
+      }
+    });
+    return done.GetFuture();
+  }
+
+  const std::shared_ptr<gloo::rendezvous::Context> context_;
+  const std::chrono::milliseconds timeout_;
+  std::atomic<uint32_t> next_tag_{0};
+  ThreadPool worker_;  // last member: joined first, while the context lives
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(
+    store::StoreClient* store, int rank, int size, const GlooOptions& options) {
+  if (size <= 0 || rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid rank ", rank, " of ", size));
+  }
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.hostname;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    context->setTimeout(std::chrono::milliseconds(absl::ToInt64Milliseconds(options.timeout)));
+    GlooStore gloo_store(store, options.store_prefix, options.timeout);
+    context->connectFullMesh(gloo_store, device);
+    return std::unique_ptr<ProcessGroup>(new GlooProcessGroup(std::move(context), options.timeout));
+  } catch (const std::exception& e) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "Gloo process group of rank ", rank, " of ", size, " could not connect: ", e.what()));
+  }
+}
+
+}  // namespace tessera::ddp

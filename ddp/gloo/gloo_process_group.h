@@ -1,0 +1,29 @@
+// Factory for the Gloo backend of ProcessGroup (CPU tensors over TCP),
+// meeting through Tessera's rendezvous store.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "ddp/process_group.h"
+#include "store/store_client.h"
+
+namespace tessera::ddp {
+
+struct GlooOptions {
+  // Address this rank's Gloo device binds and advertises.
+  std::string hostname = "127.0.0.1";
+  // Bound on connecting and on every collective.
+  absl::Duration timeout = absl::Seconds(30);
+  // Keys of this group in the store (one group per prefix).
+  std::string store_prefix = "tessera/gloo";
+};
+
+// Connects all `size` ranks (bounded by options.timeout). `store` must
+// outlive the group.
+absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(
+    store::StoreClient* store, int rank, int size, const GlooOptions& options = {});
+
+}  // namespace tessera::ddp

@@ -1,0 +1,40 @@
+// ProcessGroup: collectives over the ranks of a job (DDP's communication).
+//
+// Every operation returns a Work (a Future that completes once, with OK or
+// an error) and is executed in the order it was issued; all ranks must
+// issue the same operations in the same order. Tensors are contiguous CPU
+// tensors, updated in place. A missing or dead rank fails the operation
+// with DeadlineExceeded at the group's timeout instead of hanging.
+//
+// Backends live in sub-packages behind factories (ddp/gloo/).
+// Thread-safety: methods may be called from any thread.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <variant>
+
+#include "common/future.h"
+
+namespace tessera::ddp {
+
+enum class ReduceOp { kSum, kAverage, kMin, kMax, kProduct };
+
+using Work = Future<std::monostate>;
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Reduces `tensor` across all ranks; every rank ends with the result.
+  virtual Work Allreduce(at::Tensor tensor, ReduceOp op = ReduceOp::kSum) = 0;
+  // Copies `root`'s `tensor` into every rank's `tensor`.
+  virtual Work Broadcast(at::Tensor tensor, int root) = 0;
+  // Completes once every rank has entered it.
+  virtual Work Barrier() = 0;
+};
+
+}  // namespace tessera::ddp
