@@ -35,6 +35,16 @@ class ProcessGroup {
   virtual Work Broadcast(at::Tensor tensor, int root) = 0;
   // Completes once every rank has entered it.
   virtual Work Barrier() = 0;
+  // output = the `input`s of all ranks, concatenated in rank order along
+  // dimension 0 (output has size() times input's elements).
+  virtual Work Allgather(at::Tensor input, at::Tensor output) = 0;
+  // Reduces `input` (size() equal chunks along dimension 0) across ranks;
+  // `output` receives this rank's chunk of the result.
+  virtual Work ReduceScatter(at::Tensor input, at::Tensor output,
+                             ReduceOp op = ReduceOp::kSum) = 0;
+  // Point to point: `tag` pairs a Send with the matching Recv.
+  virtual Work Send(at::Tensor tensor, int dst, uint64_t tag) = 0;
+  virtual Work Recv(at::Tensor tensor, int src, uint64_t tag) = 0;
 };
 
 }  // namespace tessera::ddp

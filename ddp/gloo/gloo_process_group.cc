@@ -1,6 +1,7 @@
 #include "ddp/gloo/gloo_process_group.h"
 
 #include <ATen/ops/div.h>
+#include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
@@ -92,6 +93,60 @@ class GlooProcessGroup final : public ProcessGroup {
     });
   }
 
+  Work Allgather(at::Tensor input, at::Tensor output) override {
+    if (auto s = CheckTensor(input, "allgather"); !s.ok()) return Work::Ready(s);
+    if (auto s = CheckTensor(output, "allgather"); !s.ok()) return Work::Ready(s);
+    if (output.numel() != input.numel() * size() ||
+        output.scalar_type() != input.scalar_type()) {
+      return Work::Ready(absl::InvalidArgumentError(absl::StrCat(
+          "allgather: output must hold ", size(), " x ", input.numel(), " elements of ",
+          c10::toString(input.scalar_type()))));
+    }
+    return Run("allgather", [this, input, output](uint32_t tag) -> absl::Status {
+      gloo::AllgatherOptions options(context_);
+      options.setTag(tag);
+      options.setTimeout(timeout_);
+      absl::Status typed = Typed(input, [&](auto* data) {
+        using T = std::remove_pointer_t<decltype(data)>;
+        options.setInput(data, input.numel());
+        options.setOutput(static_cast<T*>(output.data_ptr()), output.numel());
+      });
+      if (!typed.ok()) return typed;
+      gloo::allgather(options);
+      return absl::OkStatus();
+    });
+  }
+
+  // Allreduce, then this rank's chunk: correct, but it moves size() times
+  // the data a halving-doubling reduce-scatter would (not yet used by DDP).
+  Work ReduceScatter(at::Tensor input, at::Tensor output, ReduceOp op) override {
+    if (auto s = CheckTensor(input, "reduce_scatter"); !s.ok()) return Work::Ready(s);
+    if (auto s = CheckTensor(output, "reduce_scatter"); !s.ok()) return Work::Ready(s);
+    if (input.numel() != output.numel() * size() ||
+        output.scalar_type() != input.scalar_type()) {
+      return Work::Ready(absl::InvalidArgumentError(absl::StrCat(
+          "reduce_scatter: input must hold ", size(), " x ", output.numel(), " elements of ",
+          c10::toString(output.scalar_type()))));
+    }
+    at::Tensor reduced = input.clone();
+    const int64_t chunk = output.numel();
+    const int64_t offset = chunk * rank();
+    return Allreduce(reduced, op).Then(
+        [reduced, output, chunk, offset](const absl::StatusOr<std::monostate>& done)
+            -> absl::StatusOr<std::monostate> {
+          if (!done.ok()) return done.status();
+          output.view({-1}).copy_(reduced.view({-1}).narrow(0, offset, chunk));
+          return std::monostate{};
+        });
+  }
+
+  Work Send(at::Tensor tensor, int dst, uint64_t tag) override {
+    return PointToPoint("send", tensor, dst, tag, /*sending=*/true);
+  }
+  Work Recv(at::Tensor tensor, int src, uint64_t tag) override {
+    return PointToPoint("recv", tensor, src, tag, /*sending=*/false);
+  }
+
   Work Barrier() override {
     return Run("barrier", [this](uint32_t tag) -> absl::Status {
       gloo::BarrierOptions options(context_);
@@ -124,6 +179,47 @@ class GlooProcessGroup final : public ProcessGroup {
     return absl::OkStatus();
   }
 
+  // Point to point is posted at once (Gloo's send/recv do not block), not
+  // queued behind collectives: a send completes only when its peer receives,
+  // so queueing both sides' sends first would deadlock a ring. The wait for
+  // completion runs on its own pool.
+  Work PointToPoint(const char* what, at::Tensor tensor, int peer, uint64_t tag,
+                    bool sending) {
+    if (auto s = CheckTensor(tensor, what); !s.ok()) return Work::Ready(s);
+    if (peer < 0 || peer >= size() || peer == rank()) {
+      return Work::Ready(absl::InvalidArgumentError(absl::StrCat(what, ": bad peer ", peer)));
+    }
+    std::shared_ptr<gloo::transport::UnboundBuffer> buffer;
+    try {
+      buffer = context_->createUnboundBuffer(tensor.data_ptr(), tensor.nbytes());
+      if (sending) {
+        buffer->send(peer, tag);
+      } else {
+        buffer->recv(peer, tag);
+      }
+    } catch (const std::exception& e) {
+      return Work::Ready(absl::UnavailableError(absl::StrCat(what, " failed: ", e.what())));
+    }
+    Promise<std::monostate> done;
+    const auto timeout = timeout_;
+    p2p_waiters_.Post([done, what, buffer, tensor, peer, sending, timeout]() {
+      int from = -1;
+      try {
+        const bool ok = sending ? buffer->waitSend(&from, timeout) : buffer->waitRecv(&from, timeout);
+        if (ok) {
+          done.Set(std::monostate{});
+        } else {
+          done.Set(absl::DeadlineExceededError(
+              absl::StrCat(what, " with rank ", peer, " did not complete in time")));
+        }
+      } catch (const std::exception& e) {
+        done.Set(absl::DeadlineExceededError(
+            absl::StrCat(what, " with rank ", peer, " failed: ", e.what())));
+      }
+    });
+    return done.GetFuture();
+  }
+
   // Runs collectives one at a time, in issue order, each with its own tag.
   Work Run(const char* what, std::function<absl::Status(uint32_t)> op) {
     Promise<std::monostate> done;
@@ -151,7 +247,9 @@ class GlooProcessGroup final : public ProcessGroup {
   const std::shared_ptr<gloo::rendezvous::Context> context_;
   const std::chrono::milliseconds timeout_;
   std::atomic<uint32_t> next_tag_{0};
-  ThreadPool worker_;  // last member: joined first, while the context lives
+  // Last members: joined first, while the context lives.
+  ThreadPool p2p_waiters_{4, "gloo-p2p"};
+  ThreadPool worker_;
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <ATen/ops/arange.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/repeat_interleave.h>
 #include <ATen/ops/zeros.h>
 
 #include <cstdio>
@@ -68,6 +69,31 @@ absl::Status RunConformance(ddp::ProcessGroup& pg) {
   TESSERA_RETURN_IF_ERROR(Done(pg.Broadcast(b, root)));
   TESSERA_RETURN_IF_ERROR(Check(at::equal(b, at::arange(10, at::kFloat)), "broadcast"));
   TESSERA_RETURN_IF_ERROR(Done(pg.Barrier()));
+
+  at::Tensor mine = at::full({3}, static_cast<int64_t>(r), at::kLong);
+  at::Tensor all = at::zeros({3 * n}, at::kLong);
+  TESSERA_RETURN_IF_ERROR(Done(pg.Allgather(mine, all)));
+  TESSERA_RETURN_IF_ERROR(Check(
+      at::equal(all, at::arange(n, at::kLong).repeat_interleave(3)), "allgather"));
+
+  at::Tensor input = at::arange(4 * n, at::kFloat) * (r + 1);
+  at::Tensor chunk = at::zeros({4});
+  TESSERA_RETURN_IF_ERROR(Done(pg.ReduceScatter(input, chunk)));
+  TESSERA_RETURN_IF_ERROR(Check(
+      at::equal(chunk, at::arange(4 * r, 4 * r + 4, at::kFloat) * (n * (n + 1) / 2.0f)),
+      "reduce_scatter"));
+
+  // A ring of point-to-point messages: each rank sends to the next.
+  at::Tensor out = at::full({5}, 10.0f * r);
+  at::Tensor in = at::zeros({5});
+  auto sent = pg.Send(out, (r + 1) % n, 7);
+  auto received = pg.Recv(in, (r + n - 1) % n, 7);
+  // Every rank sends before it receives; this completes only because sends
+  // are posted at once rather than queued behind each other.
+  TESSERA_RETURN_IF_ERROR(Done(sent));
+  TESSERA_RETURN_IF_ERROR(Done(received));
+  TESSERA_RETURN_IF_ERROR(
+      Check(at::equal(in, at::full({5}, 10.0f * ((r + n - 1) % n))), "send/recv ring"));
 
   // Bad input is an error here, not a hang for the others: checked before
   // anything is sent, so no rank issues it.
