@@ -37,6 +37,11 @@ absl::StatusOr<RpcOptions> RpcOptions::FromEnv() {
   options.world_size = *world_size;
   options.master_port = *port;
   if (const char* addr = std::getenv("MASTER_ADDR")) options.master_addr = addr;
+  // Under tessera-run the launcher hosts the store; workers connect to it.
+  if (const char* hosted = std::getenv("TESSERA_STORE_HOSTED");
+      hosted != nullptr && std::string(hosted) == "1") {
+    options.store_role = StoreRole::kConnect;
+  }
   const char* name = std::getenv("TESSERA_WORKER_NAME");
   options.name = name ? name : absl::StrCat("worker", options.rank);
   return options;

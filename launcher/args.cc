@@ -1,0 +1,56 @@
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "launcher/launcher.h"
+
+namespace tessera::launcher {
+
+absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args) {
+  LaunchOptions options;
+  size_t i = 0;
+  auto int_value = [&](const std::string& flag, int* out) -> absl::Status {
+    if (i + 1 >= args.size() || !absl::SimpleAtoi(args[i + 1], out)) {
+      return absl::InvalidArgumentError(flag + " needs an integer");
+    }
+    ++i;
+    return absl::OkStatus();
+  };
+  for (; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    absl::Status status;
+    if (arg == "--nproc_per_node") {
+      status = int_value(arg, &options.nproc_per_node);
+    } else if (arg == "--nnodes") {
+      status = int_value(arg, &options.nnodes);
+    } else if (arg == "--node_rank") {
+      status = int_value(arg, &options.node_rank);
+    } else if (arg == "--master_port") {
+      status = int_value(arg, &options.master_port);
+    } else if (arg == "--max_restarts") {
+      status = int_value(arg, &options.max_restarts);
+    } else if (arg == "--master_addr") {
+      if (i + 1 >= args.size()) return absl::InvalidArgumentError("--master_addr needs a value");
+      options.master_addr = args[++i];
+    } else if (arg == "--standalone") {
+      options.standalone = true;
+    } else if (arg.rfind("--", 0) == 0) {
+      return absl::InvalidArgumentError("unknown flag " + arg);
+    } else {
+      options.command.assign(args.begin() + i, args.end());
+      break;
+    }
+    if (!status.ok()) return status;
+  }
+  if (options.command.empty()) return absl::InvalidArgumentError("no program to run");
+  if (options.nproc_per_node < 1 || options.nnodes < 1 || options.node_rank < 0 ||
+      options.node_rank >= options.nnodes || options.max_restarts < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad sizes: --nproc_per_node ", options.nproc_per_node, " --nnodes ", options.nnodes,
+        " --node_rank ", options.node_rank));
+  }
+  if (options.standalone && options.nnodes != 1) {
+    return absl::InvalidArgumentError("--standalone runs one node");
+  }
+  return options;
+}
+
+}  // namespace tessera::launcher

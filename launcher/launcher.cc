@@ -1,0 +1,223 @@
+#include "launcher/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "store/store_server.h"
+
+namespace tessera::launcher {
+namespace {
+
+struct Worker {
+  int rank = -1;
+  pid_t pid = -1;
+  int output_fd = -1;       // the worker's stdout and stderr
+  std::string partial;      // output not yet ended by a newline
+  std::optional<int> exit;  // exit code, or 128 + signal
+};
+
+void Say(const std::string& text) {
+  std::string line = "[tessera-run] " + text + "\n";
+  [[maybe_unused]] ssize_t n = ::write(2, line.data(), line.size());
+}
+
+void Emit(Worker& worker, const char* data, size_t size, bool flush) {
+  worker.partial.append(data, size);
+  size_t start = 0;
+  for (size_t nl; (nl = worker.partial.find('\n', start)) != std::string::npos; start = nl + 1) {
+    std::string line = absl::StrCat("[rank ", worker.rank, "] ",
+                                    worker.partial.substr(start, nl - start + 1));
+    [[maybe_unused]] ssize_t n = ::write(1, line.data(), line.size());
+  }
+  worker.partial.erase(0, start);
+  if (flush && !worker.partial.empty()) {
+    std::string line = absl::StrCat("[rank ", worker.rank, "] ", worker.partial, "\n");
+    [[maybe_unused]] ssize_t n = ::write(1, line.data(), line.size());
+    worker.partial.clear();
+  }
+}
+
+// Starts one worker with its environment; its output goes to a pipe.
+Worker Spawn(const LaunchOptions& options, int local_rank, int port,
+             const sigset_t& original_mask) {
+  Worker worker;
+  worker.rank = options.node_rank * options.nproc_per_node + local_rank;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return worker;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // Workers start with default signal handling, whatever the launcher
+    // inherited (an ignored SIGTERM would defeat stopping them).
+    for (int signal : {SIGINT, SIGTERM, SIGPIPE, SIGCHLD}) ::signal(signal, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &original_mask, nullptr);
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    setenv("RANK", std::to_string(worker.rank).c_str(), 1);
+    setenv("LOCAL_RANK", std::to_string(local_rank).c_str(), 1);
+    setenv("WORLD_SIZE", std::to_string(options.nnodes * options.nproc_per_node).c_str(), 1);
+    setenv("LOCAL_WORLD_SIZE", std::to_string(options.nproc_per_node).c_str(), 1);
+    setenv("MASTER_ADDR", options.master_addr.c_str(), 1);
+    setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+    setenv("TESSERA_STORE_HOSTED", "1", 1);
+    std::vector<char*> argv;
+    for (const auto& arg : options.command) argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(fds[1]);
+  worker.pid = pid;
+  worker.output_fd = fds[0];
+  return worker;
+}
+
+struct Outcome {
+  std::optional<int> failed_rank;  // the first worker that failed
+  int failed_code = 0;
+  int interrupted_by = 0;          // a signal the launcher received
+};
+
+// Runs until every worker has exited and its output is drained.
+Outcome Supervise(std::vector<Worker>& workers, int signal_fd, absl::Duration grace) {
+  Outcome outcome;
+  std::optional<absl::Time> kill_at;
+  auto stop_all = [&](int signal) {
+    for (auto& w : workers) {
+      if (!w.exit.has_value()) ::kill(w.pid, signal);
+    }
+    if (!kill_at.has_value()) kill_at = absl::Now() + grace;
+  };
+  while (true) {
+    bool running = false;
+    std::vector<pollfd> fds = {{signal_fd, POLLIN, 0}};
+    for (auto& w : workers) {
+      if (!w.exit.has_value() || w.output_fd >= 0) running = true;
+      if (w.output_fd >= 0) fds.push_back({w.output_fd, POLLIN, 0});
+    }
+    if (!running) return outcome;
+    if (kill_at.has_value() && absl::Now() >= *kill_at) {
+      for (auto& w : workers) {
+        if (!w.exit.has_value()) ::kill(w.pid, SIGKILL);
+      }
+    }
+    // The timeout only matters while stopping workers (to escalate); the
+    // pipes and the signalfd (SIGCHLD included) wake us otherwise.
+    const int timeout_ms = kill_at.has_value() ? 100 : -1;
+    if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) return outcome;
+    if (fds[0].revents & POLLIN) {
+      signalfd_siginfo info;
+      while (read(signal_fd, &info, sizeof(info)) == sizeof(info)) {
+        if (info.ssi_signo == SIGINT || info.ssi_signo == SIGTERM) {
+          outcome.interrupted_by = static_cast<int>(info.ssi_signo);
+          Say(absl::StrCat("received signal ", info.ssi_signo, ", forwarding to the workers"));
+          stop_all(static_cast<int>(info.ssi_signo));
+        }
+      }
+      int status = 0;
+      pid_t pid;
+      while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        for (auto& w : workers) {
+          if (w.pid != pid) continue;
+          w.exit = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+          if (*w.exit != 0 && !outcome.failed_rank.has_value() && outcome.interrupted_by == 0) {
+            outcome.failed_rank = w.rank;
+            outcome.failed_code = *w.exit;
+            Say(absl::StrCat("rank ", w.rank, " failed with exit code ", *w.exit,
+                             "; stopping the other workers"));
+            stop_all(SIGTERM);
+          }
+        }
+      }
+    }
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      for (auto& w : workers) {
+        if (w.output_fd != fds[i].fd) continue;
+        char buffer[4096];
+        const ssize_t n = read(w.output_fd, buffer, sizeof(buffer));
+        if (n > 0) {
+          Emit(w, buffer, static_cast<size_t>(n), false);
+        } else {
+          Emit(w, "", 0, true);
+          close(w.output_fd);
+          w.output_fd = -1;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int Run(const LaunchOptions& options) {
+  // Block the signals we read from a signalfd before any thread exists (the
+  // store's gRPC threads inherit the mask): otherwise a SIGCHLD delivered to
+  // one of them is discarded and a worker's exit goes unnoticed. With
+  // SIGCHLD ignored (inheritable), children would be reaped silently.
+  ::signal(SIGCHLD, SIG_DFL);
+  sigset_t handled, original;
+  sigemptyset(&handled);
+  sigaddset(&handled, SIGINT);
+  sigaddset(&handled, SIGTERM);
+  sigaddset(&handled, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &handled, &original);
+  const int signal_fd = signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC);
+
+  std::unique_ptr<store::StoreServer> store;
+  int port = options.master_port;
+  if (options.node_rank == 0) {
+    const std::string host = options.standalone ? "127.0.0.1" : options.master_addr;
+    auto server = store::StoreServer::Start(host, options.standalone ? 0 : port);
+    if (!server.ok()) {
+      Say("cannot host the rendezvous store: " + server.status().ToString());
+      close(signal_fd);
+      sigprocmask(SIG_SETMASK, &original, nullptr);
+      return 1;
+    }
+    store = *std::move(server);
+    port = store->port();
+  }
+  LaunchOptions resolved = options;
+  if (options.standalone) resolved.master_addr = "127.0.0.1";
+
+  int exit_code = 1;
+  for (int attempt = 0; attempt <= options.max_restarts; ++attempt) {
+    if (attempt > 0) Say(absl::StrCat("restarting the group (", attempt, "/", options.max_restarts, ")"));
+    std::vector<Worker> workers;
+    for (int local = 0; local < options.nproc_per_node; ++local) {
+      workers.push_back(Spawn(resolved, local, port, original));
+    }
+    Outcome outcome = Supervise(workers, signal_fd, options.stop_grace);
+    if (outcome.interrupted_by != 0) {
+      exit_code = 128 + outcome.interrupted_by;
+      break;
+    }
+    if (!outcome.failed_rank.has_value()) {
+      exit_code = 0;
+      break;
+    }
+    if (attempt == options.max_restarts) {
+      Say(absl::StrCat("giving up: rank ", *outcome.failed_rank, " exited with code ",
+                       outcome.failed_code));
+      exit_code = outcome.failed_code != 0 ? outcome.failed_code : 1;
+    }
+  }
+  close(signal_fd);
+  sigprocmask(SIG_SETMASK, &original, nullptr);
+  return exit_code;
+}
+
+}  // namespace tessera::launcher

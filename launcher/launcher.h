@@ -1,0 +1,42 @@
+// tessera-run: starts and supervises the local workers of a job, like
+// torchrun.
+//
+// The launcher of node 0 hosts the rendezvous store at MASTER_ADDR:
+// MASTER_PORT (--standalone picks a free port on 127.0.0.1), so workers
+// always connect to it (TESSERA_STORE_HOSTED=1 tells Tessera's runtimes).
+// Each worker gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT; its output is prefixed with "[rank N] ".
+// SIGINT/SIGTERM are forwarded to the workers. When a worker fails, the
+// others are stopped and the group is restarted (up to --max_restarts) or
+// the launcher exits non-zero naming the rank and its exit code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace tessera::launcher {
+
+struct LaunchOptions {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  bool standalone = false;
+  int max_restarts = 0;
+  // How long stopped workers get between SIGTERM and SIGKILL.
+  absl::Duration stop_grace = absl::Seconds(5);
+  std::vector<std::string> command;  // program and its arguments
+};
+
+// Parses tessera-run's command line (argv[0] excluded).
+absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args);
+
+// Runs the job; returns the launcher's exit code (0 when every worker
+// exited 0).
+int Run(const LaunchOptions& options);
+
+}  // namespace tessera::launcher

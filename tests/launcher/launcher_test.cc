@@ -1,0 +1,184 @@
+// tessera-run, run as a real process on real workers.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "rpc/runtime.h"
+#include "tests/testing/multiprocess.h"
+#include "tests/testing/test_functions.h"
+
+namespace tessera::testing {
+namespace {
+
+// A launcher process whose output (stdout and stderr) the test reads.
+class Launcher {
+ public:
+  explicit Launcher(std::vector<std::string> args) {
+    args.insert(args.begin(), "launcher/tessera-run");
+    int fds[2];
+    EXPECT_EQ(pipe2(fds, O_CLOEXEC), 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], 1);
+      dup2(fds[1], 2);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    fd_ = fds[0];
+  }
+  ~Launcher() {
+    if (exit_code_ < 0) {
+      ::kill(pid_, SIGKILL);
+      Finish(absl::Seconds(10));
+    }
+    if (fd_ >= 0) close(fd_);
+  }
+
+  // Reads output until it contains `text` (true) or the deadline (false).
+  bool WaitFor(const std::string& text, int count = 1, absl::Duration timeout = absl::Seconds(60)) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (Count(text) < count) {
+      if (!ReadSome(deadline)) return false;
+    }
+    return true;
+  }
+  // Reads everything, then reaps the launcher: its exit code, -1 on timeout.
+  int Finish(absl::Duration timeout = absl::Seconds(60)) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (ReadSome(deadline)) {
+    }
+    // Bounded wait for the launcher itself.
+    const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
+    pollfd pfd{pidfd, POLLIN, 0};
+    const int64_t ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now()));
+    const bool exited = poll(&pfd, 1, static_cast<int>(std::min<int64_t>(ms, INT_MAX))) > 0;
+    close(pidfd);
+    if (!exited) return -1;
+    int status = 0;
+    if (waitpid(pid_, &status, 0) != pid_) return -1;
+    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return exit_code_;
+  }
+  int Count(const std::string& text) const {
+    int n = 0;
+    for (size_t at = output_.find(text); at != std::string::npos; at = output_.find(text, at + 1)) ++n;
+    return n;
+  }
+  pid_t pid() const { return pid_; }
+  const std::string& output() const { return output_; }
+
+ private:
+  bool ReadSome(absl::Time deadline) {
+    if (fd_ < 0) return false;
+    pollfd pfd{fd_, POLLIN, 0};
+    const int64_t ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now()));
+    if (poll(&pfd, 1, static_cast<int>(std::min<int64_t>(ms, INT_MAX))) <= 0) return false;
+    char buffer[4096];
+    const ssize_t n = read(fd_, buffer, sizeof(buffer));
+    if (n <= 0) {
+      close(fd_);
+      fd_ = -1;
+      return false;
+    }
+    output_.append(buffer, n);
+    return true;
+  }
+
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  int exit_code_ = -1;
+  std::string output_;
+};
+
+
+TEST(LauncherTest, SetsTheEnvironmentAndPrefixesOutput) {
+  Launcher launcher({"--nproc_per_node", "3", "--standalone", "/bin/sh", "-c",
+                     "echo \"env $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $MASTER_ADDR "
+                     "$TESSERA_STORE_HOSTED\""});
+  EXPECT_EQ(launcher.Finish(), 0) << launcher.output();
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_TRUE(absl::StrContains(
+        launcher.output(), absl::StrCat("[rank ", rank, "] env ", rank, " ", rank, " 3 3 127.0.0.1 1")))
+        << launcher.output();
+  }
+}
+
+TEST(LauncherTest, AFailedWorkerStopsTheOthersAndIsNamed) {
+  Launcher launcher({"--nproc_per_node", "3", "--standalone", "/bin/sh", "-c",
+                     "if [ $RANK = 1 ]; then exit 3; fi; exec sleep 600"});
+  EXPECT_EQ(launcher.Finish(), 3) << launcher.output();  // bounded: the others were stopped
+  EXPECT_TRUE(absl::StrContains(launcher.output(), "rank 1 failed with exit code 3"))
+      << launcher.output();
+}
+
+TEST(LauncherTest, MaxRestartsRestartsTheGroup) {
+  const std::string marker = absl::StrCat(std::getenv("TEST_TMPDIR"), "/failed_once");
+  unlink(marker.c_str());
+  Launcher launcher({"--nproc_per_node", "2", "--standalone", "--max_restarts", "1", "/bin/sh",
+                     "-c",
+                     "if [ $RANK = 0 ] && [ ! -e " + marker + " ]; then touch " + marker +
+                         "; exit 1; fi; echo done-$RANK"});
+  EXPECT_EQ(launcher.Finish(), 0) << launcher.output();
+  EXPECT_TRUE(absl::StrContains(launcher.output(), "restarting the group (1/1)"));
+  EXPECT_TRUE(absl::StrContains(launcher.output(), "[rank 0] done-0"));
+}
+
+TEST(LauncherTest, ForwardsSigterm) {
+  Launcher launcher({"--nproc_per_node", "2", "--standalone", "/bin/sh", "-c",
+                     "trap 'echo got-TERM; exit 7' TERM; echo ready; "
+                     "while :; do sleep 1; done"});
+  ASSERT_TRUE(launcher.WaitFor("ready", 2)) << launcher.output();
+  ::kill(launcher.pid(), SIGTERM);
+  EXPECT_EQ(launcher.Finish(), 128 + SIGTERM) << launcher.output();
+  EXPECT_EQ(launcher.Count("got-TERM"), 2) << launcher.output();
+}
+
+// A Tessera RPC job under tessera-run: workers meet through the launcher's
+// store and call each other (the test binary is the worker program).
+TESSERA_WORKER_SCENARIO(launched_rpc) {
+  auto options = rpc::RpcOptions::FromEnv();
+  if (!options.ok() || options->store_role != rpc::StoreRole::kConnect) return 1;
+  auto runtime = rpc::Runtime::Init(*options, MakeTestRegistry());
+  if (!runtime.ok()) return 2;
+  const int next = (options->rank + 1) % options->world_size;
+  const int64_t got =
+      (*runtime)->RpcSync<int64_t>("worker" + std::to_string(next), "echo", int64_t{options->rank});
+  std::printf("worker%d got %ld back from worker%d\n", options->rank, got, next);
+  std::fflush(stdout);
+  return (*runtime)->Shutdown().ok() && got == options->rank ? 0 : 3;
+}
+
+TEST(LauncherTest, RunsATesseraJob) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  ASSERT_GT(n, 0);
+  self[n] = '\0';
+  Launcher launcher({"--nproc_per_node", "3", "--standalone", self, "--tessera_worker=launched_rpc"});
+  EXPECT_EQ(launcher.Finish(), 0) << launcher.output();
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_TRUE(absl::StrContains(
+        launcher.output(),
+        absl::StrCat("[rank ", rank, "] worker", rank, " got ", rank, " back from worker",
+                     (rank + 1) % 3)))
+        << launcher.output();
+  }
+}
+
+}  // namespace
+}  // namespace tessera::testing
