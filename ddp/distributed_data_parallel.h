@@ -1,0 +1,70 @@
+// DistributedDataParallel: replicas of a torch::nn::Module, one per rank,
+// that end every backward pass with the same averaged gradients.
+//
+//   auto ddp = DistributedDataParallel::Create(model, group.get(), {});
+//   for (...) {
+//     (*ddp)->SyncBuffers();                 // if the model has buffers
+//     auto loss = loss_fn(model->forward(x), y);
+//     optimizer.zero_grad();
+//     loss.backward();                       // gradients averaged meanwhile
+//     optimizer.step();
+//   }
+//
+// At creation, every rank must hold parameters of the same shapes (the
+// first mismatch is an error), and rank 0's parameters and buffers are
+// copied to all. See Reducer for how gradients are averaged; NoSync()
+// accumulates gradients locally until the guard is destroyed, and the next
+// synchronised backward averages the sum.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "ddp/process_group.h"
+#include "ddp/reducer.h"
+
+namespace tessera::ddp {
+
+struct DdpOptions {
+  double bucket_cap_mb = 25;
+  absl::Duration timeout = absl::Seconds(60);
+};
+
+class DistributedDataParallel {
+ public:
+  static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Create(
+      std::shared_ptr<torch::nn::Module> module, ProcessGroup* group, DdpOptions options = {});
+
+  torch::nn::Module& module() { return *module_; }
+  size_t num_buckets() const { return reducer_->num_buckets(); }
+
+  // Copies rank 0's buffers (e.g. batch-norm statistics) to every rank.
+  absl::Status SyncBuffers();
+
+  // Gradient accumulation without communication, while the guard lives.
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(Reducer* reducer) : reducer_(reducer) { reducer_->set_sync(false); }
+    ~NoSyncGuard() { reducer_->set_sync(true); }
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    Reducer* reducer_;
+  };
+  NoSyncGuard NoSync() { return NoSyncGuard(reducer_.get()); }
+
+ private:
+  DistributedDataParallel(std::shared_ptr<torch::nn::Module> module, ProcessGroup* group,
+                          DdpOptions options);
+
+  std::shared_ptr<torch::nn::Module> module_;
+  ProcessGroup* const group_;
+  const DdpOptions options_;
+  std::unique_ptr<Reducer> reducer_;
+};
+
+}  // namespace tessera::ddp
