@@ -180,5 +180,15 @@ TEST(LauncherTest, RunsATesseraJob) {
   }
 }
 
+// The DDP tutorial's ToyModel job, launched the way the README says.
+TEST(LauncherTest, RunsTheDdpToyExample) {
+  const std::string checkpoint = absl::StrCat(std::getenv("TEST_TMPDIR"), "/toy.pt");
+  Launcher launcher({"--nproc_per_node", "2", "--standalone", "examples/ddp_toy/ddp_toy",
+                     checkpoint});
+  EXPECT_EQ(launcher.Finish(absl::Seconds(120)), 0) << launcher.output();
+  EXPECT_EQ(launcher.Count("replica matches the checkpoint saved by rank 0"), 2)
+      << launcher.output();
+}
+
 }  // namespace
 }  // namespace tessera::testing
