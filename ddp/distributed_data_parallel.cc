@@ -77,7 +77,7 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
   TESSERA_RETURN_IF_ERROR(ddp->SyncBuffers());
   ddp->reducer_ = std::make_unique<Reducer>(
       parameters, group, static_cast<size_t>(options.bucket_cap_mb * 1024 * 1024),
-      options.timeout);
+      options.timeout, options.comm_hook);
   return ddp;
 }
 

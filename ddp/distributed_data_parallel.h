@@ -30,6 +30,7 @@ namespace tessera::ddp {
 
 struct DdpOptions {
   double bucket_cap_mb = 25;
+  CommHook comm_hook = CommHook::kAllreduce;
   absl::Duration timeout = absl::Seconds(60);
 };
 

@@ -46,11 +46,12 @@ class GradReadyHook final : public torch::autograd::FunctionPostHook {
 }  // namespace
 
 Reducer::Reducer(std::vector<at::Tensor> parameters, ProcessGroup* group,
-                 size_t bucket_cap_bytes, absl::Duration timeout)
+                 size_t bucket_cap_bytes, absl::Duration timeout, CommHook hook)
     : parameters_(std::move(parameters)),
       state_(std::make_shared<State>()),
       group_(group),
-      timeout_(timeout) {
+      timeout_(timeout),
+      hook_(hook) {
   // Reverse registration order: the last layers' gradients are ready first.
   state_->bucket_of.assign(parameters_.size(), 0);
   size_t bucket_bytes = 0;
@@ -130,7 +131,9 @@ void Reducer::State::Launch(Bucket& bucket) {
     }
   }
   bucket.launched = true;
-  bucket.work = reducer->group_->Allreduce(bucket.flat, ReduceOp::kAverage);
+  bucket.wire = reducer->hook_ == CommHook::kFp16Compress ? bucket.flat.to(at::kHalf)
+                                                           : bucket.flat;
+  bucket.work = reducer->group_->Allreduce(bucket.wire, ReduceOp::kAverage);
 }
 
 void Reducer::State::Finalize() {
@@ -146,6 +149,7 @@ void Reducer::State::Finalize() {
       throw std::runtime_error(absl::StrCat("DistributedDataParallel: averaging gradient bucket ",
                                             b, " failed: ", result.status().ToString()));
     }
+    if (bucket.wire.data_ptr() != bucket.flat.data_ptr()) bucket.flat.copy_(bucket.wire);
     for (size_t i = 0; i < bucket.parameters.size(); ++i) {
       at::Tensor& p = reducer->parameters_[bucket.parameters[i]];
       at::Tensor averaged =

@@ -31,10 +31,14 @@ struct Node;
 
 namespace tessera::ddp {
 
+// How a bucket travels: as is, or compressed to fp16 (half the bytes; the
+// average is computed in fp16 and decompressed into the gradients).
+enum class CommHook { kAllreduce, kFp16Compress };
+
 class Reducer {
  public:
   Reducer(std::vector<at::Tensor> parameters, ProcessGroup* group, size_t bucket_cap_bytes,
-          absl::Duration timeout);
+          absl::Duration timeout, CommHook hook = CommHook::kAllreduce);
   ~Reducer();
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
@@ -51,6 +55,7 @@ class Reducer {
     std::vector<size_t> parameters;  // indices into parameters_
     std::vector<int64_t> offsets;    // of each parameter in `flat`
     at::Tensor flat;
+    at::Tensor wire;  // what is reduced: `flat`, or its fp16 copy
     size_t pending = 0;
     bool launched = false;
     std::optional<Work> work;
@@ -65,6 +70,7 @@ class Reducer {
   std::shared_ptr<State> state_;
   ProcessGroup* const group_;
   const absl::Duration timeout_;
+  const CommHook hook_;
 };
 
 }  // namespace tessera::ddp
