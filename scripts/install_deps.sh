@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   bazel-bootstrap bazel-rules-java g++
-  libtorch-dev libtensorpipe-dev
+  libtorch-dev libtensorpipe-dev zlib1g-dev
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
   libabsl-dev libgloo-dev libgtest-dev googletest libbenchmark-dev
   dataset-fashion-mnist python3-torch
