@@ -1,0 +1,68 @@
+// Allreduce benchmark: two processes on loopback, Tessera's Gloo process
+// group. Prints one JSON object: for each size in bytes, the median time in
+// µs and the bus bandwidth in GB/s (2 (n-1)/n x size / time).
+// Run through bench/compare_allreduce.sh to compare with PyTorch.
+#include <ATen/ops/ones.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ddp/gloo/gloo_process_group.h"
+#include "store/store_server.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kWorld = 2;
+const std::vector<int64_t> kSizes = {4, 4 << 10, 256 << 10, 4 << 20, 64 << 20, 256 << 20};
+
+int Iterations(int64_t bytes) { return bytes >= (64 << 20) ? 5 : bytes >= (4 << 20) ? 20 : 200; }
+
+int RunRank(int rank, int port, bool report) {
+  tessera::store::StoreClient store("127.0.0.1", port);
+  auto group = tessera::ddp::CreateGlooProcessGroup(&store, rank, kWorld);
+  if (!group.ok()) return 1;
+  std::string json = "{";
+  for (int64_t bytes : kSizes) {
+    at::Tensor t = at::ones({bytes / 4});
+    (void)(*group)->Allreduce(t).Wait(absl::Seconds(120));
+    std::vector<double> us;
+    for (int i = 0; i < Iterations(bytes); ++i) {
+      (void)(*group)->Barrier().Wait(absl::Seconds(60));
+      const auto start = Clock::now();
+      (void)(*group)->Allreduce(t).Wait(absl::Seconds(120));
+      us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+    }
+    std::sort(us.begin(), us.end());
+    const double median = us[us.size() / 2];
+    const double busbw = 2.0 * (kWorld - 1) / kWorld * bytes / (median * 1e-6) / 1e9;
+    json += (json.size() > 1 ? ", " : "") + std::string("\"") + std::to_string(bytes) +
+            "\": [" + std::to_string(median) + ", " + std::to_string(busbw) + "]";
+  }
+  json += "}";
+  if (report) std::printf("%s\n", json.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 2 && std::strcmp(argv[1], "--rank1") == 0) return RunRank(1, std::atoi(argv[2]), false);
+  auto store = tessera::store::StoreServer::Start("127.0.0.1", 0);
+  const std::string port = std::to_string((*store)->port());
+  const pid_t child = fork();
+  if (child == 0) {
+    execl("/proc/self/exe", argv[0], "--rank1", port.c_str(), nullptr);
+    _exit(127);
+  }
+  const int code = RunRank(0, (*store)->port(), true);
+  int status = 0;
+  waitpid(child, &status, 0);
+  return code;
+}

@@ -1,0 +1,54 @@
+"""The workload of bench/allreduce_bench.cc with PyTorch's Gloo process group
+(torch.distributed, two processes on loopback). Prints one JSON object with the
+same keys. Run with /usr/bin/python3 (Debian's python3-torch 1.13)."""
+import json
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+SIZES = [4, 4 << 10, 256 << 10, 4 << 20, 64 << 20, 256 << 20]
+WORLD = 2
+
+
+def iterations(nbytes):
+    return 5 if nbytes >= (64 << 20) else 20 if nbytes >= (4 << 20) else 200
+
+
+def run(rank, port, out):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=WORLD)
+    result = {}
+    for nbytes in SIZES:
+        t = torch.ones(nbytes // 4)
+        dist.all_reduce(t)
+        us = []
+        for _ in range(iterations(nbytes)):
+            dist.barrier()
+            start = time.perf_counter()
+            dist.all_reduce(t)
+            us.append((time.perf_counter() - start) * 1e6)
+        us.sort()
+        median = us[len(us) // 2]
+        result[str(nbytes)] = [median, 2.0 * (WORLD - 1) / WORLD * nbytes / (median * 1e-6) / 1e9]
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(result, f)
+    dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":
+    out = sys.argv[1] if len(sys.argv) > 1 else "/tmp/torch_allreduce_bench.json"
+    mp.spawn(run, args=(free_port(), out), nprocs=WORLD, join=True)
+    with open(out) as f:
+        print(f.read())
