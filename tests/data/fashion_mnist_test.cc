@@ -44,7 +44,8 @@ TEST(FashionMnistTest, MalformedFilesAreDataLossNotCrashes) {
   EXPECT_EQ(ReadIdx(WriteGz("bad_magic.gz", "GIF89a")).status().code(),
             absl::StatusCode::kDataLoss);
   // Header claims 1000 bytes, body has 3.
-  EXPECT_EQ(ReadIdx(WriteGz("short.gz", std::string("\0\0\x08\x01\0\0\x03\xe8abc", 11)))
+  // ("\xe8" "abc": a hex escape would swallow the hex digits a, b, c.)
+  EXPECT_EQ(ReadIdx(WriteGz("short.gz", std::string("\0\0\x08\x01\0\0\x03\xe8" "abc", 11)))
                 .status()
                 .code(),
             absl::StatusCode::kDataLoss);

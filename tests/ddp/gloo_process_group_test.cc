@@ -103,11 +103,11 @@ absl::Status RunConformance(ddp::ProcessGroup& pg) {
 }
 
 std::unique_ptr<ddp::ProcessGroup> ChildGroup(absl::Duration timeout) {
-  store::StoreClient* store = new store::StoreClient(
-      "127.0.0.1", std::atoi(std::getenv("MASTER_PORT")));  // lives as long as the child
+  // Lives as long as the child process, like the group that uses it.
+  static store::StoreClient store("127.0.0.1", std::atoi(std::getenv("MASTER_PORT")));
   ddp::GlooOptions options;
   options.timeout = timeout;
-  auto pg = ddp::CreateGlooProcessGroup(store, std::atoi(std::getenv("RANK")),
+  auto pg = ddp::CreateGlooProcessGroup(&store, std::atoi(std::getenv("RANK")),
                                         std::atoi(std::getenv("WORLD_SIZE")), options);
   if (!pg.ok()) {
     std::fprintf(stderr, "process group: %s\n", pg.status().ToString().c_str());
