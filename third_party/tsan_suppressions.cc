@@ -1,7 +1,8 @@
-// ThreadSanitizer suppressions, compiled into every test binary (TSan calls
-// this hook at start-up; other builds ignore it).
+// ThreadSanitizer suppressions, linked into every Tessera binary through
+// //common (TSan calls this hook at start-up; other builds ignore it), so
+// tools like tessera-run and the examples carry them too.
 //
-// Debian's gRPC, Abseil and TensorPipe are not built with TSan, so the
+// Debian's gRPC, Abseil, TensorPipe and Gloo are not built with TSan, so the
 // atomics and locks with which they hand data between their own threads are
 // invisible: what they carry looks like a race. Only whole uninstrumented
 // modules are listed, never Tessera code (which synchronizes with
@@ -17,6 +18,7 @@ extern "C" const char* __tsan_default_suppressions() {
          // gRPC's header templates, compiled into the test binaries
          "race:grpc::internal::\n"
          "race:libtensorpipe.so\n"
+         "race:libgloo.so\n"
          "called_from_lib:libabsl_synchronization.so\n"
          "called_from_lib:libtensorpipe.so\n";
 }
