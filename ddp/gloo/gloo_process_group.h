@@ -26,4 +26,15 @@ struct GlooOptions {
 absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(
     store::StoreClient* store, int rank, int size, const GlooOptions& options = {});
 
+// A group and the store connection it was made with (keep both alive).
+struct EnvProcessGroup {
+  std::unique_ptr<store::StoreClient> store;
+  std::unique_ptr<ProcessGroup> group;
+};
+
+// Like torch.distributed's env:// initialisation: RANK, WORLD_SIZE,
+// MASTER_ADDR (default 127.0.0.1) and MASTER_PORT from the environment, as
+// tessera-run sets them. A missing variable is an error naming it.
+absl::StatusOr<EnvProcessGroup> CreateGlooProcessGroupFromEnv(const GlooOptions& options = {});
+
 }  // namespace tessera::ddp

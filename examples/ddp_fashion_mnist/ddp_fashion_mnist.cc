@@ -43,12 +43,6 @@ int Fail(const std::string& what) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* rank_env = std::getenv("RANK");
-  const char* world_env = std::getenv("WORLD_SIZE");
-  const char* port_env = std::getenv("MASTER_PORT");
-  if (!rank_env || !world_env || !port_env) return Fail("run me with tessera-run");
-  const int rank = std::atoi(rank_env);
-  const int world = std::atoi(world_env);
   const int epochs = argc > 1 ? std::atoi(argv[1]) : 4;
   torch::set_num_threads(1);  // one core per worker
 
@@ -57,14 +51,15 @@ int main(int argc, char** argv) {
   auto test = tessera::data::LoadFashionMnist(tessera::data::Split::kTest);
   if (!test.ok()) return Fail(test.status().ToString());
 
-  const char* addr = std::getenv("MASTER_ADDR");
-  tessera::store::StoreClient store(addr ? addr : "127.0.0.1", std::atoi(port_env));
-  auto group = tessera::ddp::CreateGlooProcessGroup(&store, rank, world);
-  if (!group.ok()) return Fail(group.status().ToString());
+  auto env = tessera::ddp::CreateGlooProcessGroupFromEnv();
+  if (!env.ok()) return Fail(env.status().ToString());
+  tessera::ddp::ProcessGroup* group = env->group.get();
+  const int rank = group->rank();
+  const int world = group->size();
 
   torch::manual_seed(0);
   Net net;
-  auto ddp = tessera::ddp::DistributedDataParallel::Create(net.ptr(), group->get());
+  auto ddp = tessera::ddp::DistributedDataParallel::Create(net.ptr(), group);
   if (!ddp.ok()) return Fail(ddp.status().ToString());
   torch::optim::Adam optimizer(net->parameters(), torch::optim::AdamOptions(1e-3));
 
@@ -104,5 +99,5 @@ int main(int argc, char** argv) {
     const double accuracy = predictions.eq(test->labels).to(torch::kFloat).mean().item<double>();
     std::printf("test accuracy %.2f%% after %d epochs\n", 100 * accuracy, epochs);
   }
-  return (*group)->Barrier().Wait(absl::Seconds(120)).ok() ? 0 : 1;
+  return group->Barrier().Wait(absl::Seconds(120)).ok() ? 0 : 1;
 }

@@ -28,22 +28,15 @@ int Fail(const std::string& what) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* rank_env = std::getenv("RANK");
-  const char* world_env = std::getenv("WORLD_SIZE");
-  const char* port_env = std::getenv("MASTER_PORT");
-  if (!rank_env || !world_env || !port_env) return Fail("run me with tessera-run");
-  const int rank = std::atoi(rank_env);
-  const int world = std::atoi(world_env);
-  const char* addr = std::getenv("MASTER_ADDR");
   const std::string checkpoint = argc > 1 ? argv[1] : "/tmp/tessera_ddp_toy.pt";
-
-  tessera::store::StoreClient store(addr ? addr : "127.0.0.1", std::atoi(port_env));
-  auto group = tessera::ddp::CreateGlooProcessGroup(&store, rank, world);
-  if (!group.ok()) return Fail(group.status().ToString());
+  auto env = tessera::ddp::CreateGlooProcessGroupFromEnv();
+  if (!env.ok()) return Fail(env.status().ToString());
+  tessera::ddp::ProcessGroup* group = env->group.get();
+  const int rank = group->rank();
 
   torch::manual_seed(rank);  // replicas start apart; DDP copies rank 0's
   auto model = ToyModel();
-  auto ddp = tessera::ddp::DistributedDataParallel::Create(model, group->get());
+  auto ddp = tessera::ddp::DistributedDataParallel::Create(model, group);
   if (!ddp.ok()) return Fail(ddp.status().ToString());
   torch::optim::SGD optimizer(model->parameters(), 0.001);
   torch::manual_seed(100 + rank);  // each rank its own data
@@ -56,7 +49,7 @@ int main(int argc, char** argv) {
   }
 
   if (rank == 0) torch::save(model, checkpoint);
-  if (!(*group)->Barrier().Wait(absl::Seconds(60)).ok()) return Fail("barrier failed");
+  if (!group->Barrier().Wait(absl::Seconds(60)).ok()) return Fail("barrier failed");
   auto restored = ToyModel();
   torch::load(restored, checkpoint);
   // Every replica equals the checkpoint: the averaged updates kept them equal.
