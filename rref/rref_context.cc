@@ -71,6 +71,20 @@ c10::intrusive_ptr<RRefImpl> RRefContext::NewOwnerRRef(const GlobalId& rref_id,
                                        type);
 }
 
+c10::intrusive_ptr<RRefImpl> RRefContext::KeepLocally(const GlobalId& rref_id,
+                                                       const std::string& type,
+                                                       Future<OwnedValue> value,
+                                                       std::string what) {
+  auto handle = NewOwnerRRef(rref_id, type);
+  std::shared_ptr<OwnerEntry> entry;
+  {
+    MutexLock lock(&mu_);
+    entry = owned_[rref_id];
+  }
+  Fulfil(entry, std::move(value), std::move(what));
+  return handle;
+}
+
 void RRefContext::SendInternal(int to_rank, const std::string& service,
                                std::vector<c10::IValue> args) {
   rpc::Runtime* runtime = runtime_.load();
@@ -91,15 +105,8 @@ absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::RemoteCall(
   if (!owner_rank.ok()) return owner_rank.status();
   const GlobalId rref_id = NextId();
   if (*owner_rank == self_) {
-    auto handle = NewOwnerRRef(rref_id, type_name);
-    std::shared_ptr<OwnerEntry> entry;
-    {
-      MutexLock lock(&mu_);
-      entry = owned_[rref_id];
-    }
-    Fulfil(entry, RunFunction(self_, function, std::move(args)),
-           "remote() of '" + function + "'");
-    return handle;
+    return KeepLocally(rref_id, type_name, RunFunction(self_, function, std::move(args)),
+                       "remote() of '" + function + "'");
   }
   const GlobalId fork_id = NextId();
   auto handle = NewUserRRef(rref_id, fork_id, *owner_rank, type_name, false);
@@ -119,14 +126,8 @@ absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::RemoteNew(
   if (!owner_rank.ok()) return owner_rank.status();
   const GlobalId rref_id = NextId();
   if (*owner_rank == self_) {
-    auto handle = NewOwnerRRef(rref_id, class_name);
-    std::shared_ptr<OwnerEntry> entry;
-    {
-      MutexLock lock(&mu_);
-      entry = owned_[rref_id];
-    }
-    Fulfil(entry, Construct(class_name, std::move(args)), "remote() of '" + class_name + "'");
-    return handle;
+    return KeepLocally(rref_id, class_name, Construct(class_name, std::move(args)),
+                       "remote() of '" + class_name + "'");
   }
   const GlobalId fork_id = NextId();
   auto handle = NewUserRRef(rref_id, fork_id, *owner_rank, class_name, false);
@@ -145,20 +146,9 @@ absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::RemoteMethod(
   const int owner = target.owner_rank();
   const GlobalId rref_id = NextId();
   if (owner == self_) {
-    auto handle = NewOwnerRRef(rref_id, type_name);
-    std::shared_ptr<OwnerEntry> entry;
-    {
-      MutexLock lock(&mu_);
-      entry = owned_[rref_id];
-    }
-    Fulfil(entry,
-           InvokeMethod(self_, target.rref_id(), method, std::move(args))
-               .Then([](const absl::StatusOr<c10::IValue>& v) -> absl::StatusOr<OwnedValue> {
-                 if (!v.ok()) return v.status();
-                 return OwnedValue{*v};
-               }),
-           "remote() of method '" + method + "'");
-    return handle;
+    return KeepLocally(rref_id, type_name,
+                       AsOwned(InvokeMethod(self_, target.rref_id(), method, std::move(args))),
+                       "remote() of method '" + method + "'");
   }
   const GlobalId fork_id = NextId();
   auto handle = NewUserRRef(rref_id, fork_id, owner, type_name, false);

@@ -183,6 +183,11 @@ class RRefContext final : public rpc::RuntimeExtension,
   Future<OwnedValue> RunFunction(int caller, const std::string& function,
                                  std::vector<c10::IValue> args);
   Future<OwnedValue> Construct(const std::string& class_name, std::vector<c10::IValue> args);
+  static Future<OwnedValue> AsOwned(Future<c10::IValue> value);
+  // remote() whose owner is this worker: the owner's handle, with the value
+  // to come from `value`.
+  c10::intrusive_ptr<RRefImpl> KeepLocally(const GlobalId& rref_id, const std::string& type,
+                                           Future<OwnedValue> value, std::string what);
   Future<c10::IValue> InvokeMethod(int caller, const GlobalId& target, const std::string& method,
                                    std::vector<c10::IValue> args);
   Future<c10::IValue> FetchLocal(const GlobalId& rref_id);

@@ -65,6 +65,13 @@ void RRefContext::Fulfil(const std::shared_ptr<OwnerEntry>& entry, Future<OwnedV
   });
 }
 
+Future<OwnedValue> RRefContext::AsOwned(Future<c10::IValue> value) {
+  return value.Then([](const absl::StatusOr<c10::IValue>& v) -> absl::StatusOr<OwnedValue> {
+    if (!v.ok()) return v.status();
+    return OwnedValue{*v};
+  });
+}
+
 Future<OwnedValue> RRefContext::RunFunction(int caller, const std::string& function,
                                             std::vector<c10::IValue> args) {
   rpc::Runtime* runtime = runtime_.load();
@@ -75,12 +82,7 @@ Future<OwnedValue> RRefContext::RunFunction(int caller, const std::string& funct
   context.runtime = runtime;
   context.caller_rank = caller;
   context.caller_name = NameOf(caller);
-  return runtime->registry()
-      .Invoke(function, context, std::move(args))
-      .Then([](const absl::StatusOr<c10::IValue>& v) -> absl::StatusOr<OwnedValue> {
-        if (!v.ok()) return v.status();
-        return OwnedValue{*v};
-      });
+  return AsOwned(runtime->registry().Invoke(function, context, std::move(args)));
 }
 
 Future<OwnedValue> RRefContext::Construct(const std::string& class_name,
@@ -238,13 +240,8 @@ void RRefContext::RegisterServices(rpc::Registry* internal) {
                     int64_t fw, int64_t fl, std::string method, std::string type,
                     std::vector<c10::IValue> args) {
         auto entry = start({int32_t(rw), rl}, {int32_t(fw), fl}, ctx.caller_rank, type);
-        Fulfil(entry,
-               InvokeMethod(ctx.caller_rank, {int32_t(tw), tl}, method, std::move(args))
-                   .Then([](const absl::StatusOr<c10::IValue>& v)
-                             -> absl::StatusOr<OwnedValue> {
-                     if (!v.ok()) return v.status();
-                     return OwnedValue{*v};
-                   }),
+        Fulfil(entry, AsOwned(InvokeMethod(ctx.caller_rank, {int32_t(tw), tl}, method,
+                                           std::move(args))),
                "remote() of method '" + method + "' on worker '" + NameOf(self_) + "'");
       }));
   must(internal->Register("rref.call", [this](rpc::CallContext& ctx, int64_t rw, int64_t rl,

@@ -126,6 +126,24 @@ TEST_F(RRefTest, ForkChainAcrossFourWorkers) {
   EXPECT_EQ(rrefs_->stats().pending_children, 0u);
 }
 
+// Scenario: remote() aimed at the caller itself keeps the value here; the
+// handle is the owner's, and nothing travels.
+TEST_F(RRefTest, RemoteOnItselfKeepsTheValueLocally) {
+  StartWorld(2);
+  {
+    RRef<at::Tensor> t = Remote<at::Tensor>(*rrefs_, "worker0", "make_tensor", int64_t{2});
+    EXPECT_TRUE(t.is_owner());
+    EXPECT_TRUE(at::equal(*t.local_value(), at::ones({2}) * 2));
+    RRef<Counter> counter = RemoteObject<Counter>(*rrefs_, "worker0", int64_t{1});
+    EXPECT_EQ(counter.RpcSync<int64_t>("add", int64_t{2}), 3);
+    EXPECT_EQ((*counter.local_object())->Get(), 3);
+    EXPECT_EQ(counter.Remote<int64_t>("get").to_here(), 3);
+    // t and counter; the handle Remote<>("get") made died with its statement.
+    EXPECT_EQ(rrefs_->stats().owned_values, 2u);
+  }
+  EXPECT_EQ(rrefs_->stats().owned_values, 0u);  // freed when the handles died
+}
+
 // Scenario: an RRef goes back to its owner, which sees its own value.
 TEST_F(RRefTest, RRefReturnedToItsOwner) {
   StartWorld(2);
