@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "ddp/gloo/gloo_process_group.h"
-#include "store/store_server.h"
+#include "bench/two_processes.h"
 
 namespace {
 
@@ -24,7 +24,7 @@ const std::vector<int64_t> kSizes = {4, 4 << 10, 256 << 10, 4 << 20, 64 << 20, 2
 
 int Iterations(int64_t bytes) { return bytes >= (64 << 20) ? 5 : bytes >= (4 << 20) ? 20 : 200; }
 
-int RunRank(int rank, int port, bool report) {
+int RunRank(int rank, int port, const std::vector<std::string>&) {
   tessera::store::StoreClient store("127.0.0.1", port);
   auto group = tessera::ddp::CreateGlooProcessGroup(&store, rank, kWorld);
   if (!group.ok()) return 1;
@@ -46,23 +46,10 @@ int RunRank(int rank, int port, bool report) {
             "\": [" + std::to_string(median) + ", " + std::to_string(busbw) + "]";
   }
   json += "}";
-  if (report) std::printf("%s\n", json.c_str());
+  if (rank == 0) std::printf("%s\n", json.c_str());
   return 0;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (argc > 2 && std::strcmp(argv[1], "--rank1") == 0) return RunRank(1, std::atoi(argv[2]), false);
-  auto store = tessera::store::StoreServer::Start("127.0.0.1", 0);
-  const std::string port = std::to_string((*store)->port());
-  const pid_t child = fork();
-  if (child == 0) {
-    execl("/proc/self/exe", argv[0], "--rank1", port.c_str(), nullptr);
-    _exit(127);
-  }
-  const int code = RunRank(0, (*store)->port(), true);
-  int status = 0;
-  waitpid(child, &status, 0);
-  return code;
-}
+int main(int argc, char** argv) { return tessera::bench::RunTwoProcesses(argc, argv, RunRank); }

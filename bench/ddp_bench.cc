@@ -16,7 +16,7 @@
 
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/gloo/gloo_process_group.h"
-#include "store/store_server.h"
+#include "bench/two_processes.h"
 
 namespace {
 
@@ -47,7 +47,7 @@ double MedianStepMs(const std::shared_ptr<torch::nn::SequentialImpl>& model) {
   return ms[ms.size() / 2];
 }
 
-int RunRank(int rank, int port) {
+int RunRank(int rank, int port, const std::vector<std::string>&) {
   torch::set_num_threads(1);
   tessera::store::StoreClient store("127.0.0.1", port);
   auto group = tessera::ddp::CreateGlooProcessGroup(&store, rank, 2);
@@ -73,17 +73,4 @@ int RunRank(int rank, int port) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (argc > 2 && std::strcmp(argv[1], "--rank1") == 0) return RunRank(1, std::atoi(argv[2]));
-  auto store = tessera::store::StoreServer::Start("127.0.0.1", 0);
-  const std::string port = std::to_string((*store)->port());
-  const pid_t child = fork();
-  if (child == 0) {
-    execl("/proc/self/exe", argv[0], "--rank1", port.c_str(), nullptr);
-    _exit(127);
-  }
-  const int code = RunRank(0, (*store)->port());
-  int status = 0;
-  waitpid(child, &status, 0);
-  return code;
-}
+int main(int argc, char** argv) { return tessera::bench::RunTwoProcesses(argc, argv, RunRank); }

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "rpc/runtime.h"
-#include "store/store_server.h"
+#include "bench/two_processes.h"
 
 namespace {
 
@@ -60,22 +60,10 @@ double Bandwidth(Runtime& rt, int64_t bytes, int iterations) {
   return 2.0 * bytes * iterations / Seconds(Clock::now() - start) / 1e9;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const bool shm = !(argc > 1 && std::strcmp(argv[1], "--no-shm") == 0);
-  if (argc > 3 && std::strcmp(argv[1], "--serve") == 0) {
-    auto rt = Start(1, std::atoi(argv[2]), std::strcmp(argv[3], "1") == 0);
-    return rt->Shutdown().ok() ? 0 : 1;
-  }
-  auto store = tessera::store::StoreServer::Start("127.0.0.1", 0);
-  const std::string port = std::to_string((*store)->port());
-  pid_t child = fork();
-  if (child == 0) {
-    execl("/proc/self/exe", argv[0], "--serve", port.c_str(), shm ? "1" : "0", nullptr);
-    _exit(127);
-  }
-  auto rt = Start(0, (*store)->port(), shm);
+int RankMain(int rank, int port, const std::vector<std::string>& args) {
+  const bool shm = !(!args.empty() && args[0] == "--no-shm");
+  auto rt = Start(rank, port, shm);
+  if (rank == 1) return rt->Shutdown().ok() ? 0 : 1;
 
   at::Tensor one = at::ones({1});
   for (int i = 0; i < 500; ++i) Echo(*rt, one);
@@ -106,8 +94,9 @@ int main(int argc, char** argv) {
               "\"gbps_1mb\": %.2f, \"gbps_64mb\": %.2f}\n",
               rtts[rtts.size() / 2], rtts[rtts.size() * 99 / 100], calls_per_s,
               gbps_1mb, gbps_64mb);
-  int code = rt->Shutdown().ok() ? 0 : 1;
-  int status = 0;
-  waitpid(child, &status, 0);
-  return code;
+  return rt->Shutdown().ok() ? 0 : 1;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return tessera::bench::RunTwoProcesses(argc, argv, RankMain); }

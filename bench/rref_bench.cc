@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "rref/remote.h"
-#include "store/store_server.h"
+#include "bench/two_processes.h"
 
 namespace {
 
@@ -67,23 +67,10 @@ std::unique_ptr<tessera::rpc::Runtime> Start(int rank, int port,
 
 double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (argc > 2 && std::strcmp(argv[1], "--serve") == 0) {
-    auto context = MakeContext();
-    auto runtime = Start(1, std::atoi(argv[2]), context);
-    return runtime->Shutdown().ok() ? 0 : 1;
-  }
-  auto store = tessera::store::StoreServer::Start("127.0.0.1", 0);
-  const std::string port = std::to_string((*store)->port());
-  pid_t child = fork();
-  if (child == 0) {
-    execl("/proc/self/exe", argv[0], "--serve", port.c_str(), nullptr);
-    _exit(127);
-  }
+int RankMain(int rank, int port, const std::vector<std::string>&) {
   auto context = MakeContext();
-  auto runtime = Start(0, (*store)->port(), context);
+  auto runtime = Start(rank, port, context);
+  if (rank == 1) return runtime->Shutdown().ok() ? 0 : 1;
 
   auto remote_method = [&] {
     auto counter = tessera::rref::RemoteObject<Counter>(*context, "worker1", int64_t{0});
@@ -118,8 +105,9 @@ int main(int argc, char** argv) {
               "\"remote_to_here_p50_us\": %.1f, \"rrefs_per_s\": %.0f}\n",
               method_us[method_us.size() / 2], method_us[method_us.size() * 99 / 100],
               fetch_us[fetch_us.size() / 2], rate);
-  const int code = runtime->Shutdown().ok() ? 0 : 1;
-  int status = 0;
-  waitpid(child, &status, 0);
-  return code;
+  return runtime->Shutdown().ok() ? 0 : 1;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return tessera::bench::RunTwoProcesses(argc, argv, RankMain); }
