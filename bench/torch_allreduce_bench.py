@@ -3,13 +3,11 @@
 same keys. Run with /usr/bin/python3 (Debian's python3-torch 1.13)."""
 import json
 import os
-import socket
-import sys
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from torch_two_processes import run_two_processes
 
 SIZES = [4, 4 << 10, 256 << 10, 4 << 20, 64 << 20, 256 << 20]
 WORLD = 2
@@ -41,14 +39,5 @@ def run(rank, port, out):
     dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 if __name__ == "__main__":
-    out = sys.argv[1] if len(sys.argv) > 1 else "/tmp/torch_allreduce_bench.json"
-    mp.spawn(run, args=(free_port(), out), nprocs=WORLD, join=True)
-    with open(out) as f:
-        print(f.read())
+    run_two_processes(run, "/tmp/torch_allreduce_bench.json")

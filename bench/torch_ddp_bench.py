@@ -2,14 +2,12 @@
 4-layer 1024-wide MLP, batch 64, one thread per process, world size 2.
 Prints one JSON object with the same keys. Run with /usr/bin/python3."""
 import json
-import socket
-import sys
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch_two_processes import run_two_processes
 
 STEPS = 15
 
@@ -57,14 +55,5 @@ def run(rank, port, out):
     dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 if __name__ == "__main__":
-    out = sys.argv[1] if len(sys.argv) > 1 else "/tmp/torch_ddp_bench.json"
-    mp.spawn(run, args=(free_port(), out), nprocs=2, join=True)
-    with open(out) as f:
-        print(f.read())
+    run_two_processes(run, "/tmp/torch_ddp_bench.json")

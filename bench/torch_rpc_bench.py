@@ -3,13 +3,11 @@
 the same keys. Run with Debian's /usr/bin/python3 (python3-torch 1.13)."""
 import json
 import os
-import socket
-import sys
 import time
 
 import torch
 import torch.distributed.rpc as rpc
-import torch.multiprocessing as mp
+from torch_two_processes import run_two_processes
 
 
 def echo(t):
@@ -61,14 +59,5 @@ def run(rank, port, out):
     rpc.shutdown()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 if __name__ == "__main__":
-    out = sys.argv[1] if len(sys.argv) > 1 else "/tmp/torch_rpc_bench.json"
-    mp.spawn(run, args=(free_port(), out), nprocs=2, join=True)
-    with open(out) as f:
-        print(f.read())
+    run_two_processes(run, "/tmp/torch_rpc_bench.json")

@@ -3,12 +3,10 @@
 Prints one JSON object with the same keys. Run with /usr/bin/python3."""
 import json
 import os
-import socket
-import sys
 import time
 
 import torch.distributed.rpc as rpc
-import torch.multiprocessing as mp
+from torch_two_processes import run_two_processes
 
 
 class Counter:
@@ -78,14 +76,5 @@ def run(rank, port, out):
     rpc.shutdown()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 if __name__ == "__main__":
-    out = sys.argv[1] if len(sys.argv) > 1 else "/tmp/torch_rref_bench.json"
-    mp.spawn(run, args=(free_port(), out), nprocs=2, join=True)
-    with open(out) as f:
-        print(f.read())
+    run_two_processes(run, "/tmp/torch_rref_bench.json")
