@@ -68,18 +68,9 @@ rpc::Registry MakeRRefTestRegistry(std::shared_ptr<rref::RRefContext> context) {
 
 TESSERA_WORKER_SCENARIO(serve_rref) {
   auto context = rref::RRefContext::Create(MakeTestClasses());
-  auto runtime = rpc::Runtime::Init(TestWorkerOptions(), MakeRRefTestRegistry(context),
-                                    {context});
-  if (!runtime.ok()) {
-    std::fprintf(stderr, "serve_rref: init failed: %s\n", runtime.status().ToString().c_str());
-    return 1;
-  }
-  auto status = (*runtime)->Shutdown();
-  if (!status.ok()) {
-    std::fprintf(stderr, "serve_rref: shutdown: %s\n", status.ToString().c_str());
-    return 3;
-  }
-  return 0;
+  return ServeUntilShutdown(
+      "serve_rref",
+      rpc::Runtime::Init(TestWorkerOptions(), MakeRRefTestRegistry(context), {context}));
 }
 
 rpc::Registry RRefWorld::MakeRegistry() { return MakeRRefTestRegistry(rrefs_); }

@@ -6,19 +6,23 @@
 
 namespace tessera::testing {
 
-TESSERA_WORKER_SCENARIO(serve) {
-  auto runtime = rpc::Runtime::Init(TestWorkerOptions(), MakeTestRegistry());
+int ServeUntilShutdown(const char* scenario,
+                       absl::StatusOr<std::unique_ptr<rpc::Runtime>> runtime) {
   if (!runtime.ok()) {
-    std::fprintf(stderr, "serve: init failed: %s\n",
-                 runtime.status().ToString().c_str());
+    std::fprintf(stderr, "%s: init failed: %s\n", scenario, runtime.status().ToString().c_str());
     return 1;
   }
   auto status = (*runtime)->Shutdown();
   if (!status.ok()) {
-    std::fprintf(stderr, "serve: shutdown: %s\n", status.ToString().c_str());
+    std::fprintf(stderr, "%s: shutdown: %s\n", scenario, status.ToString().c_str());
     return 3;
   }
   return 0;
+}
+
+TESSERA_WORKER_SCENARIO(serve) {
+  return ServeUntilShutdown("serve",
+                            rpc::Runtime::Init(TestWorkerOptions(), MakeTestRegistry()));
 }
 
 void RpcWorld::StartWorld(int world_size,

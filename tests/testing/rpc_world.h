@@ -16,6 +16,11 @@
 
 namespace tessera::testing {
 
+// A child worker's life: `runtime` (just initialised) serves until every
+// worker shuts down. Exit code: 0, 1 if init failed, 3 if shutdown failed.
+int ServeUntilShutdown(const char* scenario,
+                       absl::StatusOr<std::unique_ptr<rpc::Runtime>> runtime);
+
 class RpcWorld : public ::testing::Test {
  protected:
   // Starts the store, `world_size - 1` serving children and rank 0 here.
