@@ -46,6 +46,36 @@ torch::Tensor Rows(int rank, int micro) {
   return torch::arange(rank * 4 + micro * 2, rank * 4 + micro * 2 + 2, torch::kLong);
 }
 
+struct Trained {
+  std::shared_ptr<torch::nn::SequentialImpl> replica;    // DDP, half of each batch
+  std::shared_ptr<torch::nn::SequentialImpl> reference;  // one process, whole batch
+};
+
+// kSteps of SGD: this rank's DDP replica on its half of (x, y), and a local
+// reference on all of it, starting from rank 0's initial weights (`seed`).
+absl::StatusOr<Trained> TrainHalvesAndWhole(ddp::ProcessGroup& group, const torch::Tensor& x,
+                                            const torch::Tensor& y, int64_t seed,
+                                            const ddp::DdpOptions& options) {
+  const int r = group.rank();
+  Trained trained{ToyModel(seed + r), ToyModel(seed)};  // ranks start apart
+  auto ddp = ddp::DistributedDataParallel::Create(trained.replica, &group, options);
+  if (!ddp.ok()) return ddp.status();
+  if ((*ddp)->num_buckets() < 2) return absl::InternalError("expected several buckets");
+  torch::optim::SGD opt(trained.replica->parameters(), 0.1);
+  torch::optim::SGD ref_opt(trained.reference->parameters(), 0.1);
+  const torch::Tensor mine = torch::cat({Rows(r, 0), Rows(r, 1)});
+  for (int step = 0; step < kSteps; ++step) {
+    opt.zero_grad();
+    torch::mse_loss(trained.replica->forward(x.index_select(0, mine)), y.index_select(0, mine))
+        .backward();
+    opt.step();
+    ref_opt.zero_grad();
+    torch::mse_loss(trained.reference->forward(x), y).backward();
+    ref_opt.step();
+  }
+  return trained;
+}
+
 absl::Status RunParity(ddp::ProcessGroup& group) {
   const int r = group.rank();
   torch::manual_seed(123);
@@ -53,25 +83,11 @@ absl::Status RunParity(ddp::ProcessGroup& group) {
   const torch::Tensor y = torch::randn({8, 5});
 
   // 1. Plain DDP. Ranks start differently; rank 0's weights win.
-  auto model = ToyModel(/*seed=*/r);
   ddp::DdpOptions options;
   options.bucket_cap_mb = 0.0002;  // ~200 bytes: several buckets
-  auto ddp = ddp::DistributedDataParallel::Create(model, &group, options);
-  if (!ddp.ok()) return ddp.status();
-  if ((*ddp)->num_buckets() < 2) return absl::InternalError("expected several buckets");
-  auto reference = ToyModel(/*seed=*/0);
-  torch::optim::SGD opt(model->parameters(), 0.1);
-  torch::optim::SGD ref_opt(reference->parameters(), 0.1);
-  const torch::Tensor mine = torch::cat({Rows(r, 0), Rows(r, 1)});
-  for (int step = 0; step < kSteps; ++step) {
-    opt.zero_grad();
-    torch::mse_loss(model->forward(x.index_select(0, mine)), y.index_select(0, mine)).backward();
-    opt.step();
-    ref_opt.zero_grad();
-    torch::mse_loss(reference->forward(x), y).backward();
-    ref_opt.step();
-  }
-  auto status = AllClose(*model, *reference, "DDP vs single process");
+  auto plain = TrainHalvesAndWhole(group, x, y, /*seed=*/0, options);
+  if (!plain.ok()) return plain.status();
+  auto status = AllClose(*plain->replica, *plain->reference, "DDP vs single process");
   if (!status.ok()) return status;
 
   // 2. no_sync: micro-batch 0 accumulates locally, micro-batch 1 syncs.
@@ -107,55 +123,35 @@ absl::Status RunParity(ddp::ProcessGroup& group) {
   // 3. fp16 compression: the same training within fp16's precision
   // (gradients rounded to 11 significant bits; 3 steps at lr 0.1 stay
   // within 1e-3 of the exact run).
-  auto fp16_model = ToyModel(/*seed=*/r + 20);
   ddp::DdpOptions fp16_options = options;
   fp16_options.comm_hook = ddp::CommHook::kFp16Compress;
-  auto fp16 = ddp::DistributedDataParallel::Create(fp16_model, &group, fp16_options);
+  auto fp16 = TrainHalvesAndWhole(group, x, y, /*seed=*/20, fp16_options);
   if (!fp16.ok()) return fp16.status();
-  auto fp16_reference = ToyModel(/*seed=*/20);
-  torch::optim::SGD fp16_opt(fp16_model->parameters(), 0.1);
-  torch::optim::SGD fp16_ref_opt(fp16_reference->parameters(), 0.1);
-  for (int step = 0; step < kSteps; ++step) {
-    fp16_opt.zero_grad();
-    torch::mse_loss(fp16_model->forward(x.index_select(0, mine)), y.index_select(0, mine))
-        .backward();
-    fp16_opt.step();
-    fp16_ref_opt.zero_grad();
-    torch::mse_loss(fp16_reference->forward(x), y).backward();
-    fp16_ref_opt.step();
-  }
-  status = AllClose(*fp16_model, *fp16_reference, "fp16-compressed DDP vs single process",
+  status = AllClose(*fp16->replica, *fp16->reference, "fp16-compressed DDP vs single process",
                     /*rtol=*/0, /*atol=*/1e-3);
   if (!status.ok()) return status;
   // And it is not exact (the hook did compress).
   bool any_difference = false;
-  auto pa = fp16_model->parameters();
-  auto pb = fp16_reference->parameters();
+  auto pa = fp16->replica->parameters();
+  auto pb = fp16->reference->parameters();
   for (size_t i = 0; i < pa.size(); ++i) any_difference |= !torch::equal(pa[i], pb[i]);
   return any_difference ? absl::OkStatus()
                         : absl::InternalError("fp16 hook left gradients bit-exact");
 }
 
-std::unique_ptr<ddp::ProcessGroup> ChildGroup() {
-  static store::StoreClient store("127.0.0.1", std::atoi(std::getenv("MASTER_PORT")));
-  auto group = ddp::CreateGlooProcessGroup(&store, std::atoi(std::getenv("RANK")),
-                                           std::atoi(std::getenv("WORLD_SIZE")));
-  return group.ok() ? *std::move(group) : nullptr;
-}
-
 TESSERA_WORKER_SCENARIO(ddp_parity) {
-  auto group = ChildGroup();
-  if (group == nullptr) return 1;
-  auto status = RunParity(*group);
+  auto env = ddp::CreateGlooProcessGroupFromEnv();
+  if (!env.ok()) return 1;
+  auto status = RunParity(*env->group);
   if (!status.ok()) std::fprintf(stderr, "rank 1: %s\n", status.ToString().c_str());
   return status.ok() ? 0 : 1;
 }
 
 // A replica of another shape: creation fails on every rank, naming it.
 TESSERA_WORKER_SCENARIO(ddp_mismatch) {
-  auto group = ChildGroup();
-  if (group == nullptr) return 1;
-  auto ddp = ddp::DistributedDataParallel::Create(ToyModel(0, /*hidden=*/12), group.get());
+  auto env = ddp::CreateGlooProcessGroupFromEnv();
+  if (!env.ok()) return 1;
+  auto ddp = ddp::DistributedDataParallel::Create(ToyModel(0, /*hidden=*/12), env->group.get());
   return !ddp.ok() && ddp.status().code() == absl::StatusCode::kInvalidArgument ? 0 : 1;
 }
 

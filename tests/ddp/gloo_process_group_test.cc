@@ -14,6 +14,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -102,32 +103,31 @@ absl::Status RunConformance(ddp::ProcessGroup& pg) {
                "non-contiguous tensor rejected");
 }
 
-std::unique_ptr<ddp::ProcessGroup> ChildGroup(absl::Duration timeout) {
-  // Lives as long as the child process, like the group that uses it.
-  static store::StoreClient store("127.0.0.1", std::atoi(std::getenv("MASTER_PORT")));
+std::optional<ddp::EnvProcessGroup> ChildGroup(absl::Duration timeout) {
   ddp::GlooOptions options;
   options.timeout = timeout;
-  auto pg = ddp::CreateGlooProcessGroup(&store, std::atoi(std::getenv("RANK")),
-                                        std::atoi(std::getenv("WORLD_SIZE")), options);
-  if (!pg.ok()) {
-    std::fprintf(stderr, "process group: %s\n", pg.status().ToString().c_str());
-    return nullptr;
+  auto env = ddp::CreateGlooProcessGroupFromEnv(options);
+  if (!env.ok()) {
+    std::fprintf(stderr, "process group: %s\n", env.status().ToString().c_str());
+    return std::nullopt;
   }
-  return *std::move(pg);
+  return *std::move(env);
 }
 
 TESSERA_WORKER_SCENARIO(pg_conformance) {
-  auto pg = ChildGroup(absl::Seconds(60));
-  if (pg == nullptr) return 1;
-  auto status = RunConformance(*pg);
-  if (!status.ok()) std::fprintf(stderr, "rank %d: %s\n", pg->rank(), status.ToString().c_str());
+  auto env = ChildGroup(absl::Seconds(60));
+  if (!env.has_value()) return 1;
+  auto status = RunConformance(*env->group);
+  if (!status.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", env->group->rank(), status.ToString().c_str());
+  }
   return status.ok() ? 0 : 1;
 }
 
 // Joins, then dies before the first collective.
 TESSERA_WORKER_SCENARIO(pg_dies) {
-  auto pg = ChildGroup(absl::Seconds(60));
-  std::_Exit(pg == nullptr ? 1 : 0);
+  auto env = ChildGroup(absl::Seconds(60));
+  std::_Exit(env.has_value() ? 0 : 1);
 }
 
 class GlooProcessGroupTest : public ::testing::TestWithParam<int> {
