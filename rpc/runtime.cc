@@ -21,6 +21,22 @@ absl::StatusOr<c10::IValue> ResultFromResponse(const Message& response, Peer pee
   return DecodeValue(response.envelope.result(), response.tensors, {}, peer);
 }
 
+// Holds an observer's serve scope entered on this thread (if any).
+class ScopeEntry {
+ public:
+  explicit ScopeEntry(ServeScope* scope) : scope_(scope) {
+    if (scope_ != nullptr) scope_->Enter();
+  }
+  ~ScopeEntry() {
+    if (scope_ != nullptr) scope_->Exit();
+  }
+  ScopeEntry(const ScopeEntry&) = delete;
+  ScopeEntry& operator=(const ScopeEntry&) = delete;
+
+ private:
+  ServeScope* scope_;
+};
+
 }  // namespace
 
 Runtime::Runtime(RpcOptions options, Registry registry,
@@ -47,6 +63,12 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Init(
         return absl::InvalidArgumentError("two runtime extensions provide value hooks");
       }
       runtime->hooks_ = hooks;
+    }
+    if (CallObserver* observer = extension->call_observer()) {
+      if (runtime->observer_ != nullptr) {
+        return absl::InvalidArgumentError("two runtime extensions observe calls");
+      }
+      runtime->observer_ = observer;
     }
   }
   auto status = runtime->Start();
@@ -162,10 +184,21 @@ Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
           Annotate(status, "cannot send arguments of '" + function + "'"));
     }
   }
+  if (observer_ != nullptr) {
+    auto status = observer_->OnSendRequest(to_rank, &request);
+    if (!status.ok()) {
+      return Future<c10::IValue>::Ready(Annotate(status, "cannot send '" + function + "'"));
+    }
+  }
+  CallObserver* observer = observer_;
   return agent_->Send(to_rank, std::move(request), absl::Now() + Timeout(options))
       .Then(
-          [peer](const absl::StatusOr<Message>& response) -> absl::StatusOr<c10::IValue> {
+          [peer, observer](const absl::StatusOr<Message>& response)
+              -> absl::StatusOr<c10::IValue> {
             if (!response.ok()) return response.status();
+            if (observer != nullptr && response->envelope.status().code() == 0) {
+              TESSERA_RETURN_IF_ERROR(observer->OnReceiveResponse(peer.rank, *response));
+            }
             return ResultFromResponse(*response, peer);
           },
           executor);
@@ -192,6 +225,12 @@ Future<Message> Runtime::Dispatch(int from_rank, const Message& request) {
   if (envelope.timeout_us() > 0) {
     context.deadline = absl::Now() + absl::Microseconds(envelope.timeout_us());
   }
+  std::shared_ptr<ServeScope> scope;
+  if (observer_ != nullptr) {
+    auto observed = observer_->OnReceiveRequest(from_rank, request);
+    if (!observed.ok()) return Future<Message>::Ready(observed.status());
+    scope = *std::move(observed);
+  }
   std::vector<c10::IValue> args;
   args.reserve(envelope.args_size());
   const Peer peer{hooks_, from_rank};
@@ -207,18 +246,22 @@ Future<Message> Runtime::Dispatch(int from_rank, const Message& request) {
   const std::string target = envelope.target();
   const Registry& registry =
       envelope.kind() == proto::INTERNAL_CALL ? internal_ : registry_;
-  return registry.Invoke(target, context, std::move(args))
-      .Then([limits, target, peer](const absl::StatusOr<c10::IValue>& result)
-                -> absl::StatusOr<Message> {
-        if (!result.ok()) return result.status();
-        Message response;
-        auto status = EncodeValue(*result, response.envelope.mutable_result(),
-                                  &response, limits, peer);
-        if (!status.ok()) {
-          return Annotate(status, "cannot send the result of '" + target + "'");
-        }
-        return response;
-      });
+  Future<c10::IValue> result = [&] {
+    ScopeEntry entry(scope.get());
+    return registry.Invoke(target, context, std::move(args));
+  }();
+  return result.Then([limits, target, peer, scope](const absl::StatusOr<c10::IValue>& result)
+                         -> absl::StatusOr<Message> {
+    if (!result.ok()) return result.status();
+    Message response;
+    auto status = EncodeValue(*result, response.envelope.mutable_result(), &response,
+                              limits, peer);
+    if (status.ok() && scope != nullptr) status = scope->OnSendResponse(peer.rank, &response);
+    if (!status.ok()) {
+      return Annotate(status, "cannot send the result of '" + target + "'");
+    }
+    return response;
+  });
 }
 
 absl::Status Runtime::Shutdown(bool graceful) {

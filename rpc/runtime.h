@@ -168,6 +168,7 @@ class Runtime {
   Registry internal_;  // filled by extensions in Init, then read-only
   const std::vector<std::shared_ptr<RuntimeExtension>> extensions_;
   ValueHooks* hooks_ = nullptr;  // from the extension that provides them
+  CallObserver* observer_ = nullptr;  // likewise
   std::unique_ptr<store::StoreServer> store_server_;
   std::unique_ptr<store::StoreClient> store_client_;
   std::unique_ptr<DeadlineTimer> timer_;

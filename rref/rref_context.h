@@ -79,6 +79,10 @@ class RRefContext final : public rpc::RuntimeExtension,
   absl::StatusOr<std::shared_ptr<void>> LocalObject(const RRefImpl& rref);
 
   const ClassRegistry& classes() const { return classes_; }
+  // True for the internal services whose arguments or results are user
+  // values (remote(), method calls, to_here()) — the ones distributed
+  // autograd records — as opposed to the reference-counting messages.
+  static bool CarriesUserValues(const std::string& service);
   rpc::Runtime* runtime() const { return runtime_.load(); }
 
   // For leak checks in tests and at shutdown.

@@ -201,6 +201,12 @@ Future<bool> RRefContext::RegisterFork(const GlobalId& rref_id, const GlobalId& 
       });
 }
 
+bool RRefContext::CarriesUserValues(const std::string& service) {
+  return service == "rref.remote" || service == "rref.remote_new" ||
+         service == "rref.remote_method" || service == "rref.call" ||
+         service == "rref.fetch";
+}
+
 void RRefContext::RegisterServices(rpc::Registry* internal) {
   auto must = [](absl::Status status) {
     if (!status.ok()) throw std::logic_error(status.ToString());

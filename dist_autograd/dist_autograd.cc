@@ -1,0 +1,284 @@
+#include "dist_autograd/dist_autograd.h"
+
+#include <ATen/ops/ones_like.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+
+namespace tessera::dist_autograd {
+namespace {
+
+constexpr char kBackwardService[] = "dist_autograd.backward";
+constexpr char kReleaseService[] = "dist_autograd.release";
+// How many released ids each worker remembers, to ignore late messages.
+constexpr size_t kReleasedMemory = 1 << 16;
+// Context ids: the creating rank above this many bits, a counter below.
+constexpr int kCounterBits = 48;
+
+struct CurrentContext {
+  const DistAutograd* owner = nullptr;
+  int64_t id = 0;
+};
+thread_local CurrentContext current;
+
+// Completes with the first error among `calls`, or true when all succeed.
+Future<bool> AllOk(const std::vector<Future<c10::IValue>>& calls) {
+  if (calls.empty()) return Future<bool>::Ready(true);
+  Promise<bool> done;
+  auto remaining = std::make_shared<std::atomic<size_t>>(calls.size());
+  for (const auto& call : calls) {
+    call.OnReady([done, remaining](const absl::StatusOr<c10::IValue>& result) {
+      if (!result.ok()) {
+        done.Set(result.status());  // the first error wins; later Sets are ignored
+      } else if (remaining->fetch_sub(1) == 1) {
+        done.Set(true);
+      }
+    });
+  }
+  return done.GetFuture();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- scopes
+
+ContextScope::ContextScope(const DistAutograd& autograd, int64_t context_id)
+    : previous_owner_(current.owner), previous_id_(current.id) {
+  current = {&autograd, context_id};
+}
+
+ContextScope::~ContextScope() { current = {previous_owner_, previous_id_}; }
+
+ContextGuard::ContextGuard(DistAutograd& autograd) : autograd_(autograd) {
+  if (auto existing = autograd.current_context()) {
+    throw StatusError(absl::FailedPreconditionError(absl::StrCat(
+        "distributed autograd context ", *existing,
+        " is already current on this thread; contexts do not nest")));
+  }
+  id_ = autograd.NewContext();
+  scope_.emplace(autograd, id_);
+}
+
+ContextGuard::~ContextGuard() {
+  scope_.reset();
+  autograd_.Release(id_);
+}
+
+// ---------------------------------------------------------------- contexts
+
+std::shared_ptr<DistAutograd> DistAutograd::Create() {
+  return std::shared_ptr<DistAutograd>(new DistAutograd());
+}
+
+void DistAutograd::Attach(rpc::Runtime* runtime, rpc::Registry* internal) {
+  runtime_.store(runtime);
+  self_rank_ = runtime->options().rank;
+  auto must = [](absl::Status status) {
+    if (!status.ok()) throw std::logic_error(status.ToString());
+  };
+  must(internal->Register(kBackwardService,
+                          [this](rpc::CallContext& ctx, int64_t context_id, int64_t send_id,
+                                 std::vector<at::Tensor> grads) {
+                            return RunFromSend(context_id, send_id, std::move(grads),
+                                               ctx.deadline);
+                          }));
+  must(internal->Register(kReleaseService,
+                          [this](int64_t context_id) { ReleaseLocal(context_id); }));
+}
+
+void DistAutograd::OnClosed() {
+  runtime_.store(nullptr);
+  std::map<int64_t, std::shared_ptr<Context>> dropped;  // graphs die after the lock
+  MutexLock lock(&mu_);
+  dropped.swap(contexts_);
+  contexts_changed_.SignalAll();
+}
+
+std::string DistAutograd::self_name() const {
+  rpc::Runtime* runtime = runtime_.load();
+  return runtime == nullptr ? absl::StrCat("rank ", self_rank_) : runtime->options().name;
+}
+
+int64_t DistAutograd::NewContext() {
+  const int64_t id =
+      (static_cast<int64_t>(self_rank_) << kCounterBits) | next_context_.fetch_add(1);
+  MutexLock lock(&mu_);
+  contexts_[id] = std::make_shared<Context>(id);
+  contexts_changed_.SignalAll();
+  return id;
+}
+
+std::shared_ptr<Context> DistAutograd::Find(int64_t context_id) const {
+  MutexLock lock(&mu_);
+  auto it = contexts_.find(context_id);
+  return it == contexts_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<Context> DistAutograd::FindOrCreate(int64_t context_id) {
+  MutexLock lock(&mu_);
+  auto& context = contexts_[context_id];
+  if (context == nullptr) {
+    if (released_.count(context_id) > 0) {
+      contexts_.erase(context_id);
+      return nullptr;
+    }
+    context = std::make_shared<Context>(context_id);
+    contexts_changed_.SignalAll();
+  }
+  return context;
+}
+
+void DistAutograd::Release(int64_t context_id) { ReleaseLocal(context_id); }
+
+void DistAutograd::ReleaseLocal(int64_t context_id) {
+  std::shared_ptr<Context> context;
+  {
+    MutexLock lock(&mu_);
+    auto it = contexts_.find(context_id);
+    if (it == contexts_.end()) return;  // never here, or already released
+    context = std::move(it->second);
+    contexts_.erase(it);
+    if (released_.insert(context_id).second) released_order_.push_back(context_id);
+    if (released_order_.size() > kReleasedMemory) {
+      released_.erase(released_order_.front());
+      released_order_.pop_front();
+    }
+    contexts_changed_.SignalAll();
+  }
+  rpc::Runtime* runtime = runtime_.load();
+  if (runtime == nullptr) return;
+  for (int rank : context->known_workers()) {
+    // Fire and forget: a worker that is gone has nothing left to release.
+    runtime->CallInternal(rank, kReleaseService, {c10::IValue(context_id)})
+        .OnReady([context_id, rank](const absl::StatusOr<c10::IValue>& result) {
+          if (!result.ok()) {
+            TESSERA_LOG(WARNING) << "releasing distributed autograd context " << context_id
+                                 << " on rank " << rank << ": " << result.status();
+          }
+        });
+  }
+}
+
+std::optional<int64_t> DistAutograd::current_context() const {
+  if (current.owner != this || current.id == 0) return std::nullopt;
+  return current.id;
+}
+
+size_t DistAutograd::num_contexts() const {
+  MutexLock lock(&mu_);
+  return contexts_.size();
+}
+
+bool DistAutograd::WaitForContexts(size_t count, absl::Duration timeout) const {
+  MutexLock lock(&mu_);
+  return contexts_changed_.WaitUntil(
+      &mu_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return contexts_.size() == count; },
+      absl::Now() + timeout);
+}
+
+absl::StatusOr<c10::Dict<at::Tensor, at::Tensor>> DistAutograd::GetGradients(
+    int64_t context_id) const {
+  auto context = Find(context_id);
+  if (context == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no distributed autograd context ", context_id,
+                                            " on worker '", self_name(), "'"));
+  }
+  return context->gradients();
+}
+
+// ---------------------------------------------------------------- backward
+
+absl::Status DistAutograd::Backward(int64_t context_id, const std::vector<at::Tensor>& roots,
+                                    bool retain_graph, absl::Duration timeout) {
+  rpc::Runtime* runtime = runtime_.load();
+  if (runtime == nullptr) return absl::FailedPreconditionError("RPC runtime is closed");
+  auto context = Find(context_id);
+  if (context == nullptr) {
+    return absl::NotFoundError(absl::StrCat("backward: no distributed autograd context ",
+                                            context_id, " on worker '", self_name(), "'"));
+  }
+  if (roots.empty()) return absl::InvalidArgumentError("backward: no roots given");
+  torch::autograd::edge_list edges;
+  std::vector<at::Tensor> seeds;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    if (!roots[i].defined() || !roots[i].requires_grad()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "backward: root ", i, " does not require grad (it has no graph to run)"));
+    }
+    edges.push_back(torch::autograd::impl::gradient_edge(roots[i]));
+    seeds.push_back(at::ones_like(roots[i], at::MemoryFormat::Preserve));
+  }
+  if (timeout <= absl::ZeroDuration()) timeout = runtime->options().default_call_timeout;
+  const absl::Time deadline = absl::Now() + timeout;
+  // Send functions of this context may lead into the same graph later.
+  const bool keep_graph = retain_graph || context->has_sends();
+  auto to_send = RunLocalPass(*context, edges, seeds, keep_graph);
+  if (!to_send.ok()) {
+    return Annotate(to_send.status(), "backward on worker '" + self_name() + "'");
+  }
+  auto done = Propagate(context_id, *std::move(to_send), deadline).Wait(deadline);
+  if (!done.ok()) {
+    return Annotate(done.status(), absl::StrCat("distributed backward of context ",
+                                                context_id, " from '", self_name(), "'"));
+  }
+  return absl::OkStatus();
+}
+
+Future<bool> DistAutograd::Propagate(int64_t context_id, std::vector<RecvGradients> to_send,
+                                     absl::Time deadline) {
+  rpc::Runtime* runtime = runtime_.load();
+  if (runtime == nullptr) {
+    return Future<bool>::Ready(absl::FailedPreconditionError("RPC runtime is closed"));
+  }
+  rpc::CallOptions options;
+  options.timeout = std::max(deadline - absl::Now(), absl::Milliseconds(1));
+  std::vector<Future<c10::IValue>> calls;
+  for (auto& entry : to_send) {
+    calls.push_back(runtime->CallInternal(
+        entry.recv->from_rank(), kBackwardService,
+        {c10::IValue(context_id), c10::IValue(entry.recv->peer_send_id()),
+         rpc::ToIValue(std::move(entry.grads))},
+        options));
+  }
+  return AllOk(calls);
+}
+
+Future<bool> DistAutograd::RunFromSend(int64_t context_id, int64_t send_id,
+                                       std::vector<at::Tensor> grads, absl::Time deadline) {
+  auto context = Find(context_id);
+  if (context == nullptr) {
+    return Future<bool>::Ready(absl::NotFoundError(absl::StrCat(
+        "no distributed autograd context ", context_id, " on worker '", self_name(),
+        "' (released before the backward pass reached it?)")));
+  }
+  auto send = context->FindSend(send_id);
+  if (send == nullptr) {
+    return Future<bool>::Ready(absl::NotFoundError(absl::StrCat(
+        "no send function ", send_id, " in distributed autograd context ", context_id,
+        " on worker '", self_name(), "'")));
+  }
+  if (grads.size() != send->num_inputs()) {
+    return Future<bool>::Ready(absl::InvalidArgumentError(absl::StrCat(
+        "send function ", send_id, " sent ", send->num_inputs(), " tensors but ",
+        grads.size(), " gradients came back")));
+  }
+  torch::autograd::edge_list roots;
+  for (uint32_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined() || !send->input_metadata(i).is_same_shape(grads[i])) {
+      return Future<bool>::Ready(absl::InvalidArgumentError(absl::StrCat(
+          "gradient ", i, " for send function ", send_id, " has the wrong shape")));
+    }
+    roots.emplace_back(send, i);
+  }
+  auto to_send = RunLocalPass(*context, roots, grads, /*keep_graph=*/true);
+  if (!to_send.ok()) return Future<bool>::Ready(to_send.status());
+  if (deadline == absl::InfiniteFuture()) {
+    rpc::Runtime* runtime = runtime_.load();
+    if (runtime != nullptr) deadline = absl::Now() + runtime->options().default_call_timeout;
+  }
+  return Propagate(context_id, *std::move(to_send), deadline);
+}
+
+}  // namespace tessera::dist_autograd

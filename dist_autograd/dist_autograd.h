@@ -1,0 +1,178 @@
+// Distributed autograd — the C++ counterpart of torch.distributed.autograd.
+//
+//   auto autograd = dist_autograd::DistAutograd::Create();
+//   auto runtime = rpc::Runtime::Init(options, registry, {rrefs, autograd});
+//   {
+//     dist_autograd::ContextGuard context(*autograd);     // id unique in the job
+//     at::Tensor y = runtime->RpcSync<at::Tensor>("ps", "forward", x);
+//     at::Tensor loss = (y - target).pow(2).sum();
+//     ThrowIfError(autograd->Backward(context.id(), {loss}));
+//     auto grads = *autograd->GetGradients(context.id());  // leaf -> gradient
+//     optimizer.Step(context.id());
+//   }  // released here and on every worker that took part
+//
+// Note [Distributed autograd] (after PyTorch's design, FAST mode):
+// - A context has an id unique across workers (the creating rank in the
+//   high bits). It is current on the thread of its ContextGuard, and on the
+//   serving thread of every call made inside it, so nested calls carry it.
+// - Recording: every call made inside a context carries its id. When the
+//   message — request or response, of rpc_sync/rpc_async, remote(), RRef
+//   method calls and to_here() — holds tensors that require grad, the
+//   sender records a SendRpcBackward over them under a fresh send id, and
+//   the receiver makes the received tensors outputs of a RecvRpcBackward
+//   that remembers (sender, send id). See rpc_functions.h.
+// - Backward(context, roots): LibTorch's engine runs the local graph; leaf
+//   gradients go into the context; gradients that reach recv functions go to
+//   their senders ("dist_autograd.backward"), which run their local graph
+//   from the send function the same way, recursively and concurrently. A
+//   call returns when its local pass and all the remote passes it started
+//   are done, so Backward returns when the whole pass is. Errors travel back
+//   the same way, naming the worker; every wait has a deadline.
+// - FAST mode: each send function runs its own local pass when its
+//   gradients arrive. Where several passes share a subgraph, it is computed
+//   more than once (gradients add up, by linearity); so passes started by
+//   gradients from peers keep their graph until the context is released.
+//   Remote passes start when the local pass that feeds them has finished.
+// - Release: a worker releases its context and tells every worker it sent
+//   messages to in it, which do the same. Late messages of a released
+//   context are served without recording (a bounded memory of released ids).
+//
+// Thread-safety: thread-safe. Several contexts may run backward at once on
+// one worker, and several passes of one context.
+#pragma once
+
+#include <ATen/core/Dict.h>
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/future.h"
+#include "common/mutex.h"
+#include "dist_autograd/context.h"
+#include "dist_autograd/local_pass.h"
+#include "rpc/runtime.h"
+#include "rpc/runtime_extension.h"
+
+namespace tessera::dist_autograd {
+
+class DistAutograd final : public rpc::RuntimeExtension,
+                           public rpc::CallObserver,
+                           public std::enable_shared_from_this<DistAutograd> {
+ public:
+  static std::shared_ptr<DistAutograd> Create();
+
+  // A new context (not current anywhere; see ContextGuard and ContextScope).
+  int64_t NewContext();
+  // Releases the context here and, asynchronously, on every worker that
+  // took part. Unknown ids are ignored.
+  void Release(int64_t context_id);
+
+  // Runs the backward pass from `roots` (tensors that require grad; each is
+  // seeded with a gradient of ones) across every worker involved, and
+  // returns when it is complete or failed. `timeout` zero: the runtime's
+  // default call timeout.
+  absl::Status Backward(int64_t context_id, const std::vector<at::Tensor>& roots,
+                        bool retain_graph = false,
+                        absl::Duration timeout = absl::ZeroDuration());
+
+  // The gradients that backward passes of the context accumulated for this
+  // worker's leaves: leaf tensor -> gradient.
+  absl::StatusOr<c10::Dict<at::Tensor, at::Tensor>> GetGradients(int64_t context_id) const;
+
+  // The context current on this thread, if any.
+  std::optional<int64_t> current_context() const;
+
+  // Contexts this worker holds now; and a bounded wait for a count (releases
+  // arrive asynchronously), false on timeout.
+  size_t num_contexts() const;
+  bool WaitForContexts(size_t count, absl::Duration timeout) const;
+
+  // --- rpc::RuntimeExtension ---
+  void Attach(rpc::Runtime* runtime, rpc::Registry* internal) override;
+  rpc::CallObserver* call_observer() override { return this; }
+  void OnClosed() override;
+
+  // --- rpc::CallObserver (recorder.cc) ---
+  absl::Status OnSendRequest(int to_rank, rpc::Message* request) override;
+  absl::StatusOr<std::shared_ptr<rpc::ServeScope>> OnReceiveRequest(
+      int from_rank, const rpc::Message& request) override;
+  absl::Status OnReceiveResponse(int from_rank, const rpc::Message& response) override;
+
+ private:
+  friend class ContextScope;
+  class Scope;
+
+  DistAutograd() = default;
+  std::shared_ptr<Context> Find(int64_t context_id) const;
+  // nullptr if the id was released here recently (a late message).
+  std::shared_ptr<Context> FindOrCreate(int64_t context_id);
+  void ReleaseLocal(int64_t context_id);
+  std::string self_name() const;
+
+  // Recording (recorder.cc): stamps `message` with the context and records
+  // a send function over its tensors that require grad (if any).
+  absl::Status RecordSend(Context& context, rpc::Message* message, bool is_response);
+  // Attaches a recv function to the received tensors that require grad.
+  absl::Status RecordRecv(Context& context, int from_rank, const rpc::Message& message);
+
+  // Ships gradients to the senders of the recv functions they reached;
+  // completes when those senders' passes (and theirs, ...) are done.
+  Future<bool> Propagate(int64_t context_id, std::vector<RecvGradients> to_send,
+                         absl::Time deadline);
+  // Serves "dist_autograd.backward": a pass from one of our send functions.
+  Future<bool> RunFromSend(int64_t context_id, int64_t send_id,
+                           std::vector<at::Tensor> grads, absl::Time deadline);
+
+  std::atomic<rpc::Runtime*> runtime_{nullptr};
+  int self_rank_ = -1;
+  std::atomic<int64_t> next_context_{1};
+  std::atomic<int64_t> next_send_id_{1};
+
+  mutable Mutex mu_;
+  mutable CondVar contexts_changed_;
+  std::map<int64_t, std::shared_ptr<Context>> contexts_ ABSL_GUARDED_BY(mu_);
+  // Recently released ids, oldest first (bounded).
+  std::set<int64_t> released_ ABSL_GUARDED_BY(mu_);
+  std::deque<int64_t> released_order_ ABSL_GUARDED_BY(mu_);
+};
+
+// Makes a context current on this thread for its lifetime (the previous one
+// is restored after). For continuations that run on other threads.
+class ContextScope {
+ public:
+  ContextScope(const DistAutograd& autograd, int64_t context_id);
+  ~ContextScope();
+  ContextScope(const ContextScope&) = delete;
+  ContextScope& operator=(const ContextScope&) = delete;
+
+ private:
+  const DistAutograd* previous_owner_;
+  int64_t previous_id_;
+};
+
+// A new context, current on this thread while the guard lives, released
+// everywhere when it dies — `with dist_autograd.context() as context_id:`.
+// Throws StatusError if a context of `autograd` is already current here.
+class ContextGuard {
+ public:
+  explicit ContextGuard(DistAutograd& autograd);
+  ~ContextGuard();
+  ContextGuard(const ContextGuard&) = delete;
+  ContextGuard& operator=(const ContextGuard&) = delete;
+
+  int64_t id() const { return id_; }
+
+ private:
+  DistAutograd& autograd_;
+  int64_t id_;
+  std::optional<ContextScope> scope_;
+};
+
+}  // namespace tessera::dist_autograd

@@ -1,0 +1,146 @@
+#include "tests/dist_autograd/dist_autograd_world.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/linspace.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/tanh.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <map>
+#include <mutex>
+
+#include "tests/testing/test_functions.h"
+
+namespace tessera::testing {
+namespace {
+
+// A node whose backward always fails.
+class ThrowingBackward final : public torch::autograd::Node {
+ public:
+  using Node::Node;
+  torch::autograd::variable_list apply(torch::autograd::variable_list&&) override {
+    throw std::runtime_error("deliberate failure in backward");
+  }
+};
+
+// The parameter each worker's "chain" uses: one per process and rank.
+at::Tensor OwnParam(int rank) {
+  static std::mutex mu;
+  static std::map<int, at::Tensor> params;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& param = params[rank];
+  if (!param.defined()) param = ParamFor(rank);
+  return param;
+}
+
+std::weak_ptr<dist_autograd::DistAutograd>& AffineAutograd() {
+  static std::weak_ptr<dist_autograd::DistAutograd> autograd;
+  return autograd;
+}
+
+std::vector<at::Tensor> GradOf(const dist_autograd::DistAutograd& autograd,
+                               int64_t context_id, const at::Tensor& leaf) {
+  auto grads = autograd.GetGradients(context_id);
+  if (!grads.ok() || !grads->contains(leaf)) return {};
+  return {grads->at(leaf)};
+}
+
+}  // namespace
+
+at::Tensor ParamFor(int64_t rank) {
+  return (at::linspace(-1, 1, 16).reshape({4, 4}) * (0.5 + 0.25 * rank))
+      .set_requires_grad(true);
+}
+
+at::Tensor Stage(const at::Tensor& x, const at::Tensor& w) { return at::tanh(at::matmul(x, w)); }
+
+std::vector<at::Tensor> Affine::Grad(int64_t context_id) {
+  auto autograd = AffineAutograd().lock();
+  if (autograd == nullptr) return {};
+  return GradOf(*autograd, context_id, weight_);
+}
+
+void Affine::SetAutograd(std::shared_ptr<dist_autograd::DistAutograd> autograd) {
+  AffineAutograd() = autograd;
+}
+
+rref::ClassRegistry MakeDistAutogradClasses() {
+  rref::ClassRegistry classes;
+  classes.Class<Affine>("Affine")
+      .Constructor<int64_t>()
+      .Method("forward", &Affine::Forward)
+      .Method("grad", &Affine::Grad);
+  return classes;
+}
+
+rpc::Registry MakeDistAutogradRegistry(std::shared_ptr<dist_autograd::DistAutograd> autograd) {
+  Affine::SetAutograd(autograd);
+  rpc::Registry registry = MakeTestRegistry();
+  auto must = [](absl::Status s) {
+    if (!s.ok()) throw std::logic_error(s.ToString());
+  };
+  must(registry.Register("chain", [](rpc::CallContext& ctx, at::Tensor x,
+                                     std::vector<std::string> rest) {
+    at::Tensor y = Stage(x, OwnParam(ctx.runtime->self().rank));
+    if (rest.empty()) return y;
+    const std::string next = rest.front();
+    rest.erase(rest.begin());
+    return ctx.runtime->RpcSync<at::Tensor>(next, "chain", y, rest);
+  }));
+  must(registry.Register("chain_async", [](rpc::CallContext& ctx, at::Tensor x,
+                                           std::vector<std::string> rest) {
+    at::Tensor y = Stage(x, OwnParam(ctx.runtime->self().rank));
+    if (rest.empty()) return Future<at::Tensor>::Ready(y);
+    const std::string next = rest.front();
+    rest.erase(rest.begin());
+    return ctx.runtime->RpcAsync<at::Tensor>(next, "chain_async", y, rest);
+  }));
+  std::weak_ptr<dist_autograd::DistAutograd> weak = autograd;
+  must(registry.Register("param_grad", [weak](rpc::CallContext& ctx, int64_t context_id) {
+    auto autograd = weak.lock();
+    if (autograd == nullptr) return std::vector<at::Tensor>{};
+    return GradOf(*autograd, context_id, OwnParam(ctx.runtime->self().rank));
+  }));
+  must(registry.Register("throwing", [](at::Tensor x) {
+    at::Tensor y = x.detach().clone();
+    auto node =
+        std::make_shared<ThrowingBackward>(torch::autograd::collect_next_edges(x));
+    node->add_input_metadata(y);
+    torch::autograd::impl::set_gradient_edge(y, {node, 0});
+    return y;
+  }));
+  must(registry.Register("await_contexts", [weak](int64_t n, int64_t timeout_ms) {
+    auto autograd = weak.lock();
+    return autograd != nullptr &&
+           autograd->WaitForContexts(static_cast<size_t>(n), absl::Milliseconds(timeout_ms));
+  }));
+  return registry;
+}
+
+TESSERA_WORKER_SCENARIO(serve_dist_autograd) {
+  auto rrefs = rref::RRefContext::Create(MakeDistAutogradClasses());
+  auto autograd = dist_autograd::DistAutograd::Create();
+  return ServeUntilShutdown("serve_dist_autograd",
+                            rpc::Runtime::Init(TestWorkerOptions(),
+                                               MakeDistAutogradRegistry(autograd),
+                                               {rrefs, autograd}));
+}
+
+rpc::Registry DistAutogradWorld::MakeRegistry() { return MakeDistAutogradRegistry(autograd_); }
+
+std::vector<std::shared_ptr<rpc::RuntimeExtension>> DistAutogradWorld::MakeExtensions() {
+  return {rrefs_, autograd_};
+}
+
+void DistAutogradWorld::ExpectNoContextsAnywhere() {
+  EXPECT_TRUE(autograd_->WaitForContexts(0, absl::Seconds(30)))
+      << "worker0 holds " << autograd_->num_contexts() << " contexts";
+  for (const auto& worker : rt().workers()) {
+    if (worker.rank == 0) continue;
+    EXPECT_TRUE(rt().RpcSync<bool>(worker.name, "await_contexts", int64_t{0}, int64_t{30000}))
+        << worker.name << " still holds distributed autograd contexts";
+  }
+}
+
+}  // namespace tessera::testing
