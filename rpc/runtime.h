@@ -122,6 +122,16 @@ class Runtime {
   // returns the reason.
   absl::Status Shutdown(bool graceful = true);
 
+  // The attached extension of type E (e.g. from a registered function, via
+  // CallContext::runtime), or nullptr.
+  template <typename E>
+  E* FindExtension() const {
+    for (const auto& extension : extensions_) {
+      if (auto* found = dynamic_cast<E*>(extension.get())) return found;
+    }
+    return nullptr;
+  }
+
   ThreadPool& executor() { return *pool_; }
   DeadlineTimer& timer() { return *timer_; }
   store::StoreClient& store() { return *store_client_; }

@@ -166,6 +166,9 @@ class TensorPipeAgent final : public RpcAgent {
   absl::Duration relisten_backoff_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(1);
   DeadlineTimer::Id relisten_timer_ ABSL_GUARDED_BY(mu_) = 0;
 
+  // Serialises connecting (Note [One connect at a time]); never taken by
+  // TensorPipe callbacks, so TensorPipe may be called under it.
+  Mutex connect_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<WorkerInfo> workers_ ABSL_GUARDED_BY(mu_);
@@ -222,24 +225,28 @@ Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
     peer_name = workers_[to_rank].name;
   }
   if (client == nullptr) {
-    auto fresh = std::make_shared<ClientPipe>();
-    fresh->rank = to_rank;
-    fresh->pipe = context_->connect(address, tp::PipeOptions().remoteName(peer_name));
-    bool installed = false;
+    // Note [One connect at a time]: two threads connecting to one peer at
+    // once would leave a second pipe to close mid-handshake — and TensorPipe
+    // fails the peer's whole listener for that (Note [Listener restart]),
+    // breaking the handshake of the pipe we keep too. So threads connect one
+    // at a time, and a thread that waited here finds the pipe made.
+    MutexLock connect_lock(&connect_mu_);
     {
       MutexLock lock(&mu_);
-      auto& slot = client_pipes_[to_rank];
-      if (slot == nullptr) {
-        fresh->id = next_pipe_id_++;
-        slot = fresh;
-        installed = true;
-      }
-      client = slot;
+      auto it = client_pipes_.find(to_rank);
+      if (it != client_pipes_.end()) client = it->second;
     }
-    if (installed) {
+    if (client == nullptr) {
+      auto fresh = std::make_shared<ClientPipe>();
+      fresh->rank = to_rank;
+      fresh->pipe = context_->connect(address, tp::PipeOptions().remoteName(peer_name));
+      {
+        MutexLock lock(&mu_);
+        fresh->id = next_pipe_id_++;
+        client_pipes_[to_rank] = fresh;
+      }
+      client = fresh;
       ReadResponse(client);
-    } else {
-      fresh->pipe->close();  // another thread connected first
     }
   }
   uint64_t request_id = 0;

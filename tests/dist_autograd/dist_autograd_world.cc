@@ -3,6 +3,7 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/linspace.h>
 #include <ATen/ops/matmul.h>
+#include <ATen/ops/tensor.h>
 #include <ATen/ops/tanh.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
@@ -10,6 +11,7 @@
 #include <map>
 #include <mutex>
 
+#include "dist_optim/local_optimizer.h"
 #include "tests/testing/test_functions.h"
 
 namespace tessera::testing {
@@ -71,6 +73,7 @@ rref::ClassRegistry MakeDistAutogradClasses() {
       .Constructor<int64_t>()
       .Method("forward", &Affine::Forward)
       .Method("grad", &Affine::Grad);
+  dist_optim::RegisterLocalOptimizer(classes);
   return classes;
 }
 
@@ -109,6 +112,16 @@ rpc::Registry MakeDistAutogradRegistry(std::shared_ptr<dist_autograd::DistAutogr
     node->add_input_metadata(y);
     torch::autograd::impl::set_gradient_edge(y, {node, 0});
     return y;
+  }));
+  must(registry.Register("new_param", [](std::vector<double> values,
+                                         std::vector<int64_t> shape) {
+    return at::tensor(values, at::kFloat).reshape(shape).set_requires_grad(true);
+  }));
+  must(registry.Register("apply_stage", [](at::Tensor x, rref::RRef<at::Tensor> w) {
+    return Stage(x, ValueOrThrow(w.local_value()));
+  }));
+  must(registry.Register("param_sum", [](rref::RRef<at::Tensor> w) {
+    return ValueOrThrow(w.local_value()).sum();
   }));
   must(registry.Register("await_contexts", [weak](int64_t n, int64_t timeout_ms) {
     auto autograd = weak.lock();

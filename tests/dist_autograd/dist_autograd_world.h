@@ -41,6 +41,10 @@ class Affine {
 //   param_grad(context) -> [gradient of this worker's parameter] or [].
 //   throwing(x) -> a copy of x whose backward throws "deliberate failure".
 //   await_contexts(n, timeout_ms) -> whether this worker holds n contexts.
+//   new_param(values, shape) -> a leaf that requires grad (for remote()).
+//   apply_stage(x, w) -> Stage(x, w) with w an RRef owned here.
+//   param_sum(w) -> w.sum() with w an RRef owned here.
+// Classes: Affine, and the DistributedOptimizer's LocalOptimizer.
 rpc::Registry MakeDistAutogradRegistry(std::shared_ptr<dist_autograd::DistAutograd> autograd);
 rref::ClassRegistry MakeDistAutogradClasses();
 

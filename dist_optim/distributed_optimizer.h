@@ -1,0 +1,58 @@
+// DistributedOptimizer — the C++ counterpart of
+// torch.distributed.optim.DistributedOptimizer: steps parameters wherever
+// they live, through their RRefs, with one distributed autograd context's
+// gradients.
+//
+//   std::vector<RRef<at::Tensor>> params = ps_params;      // owned by "ps"
+//   dist_optim::SgdOptions sgd;
+//   sgd.lr = 0.05;
+//   sgd.momentum = 0.9;
+//   auto optimizer = ValueOrThrow(
+//       dist_optim::DistributedOptimizer::Create(*rrefs, params, sgd));
+//   {
+//     dist_autograd::ContextGuard context(*autograd);
+//     ... forward through the owners, autograd->Backward(context.id(), {loss}) ...
+//     ThrowIfError(optimizer.Step(context.id()));
+//   }
+//
+// Create() groups the parameters by owner and makes one LocalOptimizer per
+// owner (with remote(); each owner must register the class, see
+// local_optimizer.h), waiting until all exist so that bad options fail here.
+// Step() runs every owner's step concurrently and returns when all are done;
+// each owner serialises steps over the same parameters (ParameterGuard), so
+// several trainers may step one parameter server at once without losing
+// updates. Optimizer state (momentum, Adam moments) is per
+// DistributedOptimizer, as in PyTorch. The LocalOptimizers are freed when the
+// last copy of this object is.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "dist_optim/local_optimizer.h"
+#include "dist_optim/optimizer_options.h"
+#include "rref/rref.h"
+#include "rref/rref_context.h"
+
+namespace tessera::dist_optim {
+
+class DistributedOptimizer {
+ public:
+  static absl::StatusOr<DistributedOptimizer> Create(
+      rref::RRefContext& rrefs, const std::vector<rref::RRef<at::Tensor>>& params,
+      const OptimizerOptions& options, absl::Duration timeout = rref::kDefaultRRefTimeout);
+
+  absl::Status Step(int64_t context_id,
+                    absl::Duration timeout = rref::kDefaultRRefTimeout) const;
+
+  // How many owners the parameters live on.
+  size_t num_owners() const { return optimizers_.size(); }
+
+ private:
+  DistributedOptimizer() = default;
+  std::vector<rref::RRef<LocalOptimizer>> optimizers_;
+};
+
+}  // namespace tessera::dist_optim

@@ -1,0 +1,63 @@
+#include "dist_optim/local_optimizer.h"
+
+#include <torch/optim/optimizer.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "dist_autograd/dist_autograd.h"
+#include "dist_optim/optimizer_options.h"
+#include "dist_optim/parameter_guard.h"
+#include "rpc/runtime.h"
+
+namespace tessera::dist_optim {
+
+LocalOptimizer::LocalOptimizer(std::vector<rref::RRef<at::Tensor>> params, std::string kind,
+                               std::map<std::string, double> options) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto value = params[i].local_value();
+    if (!value.ok()) {
+      throw StatusError(Annotate(value.status(), absl::StrCat("parameter ", i)));
+    }
+    if (!value->requires_grad() || !value->is_leaf()) {
+      throw StatusError(absl::InvalidArgumentError(absl::StrCat(
+          "parameter ", i, " is not a leaf tensor that requires grad")));
+    }
+    params_.push_back(*std::move(value));
+  }
+  optimizer_ = ValueOrThrow(MakeOptimizer({std::move(kind), std::move(options)}, params_));
+}
+
+LocalOptimizer::~LocalOptimizer() = default;
+
+absl::Status LocalOptimizer::Step(rpc::CallContext& ctx, int64_t context_id) {
+  auto* autograd = ctx.runtime->FindExtension<dist_autograd::DistAutograd>();
+  if (autograd == nullptr) {
+    return absl::FailedPreconditionError(
+        "worker '" + ctx.runtime->self().name + "' runs without distributed autograd");
+  }
+  TESSERA_ASSIGN_OR_RETURN(auto grads, autograd->GetGradients(context_id));
+  ParameterGuard guard(params_);
+  // LibTorch's optimizers read .grad: lend them the context's gradients for
+  // the step only (distributed backward never writes .grad itself).
+  for (auto& param : params_) {
+    param.mutable_grad() = grads.contains(param) ? grads.at(param) : at::Tensor();
+  }
+  absl::Status status;
+  try {
+    optimizer_->step();
+  } catch (const std::exception& e) {
+    status = absl::InternalError(std::string("optimizer step failed: ") + e.what());
+  }
+  for (auto& param : params_) param.mutable_grad() = at::Tensor();
+  return status;
+}
+
+void RegisterLocalOptimizer(rref::ClassRegistry& classes) {
+  classes.Class<LocalOptimizer>(LocalOptimizer::kClassName)
+      .Constructor<std::vector<rref::RRef<at::Tensor>>, std::string,
+                   std::map<std::string, double>>()
+      .Method("num_params", &LocalOptimizer::NumParams)
+      .Method("step", &LocalOptimizer::Step);
+}
+
+}  // namespace tessera::dist_optim
