@@ -22,6 +22,13 @@ RRef<R> Remote(RRefContext& context, const std::string& owner, const std::string
       owner, function, {rpc::ToIValue(std::forward<Args>(args))...}, "")));
 }
 
+// A reference to `value`, owned by this worker (to pass to others).
+template <typename T>
+RRef<T> MakeRRef(RRefContext& context, T value) {
+  static_assert(rpc::IsWireType<T>::value, "MakeRRef takes a value, not an object");
+  return RRef<T>(context.Own(rpc::ToIValue(std::move(value))));
+}
+
 template <typename C, typename... Args>
 RRef<C> RemoteObject(RRefContext& context, const std::string& owner, Args&&... args) {
   const std::string name = context.classes().template NameOf<C>();

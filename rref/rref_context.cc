@@ -85,6 +85,11 @@ c10::intrusive_ptr<RRefImpl> RRefContext::KeepLocally(const GlobalId& rref_id,
   return handle;
 }
 
+c10::intrusive_ptr<RRefImpl> RRefContext::Own(c10::IValue value) {
+  return KeepLocally(NextId(), "", Future<OwnedValue>::Ready(OwnedValue{std::move(value)}),
+                     "RRef of a local value");
+}
+
 void RRefContext::SendInternal(int to_rank, const std::string& service,
                                std::vector<c10::IValue> args) {
   rpc::Runtime* runtime = runtime_.load();

@@ -69,6 +69,9 @@ class RRefContext final : public rpc::RuntimeExtension,
       const RRefImpl& target, const std::string& method, std::vector<c10::IValue> args,
       const std::string& type_name);
 
+  // A reference to `value`, owned by this worker — torch's RRef(value).
+  c10::intrusive_ptr<RRefImpl> Own(c10::IValue value);
+
   // --- using a reference ---
   Future<c10::IValue> CallMethod(const RRefImpl& target, const std::string& method,
                                  std::vector<c10::IValue> args, absl::Duration timeout);

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Runs the main job: 3 local workers exchanging tensors over Tessera RPC.
+# Runs the main job: parameter-server training of a CNN on Fashion-MNIST —
+# one server and two trainers as local processes under tessera-run.
+# Extra arguments go to the example (e.g. --epochs 3, --optimizer sgd).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
-bazel build //examples/rpc_demo:rpc_demo
-exec bazel-bin/examples/rpc_demo/rpc_demo "$@"
+bazel build //launcher:tessera-run //examples/parameter_server
+trainers="${TESSERA_TRAINERS:-2}"
+exec bazel-bin/launcher/tessera-run --standalone --nproc_per_node "$((trainers + 1))" \
+    bazel-bin/examples/parameter_server/parameter_server "$@"

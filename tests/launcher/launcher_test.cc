@@ -16,96 +16,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "rpc/runtime.h"
+#include "tests/testing/launcher_process.h"
 #include "tests/testing/multiprocess.h"
 #include "tests/testing/test_functions.h"
 
 namespace tessera::testing {
 namespace {
-
-// A launcher process whose output (stdout and stderr) the test reads.
-class Launcher {
- public:
-  explicit Launcher(std::vector<std::string> args) {
-    args.insert(args.begin(), "launcher/tessera-run");
-    int fds[2];
-    EXPECT_EQ(pipe2(fds, O_CLOEXEC), 0);
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(fds[1], 1);
-      dup2(fds[1], 2);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(fds[1]);
-    fd_ = fds[0];
-  }
-  ~Launcher() {
-    if (exit_code_ < 0) {
-      ::kill(pid_, SIGKILL);
-      Finish(absl::Seconds(10));
-    }
-    if (fd_ >= 0) close(fd_);
-  }
-
-  // Reads output until it contains `text` (true) or the deadline (false).
-  bool WaitFor(const std::string& text, int count = 1, absl::Duration timeout = absl::Seconds(60)) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (Count(text) < count) {
-      if (!ReadSome(deadline)) return false;
-    }
-    return true;
-  }
-  // Reads everything, then reaps the launcher: its exit code, -1 on timeout.
-  int Finish(absl::Duration timeout = absl::Seconds(60)) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (ReadSome(deadline)) {
-    }
-    // Bounded wait for the launcher itself.
-    const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
-    pollfd pfd{pidfd, POLLIN, 0};
-    const int64_t ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now()));
-    const bool exited = poll(&pfd, 1, static_cast<int>(std::min<int64_t>(ms, INT_MAX))) > 0;
-    close(pidfd);
-    if (!exited) return -1;
-    int status = 0;
-    if (waitpid(pid_, &status, 0) != pid_) return -1;
-    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    return exit_code_;
-  }
-  int Count(const std::string& text) const {
-    int n = 0;
-    for (size_t at = output_.find(text); at != std::string::npos; at = output_.find(text, at + 1)) ++n;
-    return n;
-  }
-  pid_t pid() const { return pid_; }
-  const std::string& output() const { return output_; }
-
- private:
-  bool ReadSome(absl::Time deadline) {
-    if (fd_ < 0) return false;
-    pollfd pfd{fd_, POLLIN, 0};
-    const int64_t ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now()));
-    if (poll(&pfd, 1, static_cast<int>(std::min<int64_t>(ms, INT_MAX))) <= 0) return false;
-    char buffer[4096];
-    const ssize_t n = read(fd_, buffer, sizeof(buffer));
-    if (n <= 0) {
-      close(fd_);
-      fd_ = -1;
-      return false;
-    }
-    output_.append(buffer, n);
-    return true;
-  }
-
-  pid_t pid_ = -1;
-  int fd_ = -1;
-  int exit_code_ = -1;
-  std::string output_;
-};
-
 
 TEST(LauncherTest, SetsTheEnvironmentAndPrefixesOutput) {
   Launcher launcher({"--nproc_per_node", "3", "--standalone", "/bin/sh", "-c",

@@ -1,0 +1,38 @@
+// The parameter-server example, run short as real processes under
+// tessera-run: a server and two trainers. The loss must fall and the test
+// accuracy must beat a bar far above chance (10%). The full run is in the
+// README.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "tests/testing/launcher_process.h"
+
+namespace tessera::testing {
+namespace {
+
+TEST(ParameterServerExampleTest, ShortRunLearns) {
+  Launcher launcher({"--nproc_per_node", "3", "--standalone",
+                     "examples/parameter_server/parameter_server", "--epochs", "1",
+                     "--max_steps", "120", "--log_every", "20"});
+  ASSERT_EQ(launcher.Finish(absl::Seconds(600)), 0) << launcher.output();
+  const std::string& out = launcher.output();
+  for (const char* trainer : {"1", "2"}) {
+    const std::regex line(std::string("\\[trainer ") + trainer + "\\] epoch 1 step \\d+/120: loss ([0-9.]+)");
+    std::vector<double> losses;
+    for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) {
+      losses.push_back(std::atof((*it)[1].str().c_str()));
+    }
+    ASSERT_EQ(losses.size(), 6u) << "trainer " << trainer << "\n" << out;
+    EXPECT_LT(losses.back(), 0.8 * losses.front()) << "trainer " << trainer << "\n" << out;
+  }
+  std::smatch accuracy;
+  ASSERT_TRUE(std::regex_search(out, accuracy, std::regex("test accuracy ([0-9.]+)%"))) << out;
+  EXPECT_GT(std::atof(accuracy[1].str().c_str()), 65.0) << out;
+}
+
+}  // namespace
+}  // namespace tessera::testing

@@ -1,0 +1,92 @@
+#include "tests/testing/launcher_process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "absl/time/clock.h"
+
+namespace tessera::testing {
+
+Launcher::Launcher(std::vector<std::string> args) {
+  args.insert(args.begin(), "launcher/tessera-run");
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return;
+  pid_ = fork();
+  if (pid_ == 0) {
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  fd_ = fds[0];
+}
+
+Launcher::~Launcher() {
+  if (exit_code_ < 0 && pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    Finish(absl::Seconds(10));
+  }
+  if (fd_ >= 0) close(fd_);
+}
+
+bool Launcher::WaitFor(const std::string& text, int count, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (Count(text) < count) {
+    if (!ReadSome(deadline)) return false;
+  }
+  return true;
+}
+
+int Launcher::Finish(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (ReadSome(deadline)) {
+  }
+  // Bounded wait for the launcher itself.
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
+  pollfd pfd{pidfd, POLLIN, 0};
+  const int64_t ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now()));
+  const bool exited = poll(&pfd, 1, static_cast<int>(std::min<int64_t>(ms, INT_MAX))) > 0;
+  close(pidfd);
+  if (!exited) return -1;
+  int status = 0;
+  if (waitpid(pid_, &status, 0) != pid_) return -1;
+  exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return exit_code_;
+}
+
+int Launcher::Count(const std::string& text) const {
+  int n = 0;
+  for (size_t at = output_.find(text); at != std::string::npos; at = output_.find(text, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+bool Launcher::ReadSome(absl::Time deadline) {
+  if (fd_ < 0) return false;
+  pollfd pfd{fd_, POLLIN, 0};
+  const int64_t ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now()));
+  if (poll(&pfd, 1, static_cast<int>(std::min<int64_t>(ms, INT_MAX))) <= 0) return false;
+  char buffer[4096];
+  const ssize_t n = read(fd_, buffer, sizeof(buffer));
+  if (n <= 0) {
+    close(fd_);
+    fd_ = -1;
+    return false;
+  }
+  output_.append(buffer, n);
+  return true;
+}
+
+}  // namespace tessera::testing
