@@ -88,6 +88,17 @@ void DistAutograd::Attach(rpc::Runtime* runtime, rpc::Registry* internal) {
                           [this](int64_t context_id) { ReleaseLocal(context_id); }));
 }
 
+void DistAutograd::OnPeerUnavailable(int rank) {
+  std::vector<int64_t> orphans;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [id, context] : contexts_) {
+      if ((id >> kCounterBits) == rank) orphans.push_back(id);
+    }
+  }
+  for (int64_t id : orphans) ReleaseLocal(id);
+}
+
 void DistAutograd::OnClosed() {
   runtime_.store(nullptr);
   std::map<int64_t, std::shared_ptr<Context>> dropped;  // graphs die after the lock

@@ -36,6 +36,8 @@
 // - Release: a worker releases its context and tells every worker it sent
 //   messages to in it, which do the same. Late messages of a released
 //   context are served without recording (a bounded memory of released ids).
+//   When a worker dies, the contexts it created are released everywhere
+//   else.
 //
 // Thread-safety: thread-safe. Several contexts may run backward at once on
 // one worker, and several passes of one context.
@@ -97,6 +99,9 @@ class DistAutograd final : public rpc::RuntimeExtension,
   // --- rpc::RuntimeExtension ---
   void Attach(rpc::Runtime* runtime, rpc::Registry* internal) override;
   rpc::CallObserver* call_observer() override { return this; }
+  // Contexts that a dead worker created are released here: nobody is left
+  // to release them.
+  void OnPeerUnavailable(int rank) override;
   void OnClosed() override;
 
   // --- rpc::CallObserver (recorder.cc) ---

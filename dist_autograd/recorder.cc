@@ -2,8 +2,6 @@
 // DistAutograd — what happens to messages sent and received in a context.
 #include <c10/core/ScalarType.h>
 
-#include <unordered_set>
-
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "dist_autograd/dist_autograd.h"
@@ -58,8 +56,9 @@ absl::Status DistAutograd::RecordRecv(Context& context, int from_rank,
   if (message.tensors.size() != static_cast<size_t>(message.envelope.tensors_size())) {
     return absl::InvalidArgumentError("message tensors do not match their metadata");
   }
+  // In message order, one per tensor the sender recorded: input i of the
+  // recv function answers input i of the peer's send function.
   std::vector<at::Tensor> received;
-  std::unordered_set<const c10::TensorImpl*> seen;
   for (size_t i = 0; i < message.tensors.size(); ++i) {
     if (!message.envelope.tensors(static_cast<int>(i)).requires_grad()) continue;
     const at::Tensor& tensor = message.tensors[i];
@@ -69,7 +68,7 @@ absl::Status DistAutograd::RecordRecv(Context& context, int from_rank,
           "tensor ", i, " of dtype ", c10::toString(tensor.scalar_type()),
           " is marked as requiring grad; only floating-point tensors can"));
     }
-    if (seen.insert(tensor.unsafeGetTensorImpl()).second) received.push_back(tensor);
+    received.push_back(tensor);
   }
   if (received.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(

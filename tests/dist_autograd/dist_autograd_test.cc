@@ -247,6 +247,18 @@ TEST_F(DistAutogradTest, DeadPeerFailsBackwardWithoutHanging) {
   EXPECT_EQ(rt().RpcSync<int64_t>("worker1", "echo", int64_t{1}), 1);
 }
 
+// A worker that dies leaves contexts it created on others: they are
+// released there when the death is noticed.
+TEST_F(DistAutogradTest, ContextsOfADeadCreatorAreReleased) {
+  expect_clean_exit_ = false;
+  StartWorld(3, {{"TESSERA_TEST_SHUTDOWN_TIMEOUT_S", "5"}}, absl::Seconds(5));
+  rt().RpcSync<int64_t>("worker1", "leak_context", "worker2");
+  ASSERT_TRUE(rt().RpcSync<bool>("worker2", "await_contexts", int64_t{1}, int64_t{30000}));
+  children_[0]->Kill();
+  EXPECT_NE(children_[0]->Wait(absl::Seconds(30)), 0);
+  EXPECT_TRUE(rt().RpcSync<bool>("worker2", "await_contexts", int64_t{0}, int64_t{30000}));
+}
+
 TEST_F(DistAutogradTest, MisuseGetsClearErrors) {
   StartWorld(2);
   EXPECT_EQ(autograd_->Backward(12345, {at::ones({1}).set_requires_grad(true)}).code(),

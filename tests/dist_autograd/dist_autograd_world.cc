@@ -3,6 +3,7 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/linspace.h>
 #include <ATen/ops/matmul.h>
+#include <ATen/ops/ones.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/tanh.h>
 #include <torch/csrc/autograd/function.h>
@@ -122,6 +123,14 @@ rpc::Registry MakeDistAutogradRegistry(std::shared_ptr<dist_autograd::DistAutogr
   }));
   must(registry.Register("param_sum", [](rref::RRef<at::Tensor> w) {
     return ValueOrThrow(w.local_value()).sum();
+  }));
+  must(registry.Register("leak_context", [weak](rpc::CallContext& ctx, std::string peer) {
+    auto autograd = weak.lock();
+    const int64_t id = autograd->NewContext();
+    dist_autograd::ContextScope scope(*autograd, id);
+    ctx.runtime->RpcSync<at::Tensor>(peer, "chain", at::ones({1, 4}).set_requires_grad(true),
+                                     std::vector<std::string>{});
+    return id;  // never released
   }));
   must(registry.Register("await_contexts", [weak](int64_t n, int64_t timeout_ms) {
     auto autograd = weak.lock();

@@ -40,6 +40,8 @@ class Affine {
 //   chain_async(x, rest): the same through an asynchronous nested call.
 //   param_grad(context) -> [gradient of this worker's parameter] or [].
 //   throwing(x) -> a copy of x whose backward throws "deliberate failure".
+//   leak_context(peer): opens a context here, calls chain on `peer` in it
+//     and never releases it.
 //   await_contexts(n, timeout_ms) -> whether this worker holds n contexts.
 //   new_param(values, shape) -> a leaf that requires grad (for remote()).
 //   apply_stage(x, w) -> Stage(x, w) with w an RRef owned here.
