@@ -3,7 +3,8 @@
 // Every operation returns a Work (a Future that completes once, with OK or
 // an error) and is executed in the order it was issued; all ranks must
 // issue the same operations in the same order. Tensors are contiguous CPU
-// tensors, updated in place. A missing or dead rank fails the operation
+// tensors, updated in place: float, double, half, bfloat16, int8, uint8,
+// int32, int64. A missing or dead rank fails the operation
 // with DeadlineExceeded at the group's timeout instead of hanging.
 //
 // Backends live in sub-packages behind factories (ddp/gloo/).

@@ -173,6 +173,9 @@ class GlooProcessGroup final : public ProcessGroup {
       case c10::ScalarType::Half:
         fn(reinterpret_cast<gloo::float16*>(tensor.data_ptr<at::Half>()));
         break;
+      // Reduced element by element through float (c10::BFloat16's operators),
+      // so sums round to bfloat16 at each step, as PyTorch's Gloo does.
+      case c10::ScalarType::BFloat16: fn(tensor.data_ptr<at::BFloat16>()); break;
       default:
         return absl::InvalidArgumentError(absl::StrCat(
             "the Gloo backend does not reduce ", c10::toString(tensor.scalar_type()),

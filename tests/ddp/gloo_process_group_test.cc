@@ -64,6 +64,13 @@ absl::Status RunConformance(ddp::ProcessGroup& pg) {
   at::Tensor half = at::full({8}, 1.0, at::kHalf);
   TESSERA_RETURN_IF_ERROR(Done(pg.Allreduce(half, ReduceOp::kSum)));
   TESSERA_RETURN_IF_ERROR(Check(at::equal(half, at::full({8}, n, at::kHalf)), "half sum"));
+  at::Tensor bf16 = at::full({8}, 1.5, at::kBFloat16) * (r + 1);
+  TESSERA_RETURN_IF_ERROR(Done(pg.Allreduce(bf16, ReduceOp::kMax)));
+  TESSERA_RETURN_IF_ERROR(
+      Check(at::equal(bf16, at::full({8}, 1.5 * n, at::kBFloat16)), "bfloat16 max"));
+  TESSERA_RETURN_IF_ERROR(Done(pg.Allreduce(bf16, ReduceOp::kAverage)));
+  TESSERA_RETURN_IF_ERROR(
+      Check(at::equal(bf16, at::full({8}, 1.5 * n, at::kBFloat16)), "bfloat16 average"));
 
   const int root = n - 1;
   at::Tensor b = r == root ? at::arange(10, at::kFloat) : at::zeros({10});
