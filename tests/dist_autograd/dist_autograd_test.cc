@@ -259,6 +259,31 @@ TEST_F(DistAutogradTest, ContextsOfADeadCreatorAreReleased) {
   EXPECT_TRUE(rt().RpcSync<bool>("worker2", "await_contexts", int64_t{0}, int64_t{30000}));
 }
 
+// Gradients for contexts or send functions a worker does not have, or of
+// the wrong shape, are refused with a clear error; the worker keeps serving.
+TEST_F(DistAutogradTest, BogusGradientMessagesAreRefused) {
+  StartWorld(2);
+  auto send = [&](int64_t context_id, int64_t send_id, std::vector<at::Tensor> grads) {
+    return rt().CallInternal(1, "dist_autograd.backward",
+                             {c10::IValue(context_id), c10::IValue(send_id),
+                              rpc::ToIValue(std::move(grads))})
+        .Wait(absl::Seconds(30))
+        .status();
+  };
+  auto unknown = send(424242, 1, {at::ones({2})});
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound) << unknown;
+  EXPECT_NE(unknown.message().find("no distributed autograd context"), std::string::npos);
+  ContextGuard context(*autograd_);
+  // worker1 records a send function for its response (id unknown to us).
+  at::Tensor y = rt().RpcSync<at::Tensor>("worker1", "chain", Input(12),
+                                          std::vector<std::string>{});
+  auto no_send = send(context.id(), 999999, {at::ones({3, 4})});
+  EXPECT_EQ(no_send.code(), absl::StatusCode::kNotFound) << no_send;
+  EXPECT_NE(no_send.message().find("no send function"), std::string::npos) << no_send;
+  EXPECT_EQ(rt().RpcSync<int64_t>("worker1", "echo", int64_t{7}), 7);
+  ThrowIfError(autograd_->Backward(context.id(), {y.sum()}));  // the real pass still works
+}
+
 TEST_F(DistAutogradTest, MisuseGetsClearErrors) {
   StartWorld(2);
   EXPECT_EQ(autograd_->Backward(12345, {at::ones({1}).set_requires_grad(true)}).code(),
