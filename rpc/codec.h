@@ -18,6 +18,7 @@
 #include "proto/rpc.pb.h"
 #include "rpc/buffer_pool.h"
 #include "rpc/message.h"
+#include "rpc/value_traits.h"
 
 namespace tessera::rpc {
 
@@ -76,8 +77,5 @@ absl::StatusOr<std::vector<at::Tensor>> AllocateTensors(
 // Parses a serialized envelope, enforcing the size limit.
 absl::StatusOr<proto::Envelope> ParseEnvelope(const std::string& bytes,
                                               const CodecLimits& limits = {});
-
-// A short type description of a value, e.g. "List[int]" or "Tensor".
-std::string DescribeIValue(const c10::IValue& value);
 
 }  // namespace tessera::rpc

@@ -162,13 +162,8 @@ class Runtime {
       return raw.Then([to, function](const absl::StatusOr<c10::IValue>& r)
                           -> absl::StatusOr<Wire> {
         if (!r.ok()) return r.status();
-        auto value = ValueTraits<Wire>::FromIValue(*r);
-        if (!value.has_value()) {
-          return absl::InvalidArgumentError(
-              "function '" + function + "' on worker '" + to + "' returned " +
-              DescribeIValue(*r) + ", expected " + ValueTraits<Wire>::Name());
-        }
-        return *std::move(value);
+        return FromIValueOr<Wire>(*r, "function '" + function + "' on worker '" + to +
+                                          "' returned");
       }, executor);
     }
   }

@@ -23,6 +23,8 @@
 #include <variant>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 namespace tessera::rpc {
 
 template <typename T, typename Enable = void>
@@ -208,6 +210,22 @@ c10::IValue ToIValue(T&& value) {
   } else {
     return ValueTraits<Decayed>::ToIValue(std::forward<T>(value));
   }
+}
+
+// A short type description of a value, e.g. "List[int]" or "Tensor"
+// (defined in codec.cc).
+std::string DescribeIValue(const c10::IValue& value);
+
+// `value` as T; on a mismatch InvalidArgument "<what> <its type>, expected
+// <T's name>" (what: e.g. "function 'f' on worker 'w' returned").
+template <typename T>
+absl::StatusOr<T> FromIValueOr(const c10::IValue& value, const std::string& what) {
+  auto typed = ValueTraits<T>::FromIValue(value);
+  if (!typed.has_value()) {
+    return absl::InvalidArgumentError(what + " " + DescribeIValue(value) + ", expected " +
+                                      ValueTraits<T>::Name());
+  }
+  return *std::move(typed);
 }
 
 }  // namespace tessera::rpc

@@ -61,12 +61,7 @@ class RRef {
   absl::StatusOr<T> local_value() const {
     auto value = impl_->context()->LocalValue(*impl_);
     if (!value.ok()) return value.status();
-    auto typed = rpc::ValueTraits<T>::FromIValue(*value);
-    if (!typed.has_value()) {
-      return absl::InvalidArgumentError("RRef holds " + rpc::DescribeIValue(*value) +
-                                        ", not " + rpc::ValueTraits<T>::Name());
-    }
-    return *std::move(typed);
+    return rpc::FromIValueOr<T>(*value, "RRef holds");
   }
   // The object itself, on its owner.
   absl::StatusOr<std::shared_ptr<T>> local_object() const {
@@ -106,12 +101,7 @@ class RRef {
     using Wire = rpc::ResultOf<R>;
     return raw.Then([](const absl::StatusOr<c10::IValue>& r) -> absl::StatusOr<Wire> {
       if (!r.ok()) return r.status();
-      auto value = rpc::ValueTraits<Wire>::FromIValue(*r);
-      if (!value.has_value()) {
-        return absl::InvalidArgumentError("RRef call returned " + rpc::DescribeIValue(*r) +
-                                          ", expected " + rpc::ValueTraits<Wire>::Name());
-      }
-      return *std::move(value);
+      return rpc::FromIValueOr<Wire>(*r, "RRef call returned");
     });
   }
 
