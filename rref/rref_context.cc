@@ -106,42 +106,35 @@ void RRefContext::SendInternal(int to_rank, const std::string& service,
 absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::RemoteCall(
     const std::string& owner, const std::string& function, std::vector<c10::IValue> args,
     const std::string& type_name) {
-  auto owner_rank = RankOf(owner);
-  if (!owner_rank.ok()) return owner_rank.status();
-  const GlobalId rref_id = NextId();
-  if (*owner_rank == self_) {
-    return KeepLocally(rref_id, type_name, RunFunction(self_, function, std::move(args)),
-                       "remote() of '" + function + "'");
-  }
-  const GlobalId fork_id = NextId();
-  auto handle = NewUserRRef(rref_id, fork_id, *owner_rank, type_name, false);
-  std::vector<c10::IValue> message;
-  PushId(&message, rref_id);
-  PushId(&message, fork_id);
-  message.emplace_back(function);
-  message.emplace_back(type_name);
-  message.emplace_back(rpc::ToIValue(std::move(args)));
-  ConfirmWhenAcked(*owner_rank, "rref.remote", std::move(message), fork_id);
-  return handle;
+  return StartRemote(owner, type_name, "rref.remote",
+                     {function, type_name, rpc::ToIValue(args)},
+                     [&] { return RunFunction(self_, function, std::move(args)); },
+                     "remote() of '" + function + "'");
 }
 
 absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::RemoteNew(
     const std::string& owner, const std::string& class_name, std::vector<c10::IValue> args) {
+  return StartRemote(owner, class_name, "rref.remote_new",
+                     {class_name, rpc::ToIValue(args)},
+                     [&] { return Construct(class_name, std::move(args)); },
+                     "remote() of '" + class_name + "'");
+}
+
+absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::StartRemote(
+    const std::string& owner, const std::string& type, const std::string& service,
+    std::vector<c10::IValue> fields, const std::function<Future<OwnedValue>()>& produce_here,
+    std::string what) {
   auto owner_rank = RankOf(owner);
   if (!owner_rank.ok()) return owner_rank.status();
   const GlobalId rref_id = NextId();
-  if (*owner_rank == self_) {
-    return KeepLocally(rref_id, class_name, Construct(class_name, std::move(args)),
-                       "remote() of '" + class_name + "'");
-  }
+  if (*owner_rank == self_) return KeepLocally(rref_id, type, produce_here(), std::move(what));
   const GlobalId fork_id = NextId();
-  auto handle = NewUserRRef(rref_id, fork_id, *owner_rank, class_name, false);
+  auto handle = NewUserRRef(rref_id, fork_id, *owner_rank, type, false);
   std::vector<c10::IValue> message;
   PushId(&message, rref_id);
   PushId(&message, fork_id);
-  message.emplace_back(class_name);
-  message.emplace_back(rpc::ToIValue(std::move(args)));
-  ConfirmWhenAcked(*owner_rank, "rref.remote_new", std::move(message), fork_id);
+  for (auto& field : fields) message.push_back(std::move(field));
+  ConfirmWhenAcked(*owner_rank, service, std::move(message), fork_id);
   return handle;
 }
 

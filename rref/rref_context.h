@@ -26,6 +26,7 @@
 #include <ATen/core/ivalue.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -153,6 +154,13 @@ class RRefContext final : public rpc::RuntimeExtension,
   // destroying a value may run user code.
   std::shared_ptr<OwnerEntry> TakeIfUnreferencedLocked(const GlobalId& rref_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // remote() of a value of `type` on `owner`: kept here, from
+  // `produce_here`, when that is this worker; else a user reference whose
+  // value `service`(rref id, fork id, fields...) asks the owner to make.
+  absl::StatusOr<c10::intrusive_ptr<RRefImpl>> StartRemote(
+      const std::string& owner, const std::string& type, const std::string& service,
+      std::vector<c10::IValue> fields, const std::function<Future<OwnedValue>()>& produce_here,
+      std::string what);
   // Sends `service` to the owner; its acknowledgement confirms `fork_id`.
   void ConfirmWhenAcked(int owner, const std::string& service,
                         std::vector<c10::IValue> message, const GlobalId& fork_id);
