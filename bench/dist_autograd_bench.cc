@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "bench/two_processes.h"
+#include "bench/worker_options.h"
 #include "common/status.h"
 #include "dist_autograd/dist_autograd.h"
 #include "dist_optim/distributed_optimizer.h"
@@ -131,15 +132,8 @@ void Start(int rank, int port, std::shared_ptr<std::map<std::string, Model>> mod
   ThrowIfError(registry.Register("train", [worker](std::string model, int64_t steps) {
     return Train(*worker, model, steps);
   }));
-  rpc::RpcOptions options;
-  options.name = "worker" + std::to_string(rank);
-  options.rank = rank;
-  options.world_size = 3;
-  options.master_port = port;
-  options.store_role = rpc::StoreRole::kConnect;
-  options.default_call_timeout = absl::Minutes(10);
-  options.shutdown_timeout = absl::Minutes(10);
-  w.runtime = ValueOrThrow(rpc::Runtime::Init(options, std::move(registry), {w.rrefs, w.autograd}));
+  w.runtime = ValueOrThrow(rpc::Runtime::Init(bench::WorkerOptions(rank, 3, port),
+                                               std::move(registry), {w.rrefs, w.autograd}));
 }
 
 std::map<std::string, double> EdgeOverhead(Worker& w) {

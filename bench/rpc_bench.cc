@@ -17,6 +17,7 @@
 
 #include "rpc/runtime.h"
 #include "bench/two_processes.h"
+#include "bench/worker_options.h"
 
 namespace {
 
@@ -30,14 +31,8 @@ tessera::rpc::Registry MakeRegistry() {
 }
 
 std::unique_ptr<Runtime> Start(int rank, int port, bool shm) {
-  tessera::rpc::RpcOptions options;
-  options.name = "worker" + std::to_string(rank);
-  options.rank = rank;
-  options.world_size = 2;
-  options.master_port = port;
-  options.store_role = tessera::rpc::StoreRole::kConnect;
+  tessera::rpc::RpcOptions options = tessera::bench::WorkerOptions(rank, 2, port);
   options.tensorpipe.enable_shm = shm;
-  options.shutdown_timeout = absl::Minutes(10);
   auto runtime = Runtime::Init(options, MakeRegistry());
   if (!runtime.ok()) {
     std::fprintf(stderr, "init: %s\n", runtime.status().ToString().c_str());

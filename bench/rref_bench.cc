@@ -16,6 +16,7 @@
 
 #include "rref/remote.h"
 #include "bench/two_processes.h"
+#include "bench/worker_options.h"
 
 namespace {
 
@@ -50,14 +51,8 @@ std::unique_ptr<tessera::rpc::Runtime> Start(int rank, int port,
     auto c = weak.lock();
     return c && c->WaitForOwnedValues(static_cast<size_t>(n), absl::Seconds(60));
   });
-  tessera::rpc::RpcOptions options;
-  options.name = "worker" + std::to_string(rank);
-  options.rank = rank;
-  options.world_size = 2;
-  options.master_port = port;
-  options.store_role = tessera::rpc::StoreRole::kConnect;
-  options.shutdown_timeout = absl::Minutes(10);
-  auto runtime = tessera::rpc::Runtime::Init(options, std::move(registry), {context});
+  auto runtime = tessera::rpc::Runtime::Init(tessera::bench::WorkerOptions(rank, 2, port),
+                                             std::move(registry), {context});
   if (!runtime.ok()) {
     std::fprintf(stderr, "init: %s\n", runtime.status().ToString().c_str());
     std::exit(1);

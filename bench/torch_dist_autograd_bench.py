@@ -3,7 +3,6 @@ torch.distributed.autograd and DistributedOptimizer (TensorPipe backend),
 three processes on loopback. Prints one JSON object with the same keys.
 Run with /usr/bin/python3."""
 import json
-import os
 import statistics
 import threading
 import time
@@ -13,7 +12,7 @@ import torch.distributed.autograd as dist_autograd
 import torch.distributed.rpc as rpc
 import torch.nn.functional as F
 from torch.distributed.optim import DistributedOptimizer
-from torch_two_processes import run_processes
+from torch_two_processes import init_rpc, run_processes
 
 STAGES, WIDTH, BATCH = 8, 64, 64
 SCALE = torch.full((1, WIDTH), 1.001, requires_grad=True)
@@ -111,11 +110,8 @@ def edge_overhead():
 
 def run(rank, port, out):
     torch.set_num_threads(1)
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
     MODELS.update(make_models())
-    opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=16, rpc_timeout=600)
-    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=3, rpc_backend_options=opts)
+    init_rpc(rank, port, 3, num_worker_threads=16)
     if rank == 0:
         results = edge_overhead()
         for name, steps in (("mlp", 300), ("cnn", 40)):

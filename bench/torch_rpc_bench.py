@@ -2,12 +2,11 @@
 (TensorPipe backend), two processes on loopback. Prints one JSON object with
 the same keys. Run with Debian's /usr/bin/python3 (python3-torch 1.13)."""
 import json
-import os
 import time
 
 import torch
 import torch.distributed.rpc as rpc
-from torch_two_processes import run_two_processes
+from torch_two_processes import init_rpc, run_two_processes
 
 
 def echo(t):
@@ -24,10 +23,7 @@ def bandwidth(nbytes, iterations):
 
 
 def run(rank, port, out):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=8, rpc_timeout=600)
-    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2, rpc_backend_options=opts)
+    init_rpc(rank, port, 2)
     if rank == 0:
         one = torch.ones(1)
         for _ in range(500):

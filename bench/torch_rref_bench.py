@@ -2,11 +2,10 @@
 (torch.distributed.rpc, TensorPipe backend), two processes on loopback.
 Prints one JSON object with the same keys. Run with /usr/bin/python3."""
 import json
-import os
 import time
 
 import torch.distributed.rpc as rpc
-from torch_two_processes import run_two_processes
+from torch_two_processes import init_rpc, run_two_processes
 
 
 class Counter:
@@ -35,10 +34,7 @@ def await_owned(n):
 
 
 def run(rank, port, out):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=8, rpc_timeout=600)
-    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=2, rpc_backend_options=opts)
+    init_rpc(rank, port, 2)
     if rank == 0:
         def remote_method():
             counter = rpc.remote("worker1", Counter, args=(0,))
