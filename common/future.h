@@ -216,4 +216,23 @@ auto Future<T>::Then(Fn fn, Executor* executor) const {
   }
 }
 
+// Completes with the first error among `futures`, or true once all of them
+// have succeeded (at once when there are none).
+template <typename T>
+Future<bool> WhenAllOk(const std::vector<Future<T>>& futures) {
+  if (futures.empty()) return Future<bool>::Ready(true);
+  Promise<bool> done;
+  auto remaining = std::make_shared<std::atomic<size_t>>(futures.size());
+  for (const auto& future : futures) {
+    future.OnReady([done, remaining](const absl::StatusOr<T>& result) {
+      if (!result.ok()) {
+        done.Set(result.status());  // the first error wins; later Sets are ignored
+      } else if (remaining->fetch_sub(1) == 1) {
+        done.Set(true);
+      }
+    });
+  }
+  return done.GetFuture();
+}
+
 }  // namespace tessera

@@ -23,23 +23,6 @@ struct CurrentContext {
 };
 thread_local CurrentContext current;
 
-// Completes with the first error among `calls`, or true when all succeed.
-Future<bool> AllOk(const std::vector<Future<c10::IValue>>& calls) {
-  if (calls.empty()) return Future<bool>::Ready(true);
-  Promise<bool> done;
-  auto remaining = std::make_shared<std::atomic<size_t>>(calls.size());
-  for (const auto& call : calls) {
-    call.OnReady([done, remaining](const absl::StatusOr<c10::IValue>& result) {
-      if (!result.ok()) {
-        done.Set(result.status());  // the first error wins; later Sets are ignored
-      } else if (remaining->fetch_sub(1) == 1) {
-        done.Set(true);
-      }
-    });
-  }
-  return done.GetFuture();
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- scopes
@@ -85,7 +68,7 @@ void DistAutograd::Attach(rpc::Runtime* runtime, rpc::Registry* internal) {
                                                ctx.deadline);
                           }));
   must(internal->Register(kReleaseService,
-                          [this](int64_t context_id) { ReleaseLocal(context_id); }));
+                          [this](int64_t context_id) { Release(context_id); }));
 }
 
 void DistAutograd::OnPeerUnavailable(int rank) {
@@ -96,7 +79,7 @@ void DistAutograd::OnPeerUnavailable(int rank) {
       if ((id >> kCounterBits) == rank) orphans.push_back(id);
     }
   }
-  for (int64_t id : orphans) ReleaseLocal(id);
+  for (int64_t id : orphans) Release(id);
 }
 
 void DistAutograd::OnClosed() {
@@ -141,9 +124,7 @@ std::shared_ptr<Context> DistAutograd::FindOrCreate(int64_t context_id) {
   return context;
 }
 
-void DistAutograd::Release(int64_t context_id) { ReleaseLocal(context_id); }
-
-void DistAutograd::ReleaseLocal(int64_t context_id) {
+void DistAutograd::Release(int64_t context_id) {
   std::shared_ptr<Context> context;
   {
     MutexLock lock(&mu_);
@@ -253,7 +234,7 @@ Future<bool> DistAutograd::Propagate(int64_t context_id, std::vector<RecvGradien
          rpc::ToIValue(std::move(entry.grads))},
         options));
   }
-  return AllOk(calls);
+  return WhenAllOk(calls);
 }
 
 Future<bool> DistAutograd::RunFromSend(int64_t context_id, int64_t send_id,

@@ -72,8 +72,8 @@ class DistAutograd final : public rpc::RuntimeExtension,
 
   // A new context (not current anywhere; see ContextGuard and ContextScope).
   int64_t NewContext();
-  // Releases the context here and, asynchronously, on every worker that
-  // took part. Unknown ids are ignored.
+  // Releases the context here and, asynchronously, on every worker this one
+  // sent messages to in it (which do the same). Unknown ids are ignored.
   void Release(int64_t context_id);
 
   // Runs the backward pass from `roots` (tensors that require grad; each is
@@ -118,7 +118,6 @@ class DistAutograd final : public rpc::RuntimeExtension,
   std::shared_ptr<Context> Find(int64_t context_id) const;
   // nullptr if the id was released here recently (a late message).
   std::shared_ptr<Context> FindOrCreate(int64_t context_id);
-  void ReleaseLocal(int64_t context_id);
   std::string self_name() const;
 
   // Recording (recorder.cc): stamps `message` with the context and records

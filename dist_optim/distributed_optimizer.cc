@@ -9,17 +9,16 @@
 namespace tessera::dist_optim {
 namespace {
 
-// Waits for all `calls`; the first failure, annotated with its owner.
+// `call`, with its error annotated with what it was and the owner it ran on.
 template <typename T>
-absl::Status WaitAll(const std::vector<std::pair<std::string, Future<T>>>& calls,
-                     absl::Time deadline, const std::string& what) {
-  for (const auto& [owner, call] : calls) {
-    auto result = call.Wait(deadline);
+Future<T> OnOwner(Future<T> call, std::string what, std::string owner) {
+  return call.Then([what = std::move(what), owner = std::move(owner)](
+                       const absl::StatusOr<T>& result) -> absl::StatusOr<T> {
     if (!result.ok()) {
       return Annotate(result.status(), what + " on parameter owner '" + owner + "'");
     }
-  }
-  return absl::OkStatus();
+    return result;
+  });
 }
 
 }  // namespace
@@ -39,29 +38,29 @@ absl::StatusOr<DistributedOptimizer> DistributedOptimizer::Create(
   }
   const WireOptions wire = ToWire(options);
   DistributedOptimizer optimizer;
-  std::vector<std::pair<std::string, Future<int64_t>>> created;
+  std::vector<Future<int64_t>> created;
   try {
     for (const auto& owner : owners) {
       optimizer.optimizers_.push_back(rref::RemoteObject<LocalOptimizer>(
           rrefs, owner, by_owner[owner], wire.kind, wire.values));
-      created.emplace_back(owner, optimizer.optimizers_.back().RpcAsync<int64_t>("num_params"));
+      created.push_back(OnOwner(optimizer.optimizers_.back().RpcAsync<int64_t>("num_params"),
+                                "DistributedOptimizer: creating the local optimizer", owner));
     }
   } catch (const StatusError& e) {
     return Annotate(e.status(), "DistributedOptimizer: register the owner side with "
                                 "dist_optim::RegisterLocalOptimizer(classes)");
   }
-  TESSERA_RETURN_IF_ERROR(WaitAll(created, absl::Now() + timeout,
-                                  "DistributedOptimizer: creating the local optimizer"));
+  TESSERA_RETURN_IF_ERROR(WhenAllOk(created).Wait(timeout).status());
   return optimizer;
 }
 
 absl::Status DistributedOptimizer::Step(int64_t context_id, absl::Duration timeout) const {
-  std::vector<std::pair<std::string, Future<std::monostate>>> steps;
+  const std::string what = absl::StrCat("DistributedOptimizer: step of context ", context_id);
+  std::vector<Future<std::monostate>> steps;
   for (const auto& local : optimizers_) {
-    steps.emplace_back(local.owner_name(), local.RpcAsync<void>("step", context_id));
+    steps.push_back(OnOwner(local.RpcAsync<void>("step", context_id), what, local.owner_name()));
   }
-  return WaitAll(steps, absl::Now() + timeout,
-                 absl::StrCat("DistributedOptimizer: step of context ", context_id));
+  return WhenAllOk(steps).Wait(timeout).status();
 }
 
 }  // namespace tessera::dist_optim
