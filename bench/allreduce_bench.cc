@@ -1,6 +1,8 @@
-// Allreduce benchmark: two processes on loopback, Tessera's Gloo process
-// group. Prints one JSON object: for each size in bytes, the median time in
-// µs and the bus bandwidth in GB/s (2 (n-1)/n x size / time).
+// Allreduce benchmark: processes on loopback, Tessera's Gloo process group.
+// Prints one JSON object: for each size in bytes, the median time in µs and
+// the bus bandwidth in GB/s (2 (n-1)/n x size / time).
+//   allreduce_bench [world_size [bcube_min_bytes bcube_max_bytes]]
+// (defaults: 2 ranks, GlooOptions' thresholds)
 // Run through bench/compare_allreduce.sh to compare with PyTorch.
 #include <ATen/ops/ones.h>
 #include <sys/wait.h>
@@ -19,14 +21,19 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kWorld = 2;
-const std::vector<int64_t> kSizes = {4, 4 << 10, 256 << 10, 4 << 20, 64 << 20, 256 << 20};
+const std::vector<int64_t> kSizes = {4, 4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 64 << 20, 256 << 20};
 
 int Iterations(int64_t bytes) { return bytes >= (64 << 20) ? 5 : bytes >= (4 << 20) ? 20 : 200; }
 
-int RunRank(int rank, int port, const std::vector<std::string>&) {
+int RunRank(int rank, int port, const std::vector<std::string>& args) {
+  const int world = args.empty() ? 2 : std::stoi(args[0]);
+  tessera::ddp::GlooOptions options;
+  if (args.size() > 2) {
+    options.bcube_min_bytes = std::stoull(args[1]);
+    options.bcube_max_bytes = std::stoull(args[2]);
+  }
   tessera::store::StoreClient store("127.0.0.1", port);
-  auto group = tessera::ddp::CreateGlooProcessGroup(&store, rank, kWorld);
+  auto group = tessera::ddp::CreateGlooProcessGroup(&store, rank, world, options);
   if (!group.ok()) return 1;
   std::string json = "{";
   for (int64_t bytes : kSizes) {
@@ -41,7 +48,7 @@ int RunRank(int rank, int port, const std::vector<std::string>&) {
     }
     std::sort(us.begin(), us.end());
     const double median = us[us.size() / 2];
-    const double busbw = 2.0 * (kWorld - 1) / kWorld * bytes / (median * 1e-6) / 1e9;
+    const double busbw = 2.0 * (world - 1) / world * bytes / (median * 1e-6) / 1e9;
     json += (json.size() > 1 ? ", " : "") + std::string("\"") + std::to_string(bytes) +
             "\": [" + std::to_string(median) + ", " + std::to_string(busbw) + "]";
   }
@@ -52,4 +59,7 @@ int RunRank(int rank, int port, const std::vector<std::string>&) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return tessera::bench::RunTwoProcesses(argc, argv, RunRank); }
+int main(int argc, char** argv) {
+  const int world = argc > 1 && std::strcmp(argv[1], "--rank") != 0 ? std::atoi(argv[1]) : 2;
+  return tessera::bench::RunProcesses(argc, argv, world, RunRank);
+}

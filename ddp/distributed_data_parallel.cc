@@ -75,9 +75,13 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
     }
   }
   TESSERA_RETURN_IF_ERROR(ddp->SyncBuffers());
-  ddp->reducer_ = std::make_unique<Reducer>(
-      parameters, group, static_cast<size_t>(options.bucket_cap_mb * 1024 * 1024),
-      options.timeout, options.comm_hook);
+  ReducerOptions reducer;
+  reducer.bucket_cap_bytes = static_cast<size_t>(options.bucket_cap_mb * 1024 * 1024);
+  reducer.timeout = options.timeout;
+  reducer.comm_hook = options.comm_hook;
+  reducer.find_unused_parameters = options.find_unused_parameters;
+  reducer.gradient_as_bucket_view = options.gradient_as_bucket_view;
+  ddp->reducer_ = std::make_unique<Reducer>(parameters, group, reducer);
   return ddp;
 }
 

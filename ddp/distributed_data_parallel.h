@@ -32,6 +32,11 @@ struct DdpOptions {
   double bucket_cap_mb = 25;
   CommHook comm_hook = CommHook::kAllreduce;
   absl::Duration timeout = absl::Seconds(60);
+  // See Reducer. Without find_unused_parameters a parameter that gets no
+  // gradient still averages correctly (as zero), but its bucket is only
+  // sent when backward ends.
+  bool find_unused_parameters = false;
+  bool gradient_as_bucket_view = false;
 };
 
 class DistributedDataParallel {
@@ -41,6 +46,7 @@ class DistributedDataParallel {
 
   torch::nn::Module& module() { return *module_; }
   size_t num_buckets() const { return reducer_->num_buckets(); }
+  ReducerPassStats last_pass() const { return reducer_->last_pass(); }
 
   // Copies rank 0's buffers (e.g. batch-norm statistics) to every rank.
   absl::Status SyncBuffers();

@@ -1,29 +1,44 @@
 #include "ddp/reducer.h"
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
+#include <c10/util/strides.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "dist_autograd/gradient_sink.h"
 
 namespace tessera::ddp {
+
+using dist_autograd::GradientSink;
 
 struct Reducer::State {
   Mutex mu;
   Reducer* reducer ABSL_GUARDED_BY(mu) = nullptr;  // null once the Reducer is gone
   bool sync ABSL_GUARDED_BY(mu) = true;
   bool in_backward ABSL_GUARDED_BY(mu) = false;
+  // The pass's distributed autograd context, or null for a plain backward.
+  GradientSink* sink ABSL_GUARDED_BY(mu) = nullptr;
   size_t next_to_launch ABSL_GUARDED_BY(mu) = 0;
+  std::vector<bool> ready ABSL_GUARDED_BY(mu);  // per parameter, this pass
+  ReducerPassStats stats ABSL_GUARDED_BY(mu);
+  ReducerPassStats last_stats ABSL_GUARDED_BY(mu);
   std::vector<size_t> bucket_of;  // parameter -> bucket (immutable)
 
   void OnGradReady(size_t parameter);
+  void StartPass() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void MarkUnusedReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void MarkReady(size_t parameter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void LaunchReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void Launch(Bucket& bucket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void Finalize();
+  void WriteBack(Bucket& bucket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 };
 
 namespace {
@@ -43,22 +58,32 @@ class GradReadyHook final : public torch::autograd::FunctionPostHook {
   const size_t parameter_;
 };
 
+// A tensor of `sizes` on `flat`'s storage from element `offset`. Not an
+// autograd view of `flat` (as narrow().view() would be): LibTorch's C++
+// Optimizer::zero_grad() detaches .grad in place, which views refuse.
+at::Tensor AliasOf(const at::Tensor& flat, int64_t offset, at::IntArrayRef sizes) {
+  at::Tensor alias = at::empty({0}, flat.options());
+  alias.set_(flat.storage(), flat.storage_offset() + offset, sizes,
+             c10::contiguous_strides(sizes));
+  return alias;
+}
+
 }  // namespace
 
 Reducer::Reducer(std::vector<at::Tensor> parameters, ProcessGroup* group,
-                 size_t bucket_cap_bytes, absl::Duration timeout, CommHook hook)
+                 ReducerOptions options)
     : parameters_(std::move(parameters)),
       state_(std::make_shared<State>()),
       group_(group),
-      timeout_(timeout),
-      hook_(hook) {
+      options_(options) {
   // Reverse registration order: the last layers' gradients are ready first.
   state_->bucket_of.assign(parameters_.size(), 0);
   size_t bucket_bytes = 0;
   for (size_t k = parameters_.size(); k-- > 0;) {
     const at::Tensor& p = parameters_[k];
     const size_t bytes = p.numel() * p.element_size();
-    if (buckets_.empty() || (bucket_bytes > 0 && bucket_bytes + bytes > bucket_cap_bytes)) {
+    if (buckets_.empty() ||
+        (bucket_bytes > 0 && bucket_bytes + bytes > options_.bucket_cap_bytes)) {
       buckets_.emplace_back();
       bucket_bytes = 0;
     }
@@ -78,6 +103,7 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, ProcessGroup* group,
   {
     MutexLock lock(&state_->mu);
     state_->reducer = this;
+    state_->ready.assign(parameters_.size(), false);
   }
   for (size_t k = 0; k < parameters_.size(); ++k) {
     accumulators_.push_back(torch::autograd::impl::grad_accumulator(parameters_[k]));
@@ -95,22 +121,54 @@ void Reducer::set_sync(bool sync) {
   state_->sync = sync;
 }
 
+ReducerPassStats Reducer::last_pass() const {
+  MutexLock lock(&state_->mu);
+  return state_->last_stats;
+}
+
 void Reducer::State::OnGradReady(size_t parameter) {
   MutexLock lock(&mu);
   if (reducer == nullptr || !sync) return;
-  if (!in_backward) {
-    in_backward = true;
-    next_to_launch = 0;
-    for (auto& bucket : reducer->buckets_) {
-      bucket.pending = bucket.parameters.size();
-      bucket.launched = false;
-    }
+  if (!in_backward) StartPass();
+  MarkReady(parameter);
+  LaunchReady();
+}
+
+void Reducer::State::StartPass() {
+  in_backward = true;
+  next_to_launch = 0;
+  ready.assign(ready.size(), false);
+  stats = ReducerPassStats{reducer->buckets_.size(), 0, 0};
+  for (auto& bucket : reducer->buckets_) {
+    bucket.pending = bucket.parameters.size();
+    bucket.launched = false;
+  }
+  sink = GradientSink::Current();
+  if (sink != nullptr) {
+    sink->AtPassEnd([this] { Finalize(); });
+  } else {
     // Runs when this backward pass ends, on the engine's thread.
     torch::autograd::Engine::get_default_engine().queue_callback([this] { Finalize(); });
+    if (reducer->options_.find_unused_parameters) MarkUnusedReady();
   }
-  Bucket& bucket = reducer->buckets_[bucket_of[parameter]];
-  if (bucket.pending > 0) --bucket.pending;
-  LaunchReady();
+}
+
+// Accumulators outside the running graph task's graph will not fire.
+void Reducer::State::MarkUnusedReady() {
+  const auto* in_graph = torch::autograd::get_current_graph_task_nodes_in_graph();
+  if (in_graph == nullptr) return;
+  for (size_t k = 0; k < reducer->accumulators_.size(); ++k) {
+    if (in_graph->count(reducer->accumulators_[k].get()) == 0) {
+      ++stats.unused_parameters;
+      MarkReady(k);
+    }
+  }
+}
+
+void Reducer::State::MarkReady(size_t parameter) {
+  if (ready[parameter]) return;
+  ready[parameter] = true;
+  --reducer->buckets_[bucket_of[parameter]].pending;
 }
 
 void Reducer::State::LaunchReady() {
@@ -121,18 +179,25 @@ void Reducer::State::LaunchReady() {
 }
 
 void Reducer::State::Launch(Bucket& bucket) {
+  const bool as_view = reducer->options_.gradient_as_bucket_view && sink == nullptr;
   for (size_t i = 0; i < bucket.parameters.size(); ++i) {
-    const at::Tensor& p = reducer->parameters_[bucket.parameters[i]];
+    at::Tensor& p = reducer->parameters_[bucket.parameters[i]];
     at::Tensor slice = bucket.flat.narrow(0, bucket.offsets[i], p.numel());
-    if (p.grad().defined()) {
-      slice.copy_(p.grad().reshape({-1}));
+    const at::Tensor grad = sink != nullptr ? sink->Get(p) : p.grad();
+    if (as_view && grad.defined() && grad.data_ptr() == slice.data_ptr()) {
+      continue;  // accumulated in place, already in the bucket
+    }
+    if (grad.defined()) {
+      slice.copy_(grad.reshape({-1}));
     } else {
       slice.zero_();  // no gradient this pass: it contributes zero
     }
+    if (as_view) p.mutable_grad() = AliasOf(bucket.flat, bucket.offsets[i], p.sizes());
   }
   bucket.launched = true;
-  bucket.wire = reducer->hook_ == CommHook::kFp16Compress ? bucket.flat.to(at::kHalf)
-                                                           : bucket.flat;
+  if (in_backward) ++stats.launched_during_backward;
+  bucket.wire = reducer->options_.comm_hook == CommHook::kFp16Compress ? bucket.flat.to(at::kHalf)
+                                                                       : bucket.flat;
   bucket.work = reducer->group_->Allreduce(bucket.wire, ReduceOp::kAverage);
 }
 
@@ -142,23 +207,32 @@ void Reducer::State::Finalize() {
   if (reducer == nullptr) return;
   for (auto& bucket : reducer->buckets_) bucket.pending = 0;
   LaunchReady();
+  last_stats = stats;
   for (size_t b = 0; b < reducer->buckets_.size(); ++b) {
     Bucket& bucket = reducer->buckets_[b];
-    auto result = bucket.work->Wait(reducer->timeout_);
+    auto result = bucket.work->Wait(reducer->options_.timeout);
     if (!result.ok()) {
       throw std::runtime_error(absl::StrCat("DistributedDataParallel: averaging gradient bucket ",
                                             b, " failed: ", result.status().ToString()));
     }
     if (bucket.wire.data_ptr() != bucket.flat.data_ptr()) bucket.flat.copy_(bucket.wire);
-    for (size_t i = 0; i < bucket.parameters.size(); ++i) {
-      at::Tensor& p = reducer->parameters_[bucket.parameters[i]];
-      at::Tensor averaged =
-          bucket.flat.narrow(0, bucket.offsets[i], p.numel()).view(p.sizes());
-      if (p.grad().defined()) {
-        p.mutable_grad().copy_(averaged);
-      } else {
-        p.mutable_grad() = averaged.clone();
-      }
+    WriteBack(bucket);
+  }
+}
+
+// The averages from `flat` to where the gradients live.
+void Reducer::State::WriteBack(Bucket& bucket) {
+  for (size_t i = 0; i < bucket.parameters.size(); ++i) {
+    at::Tensor& p = reducer->parameters_[bucket.parameters[i]];
+    at::Tensor averaged = bucket.flat.narrow(0, bucket.offsets[i], p.numel()).view(p.sizes());
+    if (sink != nullptr) {
+      sink->Set(p, averaged.clone());  // the context outlives this bucket's next use
+    } else if (p.grad().defined() && p.grad().data_ptr() == averaged.data_ptr()) {
+      continue;  // a bucket view: already there
+    } else if (p.grad().defined()) {
+      p.mutable_grad().copy_(averaged);
+    } else {
+      p.mutable_grad() = averaged.clone();
     }
   }
 }

@@ -3,7 +3,7 @@
 // Parameters are grouped into buckets of about `bucket_cap_bytes`, in
 // reverse order of registration (roughly the order their gradients become
 // ready). A hook on each parameter's gradient accumulator marks it ready;
-// when a bucket is complete its gradients are copied into one flat buffer
+// when a bucket is complete its gradients are gathered into one flat buffer
 // and an averaging allreduce starts, overlapping the rest of backward.
 // Buckets are launched strictly in index order, so every rank issues the
 // same collectives in the same order. When backward ends (a callback queued
@@ -11,6 +11,21 @@
 // no gradient this pass count as zero — are launched, all are awaited, and
 // the averages are written back into each parameter's .grad. A failure (a
 // rank died, a timeout) is thrown from backward() with its cause.
+//
+// find_unused_parameters: at the first hook of a pass, parameters whose
+// accumulators are not in the engine's graph are marked ready at once, so
+// their buckets need not wait for the end of backward.
+//
+// gradient_as_bucket_view: each .grad becomes a view into its bucket's flat
+// buffer, so the engine accumulates straight into the bucket and the
+// averages land in .grad without the two copies (as long as .grad is only
+// zeroed, not replaced; a replaced .grad is copied in and re-viewed).
+//
+// Inside a distributed autograd backward (a dist_autograd::GradientSink is
+// current when the hooks run) gradients are read from and written to the
+// sink — the autograd context — instead of .grad, and the end-of-pass work
+// is deferred with the sink. Hooks then fire after the local pass, so
+// buckets do not overlap that pass's computation.
 //
 // Thread-safety: hooks may fire on autograd threads; state is locked.
 #pragma once
@@ -35,10 +50,26 @@ namespace tessera::ddp {
 // average is computed in fp16 and decompressed into the gradients).
 enum class CommHook { kAllreduce, kFp16Compress };
 
+struct ReducerOptions {
+  size_t bucket_cap_bytes = 25 << 20;
+  absl::Duration timeout = absl::Seconds(60);
+  CommHook comm_hook = CommHook::kAllreduce;
+  bool find_unused_parameters = false;
+  bool gradient_as_bucket_view = false;
+};
+
+// What the last synchronised backward pass did (for logging and tests).
+struct ReducerPassStats {
+  size_t buckets = 0;
+  // Buckets whose allreduce started before the end of backward.
+  size_t launched_during_backward = 0;
+  // Parameters found outside the pass's graph (find_unused_parameters).
+  size_t unused_parameters = 0;
+};
+
 class Reducer {
  public:
-  Reducer(std::vector<at::Tensor> parameters, ProcessGroup* group, size_t bucket_cap_bytes,
-          absl::Duration timeout, CommHook hook = CommHook::kAllreduce);
+  Reducer(std::vector<at::Tensor> parameters, ProcessGroup* group, ReducerOptions options);
   ~Reducer();
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
@@ -46,6 +77,7 @@ class Reducer {
   // While false, backward passes only accumulate gradients locally (no_sync).
   void set_sync(bool sync);
   size_t num_buckets() const { return buckets_.size(); }
+  ReducerPassStats last_pass() const;
 
   // Shared with the gradient hooks, which may outlive the Reducer.
   struct State;
@@ -69,8 +101,7 @@ class Reducer {
   std::vector<Bucket> buckets_;
   std::shared_ptr<State> state_;
   ProcessGroup* const group_;
-  const absl::Duration timeout_;
-  const CommHook hook_;
+  const ReducerOptions options_;
 };
 
 }  // namespace tessera::ddp

@@ -39,6 +39,17 @@ void Context::AccumulateGrad(const at::Tensor& leaf, const at::Tensor& grad) {
   if (!inserted) it->second.second = it->second.second + value;
 }
 
+at::Tensor Context::Grad(const at::Tensor& leaf) const {
+  MutexLock lock(&mu_);
+  auto it = grads_.find(leaf.unsafeGetTensorImpl());
+  return it == grads_.end() ? at::Tensor() : it->second.second;
+}
+
+void Context::SetGrad(const at::Tensor& leaf, const at::Tensor& grad) {
+  MutexLock lock(&mu_);
+  grads_.insert_or_assign(leaf.unsafeGetTensorImpl(), std::make_pair(leaf, grad.detach()));
+}
+
 c10::Dict<at::Tensor, at::Tensor> Context::gradients() const {
   c10::Dict<at::Tensor, at::Tensor> result;
   MutexLock lock(&mu_);

@@ -39,6 +39,10 @@ class Context {
 
   // Adds `grad` to what `leaf` has accumulated in this context.
   void AccumulateGrad(const at::Tensor& leaf, const at::Tensor& grad);
+  // What `leaf` has accumulated (undefined if nothing yet), and replacing
+  // it (DDP's reducer writes averaged gradients back).
+  at::Tensor Grad(const at::Tensor& leaf) const;
+  void SetGrad(const at::Tensor& leaf, const at::Tensor& grad);
   // Leaf -> accumulated gradient (a copy of the map; tensors are shared).
   c10::Dict<at::Tensor, at::Tensor> gradients() const;
 

@@ -3,7 +3,10 @@
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 
+#include <functional>
 #include <unordered_set>
+
+#include "dist_autograd/gradient_sink.h"
 
 namespace tessera::dist_autograd {
 namespace {
@@ -17,6 +20,7 @@ using torch::autograd::Node;
 struct Sinks {
   edge_list outputs;
   std::vector<at::Tensor> leaves;  // leaves[i] belongs to outputs[i]
+  std::vector<AccumulateGrad*> accumulators;  // of leaves[i], or null
   // Recv functions, each with its first index in `outputs` (its inputs'
   // edges follow in order).
   std::vector<std::pair<std::shared_ptr<RecvRpcBackward>, size_t>> recvs;
@@ -31,11 +35,13 @@ Sinks FindSinks(const edge_list& roots) {
     if (auto* accumulate = dynamic_cast<AccumulateGrad*>(edge.function.get())) {
       sinks.outputs.emplace_back(edge.function, 0);
       sinks.leaves.push_back(accumulate->variable);
+      sinks.accumulators.push_back(accumulate);
     } else if (auto recv = std::dynamic_pointer_cast<RecvRpcBackward>(edge.function)) {
       sinks.recvs.emplace_back(recv, sinks.outputs.size());
       for (uint32_t i = 0; i < recv->num_inputs(); ++i) {
         sinks.outputs.emplace_back(recv, i);
         sinks.leaves.emplace_back();
+        sinks.accumulators.push_back(nullptr);
       }
     } else {
       stack.push_back(edge.function.get());
@@ -48,6 +54,46 @@ Sinks FindSinks(const edge_list& roots) {
     for (const auto& edge : node->next_edges()) visit(edge);
   }
   return sinks;
+}
+
+// The context as the gradient sink of one pass (gradient_sink.h).
+class ContextSink final : public GradientSink {
+ public:
+  explicit ContextSink(Context& context) : context_(context) {}
+  at::Tensor Get(const at::Tensor& variable) override { return context_.Grad(variable); }
+  void Set(const at::Tensor& variable, const at::Tensor& grad) override {
+    context_.SetGrad(variable, grad);
+  }
+  void AtPassEnd(std::function<void()> fn) override { at_end_.push_back(std::move(fn)); }
+
+  void RunAtPassEnd() {
+    for (auto& fn : at_end_) fn();
+  }
+
+ private:
+  Context& context_;
+  std::vector<std::function<void()>> at_end_;
+};
+
+// Adds the captured leaf gradients to the context, then runs the
+// accumulators' post hooks as a plain backward would (DDP's reducer).
+absl::Status DeliverLeafGradients(Context& context, const Sinks& sinks,
+                                  const std::vector<at::Tensor>& captured) {
+  ContextSink sink(context);
+  GradientSinkScope scope(&sink);
+  try {
+    for (size_t i = 0; i < sinks.leaves.size(); ++i) {
+      if (!sinks.leaves[i].defined() || !captured[i].defined()) continue;
+      context.AccumulateGrad(sinks.leaves[i], captured[i]);
+      for (const auto& hook : sinks.accumulators[i]->post_hooks()) {
+        (*hook)(/*outputs=*/{}, /*inputs=*/{captured[i]});
+      }
+    }
+    sink.RunAtPassEnd();
+  } catch (const std::exception& e) {
+    return absl::InternalError(std::string("a gradient hook failed: ") + e.what());
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -68,10 +114,8 @@ absl::StatusOr<std::vector<RecvGradients>> RunLocalPass(Context& context,
   } catch (const std::exception& e) {
     return absl::InternalError(std::string("local backward pass failed: ") + e.what());
   }
-  for (size_t i = 0; i < sinks.leaves.size(); ++i) {
-    if (sinks.leaves[i].defined() && captured[i].defined()) {
-      context.AccumulateGrad(sinks.leaves[i], captured[i]);
-    }
+  if (auto delivered = DeliverLeafGradients(context, sinks, captured); !delivered.ok()) {
+    return delivered;
   }
   std::vector<RecvGradients> to_send;
   for (const auto& [recv, first] : sinks.recvs) {

@@ -21,8 +21,10 @@ struct RecvGradients {
 // Runs LibTorch's engine from `roots` fed with `grads`. The graph's sinks
 // reachable from the roots — leaves' gradient accumulators and recv
 // functions — are the engine's outputs, so neither runs: leaf gradients are
-// added to `context` (never to .grad), and the gradients that reached recv
-// functions are returned for the caller to ship. Engine errors (a graph
+// added to `context` (never to .grad), after which the accumulators' post
+// hooks run with the context as the current GradientSink (so DDP's reducer
+// averages them there), and the gradients that reached recv functions are
+// returned for the caller to ship. A hook's exception fails the pass. Engine errors (a graph
 // already freed, a backward function that throws) come back as a status.
 absl::StatusOr<std::vector<RecvGradients>> RunLocalPass(
     Context& context, const torch::autograd::edge_list& roots,

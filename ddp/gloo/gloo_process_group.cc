@@ -16,25 +16,26 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/thread_pool.h"
+#include "common/status.h"
 #include "ddp/gloo/gloo_store.h"
+#include "ddp/gloo/ring_reduce_scatter.h"
 
 namespace tessera::ddp {
 namespace {
 
 // Gloo's reduction for op on elements of T.
-using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 template <typename T>
-ReduceFn ReduceFunction(ReduceOp op) {
+GlooReduceFn ReduceFunction(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:  // summed, then divided
-      return static_cast<ReduceFn>(&gloo::sum<T>);
+      return static_cast<GlooReduceFn>(&gloo::sum<T>);
     case ReduceOp::kProduct:
-      return static_cast<ReduceFn>(&gloo::product<T>);
+      return static_cast<GlooReduceFn>(&gloo::product<T>);
     case ReduceOp::kMin:
-      return static_cast<ReduceFn>(&gloo::min<T>);
+      return static_cast<GlooReduceFn>(&gloo::min<T>);
     case ReduceOp::kMax:
-      return static_cast<ReduceFn>(&gloo::max<T>);
+      return static_cast<GlooReduceFn>(&gloo::max<T>);
   }
   return nullptr;
 }
@@ -49,9 +50,11 @@ absl::Status CheckTensor(const at::Tensor& tensor, const char* op) {
 
 class GlooProcessGroup final : public ProcessGroup {
  public:
-  GlooProcessGroup(std::shared_ptr<gloo::rendezvous::Context> context, absl::Duration timeout)
+  GlooProcessGroup(std::shared_ptr<gloo::rendezvous::Context> context,
+                   const GlooOptions& options)
       : context_(std::move(context)),
-        timeout_(std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout))),
+        timeout_(std::chrono::milliseconds(absl::ToInt64Milliseconds(options.timeout))),
+        algorithm_(options),
         worker_(1, "gloo") {}
 
   int rank() const override { return context_->rank; }
@@ -63,6 +66,10 @@ class GlooProcessGroup final : public ProcessGroup {
       gloo::AllreduceOptions options(context_);
       options.setTag(tag);
       options.setTimeout(timeout_);
+      const bool bcube = tensor.nbytes() >= algorithm_.bcube_min_bytes &&
+                         tensor.nbytes() <= algorithm_.bcube_max_bytes;
+      options.setAlgorithm(bcube ? gloo::AllreduceOptions::Algorithm::BCUBE
+                                 : gloo::AllreduceOptions::Algorithm::RING);
       absl::Status typed = Typed(tensor, [&](auto* data) {
         using T = std::remove_pointer_t<decltype(data)>;
         options.setOutput(data, tensor.numel());
@@ -119,8 +126,8 @@ class GlooProcessGroup final : public ProcessGroup {
     });
   }
 
-  // Allreduce, then this rank's chunk: correct, but it moves size() times
-  // the data a halving-doubling reduce-scatter would (not yet used by DDP).
+  // A ring over the pairs (ring_reduce_scatter.h) on a working copy of
+  // `input`, which is left as it was.
   Work ReduceScatter(at::Tensor input, at::Tensor output, ReduceOp op) override {
     if (auto s = CheckTensor(input, "reduce_scatter"); !s.ok()) return Work::Ready(s);
     if (auto s = CheckTensor(output, "reduce_scatter"); !s.ok()) return Work::Ready(s);
@@ -130,16 +137,20 @@ class GlooProcessGroup final : public ProcessGroup {
           "reduce_scatter: input must hold ", size(), " x ", output.numel(), " elements of ",
           c10::toString(output.scalar_type()))));
     }
-    at::Tensor reduced = input.clone();
-    const int64_t chunk = output.numel();
-    const int64_t offset = chunk * rank();
-    return Allreduce(reduced, op).Then(
-        [reduced, output, chunk, offset](const absl::StatusOr<std::monostate>& done)
-            -> absl::StatusOr<std::monostate> {
-          if (!done.ok()) return done.status();
-          output.view({-1}).copy_(reduced.view({-1}).narrow(0, offset, chunk));
-          return std::monostate{};
-        });
+    return Run("reduce_scatter", [this, input, output, op](uint32_t tag) -> absl::Status {
+      at::Tensor working = input.clone();
+      GlooReduceFn reduce = nullptr;
+      TESSERA_RETURN_IF_ERROR(Typed(working, [&](auto* data) {
+        using T = std::remove_pointer_t<decltype(data)>;
+        reduce = ReduceFunction<T>(op);
+      }));
+      const int64_t chunk = output.numel();
+      RingReduceScatter(*context_, working.data_ptr(), chunk, working.element_size(), reduce,
+                        tag, timeout_);
+      output.view({-1}).copy_(working.view({-1}).narrow(0, chunk * rank(), chunk));
+      if (op == ReduceOp::kAverage) output.div_(size());
+      return absl::OkStatus();
+    });
   }
 
   Work Send(at::Tensor tensor, int dst, uint64_t tag) override {
@@ -251,6 +262,7 @@ class GlooProcessGroup final : public ProcessGroup {
 
   const std::shared_ptr<gloo::rendezvous::Context> context_;
   const std::chrono::milliseconds timeout_;
+  const GlooOptions algorithm_;  // the algorithm thresholds
   std::atomic<uint32_t> next_tag_{0};
   // Last members: joined first, while the context lives.
   ThreadPool p2p_waiters_{4, "gloo-p2p"};
@@ -272,7 +284,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(
     context->setTimeout(std::chrono::milliseconds(absl::ToInt64Milliseconds(options.timeout)));
     GlooStore gloo_store(store, options.store_prefix, options.timeout);
     context->connectFullMesh(gloo_store, device);
-    return std::unique_ptr<ProcessGroup>(new GlooProcessGroup(std::move(context), options.timeout));
+    return std::unique_ptr<ProcessGroup>(new GlooProcessGroup(std::move(context), options));
   } catch (const std::exception& e) {
     return absl::DeadlineExceededError(absl::StrCat(
         "Gloo process group of rank ", rank, " of ", size, " could not connect: ", e.what()));

@@ -1,6 +1,7 @@
 // DistributedDataParallel parity: world size 2, each rank trains on half of
 // every batch; after K SGD steps its parameters equal those of one process
-// trained on the whole batch. Rank 0 is this process, rank 1 a child; each
+// trained on the whole batch (plain, no_sync, fp16, bucket views, unused
+// parameters). Rank 0 is this process, rank 1 a child; each
 // checks its own replica against its own single-process reference.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -135,14 +136,108 @@ absl::Status RunParity(ddp::ProcessGroup& group) {
   auto pa = fp16->replica->parameters();
   auto pb = fp16->reference->parameters();
   for (size_t i = 0; i < pa.size(); ++i) any_difference |= !torch::equal(pa[i], pb[i]);
-  return any_difference ? absl::OkStatus()
-                        : absl::InternalError("fp16 hook left gradients bit-exact");
+  if (!any_difference) return absl::InternalError("fp16 hook left gradients bit-exact");
+
+  // 4. gradient_as_bucket_view: the same results, and .grad lives in the
+  // buckets (two parameters of one bucket share its storage).
+  ddp::DdpOptions view_options = options;
+  view_options.bucket_cap_mb = 0.0006;  // {0.weight}, {2.bias, 2.weight, 0.bias}
+  view_options.gradient_as_bucket_view = true;
+  auto viewed = TrainHalvesAndWhole(group, x, y, /*seed=*/30, view_options);
+  if (!viewed.ok()) return viewed.status();
+  status = AllClose(*viewed->replica, *viewed->reference, "bucket-view DDP vs single process");
+  if (!status.ok()) return status;
+  auto params = viewed->replica->parameters();
+  return params[1].grad().storage().data() == params[3].grad().storage().data()
+             ? absl::OkStatus()
+             : absl::InternalError("gradient_as_bucket_view: .grad is not in the bucket");
+}
+
+// ToyModel plus `side`, used only when asked, and `never`, never used.
+struct SidedImpl : torch::nn::Module {
+  explicit SidedImpl(int64_t seed) {
+    body = register_module("body", ToyModel(seed));
+    side = register_module("side", torch::nn::Linear(10, 5));
+    never = register_module("never", torch::nn::Linear(10, 5));
+  }
+  torch::Tensor forward(const torch::Tensor& x, bool use_side) {
+    torch::Tensor out = body->forward(x);
+    return use_side ? out + side->forward(x) : out;
+  }
+  std::shared_ptr<torch::nn::SequentialImpl> body;
+  torch::nn::Linear side{nullptr};
+  torch::nn::Linear never{nullptr};
+};
+
+// Unused parameters: rank 0 uses `side`, rank 1 does not, nobody uses
+// `never`. Gradients still average like one process computing both halves'
+// losses; with find_unused_parameters every bucket is sent during backward
+// (the unused are found in the graph), without it the bucket holding `never`
+// (bucket 0: the last registered) and so all after it wait for the end.
+absl::Status RunUnused(ddp::ProcessGroup& group) {
+  const int r = group.rank();
+  torch::manual_seed(7);
+  const torch::Tensor x = torch::randn({8, 10});
+  const torch::Tensor y = torch::randn({8, 5});
+  const torch::Tensor mine = torch::cat({Rows(r, 0), Rows(r, 1)});
+  for (bool find_unused : {true, false}) {
+    auto replica = std::make_shared<SidedImpl>(/*seed=*/40 + r);
+    auto reference = std::make_shared<SidedImpl>(/*seed=*/40);
+    ddp::DdpOptions options;
+    options.bucket_cap_mb = 0.0002;
+    options.find_unused_parameters = find_unused;
+    auto ddp = ddp::DistributedDataParallel::Create(replica, &group, options);
+    if (!ddp.ok()) return ddp.status();
+    torch::optim::SGD opt(replica->parameters(), 0.1);
+    torch::optim::SGD ref_opt(reference->parameters(), 0.1);
+    for (int step = 0; step < kSteps; ++step) {
+      opt.zero_grad();
+      torch::mse_loss(replica->forward(x.index_select(0, mine), r == 0),
+                      y.index_select(0, mine))
+          .backward();
+      opt.step();
+      ref_opt.zero_grad();
+      const torch::Tensor rows0 = torch::cat({Rows(0, 0), Rows(0, 1)});
+      const torch::Tensor rows1 = torch::cat({Rows(1, 0), Rows(1, 1)});
+      ((torch::mse_loss(reference->forward(x.index_select(0, rows0), true),
+                        y.index_select(0, rows0)) +
+        torch::mse_loss(reference->forward(x.index_select(0, rows1), false),
+                        y.index_select(0, rows1))) /
+       2)
+          .backward();
+      ref_opt.step();
+      const ddp::ReducerPassStats stats = (*ddp)->last_pass();
+      const size_t expected_unused = !find_unused ? 0 : r == 0 ? 2 : 4;
+      const size_t expected_early = find_unused ? stats.buckets : 0;
+      if (stats.unused_parameters != expected_unused ||
+          stats.launched_during_backward != expected_early) {
+        return absl::InternalError(absl::StrCat(
+            "find_unused_parameters=", find_unused, ": ", stats.unused_parameters,
+            " unused parameters and ", stats.launched_during_backward, " of ", stats.buckets,
+            " buckets sent during backward; expected ", expected_unused, " and ",
+            expected_early));
+      }
+    }
+    auto status = AllClose(*replica, *reference,
+                           absl::StrCat("unused parameters (find_unused_parameters=",
+                                        find_unused, ") vs single process"));
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
 }
 
 TESSERA_WORKER_SCENARIO(ddp_parity) {
   auto env = ddp::CreateGlooProcessGroupFromEnv();
   if (!env.ok()) return 1;
   auto status = RunParity(*env->group);
+  if (!status.ok()) std::fprintf(stderr, "rank 1: %s\n", status.ToString().c_str());
+  return status.ok() ? 0 : 1;
+}
+
+TESSERA_WORKER_SCENARIO(ddp_unused) {
+  auto env = ddp::CreateGlooProcessGroupFromEnv();
+  if (!env.ok()) return 1;
+  auto status = RunUnused(*env->group);
   if (!status.ok()) std::fprintf(stderr, "rank 1: %s\n", status.ToString().c_str());
   return status.ok() ? 0 : 1;
 }
@@ -176,6 +271,14 @@ TEST_F(DdpTest, TwoHalvesTrainLikeTheWholeBatch) {
   auto group = Start("ddp_parity");
   ASSERT_NE(group, nullptr);
   auto status = RunParity(*group);
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(child_->Wait(absl::Seconds(120)), 0);
+}
+
+TEST_F(DdpTest, UnusedParametersAverageAndAreFoundDuringBackward) {
+  auto group = Start("ddp_unused");
+  ASSERT_NE(group, nullptr);
+  auto status = RunUnused(*group);
   EXPECT_TRUE(status.ok()) << status;
   EXPECT_EQ(child_->Wait(absl::Seconds(120)), 0);
 }

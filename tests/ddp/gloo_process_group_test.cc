@@ -84,12 +84,22 @@ absl::Status RunConformance(ddp::ProcessGroup& pg) {
   TESSERA_RETURN_IF_ERROR(Check(
       at::equal(all, at::arange(n, at::kLong).repeat_interleave(3)), "allgather"));
 
-  at::Tensor input = at::arange(4 * n, at::kFloat) * (r + 1);
-  at::Tensor chunk = at::zeros({4});
-  TESSERA_RETURN_IF_ERROR(Done(pg.ReduceScatter(input, chunk)));
-  TESSERA_RETURN_IF_ERROR(Check(
-      at::equal(chunk, at::arange(4 * r, 4 * r + 4, at::kFloat) * (n * (n + 1) / 2.0f)),
-      "reduce_scatter"));
+  // Reduce-scatter: a small and a 4 MB-per-rank chunk; the input is kept.
+  for (int64_t per_rank : {int64_t{4}, int64_t{1} << 20}) {
+    at::Tensor input = at::arange(per_rank * n, at::kFloat) * (r + 1);
+    at::Tensor kept = input.clone();
+    at::Tensor chunk = at::zeros({per_rank});
+    TESSERA_RETURN_IF_ERROR(Done(pg.ReduceScatter(input, chunk)));
+    at::Tensor base = at::arange(per_rank * r, per_rank * (r + 1), at::kFloat);
+    TESSERA_RETURN_IF_ERROR(Check(at::allclose(chunk, base * (n * (n + 1) / 2.0f)),
+                                  absl::StrCat("reduce_scatter of ", per_rank, " per rank")));
+    TESSERA_RETURN_IF_ERROR(Check(at::equal(input, kept), "reduce_scatter keeps its input"));
+  }
+  at::Tensor doubles = at::full({3 * n}, static_cast<double>(r), at::kDouble);
+  at::Tensor mean = at::zeros({3}, at::kDouble);
+  TESSERA_RETURN_IF_ERROR(Done(pg.ReduceScatter(doubles, mean, ReduceOp::kAverage)));
+  TESSERA_RETURN_IF_ERROR(Check(at::allclose(mean, at::full({3}, (n - 1) / 2.0, at::kDouble)),
+                                "reduce_scatter average"));
 
   // A ring of point-to-point messages: each rank sends to the next.
   at::Tensor out = at::full({5}, 10.0f * r);
