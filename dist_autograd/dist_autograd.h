@@ -109,6 +109,9 @@ class DistAutograd final : public rpc::RuntimeExtension,
   absl::StatusOr<std::shared_ptr<rpc::ServeScope>> OnReceiveRequest(
       int from_rank, const rpc::Message& request) override;
   absl::Status OnReceiveResponse(int from_rank, const rpc::Message& response) override;
+  // Carries the current context to continuations (e.g. an RRef call that
+  // waits for its fork to be confirmed).
+  std::function<std::shared_ptr<void>()> CaptureThreadState() override;
 
  private:
   friend class ContextScope;

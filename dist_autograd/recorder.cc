@@ -130,4 +130,13 @@ absl::Status DistAutograd::OnReceiveResponse(int from_rank, const rpc::Message& 
   return RecordRecv(*context, from_rank, response);
 }
 
+std::function<std::shared_ptr<void>()> DistAutograd::CaptureThreadState() {
+  const std::optional<int64_t> id = current_context();
+  if (!id.has_value()) return {};
+  // The continuation runs while the runtime (and so this extension) lives.
+  return [this, id = *id]() -> std::shared_ptr<void> {
+    return std::make_shared<ContextScope>(*this, id);
+  };
+}
+
 }  // namespace tessera::dist_autograd

@@ -122,6 +122,13 @@ class Runtime {
   // returns the reason.
   absl::Status Shutdown(bool graceful = true);
 
+  // For a continuation that makes calls on another thread: see
+  // CallObserver::CaptureThreadState. Empty when nothing is to be carried.
+  std::function<std::shared_ptr<void>()> CaptureThreadState() const {
+    return observer_ != nullptr ? observer_->CaptureThreadState()
+                                : std::function<std::shared_ptr<void>()>();
+  }
+
   // The attached extension of type E (e.g. from a registered function, via
   // CallContext::runtime), or nullptr.
   template <typename E>

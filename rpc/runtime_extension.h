@@ -8,6 +8,7 @@
 // run on the runtime's pool threads, never on transport threads.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -47,6 +48,11 @@ class CallObserver {
   // The response to one of this worker's requests arrived from `from_rank`,
   // before its result is decoded.
   virtual absl::Status OnReceiveResponse(int from_rank, const Message& response) = 0;
+  // What this thread's calls carry (the current autograd context), for a
+  // continuation that will make calls from another thread: captured now,
+  // the returned function is called on that thread and makes the state
+  // current until its result is destroyed. Empty: nothing to carry.
+  virtual std::function<std::shared_ptr<void>()> CaptureThreadState() { return {}; }
 };
 
 class RuntimeExtension {

@@ -68,13 +68,23 @@ class ClassBuilder {
  public:
   explicit ClassBuilder(ClassInfo* info) : info_(info) {}
 
+  // Objects are made with `new T(args...)`.
   template <typename... Args>
   ClassBuilder& Constructor() {
+    return Factory<Args...>(
+        [](Args... args) { return std::make_shared<T>(std::move(args)...); });
+  }
+
+  // Objects are made by `make(args...)` (a std::shared_ptr<T>): for state
+  // the wire arguments cannot carry, e.g. the models a pipeline stage may
+  // build, captured by the factory.
+  template <typename... Args, typename Make>
+  ClassBuilder& Factory(Make make) {
     const std::string name = info_->name;
     auto probe = [](Args...) {};
     info_->constructor_signature = rpc::Signature<decltype(probe)>();
     const std::string signature = info_->constructor_signature;
-    info_->construct = [name, signature](std::vector<c10::IValue>& args)
+    info_->construct = [name, signature, make](std::vector<c10::IValue>& args)
         -> absl::StatusOr<std::shared_ptr<void>> {
       constexpr size_t kArity = sizeof...(Args);
       using Params = std::tuple<Args...>;
@@ -93,8 +103,8 @@ class ClassBuilder {
       if (!all_ok) return mismatch();
       try {
         return std::apply(
-            [](auto&... c) -> std::shared_ptr<void> {
-              return std::make_shared<T>(std::move(*c)...);
+            [&make](auto&... c) -> std::shared_ptr<void> {
+              return std::shared_ptr<T>(make(std::move(*c)...));
             },
             converted);
       } catch (const std::exception& e) {

@@ -234,11 +234,17 @@ Future<c10::IValue> RRefContext::WhenConfirmed(const RRefImpl& rref,
     if (!status.ok()) return Future<c10::IValue>::Ready(status.status());
     return send();
   }
-  return confirmed.Then(
-      [send = std::move(send)](const absl::StatusOr<bool>& ok) -> Future<c10::IValue> {
-        if (!ok.ok()) return Future<c10::IValue>::Ready(ok.status());
-        return send();
-      });
+  // The send happens on the confirming thread: it carries what a send from
+  // here would (the caller's autograd context), or the call goes unrecorded.
+  rpc::Runtime* runtime = runtime_.load();
+  auto enter = runtime != nullptr ? runtime->CaptureThreadState()
+                                  : std::function<std::shared_ptr<void>()>();
+  return confirmed.Then([send = std::move(send), enter = std::move(enter)](
+                            const absl::StatusOr<bool>& ok) -> Future<c10::IValue> {
+    if (!ok.ok()) return Future<c10::IValue>::Ready(ok.status());
+    std::shared_ptr<void> scope = enter ? enter() : nullptr;
+    return send();
+  });
 }
 
 void RRefContext::ReleaseUserFork(const GlobalId& rref_id, const GlobalId& fork_id,

@@ -13,6 +13,8 @@
 #include <mutex>
 
 #include "dist_optim/local_optimizer.h"
+#include "pipeline/stage.h"
+#include "tests/pipeline/test_stages.h"
 #include "tests/testing/test_functions.h"
 
 namespace tessera::testing {
@@ -75,6 +77,7 @@ rref::ClassRegistry MakeDistAutogradClasses() {
       .Method("forward", &Affine::Forward)
       .Method("grad", &Affine::Grad);
   dist_optim::RegisterLocalOptimizer(classes);
+  pipeline::RegisterStage(classes, TestStageFactories());
   return classes;
 }
 

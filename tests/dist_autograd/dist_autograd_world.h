@@ -46,7 +46,8 @@ class Affine {
 //   new_param(values, shape) -> a leaf that requires grad (for remote()).
 //   apply_stage(x, w) -> Stage(x, w) with w an RRef owned here.
 //   param_sum(w) -> w.sum() with w an RRef owned here.
-// Classes: Affine, and the DistributedOptimizer's LocalOptimizer.
+// Classes: Affine, the DistributedOptimizer's LocalOptimizer, and pipeline::Stage
+// with the models of tests/pipeline/test_stages.h.
 rpc::Registry MakeDistAutogradRegistry(std::shared_ptr<dist_autograd::DistAutograd> autograd);
 rref::ClassRegistry MakeDistAutogradClasses();
 

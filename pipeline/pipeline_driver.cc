@@ -1,0 +1,52 @@
+#include "pipeline/pipeline_driver.h"
+
+#include <ATen/ops/cat.h>
+
+#include <stdexcept>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "rref/remote.h"
+
+namespace tessera::pipeline {
+
+PipelineDriver::PipelineDriver(rref::RRefContext& rrefs, std::vector<rref::RRef<Stage>> stages,
+                               int64_t micro_batches, absl::Duration timeout)
+    : rrefs_(rrefs), stages_(std::move(stages)), micro_batches_(micro_batches), timeout_(timeout) {
+  if (stages_.empty() || micro_batches_ < 1) {
+    throw std::invalid_argument("PipelineDriver needs at least one stage and one micro-batch");
+  }
+}
+
+at::Tensor PipelineDriver::Forward(const at::Tensor& batch) {
+  std::vector<Future<at::Tensor>> outputs;
+  for (const at::Tensor& micro : batch.chunk(micro_batches_)) {
+    rref::RRef<at::Tensor> input = rref::MakeRRef(rrefs_, micro);
+    for (size_t k = 0; k + 1 < stages_.size(); ++k) {
+      input = stages_[k].Remote<at::Tensor>("forward", input);
+    }
+    outputs.push_back(stages_.back().RpcAsync<at::Tensor>("forward", input));
+  }
+  std::vector<at::Tensor> parts;
+  for (auto& output : outputs) {
+    auto part = output.Wait(timeout_);
+    if (!part.ok()) {
+      throw StatusError(Annotate(part.status(),
+                                 absl::StrCat("pipeline forward through ",
+                                              stages_.back().owner_name())));
+    }
+    parts.push_back(*std::move(part));
+  }
+  return at::cat(parts);
+}
+
+std::vector<rref::RRef<at::Tensor>> PipelineDriver::ParameterRRefs() const {
+  std::vector<rref::RRef<at::Tensor>> all;
+  for (const auto& stage : stages_) {
+    auto mine = stage.RpcSync<std::vector<rref::RRef<at::Tensor>>>("parameter_rrefs");
+    all.insert(all.end(), mine.begin(), mine.end());
+  }
+  return all;
+}
+
+}  // namespace tessera::pipeline

@@ -1,0 +1,66 @@
+#include "pipeline/stage.h"
+
+#include <ATen/ops/zeros_like.h>
+
+#include <stdexcept>
+
+#include "absl/strings/str_join.h"
+#include "dist_autograd/dist_autograd.h"
+#include "rref/remote.h"
+
+namespace tessera::pipeline {
+
+at::Tensor Stage::Forward(rref::RRef<at::Tensor> input) {
+  return model_.forward(input.to_here());
+}
+
+std::vector<rref::RRef<at::Tensor>> Stage::ParameterRRefs(rpc::CallContext& ctx) {
+  auto* rrefs = ctx.runtime->FindExtension<rref::RRefContext>();
+  if (rrefs == nullptr) throw std::runtime_error("pipeline stage: the runtime has no RRefs");
+  std::vector<rref::RRef<at::Tensor>> result;
+  for (const auto& parameter : model_.parameters) {
+    result.push_back(rref::MakeRRef(*rrefs, parameter));
+  }
+  return result;
+}
+
+std::vector<at::Tensor> Stage::Gradients(rpc::CallContext& ctx, int64_t context_id) {
+  auto* autograd = ctx.runtime->FindExtension<dist_autograd::DistAutograd>();
+  if (autograd == nullptr) {
+    throw std::runtime_error("pipeline stage: the runtime has no distributed autograd");
+  }
+  auto grads = ValueOrThrow(autograd->GetGradients(context_id));
+  std::vector<at::Tensor> result;
+  for (const auto& parameter : model_.parameters) {
+    result.push_back(grads.contains(parameter) ? grads.at(parameter) : at::zeros_like(parameter));
+  }
+  return result;
+}
+
+std::vector<at::Tensor> Stage::ParameterValues() {
+  std::vector<at::Tensor> result;
+  for (const auto& parameter : model_.parameters) result.push_back(parameter.detach().clone());
+  return result;
+}
+
+void RegisterStage(rref::ClassRegistry& classes, std::map<std::string, StageFactory> factories) {
+  classes.Class<Stage>("tessera.pipeline.Stage")
+      .Factory<std::string, int64_t>([factories = std::move(factories)](std::string name,
+                                                                          int64_t seed) {
+        auto it = factories.find(name);
+        if (it == factories.end()) {
+          std::vector<std::string> known;
+          for (const auto& [known_name, factory] : factories) known.push_back(known_name);
+          throw std::invalid_argument("no pipeline stage model named '" + name +
+                                      "' on this worker (known: " +
+                                      absl::StrJoin(known, ", ") + ")");
+        }
+        return std::make_shared<Stage>(it->second(seed));
+      })
+      .Method("forward", &Stage::Forward)
+      .Method("parameter_rrefs", &Stage::ParameterRRefs)
+      .Method("gradients", &Stage::Gradients)
+      .Method("parameter_values", &Stage::ParameterValues);
+}
+
+}  // namespace tessera::pipeline

@@ -1,0 +1,63 @@
+// Pipeline stages: one part of a model, living on its own worker as an
+// object created with remote(), fed by the previous stage's output RRef.
+//
+//   rref::ClassRegistry classes;
+//   pipeline::RegisterStage(classes, {{"front", MakeFront}, {"back", MakeBack}});
+//   ... on the driver:
+//   auto front = rref::RemoteObject<pipeline::Stage>(*rrefs, "stage1", "front", seed);
+//
+// A stage's model comes from a factory registered on its worker under a
+// name (models are code, not data: nothing but the name and a seed travel).
+// Every worker that may host a stage registers the same names.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rpc/call_context.h"
+#include "rref/class_registry.h"
+#include "rref/rref.h"
+
+namespace tessera::pipeline {
+
+// A stage's part of the model: its parameters (leaves requiring grad) and
+// its forward function over them.
+struct StageModel {
+  std::vector<at::Tensor> parameters;
+  std::function<at::Tensor(const at::Tensor&)> forward;
+  std::shared_ptr<void> keep_alive;  // e.g. the torch::nn::Module owning them
+};
+
+using StageFactory = std::function<StageModel(int64_t seed)>;
+
+class Stage {
+ public:
+  explicit Stage(StageModel model) : model_(std::move(model)) {}
+
+  // Fetches `input` (the previous stage's output, or a micro-batch the
+  // driver owns) and runs the model on it. Inside a distributed autograd
+  // context both the fetch and the result are recorded, so backward flows
+  // from the next stage through here to the previous one.
+  at::Tensor Forward(rref::RRef<at::Tensor> input);
+  // The model's parameters as RRefs owned here (for a DistributedOptimizer).
+  std::vector<rref::RRef<at::Tensor>> ParameterRRefs(rpc::CallContext& ctx);
+  // The gradients the parameters accumulated in a distributed autograd
+  // context, in parameter order (zeros where none).
+  std::vector<at::Tensor> Gradients(rpc::CallContext& ctx, int64_t context_id);
+  // The parameters' current values (copies).
+  std::vector<at::Tensor> ParameterValues();
+
+ private:
+  StageModel model_;
+};
+
+// Registers Stage as "tessera.pipeline.Stage", constructed remotely from
+// (factory name, seed). An unknown name fails the remote() naming it.
+void RegisterStage(rref::ClassRegistry& classes, std::map<std::string, StageFactory> factories);
+
+}  // namespace tessera::pipeline
