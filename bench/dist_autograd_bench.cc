@@ -35,7 +35,7 @@
 #include "dist_autograd/dist_autograd.h"
 #include "dist_optim/distributed_optimizer.h"
 #include "dist_optim/parameter_guard.h"
-#include "examples/parameter_server/cnn.h"
+#include "examples/common/cnn.h"
 #include "rref/remote.h"
 
 namespace {

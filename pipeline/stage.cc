@@ -10,8 +10,13 @@
 
 namespace tessera::pipeline {
 
-at::Tensor Stage::Forward(rref::RRef<at::Tensor> input) {
-  return model_.forward(input.to_here());
+Future<at::Tensor> Stage::Forward(rref::RRef<at::Tensor> input) {
+  return input.to_here_async().Then(
+      [forward = model_.forward](const absl::StatusOr<at::Tensor>& fetched)
+          -> absl::StatusOr<at::Tensor> {
+        if (!fetched.ok()) return fetched.status();
+        return forward(*fetched);
+      });
 }
 
 std::vector<rref::RRef<at::Tensor>> Stage::ParameterRRefs(rpc::CallContext& ctx) {

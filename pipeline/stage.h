@@ -42,8 +42,10 @@ class Stage {
   // Fetches `input` (the previous stage's output, or a micro-batch the
   // driver owns) and runs the model on it. Inside a distributed autograd
   // context both the fetch and the result are recorded, so backward flows
-  // from the next stage through here to the previous one.
-  at::Tensor Forward(rref::RRef<at::Tensor> input);
+  // from the next stage through here to the previous one. Asynchronous: no
+  // server thread waits for the fetch (with many micro-batches in flight,
+  // blocked threads would starve the pool that completes the fetches).
+  Future<at::Tensor> Forward(rref::RRef<at::Tensor> input);
   // The model's parameters as RRefs owned here (for a DistributedOptimizer).
   std::vector<rref::RRef<at::Tensor>> ParameterRRefs(rpc::CallContext& ctx);
   // The gradients the parameters accumulated in a distributed autograd

@@ -46,11 +46,11 @@ class RRef {
     static_assert(rpc::IsWireType<T>::value,
                   "to_here(): objects of registered classes never leave their owner; "
                   "call their methods (RpcSync/RpcAsync) instead");
-    return Typed<T>(impl_->context()->Fetch(*impl_, timeout));
+    return Typed<T>(Held(impl_->context()->Fetch(*impl_, timeout)));
   }
   // Untyped fetch, for code that does not know T.
   Future<c10::IValue> to_here_value_async(absl::Duration timeout = kDefaultRRefTimeout) const {
-    return impl_->context()->Fetch(*impl_, timeout);
+    return Held(impl_->context()->Fetch(*impl_, timeout));
   }
   T to_here(absl::Duration timeout = kDefaultRRefTimeout) const {
     return ValueOrThrow(to_here_async(timeout).Wait(timeout + absl::Seconds(1)));
@@ -73,8 +73,8 @@ class RRef {
   // Calls a method of the remote object (see ClassRegistry).
   template <typename R = c10::IValue, typename... Args>
   Future<rpc::ResultOf<R>> RpcAsync(const std::string& method, Args&&... args) const {
-    return Typed<R>(impl_->context()->CallMethod(
-        *impl_, method, {rpc::ToIValue(std::forward<Args>(args))...}, kDefaultRRefTimeout));
+    return Typed<R>(Held(impl_->context()->CallMethod(
+        *impl_, method, {rpc::ToIValue(std::forward<Args>(args))...}, kDefaultRRefTimeout)));
   }
   template <typename R = c10::IValue, typename... Args>
   R RpcSync(const std::string& method, Args&&... args) const {
@@ -89,13 +89,26 @@ class RRef {
   // Calls a method of the remote object and keeps the result on the owner.
   template <typename R, typename... Args>
   RRef<R> Remote(const std::string& method, Args&&... args) const {
-    return RRef<R>(ValueOrThrow(impl_->context()->RemoteMethod(
-        *impl_, method, {rpc::ToIValue(std::forward<Args>(args))...}, "")));
+    auto result = ValueOrThrow(impl_->context()->RemoteMethod(
+        *impl_, method, {rpc::ToIValue(std::forward<Args>(args))...}, ""));
+    result->Confirmed().OnReady([held = impl_](const absl::StatusOr<bool>&) {});
+    return RRef<R>(std::move(result));
   }
 
   const c10::intrusive_ptr<RRefImpl>& impl() const { return impl_; }
 
  private:
+  // Note [Calls hold their RRef]: this reference lives until the owner has
+  // answered `call`. Its release travels as a separate message that the
+  // owner may serve first; dropping the last handle right after starting a
+  // call (as a pipeline stage does with its input) would otherwise free the
+  // value the call is about to use.
+  template <typename F>
+  F Held(F call) const {
+    call.OnReady([held = impl_](const auto&) {});
+    return call;
+  }
+
   template <typename R>
   static Future<rpc::ResultOf<R>> Typed(Future<c10::IValue> raw) {
     using Wire = rpc::ResultOf<R>;

@@ -5,7 +5,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include "dist_optim/parameter_guard.h"
-#include "examples/parameter_server/cnn.h"
+#include "examples/common/cnn.h"
 #include "rpc/runtime.h"
 #include "rref/remote.h"
 

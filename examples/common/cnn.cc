@@ -1,4 +1,4 @@
-#include "examples/parameter_server/cnn.h"
+#include "examples/common/cnn.h"
 
 #include <ATen/ops/conv2d.h>
 #include <ATen/ops/empty.h>
@@ -30,11 +30,20 @@ std::vector<at::Tensor> InitCnn(uint64_t seed) {
   };
 }
 
-at::Tensor CnnForward(const std::vector<at::Tensor>& p, const at::Tensor& images) {
+at::Tensor CnnFeatures(at::ArrayRef<at::Tensor> p, const at::Tensor& images) {
   at::Tensor x = at::max_pool2d(at::relu(at::conv2d(images, p[0], p[1])), {2, 2});
-  x = at::max_pool2d(at::relu(at::conv2d(x, p[2], p[3])), {2, 2});
-  x = at::relu(at::linear(x.flatten(1), p[4], p[5]));
-  return at::linear(x, p[6], p[7]);
+  return at::max_pool2d(at::relu(at::conv2d(x, p[2], p[3])), {2, 2});
+}
+
+at::Tensor CnnClassifier(at::ArrayRef<at::Tensor> p, const at::Tensor& features) {
+  at::Tensor x = at::relu(at::linear(features.flatten(1), p[0], p[1]));
+  return at::linear(x, p[2], p[3]);
+}
+
+at::Tensor CnnForward(const std::vector<at::Tensor>& p, const at::Tensor& images) {
+  const at::ArrayRef<at::Tensor> all(p);
+  return CnnClassifier(all.slice(kCnnFeatureParams),
+                       CnnFeatures(all.slice(0, kCnnFeatureParams), images));
 }
 
 }  // namespace tessera::examples

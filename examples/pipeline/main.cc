@@ -1,0 +1,218 @@
+// Pipeline-parallel training of a CNN on Fashion-MNIST over RPC: rank 0 is
+// the driver, ranks 1 and 2 host the two stages (convolutions; linear
+// layers), each a pipeline::Stage created with remote(). Every batch is
+// split into micro-batches that flow through the stages concurrently
+// (stage 2 works on micro-batch i while stage 1 computes i+1); backward runs
+// with distributed autograd across both stages and a DistributedOptimizer
+// steps them.
+//
+//   bazel-bin/launcher/tessera-run --standalone --nproc_per_node 3 \
+//       bazel-bin/examples/pipeline/pipeline [--micro_batches 4]
+//
+// Flags: --epochs E (2), --batch B (64), --micro_batches M (4), --lr LR
+// (0.001, Adam), --max_steps S (per epoch; 0 = all), --log_every K (100),
+// --seed S (0).
+#include <ATen/Parallel.h>
+#include <ATen/ops/argmax.h>
+#include <ATen/ops/cross_entropy_loss.h>
+#include <ATen/ops/tensor.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "data/fashion_mnist.h"
+#include "ddp/distributed_sampler.h"
+#include "dist_autograd/dist_autograd.h"
+#include "dist_optim/distributed_optimizer.h"
+#include "dist_optim/local_optimizer.h"
+#include "examples/common/cnn.h"
+#include "pipeline/pipeline_driver.h"
+#include "rpc/runtime.h"
+#include "rref/remote.h"
+
+namespace tessera::examples {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Flags {
+  int epochs = 2;
+  int64_t batch = 64;
+  int64_t micro_batches = 4;
+  double lr = 1e-3;
+  int64_t max_steps = 0;
+  int64_t log_every = 100;
+  uint64_t seed = 0;
+};
+
+Flags ParseFlags(int argc, char** argv) {
+  Flags flags;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string name = argv[i], value = argv[i + 1];
+    if (name == "--epochs") flags.epochs = std::atoi(value.c_str());
+    else if (name == "--batch") flags.batch = std::atoll(value.c_str());
+    else if (name == "--micro_batches") flags.micro_batches = std::atoll(value.c_str());
+    else if (name == "--lr") flags.lr = std::atof(value.c_str());
+    else if (name == "--max_steps") flags.max_steps = std::atoll(value.c_str());
+    else if (name == "--log_every") flags.log_every = std::atoll(value.c_str());
+    else if (name == "--seed") flags.seed = std::strtoull(value.c_str(), nullptr, 10);
+    else throw StatusError(absl::InvalidArgumentError("unknown flag " + name));
+  }
+  if (flags.epochs < 1 || flags.batch < 1 || flags.micro_batches < 1 || flags.log_every < 1) {
+    throw StatusError(absl::InvalidArgumentError(
+        "--epochs, --batch, --micro_batches, --log_every must be >= 1"));
+  }
+  return flags;
+}
+
+// The CNN of examples/common in two stages; both draw the whole model from
+// the seed and keep their part, so the split model starts as the whole would.
+std::map<std::string, pipeline::StageFactory> CnnStages() {
+  auto part = [](bool front) {
+    return [front](int64_t seed) {
+      std::vector<at::Tensor> all = InitCnn(static_cast<uint64_t>(seed));
+      std::vector<at::Tensor> mine =
+          front ? std::vector<at::Tensor>(all.begin(), all.begin() + kCnnFeatureParams)
+                : std::vector<at::Tensor>(all.begin() + kCnnFeatureParams, all.end());
+      pipeline::StageModel model;
+      model.parameters = mine;
+      model.forward = [front, mine](const at::Tensor& x) {
+        return front ? CnnFeatures(mine, x) : CnnClassifier(mine, x);
+      };
+      return model;
+    };
+  };
+  return {{"cnn_features", part(true)}, {"cnn_classifier", part(false)}};
+}
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+constexpr char kDoneKey[] = "pipeline/done";
+
+// Ranks 1, 2: host a stage each until the driver is done.
+int RunStageHost(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs) {
+  auto autograd = dist_autograd::DistAutograd::Create();
+  auto runtime = ValueOrThrow(rpc::Runtime::Init(options, rpc::Registry(), {rrefs, autograd}));
+  ThrowIfError(runtime->store().Wait({kDoneKey}, absl::Hours(2)));
+  ThrowIfError(runtime->Shutdown());
+  return 0;
+}
+
+double TestAccuracy(pipeline::PipelineDriver& driver, const data::Examples& test) {
+  int64_t correct = 0;
+  const int64_t n = test.labels.size(0);
+  for (int64_t start = 0; start < n; start += 1000) {
+    const int64_t size = std::min<int64_t>(1000, n - start);
+    at::Tensor logits = driver.Forward(test.images.narrow(0, start, size));
+    correct += at::argmax(logits, 1).eq(test.labels.narrow(0, start, size)).sum().item<int64_t>();
+  }
+  return static_cast<double>(correct) / n;
+}
+
+// Rank 0: drives training through the stages.
+int RunDriver(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs,
+              const Flags& flags) {
+  const auto start = Clock::now();
+  auto train = ValueOrThrow(data::LoadFashionMnist(data::Split::kTrain));
+  auto test = ValueOrThrow(data::LoadFashionMnist(data::Split::kTest));
+  auto autograd = dist_autograd::DistAutograd::Create();
+  auto runtime = ValueOrThrow(rpc::Runtime::Init(options, rpc::Registry(), {rrefs, autograd}));
+  const auto seed = static_cast<int64_t>(flags.seed);
+  auto features = rref::RemoteObject<pipeline::Stage>(*rrefs, "stage1",
+                                                      std::string("cnn_features"), seed);
+  auto classifier = rref::RemoteObject<pipeline::Stage>(*rrefs, "stage2",
+                                                        std::string("cnn_classifier"), seed);
+  pipeline::PipelineDriver driver(*rrefs, {features, classifier}, flags.micro_batches);
+  dist_optim::AdamOptions adam;
+  adam.lr = flags.lr;
+  auto optimizer =
+      ValueOrThrow(dist_optim::DistributedOptimizer::Create(*rrefs, driver.ParameterRRefs(), adam));
+  std::printf("[driver] CNN in 2 stages (stage1: convolutions, stage2: linear layers), "
+              "batch %lld in %lld micro-batches\n",
+              static_cast<long long>(flags.batch), static_cast<long long>(flags.micro_batches));
+  std::fflush(stdout);
+
+  ddp::DistributedSampler sampler(static_cast<size_t>(train.labels.size(0)),
+                                  {1, 0, /*shuffle=*/true, /*seed=*/1, false});
+  const int64_t steps_per_epoch = (train.labels.size(0) + flags.batch - 1) / flags.batch;
+  const int64_t steps = flags.max_steps > 0 ? std::min(flags.max_steps, steps_per_epoch)
+                                            : steps_per_epoch;
+  int64_t trained_samples = 0;
+  double training_seconds = 0;
+  for (int epoch = 0; epoch < flags.epochs; ++epoch) {
+    sampler.set_epoch(static_cast<uint64_t>(epoch));
+    const auto epoch_start = Clock::now();
+    double window_loss = 0;
+    int64_t window_steps = 0, window_samples = 0;
+    auto window_start = Clock::now();
+    for (int64_t step = 1; step <= steps; ++step) {
+      auto indices = sampler.next(static_cast<size_t>(flags.batch));
+      if (!indices) break;
+      at::Tensor index = at::tensor(std::vector<int64_t>(indices->begin(), indices->end()));
+      at::Tensor images = train.images.index_select(0, index);
+      at::Tensor labels = train.labels.index_select(0, index);
+      dist_autograd::ContextGuard context(*autograd);
+      at::Tensor loss = at::cross_entropy_loss(driver.Forward(images), labels);
+      ThrowIfError(autograd->Backward(context.id(), {loss}));
+      ThrowIfError(optimizer.Step(context.id()));
+      window_loss += loss.item<double>();
+      ++window_steps;
+      window_samples += images.size(0);
+      if (step % flags.log_every == 0 || step == steps) {
+        std::printf("[driver] epoch %d step %lld/%lld: loss %.4f, %.0f samples/s\n", epoch + 1,
+                    static_cast<long long>(step), static_cast<long long>(steps),
+                    window_loss / window_steps, window_samples / SecondsSince(window_start));
+        std::fflush(stdout);
+        trained_samples += window_samples;
+        window_loss = 0;
+        window_steps = window_samples = 0;
+        window_start = Clock::now();
+      }
+    }
+    training_seconds += SecondsSince(epoch_start);
+    std::printf("[driver] epoch %d done in %.1f s\n", epoch + 1, SecondsSince(epoch_start));
+    std::fflush(stdout);
+  }
+  const double accuracy = TestAccuracy(driver, test);
+  std::printf("[driver] test accuracy %.2f%% (%lld images), training %.0f samples/s with %lld "
+              "micro-batches, %.1f s in all\n",
+              100 * accuracy, static_cast<long long>(test.labels.size(0)),
+              trained_samples / training_seconds, static_cast<long long>(flags.micro_batches),
+              SecondsSince(start));
+  std::fflush(stdout);
+  ThrowIfError(runtime->store().Set(kDoneKey, "1"));
+  ThrowIfError(runtime->Shutdown());
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera::examples
+
+int main(int argc, char** argv) {
+  using namespace tessera;
+  try {
+    const examples::Flags flags = examples::ParseFlags(argc, argv);
+    at::set_num_threads(1);  // the machine's cores go to the processes
+    rpc::RpcOptions options = ValueOrThrow(rpc::RpcOptions::FromEnv());
+    if (options.world_size != 3) {
+      throw StatusError(absl::InvalidArgumentError(
+          "runs as a driver and two stages: --nproc_per_node 3"));
+    }
+    options.name = options.rank == 0 ? "driver" : absl::StrCat("stage", options.rank);
+    rref::ClassRegistry classes;
+    dist_optim::RegisterLocalOptimizer(classes);
+    pipeline::RegisterStage(classes, examples::CnnStages());
+    auto rrefs = rref::RRefContext::Create(std::move(classes));
+    return options.rank == 0 ? examples::RunDriver(options, rrefs, flags)
+                             : examples::RunStageHost(options, rrefs);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pipeline: %s\n", e.what());
+    return 1;
+  }
+}
