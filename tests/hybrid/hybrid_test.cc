@@ -1,0 +1,159 @@
+// The hybrid DDP + RPC job with real processes: this process is the
+// parameter server (holding the EmbeddingTable), two children are trainers
+// with DDP replicas of the dense part. After every step the trainers' dense
+// parameters are identical, their dense gradients (averaged by DDP inside
+// the distributed backward) are identical and live only in the autograd
+// context; and the table moves by exactly both trainers' gradients.
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/allclose.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/rand.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/zeros.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "common/mutex.h"
+#include "common/status.h"
+#include "ddp/gloo/gloo_process_group.h"
+#include "dist_optim/local_optimizer.h"
+#include "examples/hybrid_ddp_rpc/hybrid_trainer.h"
+#include "rref/remote.h"
+#include "store/store_server.h"
+#include "tests/testing/multiprocess.h"
+#include "tests/testing/test_functions.h"
+
+namespace tessera::testing {
+namespace {
+
+using examples::EmbeddingTable;
+
+constexpr int kSteps = 4;
+constexpr double kLr = 0.5;
+constexpr char kTableKey[] = "hybrid_test/table";
+
+std::shared_ptr<rref::RRefContext> MakeRRefs() {
+  rref::ClassRegistry classes;
+  dist_optim::RegisterLocalOptimizer(classes);
+  examples::RegisterHybridClasses(classes);
+  return rref::RRefContext::Create(std::move(classes));
+}
+
+// Whether `values` is the same on every rank of `group`.
+absl::StatusOr<bool> SameEverywhere(ddp::ProcessGroup& group, const at::Tensor& values) {
+  at::Tensor low = values.clone(), high = values.clone();
+  for (auto [tensor, op] : {std::pair{low, ddp::ReduceOp::kMin}, {high, ddp::ReduceOp::kMax}}) {
+    auto done = group.Allreduce(tensor, op).Wait(absl::Seconds(60));
+    if (!done.ok()) return done.status();
+  }
+  return at::equal(low, high);
+}
+
+at::Tensor Flat(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> flat;
+  for (const auto& t : tensors) flat.push_back(t.detach().reshape({-1}));
+  return at::cat(flat);
+}
+
+absl::Status Train(int rank) {
+  auto rrefs = MakeRRefs();
+  auto autograd = dist_autograd::DistAutograd::Create();
+  TESSERA_ASSIGN_OR_RETURN(auto runtime,
+                           rpc::Runtime::Init(TestWorkerOptions(), rpc::Registry(),
+                                              {rrefs, autograd}));
+  TESSERA_RETURN_IF_ERROR(runtime->store().Wait({kTableKey}, absl::Seconds(60)));
+  auto table = runtime->RpcSync<rref::RRef<EmbeddingTable>>("worker0", "table");
+  ddp::GlooOptions gloo;
+  gloo.store_prefix = "hybrid_test/ddp";
+  TESSERA_ASSIGN_OR_RETURN(auto group,
+                           ddp::CreateGlooProcessGroup(&runtime->store(), rank - 1, 2, gloo));
+  dist_optim::SgdOptions sgd;
+  sgd.lr = kLr;
+  TESSERA_ASSIGN_OR_RETURN(auto trainer, examples::HybridTrainer::Create(
+                                             *rrefs, *autograd, group.get(), table, sgd));
+  at::Tensor table_gradients = at::zeros({examples::kVocabulary, examples::kEmbeddingDim});
+  absl::Status checks;
+  for (int step = 0; step < kSteps; ++step) {
+    at::manual_seed(100 * rank + step);  // each trainer its own data
+    at::Tensor images = at::rand({16, 1, 28, 28});
+    at::Tensor labels = at::randint(10, {16}, at::kLong);
+    trainer->Step(images, labels, [&](int64_t context_id) {
+      auto grads = ValueOrThrow(autograd->GetGradients(context_id));
+      std::vector<at::Tensor> dense_grads;
+      for (const auto& p : trainer->dense()->parameters()) {
+        if (!grads.contains(p)) checks.Update(absl::InternalError("a dense gradient is missing"));
+        if (p.grad().defined()) checks.Update(absl::InternalError(".grad was written"));
+        dense_grads.push_back(grads.contains(p) ? grads.at(p) : at::zeros_like(p));
+      }
+      auto same = SameEverywhere(*group, Flat(dense_grads));
+      if (!same.ok() || !*same) {
+        checks.Update(absl::InternalError(absl::StrCat("step ", step,
+                                                       ": dense gradients differ")));
+      }
+      table_gradients += table.RpcSync<at::Tensor>("gradient", context_id);
+    });
+    TESSERA_RETURN_IF_ERROR(checks);
+    auto same = SameEverywhere(*group, Flat(trainer->dense()->parameters()));
+    if (!same.ok()) return same.status();
+    if (!*same) return absl::InternalError(absl::StrCat("step ", step, ": dense parameters differ"));
+  }
+  runtime->RpcSync<void>("worker0", "report", table_gradients);
+  TESSERA_RETURN_IF_ERROR(runtime->store().Set(absl::StrCat("hybrid_test/reported/", rank), "1"));
+  trainer.reset();
+  return runtime->Shutdown();
+}
+
+TESSERA_WORKER_SCENARIO(hybrid_trainer) {
+  const char* rank = std::getenv("RANK");
+  auto status = Train(std::atoi(rank));
+  if (!status.ok()) std::fprintf(stderr, "trainer %s: %s\n", rank, status.ToString().c_str());
+  return status.ok() ? 0 : 1;
+}
+
+TEST(HybridTest, DenseReplicasStayEqualAndTheTableGetsBothTrainersGradients) {
+  auto store = ValueOrThrow(store::StoreServer::Start("127.0.0.1", 0));
+  std::vector<std::unique_ptr<WorkerProcess>> trainers;
+  for (int rank = 1; rank <= 2; ++rank) {
+    trainers.push_back(std::make_unique<WorkerProcess>("hybrid_trainer",
+                                                       WorkerEnv(rank, 3, store->port())));
+  }
+  auto table = std::make_shared<rref::RRef<EmbeddingTable>>();
+  Mutex mu;
+  std::vector<at::Tensor> reports;
+  rpc::Registry registry;
+  ThrowIfError(registry.Register("table", [table]() { return *table; }));
+  ThrowIfError(registry.Register("report", [&](at::Tensor gradients) {
+    MutexLock lock(&mu);
+    reports.push_back(gradients);
+  }));
+  auto rrefs = MakeRRefs();
+  auto autograd = dist_autograd::DistAutograd::Create();
+  auto runtime = ValueOrThrow(rpc::Runtime::Init(
+      InProcessOptions("worker0", 0, 3, store->port()), std::move(registry), {rrefs, autograd}));
+  *table = rref::RemoteObject<EmbeddingTable>(*rrefs, "worker0", examples::kVocabulary,
+                                              examples::kEmbeddingDim, int64_t{7});
+  const at::Tensor initial = table->RpcSync<at::Tensor>("values");
+  ThrowIfError(runtime->store().Set(kTableKey, "1"));
+  // Shutdown is collective: check while the trainers wait in theirs.
+  ASSERT_TRUE(runtime->store()
+                  .Wait({"hybrid_test/reported/1", "hybrid_test/reported/2"}, absl::Seconds(120))
+                  .ok());
+  {
+    MutexLock lock(&mu);
+    ASSERT_EQ(reports.size(), 2u);
+    EXPECT_GT(reports[0].abs().sum().item<double>(), 0);
+    EXPECT_GT(reports[1].abs().sum().item<double>(), 0);
+    EXPECT_FALSE(at::allclose(reports[0], reports[1])) << "the trainers saw different data";
+    // Plain SGD: every trainer's step subtracts lr x its gradient.
+    EXPECT_TRUE(at::allclose(table->RpcSync<at::Tensor>("values"),
+                             initial - (reports[0] + reports[1]) * kLr, 1e-4, 1e-5));
+  }
+  *table = rref::RRef<EmbeddingTable>();
+  EXPECT_TRUE(runtime->Shutdown().ok());
+  for (auto& trainer : trainers) EXPECT_EQ(trainer->Wait(absl::Seconds(60)), 0);
+}
+
+}  // namespace
+}  // namespace tessera::testing
