@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 from torch_two_processes import run_two_processes
 
-SIZES = [4, 4 << 10, 256 << 10, 4 << 20, 64 << 20, 256 << 20]
+SIZES = [4, 4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 64 << 20, 256 << 20]
 WORLD = 2
 
 

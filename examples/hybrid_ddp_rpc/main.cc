@@ -25,6 +25,7 @@
 #include "ddp/distributed_sampler.h"
 #include "ddp/gloo/gloo_process_group.h"
 #include "dist_optim/local_optimizer.h"
+#include "examples/common/training.h"
 #include "examples/hybrid_ddp_rpc/hybrid_trainer.h"
 #include "rpc/runtime.h"
 #include "rref/remote.h"
@@ -33,33 +34,6 @@ namespace tessera::examples {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-struct Flags {
-  int epochs = 2;
-  int64_t batch = 64;
-  double lr = 3e-3;
-  int64_t max_steps = 0;
-  int64_t log_every = 100;
-  int64_t seed = 0;
-};
-
-Flags ParseFlags(int argc, char** argv) {
-  Flags flags;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string name = argv[i], value = argv[i + 1];
-    if (name == "--epochs") flags.epochs = std::atoi(value.c_str());
-    else if (name == "--batch") flags.batch = std::atoll(value.c_str());
-    else if (name == "--lr") flags.lr = std::atof(value.c_str());
-    else if (name == "--max_steps") flags.max_steps = std::atoll(value.c_str());
-    else if (name == "--log_every") flags.log_every = std::atoll(value.c_str());
-    else if (name == "--seed") flags.seed = std::atoll(value.c_str());
-    else throw StatusError(absl::InvalidArgumentError("unknown flag " + name));
-  }
-  if (flags.epochs < 1 || flags.batch < 1 || flags.log_every < 1) {
-    throw StatusError(absl::InvalidArgumentError("--epochs, --batch, --log_every must be >= 1"));
-  }
-  return flags;
-}
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -70,14 +44,14 @@ std::string DoneKey(int rank) { return absl::StrCat("hybrid/done/", rank); }
 
 // Rank 0: owns the table until every trainer is done.
 int RunServer(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs,
-              const Flags& flags) {
+              const TrainingFlags& flags) {
   auto table = std::make_shared<rref::RRef<EmbeddingTable>>();
   rpc::Registry registry;
   ThrowIfError(registry.Register("table", [table]() { return *table; }));
   auto autograd = dist_autograd::DistAutograd::Create();
   auto runtime = ValueOrThrow(rpc::Runtime::Init(options, std::move(registry), {rrefs, autograd}));
   *table = rref::RemoteObject<EmbeddingTable>(*rrefs, "ps", kVocabulary, kEmbeddingDim,
-                                              flags.seed);
+                                              static_cast<int64_t>(flags.seed));
   ThrowIfError(runtime->store().Set(kTableKey, "1"));
   std::printf("[ps] holding a %lld x %lld embedding table for %d trainers\n",
               static_cast<long long>(kVocabulary), static_cast<long long>(kEmbeddingDim),
@@ -93,7 +67,7 @@ int RunServer(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs,
 
 // Ranks 1..N: DDP replicas of the dense part, sharing the server's table.
 int RunTrainer(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs,
-               const Flags& flags) {
+               const TrainingFlags& flags) {
   const auto start = Clock::now();
   const int trainers = options.world_size - 1;
   const int index = options.rank - 1;
@@ -111,35 +85,10 @@ int RunTrainer(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs
 
   ddp::DistributedSampler sampler(static_cast<size_t>(train.labels.size(0)),
                                   {trainers, index, /*shuffle=*/true, /*seed=*/1, false});
-  const int64_t steps_per_epoch =
-      (static_cast<int64_t>(sampler.num_samples()) + flags.batch - 1) / flags.batch;
-  const int64_t steps = flags.max_steps > 0 ? std::min(flags.max_steps, steps_per_epoch)
-                                            : steps_per_epoch;
-  for (int epoch = 0; epoch < flags.epochs; ++epoch) {
-    sampler.set_epoch(static_cast<uint64_t>(epoch));
-    double window_loss = 0;
-    int64_t window_steps = 0, window_samples = 0;
-    auto window_start = Clock::now();
-    for (int64_t step = 1; step <= steps; ++step) {
-      auto indices = sampler.next(static_cast<size_t>(flags.batch));
-      if (!indices) break;
-      at::Tensor batch = at::tensor(std::vector<int64_t>(indices->begin(), indices->end()));
-      window_loss += trainer->Step(train.images.index_select(0, batch),
-                                   train.labels.index_select(0, batch));
-      ++window_steps;
-      window_samples += batch.size(0);
-      if (step % flags.log_every == 0 || step == steps) {
-        std::printf("[trainer %d] epoch %d step %lld/%lld: loss %.4f, %.0f samples/s\n",
-                    options.rank, epoch + 1, static_cast<long long>(step),
-                    static_cast<long long>(steps), window_loss / window_steps,
-                    window_samples / SecondsSince(window_start));
-        std::fflush(stdout);
-        window_loss = 0;
-        window_steps = window_samples = 0;
-        window_start = Clock::now();
-      }
-    }
-  }
+  TrainEpochs(flags, train, sampler, absl::StrCat("trainer ", options.rank),
+              [&](const at::Tensor& images, const at::Tensor& labels) {
+                return trainer->Step(images, labels);
+              });
   if (options.rank == 1) {
     auto test = ValueOrThrow(data::LoadFashionMnist(data::Split::kTest));
     std::printf("[trainer 1] test accuracy %.2f%% (%lld images) after %d epochs x %d trainers, "
@@ -161,7 +110,9 @@ int RunTrainer(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs
 int main(int argc, char** argv) {
   using namespace tessera;
   try {
-    const examples::Flags flags = examples::ParseFlags(argc, argv);
+    examples::TrainingFlags defaults;
+    defaults.lr = 3e-3;
+    const examples::TrainingFlags flags = examples::ParseTrainingFlags(argc, argv, defaults);
     at::set_num_threads(1);  // the machine's cores go to the processes
     rpc::RpcOptions options = ValueOrThrow(rpc::RpcOptions::FromEnv());
     if (options.world_size < 3) {

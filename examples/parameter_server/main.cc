@@ -28,6 +28,7 @@
 #include "ddp/distributed_sampler.h"
 #include "dist_autograd/dist_autograd.h"
 #include "dist_optim/distributed_optimizer.h"
+#include "examples/common/training.h"
 #include "examples/parameter_server/parameter_server.h"
 #include "rpc/runtime.h"
 #include "rref/remote.h"
@@ -37,42 +38,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Flags {
-  int epochs = 2;
-  int64_t batch = 64;
-  double lr = 1e-3;
-  std::string optimizer = "adam";
-  int64_t max_steps = 0;
-  int64_t log_every = 100;
-  uint64_t seed = 0;
-};
-
-Flags ParseFlags(int argc, char** argv) {
-  Flags flags;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string name = argv[i], value = argv[i + 1];
-    if (name == "--epochs") flags.epochs = std::atoi(value.c_str());
-    else if (name == "--batch") flags.batch = std::atoll(value.c_str());
-    else if (name == "--lr") flags.lr = std::atof(value.c_str());
-    else if (name == "--optimizer") flags.optimizer = value;
-    else if (name == "--max_steps") flags.max_steps = std::atoll(value.c_str());
-    else if (name == "--log_every") flags.log_every = std::atoll(value.c_str());
-    else if (name == "--seed") flags.seed = std::strtoull(value.c_str(), nullptr, 10);
-    else throw StatusError(absl::InvalidArgumentError("unknown flag " + name));
-  }
-  if (flags.epochs < 1 || flags.batch < 1 || flags.log_every < 1) {
-    throw StatusError(absl::InvalidArgumentError("--epochs, --batch, --log_every must be >= 1"));
-  }
-  return flags;
-}
-
-dist_optim::OptimizerOptions OptimizerFor(const Flags& flags) {
-  if (flags.optimizer == "adam") {
+dist_optim::OptimizerOptions OptimizerFor(const TrainingFlags& flags) {
+  const std::string& kind = flags.extra.at("optimizer");
+  if (kind == "adam") {
     dist_optim::AdamOptions adam;
     adam.lr = flags.lr;
     return adam;
   }
-  if (flags.optimizer == "sgd") {
+  if (kind == "sgd") {
     dist_optim::SgdOptions sgd;
     sgd.lr = flags.lr;
     sgd.momentum = 0.9;
@@ -88,7 +61,7 @@ double SecondsSince(Clock::time_point start) {
 }
 
 // Rank 0: serves the model until every trainer is done, then evaluates.
-int RunServer(rpc::RpcOptions options, const Flags& flags) {
+int RunServer(rpc::RpcOptions options, const TrainingFlags& flags) {
   const auto start = Clock::now();
   auto test = ValueOrThrow(data::LoadFashionMnist(data::Split::kTest));
   auto server = std::make_shared<ParameterServer>(flags.seed);
@@ -119,7 +92,7 @@ int RunServer(rpc::RpcOptions options, const Flags& flags) {
 }
 
 // Ranks 1..N: train on this trainer's shard through the server.
-int RunTrainer(rpc::RpcOptions options, const Flags& flags) {
+int RunTrainer(rpc::RpcOptions options, const TrainingFlags& flags) {
   const int trainers = options.world_size - 1;
   const int index = options.rank - 1;
   auto train = ValueOrThrow(data::LoadFashionMnist(data::Split::kTrain));
@@ -134,41 +107,15 @@ int RunTrainer(rpc::RpcOptions options, const Flags& flags) {
 
   ddp::DistributedSampler sampler(static_cast<size_t>(train.labels.size(0)),
                                   {trainers, index, /*shuffle=*/true, /*seed=*/1, false});
-  const int64_t steps_per_epoch = (static_cast<int64_t>(sampler.num_samples()) + flags.batch - 1) /
-                                  flags.batch;
-  const int64_t steps = flags.max_steps > 0 ? std::min(flags.max_steps, steps_per_epoch)
-                                            : steps_per_epoch;
-  for (int epoch = 0; epoch < flags.epochs; ++epoch) {
-    sampler.set_epoch(static_cast<uint64_t>(epoch));
-    double window_loss = 0;
-    int64_t window_steps = 0, window_samples = 0;
-    auto window_start = Clock::now();
-    for (int64_t step = 1; step <= steps; ++step) {
-      auto indices = sampler.next(static_cast<size_t>(flags.batch));
-      if (!indices) break;
-      at::Tensor index = at::tensor(std::vector<int64_t>(indices->begin(), indices->end()));
-      at::Tensor images = train.images.index_select(0, index);
-      at::Tensor labels = train.labels.index_select(0, index);
-      dist_autograd::ContextGuard context(*autograd);
-      at::Tensor logits = runtime->RpcSync<at::Tensor>("ps", "forward", images);
-      at::Tensor loss = at::cross_entropy_loss(logits, labels);
-      ThrowIfError(autograd->Backward(context.id(), {loss}));
-      ThrowIfError(optimizer.Step(context.id()));
-      window_loss += loss.item<double>();
-      ++window_steps;
-      window_samples += images.size(0);
-      if (step % flags.log_every == 0 || step == steps) {
-        std::printf("[trainer %d] epoch %d step %lld/%lld: loss %.4f, %.0f samples/s\n",
-                    options.rank, epoch + 1, static_cast<long long>(step),
-                    static_cast<long long>(steps), window_loss / window_steps,
-                    window_samples / SecondsSince(window_start));
-        std::fflush(stdout);
-        window_loss = 0;
-        window_steps = window_samples = 0;
-        window_start = Clock::now();
-      }
-    }
-  }
+  TrainEpochs(flags, train, sampler, absl::StrCat("trainer ", options.rank),
+              [&](const at::Tensor& images, const at::Tensor& labels) {
+                dist_autograd::ContextGuard context(*autograd);
+                at::Tensor logits = runtime->RpcSync<at::Tensor>("ps", "forward", images);
+                at::Tensor loss = at::cross_entropy_loss(logits, labels);
+                ThrowIfError(autograd->Backward(context.id(), {loss}));
+                ThrowIfError(optimizer.Step(context.id()));
+                return loss.item<double>();
+              });
   ThrowIfError(runtime->store().Set(DoneKey(options.rank), "1"));
   ThrowIfError(runtime->Shutdown());
   return 0;
@@ -180,7 +127,9 @@ int RunTrainer(rpc::RpcOptions options, const Flags& flags) {
 int main(int argc, char** argv) {
   using namespace tessera;
   try {
-    const examples::Flags flags = examples::ParseFlags(argc, argv);
+    examples::TrainingFlags defaults;
+    defaults.extra = {{"optimizer", "adam"}};
+    const examples::TrainingFlags flags = examples::ParseTrainingFlags(argc, argv, defaults);
     at::set_num_threads(1);  // the machine's cores go to the processes
     rpc::RpcOptions options = ValueOrThrow(rpc::RpcOptions::FromEnv());
     if (options.world_size < 2) {

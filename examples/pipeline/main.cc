@@ -30,6 +30,7 @@
 #include "dist_optim/distributed_optimizer.h"
 #include "dist_optim/local_optimizer.h"
 #include "examples/common/cnn.h"
+#include "examples/common/training.h"
 #include "pipeline/pipeline_driver.h"
 #include "rpc/runtime.h"
 #include "rref/remote.h"
@@ -38,36 +39,6 @@ namespace tessera::examples {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-struct Flags {
-  int epochs = 2;
-  int64_t batch = 64;
-  int64_t micro_batches = 4;
-  double lr = 1e-3;
-  int64_t max_steps = 0;
-  int64_t log_every = 100;
-  uint64_t seed = 0;
-};
-
-Flags ParseFlags(int argc, char** argv) {
-  Flags flags;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string name = argv[i], value = argv[i + 1];
-    if (name == "--epochs") flags.epochs = std::atoi(value.c_str());
-    else if (name == "--batch") flags.batch = std::atoll(value.c_str());
-    else if (name == "--micro_batches") flags.micro_batches = std::atoll(value.c_str());
-    else if (name == "--lr") flags.lr = std::atof(value.c_str());
-    else if (name == "--max_steps") flags.max_steps = std::atoll(value.c_str());
-    else if (name == "--log_every") flags.log_every = std::atoll(value.c_str());
-    else if (name == "--seed") flags.seed = std::strtoull(value.c_str(), nullptr, 10);
-    else throw StatusError(absl::InvalidArgumentError("unknown flag " + name));
-  }
-  if (flags.epochs < 1 || flags.batch < 1 || flags.micro_batches < 1 || flags.log_every < 1) {
-    throw StatusError(absl::InvalidArgumentError(
-        "--epochs, --batch, --micro_batches, --log_every must be >= 1"));
-  }
-  return flags;
-}
 
 // The CNN of examples/common in two stages; both draw the whole model from
 // the seed and keep their part, so the split model starts as the whole would.
@@ -117,7 +88,7 @@ double TestAccuracy(pipeline::PipelineDriver& driver, const data::Examples& test
 
 // Rank 0: drives training through the stages.
 int RunDriver(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs,
-              const Flags& flags) {
+              const TrainingFlags& flags) {
   const auto start = Clock::now();
   auto train = ValueOrThrow(data::LoadFashionMnist(data::Split::kTrain));
   auto test = ValueOrThrow(data::LoadFashionMnist(data::Split::kTest));
@@ -128,62 +99,32 @@ int RunDriver(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs,
                                                       std::string("cnn_features"), seed);
   auto classifier = rref::RemoteObject<pipeline::Stage>(*rrefs, "stage2",
                                                         std::string("cnn_classifier"), seed);
-  pipeline::PipelineDriver driver(*rrefs, {features, classifier}, flags.micro_batches);
+  const int64_t micro_batches = flags.ExtraInt("micro_batches");
+  pipeline::PipelineDriver driver(*rrefs, {features, classifier}, micro_batches);
   dist_optim::AdamOptions adam;
   adam.lr = flags.lr;
   auto optimizer =
       ValueOrThrow(dist_optim::DistributedOptimizer::Create(*rrefs, driver.ParameterRRefs(), adam));
   std::printf("[driver] CNN in 2 stages (stage1: convolutions, stage2: linear layers), "
               "batch %lld in %lld micro-batches\n",
-              static_cast<long long>(flags.batch), static_cast<long long>(flags.micro_batches));
+              static_cast<long long>(flags.batch), static_cast<long long>(micro_batches));
   std::fflush(stdout);
 
   ddp::DistributedSampler sampler(static_cast<size_t>(train.labels.size(0)),
                                   {1, 0, /*shuffle=*/true, /*seed=*/1, false});
-  const int64_t steps_per_epoch = (train.labels.size(0) + flags.batch - 1) / flags.batch;
-  const int64_t steps = flags.max_steps > 0 ? std::min(flags.max_steps, steps_per_epoch)
-                                            : steps_per_epoch;
-  int64_t trained_samples = 0;
-  double training_seconds = 0;
-  for (int epoch = 0; epoch < flags.epochs; ++epoch) {
-    sampler.set_epoch(static_cast<uint64_t>(epoch));
-    const auto epoch_start = Clock::now();
-    double window_loss = 0;
-    int64_t window_steps = 0, window_samples = 0;
-    auto window_start = Clock::now();
-    for (int64_t step = 1; step <= steps; ++step) {
-      auto indices = sampler.next(static_cast<size_t>(flags.batch));
-      if (!indices) break;
-      at::Tensor index = at::tensor(std::vector<int64_t>(indices->begin(), indices->end()));
-      at::Tensor images = train.images.index_select(0, index);
-      at::Tensor labels = train.labels.index_select(0, index);
-      dist_autograd::ContextGuard context(*autograd);
-      at::Tensor loss = at::cross_entropy_loss(driver.Forward(images), labels);
-      ThrowIfError(autograd->Backward(context.id(), {loss}));
-      ThrowIfError(optimizer.Step(context.id()));
-      window_loss += loss.item<double>();
-      ++window_steps;
-      window_samples += images.size(0);
-      if (step % flags.log_every == 0 || step == steps) {
-        std::printf("[driver] epoch %d step %lld/%lld: loss %.4f, %.0f samples/s\n", epoch + 1,
-                    static_cast<long long>(step), static_cast<long long>(steps),
-                    window_loss / window_steps, window_samples / SecondsSince(window_start));
-        std::fflush(stdout);
-        trained_samples += window_samples;
-        window_loss = 0;
-        window_steps = window_samples = 0;
-        window_start = Clock::now();
-      }
-    }
-    training_seconds += SecondsSince(epoch_start);
-    std::printf("[driver] epoch %d done in %.1f s\n", epoch + 1, SecondsSince(epoch_start));
-    std::fflush(stdout);
-  }
+  const double throughput = TrainEpochs(
+      flags, train, sampler, "driver", [&](const at::Tensor& images, const at::Tensor& labels) {
+        dist_autograd::ContextGuard context(*autograd);
+        at::Tensor loss = at::cross_entropy_loss(driver.Forward(images), labels);
+        ThrowIfError(autograd->Backward(context.id(), {loss}));
+        ThrowIfError(optimizer.Step(context.id()));
+        return loss.item<double>();
+      });
   const double accuracy = TestAccuracy(driver, test);
   std::printf("[driver] test accuracy %.2f%% (%lld images), training %.0f samples/s with %lld "
               "micro-batches, %.1f s in all\n",
               100 * accuracy, static_cast<long long>(test.labels.size(0)),
-              trained_samples / training_seconds, static_cast<long long>(flags.micro_batches),
+              throughput, static_cast<long long>(micro_batches),
               SecondsSince(start));
   std::fflush(stdout);
   ThrowIfError(runtime->store().Set(kDoneKey, "1"));
@@ -197,7 +138,12 @@ int RunDriver(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs,
 int main(int argc, char** argv) {
   using namespace tessera;
   try {
-    const examples::Flags flags = examples::ParseFlags(argc, argv);
+    examples::TrainingFlags defaults;
+    defaults.extra = {{"micro_batches", "4"}};
+    const examples::TrainingFlags flags = examples::ParseTrainingFlags(argc, argv, defaults);
+    if (flags.ExtraInt("micro_batches") < 1) {
+      throw StatusError(absl::InvalidArgumentError("--micro_batches must be >= 1"));
+    }
     at::set_num_threads(1);  // the machine's cores go to the processes
     rpc::RpcOptions options = ValueOrThrow(rpc::RpcOptions::FromEnv());
     if (options.world_size != 3) {
