@@ -45,13 +45,13 @@ std::string DoneKey(int rank) { return absl::StrCat("hybrid/done/", rank); }
 // Rank 0: owns the table until every trainer is done.
 int RunServer(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs,
               const TrainingFlags& flags) {
-  auto table = std::make_shared<rref::RRef<EmbeddingTable>>();
+  auto table = std::make_shared<TableHandle>();
   rpc::Registry registry;
-  ThrowIfError(registry.Register("table", [table]() { return *table; }));
+  ThrowIfError(registry.Register("table", [table]() { return table->Get(); }));
   auto autograd = dist_autograd::DistAutograd::Create();
   auto runtime = ValueOrThrow(rpc::Runtime::Init(options, std::move(registry), {rrefs, autograd}));
-  *table = rref::RemoteObject<EmbeddingTable>(*rrefs, "ps", kVocabulary, kEmbeddingDim,
-                                              static_cast<int64_t>(flags.seed));
+  table->Set(rref::RemoteObject<EmbeddingTable>(*rrefs, "ps", kVocabulary, kEmbeddingDim,
+                                                static_cast<int64_t>(flags.seed)));
   ThrowIfError(runtime->store().Set(kTableKey, "1"));
   std::printf("[ps] holding a %lld x %lld embedding table for %d trainers\n",
               static_cast<long long>(kVocabulary), static_cast<long long>(kEmbeddingDim),
@@ -60,7 +60,7 @@ int RunServer(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs,
   std::vector<std::string> done;
   for (int rank = 1; rank < options.world_size; ++rank) done.push_back(DoneKey(rank));
   ThrowIfError(runtime->store().Wait(done, absl::Hours(2)));
-  *table = rref::RRef<EmbeddingTable>();
+  table->Set(rref::RRef<EmbeddingTable>());
   ThrowIfError(runtime->Shutdown());
   return 0;
 }

@@ -119,11 +119,11 @@ TEST(HybridTest, DenseReplicasStayEqualAndTheTableGetsBothTrainersGradients) {
     trainers.push_back(std::make_unique<WorkerProcess>("hybrid_trainer",
                                                        WorkerEnv(rank, 3, store->port())));
   }
-  auto table = std::make_shared<rref::RRef<EmbeddingTable>>();
+  auto table = std::make_shared<examples::TableHandle>();
   Mutex mu;
   std::vector<at::Tensor> reports;
   rpc::Registry registry;
-  ThrowIfError(registry.Register("table", [table]() { return *table; }));
+  ThrowIfError(registry.Register("table", [table]() { return table->Get(); }));
   ThrowIfError(registry.Register("report", [&](at::Tensor gradients) {
     MutexLock lock(&mu);
     reports.push_back(gradients);
@@ -132,9 +132,9 @@ TEST(HybridTest, DenseReplicasStayEqualAndTheTableGetsBothTrainersGradients) {
   auto autograd = dist_autograd::DistAutograd::Create();
   auto runtime = ValueOrThrow(rpc::Runtime::Init(
       InProcessOptions("worker0", 0, 3, store->port()), std::move(registry), {rrefs, autograd}));
-  *table = rref::RemoteObject<EmbeddingTable>(*rrefs, "worker0", examples::kVocabulary,
-                                              examples::kEmbeddingDim, int64_t{7});
-  const at::Tensor initial = table->RpcSync<at::Tensor>("values");
+  table->Set(rref::RemoteObject<EmbeddingTable>(*rrefs, "worker0", examples::kVocabulary,
+                                                examples::kEmbeddingDim, int64_t{7}));
+  const at::Tensor initial = table->Get().RpcSync<at::Tensor>("values");
   ThrowIfError(runtime->store().Set(kTableKey, "1"));
   // Shutdown is collective: check while the trainers wait in theirs.
   ASSERT_TRUE(runtime->store()
@@ -147,10 +147,10 @@ TEST(HybridTest, DenseReplicasStayEqualAndTheTableGetsBothTrainersGradients) {
     EXPECT_GT(reports[1].abs().sum().item<double>(), 0);
     EXPECT_FALSE(at::allclose(reports[0], reports[1])) << "the trainers saw different data";
     // Plain SGD: every trainer's step subtracts lr x its gradient.
-    EXPECT_TRUE(at::allclose(table->RpcSync<at::Tensor>("values"),
+    EXPECT_TRUE(at::allclose(table->Get().RpcSync<at::Tensor>("values"),
                              initial - (reports[0] + reports[1]) * kLr, 1e-4, 1e-5));
   }
-  *table = rref::RRef<EmbeddingTable>();
+  table->Set(rref::RRef<EmbeddingTable>());
   EXPECT_TRUE(runtime->Shutdown().ok());
   for (auto& trainer : trainers) EXPECT_EQ(trainer->Wait(absl::Seconds(60)), 0);
 }
