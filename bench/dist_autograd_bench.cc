@@ -113,10 +113,7 @@ void Start(int rank, int port, std::shared_ptr<std::map<std::string, Model>> mod
   at::Tensor scale = at::full({1, kWidth}, 1.001).set_requires_grad(true);
   ThrowIfError(registry.Register("scale", [scale](at::Tensor x) { return x * scale; }));
   ThrowIfError(registry.Register("params", [models](rpc::CallContext& ctx, std::string name) {
-    auto* rrefs = ctx.runtime->FindExtension<rref::RRefContext>();
-    std::vector<rref::RRef<at::Tensor>> out;
-    for (const auto& p : models->at(name).params) out.push_back(rref::MakeRRef(*rrefs, p));
-    return out;
+    return rref::MakeRRefs(ctx, models->at(name).params);
   }));
   ThrowIfError(registry.Register("forward", [models](std::string name, at::Tensor x) {
     const Model& model = models->at(name);

@@ -1,6 +1,7 @@
 #include "dist_autograd/dist_autograd.h"
 
 #include <ATen/ops/ones_like.h>
+#include <ATen/ops/zeros_like.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include "absl/strings/str_cat.h"
@@ -178,6 +179,25 @@ absl::StatusOr<c10::Dict<at::Tensor, at::Tensor>> DistAutograd::GetGradients(
                                             " on worker '", self_name(), "'"));
   }
   return context->gradients();
+}
+
+absl::StatusOr<std::vector<at::Tensor>> DistAutograd::GetGradients(
+    int64_t context_id, const std::vector<at::Tensor>& leaves) const {
+  TESSERA_ASSIGN_OR_RETURN(auto grads, GetGradients(context_id));
+  std::vector<at::Tensor> result;
+  for (const auto& leaf : leaves) {
+    result.push_back(grads.contains(leaf) ? grads.at(leaf) : at::zeros_like(leaf));
+  }
+  return result;
+}
+
+absl::StatusOr<DistAutograd*> DistAutograd::Of(const rpc::Runtime& runtime) {
+  auto* autograd = runtime.FindExtension<DistAutograd>();
+  if (autograd == nullptr) {
+    return absl::FailedPreconditionError("worker '" + runtime.self().name +
+                                         "' runs without distributed autograd");
+  }
+  return autograd;
 }
 
 // ---------------------------------------------------------------- backward

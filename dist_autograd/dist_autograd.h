@@ -87,6 +87,13 @@ class DistAutograd final : public rpc::RuntimeExtension,
   // The gradients that backward passes of the context accumulated for this
   // worker's leaves: leaf tensor -> gradient.
   absl::StatusOr<c10::Dict<at::Tensor, at::Tensor>> GetGradients(int64_t context_id) const;
+  // The gradients of `leaves` in order, zeros for a leaf that got none.
+  absl::StatusOr<std::vector<at::Tensor>> GetGradients(int64_t context_id,
+                                                       const std::vector<at::Tensor>& leaves) const;
+
+  // The DistAutograd attached to `runtime` (from a registered function:
+  // CallContext::runtime); FailedPrecondition naming the worker if none.
+  static absl::StatusOr<DistAutograd*> Of(const rpc::Runtime& runtime);
 
   // The context current on this thread, if any.
   std::optional<int64_t> current_context() const;

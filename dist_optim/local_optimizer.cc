@@ -30,11 +30,7 @@ LocalOptimizer::LocalOptimizer(std::vector<rref::RRef<at::Tensor>> params, std::
 LocalOptimizer::~LocalOptimizer() = default;
 
 absl::Status LocalOptimizer::Step(rpc::CallContext& ctx, int64_t context_id) {
-  auto* autograd = ctx.runtime->FindExtension<dist_autograd::DistAutograd>();
-  if (autograd == nullptr) {
-    return absl::FailedPreconditionError(
-        "worker '" + ctx.runtime->self().name + "' runs without distributed autograd");
-  }
+  TESSERA_ASSIGN_OR_RETURN(auto* autograd, dist_autograd::DistAutograd::Of(*ctx.runtime));
   TESSERA_ASSIGN_OR_RETURN(auto grads, autograd->GetGradients(context_id));
   ParameterGuard guard(params_);
   // LibTorch's optimizers read .grad: lend them the context's gradients for

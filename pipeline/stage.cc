@@ -1,7 +1,5 @@
 #include "pipeline/stage.h"
 
-#include <ATen/ops/zeros_like.h>
-
 #include <stdexcept>
 
 #include "absl/strings/str_join.h"
@@ -20,26 +18,12 @@ Future<at::Tensor> Stage::Forward(rref::RRef<at::Tensor> input) {
 }
 
 std::vector<rref::RRef<at::Tensor>> Stage::ParameterRRefs(rpc::CallContext& ctx) {
-  auto* rrefs = ctx.runtime->FindExtension<rref::RRefContext>();
-  if (rrefs == nullptr) throw std::runtime_error("pipeline stage: the runtime has no RRefs");
-  std::vector<rref::RRef<at::Tensor>> result;
-  for (const auto& parameter : model_.parameters) {
-    result.push_back(rref::MakeRRef(*rrefs, parameter));
-  }
-  return result;
+  return rref::MakeRRefs(ctx, model_.parameters);
 }
 
 std::vector<at::Tensor> Stage::Gradients(rpc::CallContext& ctx, int64_t context_id) {
-  auto* autograd = ctx.runtime->FindExtension<dist_autograd::DistAutograd>();
-  if (autograd == nullptr) {
-    throw std::runtime_error("pipeline stage: the runtime has no distributed autograd");
-  }
-  auto grads = ValueOrThrow(autograd->GetGradients(context_id));
-  std::vector<at::Tensor> result;
-  for (const auto& parameter : model_.parameters) {
-    result.push_back(grads.contains(parameter) ? grads.at(parameter) : at::zeros_like(parameter));
-  }
-  return result;
+  auto* autograd = ValueOrThrow(dist_autograd::DistAutograd::Of(*ctx.runtime));
+  return ValueOrThrow(autograd->GetGradients(context_id, model_.parameters));
 }
 
 std::vector<at::Tensor> Stage::ParameterValues() {

@@ -10,6 +10,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "rref/rref.h"
 
@@ -27,6 +28,21 @@ template <typename T>
 RRef<T> MakeRRef(RRefContext& context, T value) {
   static_assert(rpc::IsWireType<T>::value, "MakeRRef takes a value, not an object");
   return RRef<T>(context.Own(rpc::ToIValue(std::move(value))));
+}
+
+// From inside a registered function or method: RRefs owned by this worker to
+// each of `values` (e.g. a model's parameters, for a DistributedOptimizer).
+// Throws StatusError if this worker's runtime has no RRefContext.
+inline std::vector<RRef<at::Tensor>> MakeRRefs(rpc::CallContext& ctx,
+                                               const std::vector<at::Tensor>& values) {
+  auto* context = ctx.runtime->FindExtension<RRefContext>();
+  if (context == nullptr) {
+    throw StatusError(absl::FailedPreconditionError(
+        "worker '" + ctx.runtime->self().name + "' runs without RRefs"));
+  }
+  std::vector<RRef<at::Tensor>> rrefs;
+  for (const auto& value : values) rrefs.push_back(MakeRRef(*context, value));
+  return rrefs;
 }
 
 template <typename C, typename... Args>

@@ -7,7 +7,6 @@
 #include <ATen/ops/clamp.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/zeros.h>
-#include <ATen/ops/zeros_like.h>
 
 #include <stdexcept>
 
@@ -47,16 +46,12 @@ at::Tensor EmbeddingTable::Lookup(at::Tensor words) {
 }
 
 std::vector<rref::RRef<at::Tensor>> EmbeddingTable::ParameterRRefs(rpc::CallContext& ctx) {
-  auto* rrefs = ctx.runtime->FindExtension<rref::RRefContext>();
-  if (rrefs == nullptr) throw std::runtime_error("EmbeddingTable: the runtime has no RRefs");
-  return {rref::MakeRRef(*rrefs, weight_)};
+  return rref::MakeRRefs(ctx, {weight_});
 }
 
 at::Tensor EmbeddingTable::Gradient(rpc::CallContext& ctx, int64_t context_id) {
-  auto* autograd = ctx.runtime->FindExtension<dist_autograd::DistAutograd>();
-  if (autograd == nullptr) throw std::runtime_error("EmbeddingTable: no distributed autograd");
-  auto grads = ValueOrThrow(autograd->GetGradients(context_id));
-  return grads.contains(weight_) ? grads.at(weight_) : at::zeros_like(weight_);
+  auto* autograd = ValueOrThrow(dist_autograd::DistAutograd::Of(*ctx.runtime));
+  return ValueOrThrow(autograd->GetGradients(context_id, {weight_})).front();
 }
 
 at::Tensor EmbeddingTable::Values() {

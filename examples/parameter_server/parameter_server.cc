@@ -14,11 +14,7 @@ namespace tessera::examples {
 ParameterServer::ParameterServer(uint64_t seed) : params_(InitCnn(seed)) {}
 
 std::vector<rref::RRef<at::Tensor>> ParameterServer::Parameters(rpc::CallContext& ctx) {
-  auto* rrefs = ctx.runtime->FindExtension<rref::RRefContext>();
-  if (rrefs == nullptr) throw std::runtime_error("the parameter server runs without RRefs");
-  std::vector<rref::RRef<at::Tensor>> result;
-  for (const auto& param : params_) result.push_back(rref::MakeRRef(*rrefs, param));
-  return result;
+  return rref::MakeRRefs(ctx, params_);
 }
 
 at::Tensor ParameterServer::Forward(at::Tensor images) {

@@ -34,7 +34,7 @@ constexpr int kSteps = 4;
 constexpr double kLr = 0.5;
 constexpr char kTableKey[] = "hybrid_test/table";
 
-std::shared_ptr<rref::RRefContext> MakeRRefs() {
+std::shared_ptr<rref::RRefContext> MakeRRefContext() {
   rref::ClassRegistry classes;
   dist_optim::RegisterLocalOptimizer(classes);
   examples::RegisterHybridClasses(classes);
@@ -58,7 +58,7 @@ at::Tensor Flat(const std::vector<at::Tensor>& tensors) {
 }
 
 absl::Status Train(int rank) {
-  auto rrefs = MakeRRefs();
+  auto rrefs = MakeRRefContext();
   auto autograd = dist_autograd::DistAutograd::Create();
   TESSERA_ASSIGN_OR_RETURN(auto runtime,
                            rpc::Runtime::Init(TestWorkerOptions(), rpc::Registry(),
@@ -128,7 +128,7 @@ TEST(HybridTest, DenseReplicasStayEqualAndTheTableGetsBothTrainersGradients) {
     MutexLock lock(&mu);
     reports.push_back(gradients);
   }));
-  auto rrefs = MakeRRefs();
+  auto rrefs = MakeRRefContext();
   auto autograd = dist_autograd::DistAutograd::Create();
   auto runtime = ValueOrThrow(rpc::Runtime::Init(
       InProcessOptions("worker0", 0, 3, store->port()), std::move(registry), {rrefs, autograd}));
