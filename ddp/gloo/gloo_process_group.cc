@@ -54,7 +54,8 @@ class GlooProcessGroup final : public ProcessGroup {
                    const GlooOptions& options)
       : context_(std::move(context)),
         timeout_(std::chrono::milliseconds(absl::ToInt64Milliseconds(options.timeout))),
-        algorithm_(options),
+        bcube_min_bytes_(options.bcube_min_bytes),
+        bcube_max_bytes_(options.bcube_max_bytes),
         worker_(1, "gloo") {}
 
   int rank() const override { return context_->rank; }
@@ -66,8 +67,8 @@ class GlooProcessGroup final : public ProcessGroup {
       gloo::AllreduceOptions options(context_);
       options.setTag(tag);
       options.setTimeout(timeout_);
-      const bool bcube = tensor.nbytes() >= algorithm_.bcube_min_bytes &&
-                         tensor.nbytes() <= algorithm_.bcube_max_bytes;
+      const bool bcube =
+          tensor.nbytes() >= bcube_min_bytes_ && tensor.nbytes() <= bcube_max_bytes_;
       options.setAlgorithm(bcube ? gloo::AllreduceOptions::Algorithm::BCUBE
                                  : gloo::AllreduceOptions::Algorithm::RING);
       absl::Status typed = Typed(tensor, [&](auto* data) {
@@ -103,14 +104,7 @@ class GlooProcessGroup final : public ProcessGroup {
   }
 
   Work Allgather(at::Tensor input, at::Tensor output) override {
-    if (auto s = CheckTensor(input, "allgather"); !s.ok()) return Work::Ready(s);
-    if (auto s = CheckTensor(output, "allgather"); !s.ok()) return Work::Ready(s);
-    if (output.numel() != input.numel() * size() ||
-        output.scalar_type() != input.scalar_type()) {
-      return Work::Ready(absl::InvalidArgumentError(absl::StrCat(
-          "allgather: output must hold ", size(), " x ", input.numel(), " elements of ",
-          c10::toString(input.scalar_type()))));
-    }
+    if (auto s = CheckWholeAndChunk("allgather", output, input); !s.ok()) return Work::Ready(s);
     return Run("allgather", [this, input, output](uint32_t tag) -> absl::Status {
       gloo::AllgatherOptions options(context_);
       options.setTag(tag);
@@ -129,13 +123,8 @@ class GlooProcessGroup final : public ProcessGroup {
   // A ring over the pairs (ring_reduce_scatter.h) on a working copy of
   // `input`, which is left as it was.
   Work ReduceScatter(at::Tensor input, at::Tensor output, ReduceOp op) override {
-    if (auto s = CheckTensor(input, "reduce_scatter"); !s.ok()) return Work::Ready(s);
-    if (auto s = CheckTensor(output, "reduce_scatter"); !s.ok()) return Work::Ready(s);
-    if (input.numel() != output.numel() * size() ||
-        output.scalar_type() != input.scalar_type()) {
-      return Work::Ready(absl::InvalidArgumentError(absl::StrCat(
-          "reduce_scatter: input must hold ", size(), " x ", output.numel(), " elements of ",
-          c10::toString(output.scalar_type()))));
+    if (auto s = CheckWholeAndChunk("reduce_scatter", input, output); !s.ok()) {
+      return Work::Ready(s);
     }
     return Run("reduce_scatter", [this, input, output, op](uint32_t tag) -> absl::Status {
       at::Tensor working = input.clone();
@@ -171,6 +160,20 @@ class GlooProcessGroup final : public ProcessGroup {
   }
 
  private:
+  // Allgather's output and reduce-scatter's input (`whole`) hold size()
+  // chunks like `chunk`.
+  absl::Status CheckWholeAndChunk(const char* op, const at::Tensor& whole,
+                                  const at::Tensor& chunk) const {
+    TESSERA_RETURN_IF_ERROR(CheckTensor(whole, op));
+    TESSERA_RETURN_IF_ERROR(CheckTensor(chunk, op));
+    if (whole.numel() != chunk.numel() * size() || whole.scalar_type() != chunk.scalar_type()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, ": the whole tensor must hold ", size(), " x ", chunk.numel(), " elements of ",
+          c10::toString(chunk.scalar_type())));
+    }
+    return absl::OkStatus();
+  }
+
   // Calls fn(T* data) for the tensor's element type.
   template <typename Fn>
   static absl::Status Typed(const at::Tensor& tensor, Fn fn) {
@@ -262,7 +265,8 @@ class GlooProcessGroup final : public ProcessGroup {
 
   const std::shared_ptr<gloo::rendezvous::Context> context_;
   const std::chrono::milliseconds timeout_;
-  const GlooOptions algorithm_;  // the algorithm thresholds
+  const size_t bcube_min_bytes_;
+  const size_t bcube_max_bytes_;
   std::atomic<uint32_t> next_tag_{0};
   // Last members: joined first, while the context lives.
   ThreadPool p2p_waiters_{4, "gloo-p2p"};
