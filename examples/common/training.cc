@@ -10,15 +10,12 @@
 #include "common/status.h"
 
 namespace tessera::examples {
-namespace {
 
 using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
-
-}  // namespace
 
 int64_t TrainingFlags::ExtraInt(const std::string& name) const {
   int64_t value = 0;

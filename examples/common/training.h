@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -26,6 +27,9 @@ struct TrainingFlags {
 
   int64_t ExtraInt(const std::string& name) const;
 };
+
+// Wall-clock seconds since `start`.
+double SecondsSince(std::chrono::steady_clock::time_point start);
 
 // Parses --epochs, --batch, --lr, --max_steps, --log_every, --seed and the
 // flags named in `defaults.extra`, over `defaults`. Throws StatusError

@@ -11,7 +11,6 @@
 //
 // Flags: --epochs E (2), --batch B (64, per trainer), --lr LR (0.003, Adam),
 // --max_steps S (per epoch; 0 = all), --log_every K (100), --seed S (0).
-#include <ATen/Parallel.h>
 #include <ATen/ops/tensor.h>
 
 #include <chrono>
@@ -25,7 +24,7 @@
 #include "ddp/distributed_sampler.h"
 #include "ddp/gloo/gloo_process_group.h"
 #include "dist_optim/local_optimizer.h"
-#include "examples/common/training.h"
+#include "examples/common/example_main.h"
 #include "examples/hybrid_ddp_rpc/hybrid_trainer.h"
 #include "rpc/runtime.h"
 #include "rref/remote.h"
@@ -34,10 +33,6 @@ namespace tessera::examples {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 constexpr char kTableKey[] = "hybrid/table_ready";
 std::string DoneKey(int rank) { return absl::StrCat("hybrid/done/", rank); }
@@ -109,25 +104,20 @@ int RunTrainer(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs
 
 int main(int argc, char** argv) {
   using namespace tessera;
-  try {
-    examples::TrainingFlags defaults;
-    defaults.lr = 3e-3;
-    const examples::TrainingFlags flags = examples::ParseTrainingFlags(argc, argv, defaults);
-    at::set_num_threads(1);  // the machine's cores go to the processes
-    rpc::RpcOptions options = ValueOrThrow(rpc::RpcOptions::FromEnv());
-    if (options.world_size < 3) {
-      throw StatusError(absl::InvalidArgumentError(
-          "needs a parameter server and at least two trainers: --nproc_per_node >= 3"));
-    }
-    options.name = options.rank == 0 ? "ps" : absl::StrCat("trainer", options.rank);
-    rref::ClassRegistry classes;
-    dist_optim::RegisterLocalOptimizer(classes);
-    examples::RegisterHybridClasses(classes);
-    auto rrefs = rref::RRefContext::Create(std::move(classes));
-    return options.rank == 0 ? examples::RunServer(options, rrefs, flags)
-                             : examples::RunTrainer(options, rrefs, flags);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "hybrid_ddp_rpc: %s\n", e.what());
-    return 1;
-  }
+  examples::TrainingFlags defaults;
+  defaults.lr = 3e-3;
+  return examples::RunExample(
+      argc, argv, "hybrid_ddp_rpc", defaults,
+      [](const examples::TrainingFlags& flags, rpc::RpcOptions options) {
+        examples::Require(options.world_size >= 3,
+                          "needs a parameter server and at least two trainers: "
+                          "--nproc_per_node >= 3");
+        options.name = options.rank == 0 ? "ps" : absl::StrCat("trainer", options.rank);
+        rref::ClassRegistry classes;
+        dist_optim::RegisterLocalOptimizer(classes);
+        examples::RegisterHybridClasses(classes);
+        auto rrefs = rref::RRefContext::Create(std::move(classes));
+        return options.rank == 0 ? examples::RunServer(options, rrefs, flags)
+                                 : examples::RunTrainer(options, rrefs, flags);
+      });
 }

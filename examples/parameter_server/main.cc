@@ -14,7 +14,6 @@
 // --log_every K (100), --seed S (0).
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/tensor.h>
-#include <ATen/Parallel.h>
 
 #include <chrono>
 #include <cstdio>
@@ -28,7 +27,7 @@
 #include "ddp/distributed_sampler.h"
 #include "dist_autograd/dist_autograd.h"
 #include "dist_optim/distributed_optimizer.h"
-#include "examples/common/training.h"
+#include "examples/common/example_main.h"
 #include "examples/parameter_server/parameter_server.h"
 #include "rpc/runtime.h"
 #include "rref/remote.h"
@@ -55,10 +54,6 @@ dist_optim::OptimizerOptions OptimizerFor(const TrainingFlags& flags) {
 }
 
 std::string DoneKey(int rank) { return absl::StrCat("parameter_server/done/", rank); }
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Rank 0: serves the model until every trainer is done, then evaluates.
 int RunServer(rpc::RpcOptions options, const TrainingFlags& flags) {
@@ -126,21 +121,16 @@ int RunTrainer(rpc::RpcOptions options, const TrainingFlags& flags) {
 
 int main(int argc, char** argv) {
   using namespace tessera;
-  try {
-    examples::TrainingFlags defaults;
-    defaults.extra = {{"optimizer", "adam"}};
-    const examples::TrainingFlags flags = examples::ParseTrainingFlags(argc, argv, defaults);
-    at::set_num_threads(1);  // the machine's cores go to the processes
-    rpc::RpcOptions options = ValueOrThrow(rpc::RpcOptions::FromEnv());
-    if (options.world_size < 2) {
-      throw StatusError(absl::InvalidArgumentError(
-          "needs a parameter server and at least one trainer: --nproc_per_node >= 2"));
-    }
-    options.name = options.rank == 0 ? "ps" : absl::StrCat("trainer", options.rank);
-    return options.rank == 0 ? examples::RunServer(options, flags)
-                             : examples::RunTrainer(options, flags);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "parameter_server: %s\n", e.what());
-    return 1;
-  }
+  examples::TrainingFlags defaults;
+  defaults.extra = {{"optimizer", "adam"}};
+  return examples::RunExample(
+      argc, argv, "parameter_server", defaults,
+      [](const examples::TrainingFlags& flags, rpc::RpcOptions options) {
+        examples::Require(options.world_size >= 2,
+                          "needs a parameter server and at least one trainer: "
+                          "--nproc_per_node >= 2");
+        options.name = options.rank == 0 ? "ps" : absl::StrCat("trainer", options.rank);
+        return options.rank == 0 ? examples::RunServer(options, flags)
+                                 : examples::RunTrainer(options, flags);
+      });
 }

@@ -12,7 +12,6 @@
 // Flags: --epochs E (2), --batch B (64), --micro_batches M (4), --lr LR
 // (0.001, Adam), --max_steps S (per epoch; 0 = all), --log_every K (100),
 // --seed S (0).
-#include <ATen/Parallel.h>
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/tensor.h>
@@ -30,7 +29,7 @@
 #include "dist_optim/distributed_optimizer.h"
 #include "dist_optim/local_optimizer.h"
 #include "examples/common/cnn.h"
-#include "examples/common/training.h"
+#include "examples/common/example_main.h"
 #include "pipeline/pipeline_driver.h"
 #include "rpc/runtime.h"
 #include "rref/remote.h"
@@ -58,10 +57,6 @@ std::map<std::string, pipeline::StageFactory> CnnStages() {
     };
   };
   return {{"cnn_features", part(true)}, {"cnn_classifier", part(false)}};
-}
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 constexpr char kDoneKey[] = "pipeline/done";
@@ -137,28 +132,20 @@ int RunDriver(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs,
 
 int main(int argc, char** argv) {
   using namespace tessera;
-  try {
-    examples::TrainingFlags defaults;
-    defaults.extra = {{"micro_batches", "4"}};
-    const examples::TrainingFlags flags = examples::ParseTrainingFlags(argc, argv, defaults);
-    if (flags.ExtraInt("micro_batches") < 1) {
-      throw StatusError(absl::InvalidArgumentError("--micro_batches must be >= 1"));
-    }
-    at::set_num_threads(1);  // the machine's cores go to the processes
-    rpc::RpcOptions options = ValueOrThrow(rpc::RpcOptions::FromEnv());
-    if (options.world_size != 3) {
-      throw StatusError(absl::InvalidArgumentError(
-          "runs as a driver and two stages: --nproc_per_node 3"));
-    }
-    options.name = options.rank == 0 ? "driver" : absl::StrCat("stage", options.rank);
-    rref::ClassRegistry classes;
-    dist_optim::RegisterLocalOptimizer(classes);
-    pipeline::RegisterStage(classes, examples::CnnStages());
-    auto rrefs = rref::RRefContext::Create(std::move(classes));
-    return options.rank == 0 ? examples::RunDriver(options, rrefs, flags)
-                             : examples::RunStageHost(options, rrefs);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "pipeline: %s\n", e.what());
-    return 1;
-  }
+  examples::TrainingFlags defaults;
+  defaults.extra = {{"micro_batches", "4"}};
+  return examples::RunExample(
+      argc, argv, "pipeline", defaults,
+      [](const examples::TrainingFlags& flags, rpc::RpcOptions options) {
+        examples::Require(flags.ExtraInt("micro_batches") >= 1, "--micro_batches must be >= 1");
+        examples::Require(options.world_size == 3,
+                          "runs as a driver and two stages: --nproc_per_node 3");
+        options.name = options.rank == 0 ? "driver" : absl::StrCat("stage", options.rank);
+        rref::ClassRegistry classes;
+        dist_optim::RegisterLocalOptimizer(classes);
+        pipeline::RegisterStage(classes, examples::CnnStages());
+        auto rrefs = rref::RRefContext::Create(std::move(classes));
+        return options.rank == 0 ? examples::RunDriver(options, rrefs, flags)
+                                 : examples::RunStageHost(options, rrefs);
+      });
 }
