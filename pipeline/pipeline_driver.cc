@@ -28,12 +28,12 @@ at::Tensor PipelineDriver::Forward(const at::Tensor& batch) {
     outputs.push_back(stages_.back().RpcAsync<at::Tensor>("forward", input));
   }
   std::vector<at::Tensor> parts;
-  for (auto& output : outputs) {
-    auto part = output.Wait(timeout_);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    // The cause names the stage's worker that failed (errors nest per hop).
+    auto part = outputs[i].Wait(timeout_);
     if (!part.ok()) {
-      throw StatusError(Annotate(part.status(),
-                                 absl::StrCat("pipeline forward through ",
-                                              stages_.back().owner_name())));
+      throw StatusError(Annotate(part.status(), absl::StrCat("pipeline forward of micro-batch ",
+                                                             i, " of ", outputs.size())));
     }
     parts.push_back(*std::move(part));
   }

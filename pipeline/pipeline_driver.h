@@ -35,7 +35,8 @@ class PipelineDriver {
 
   // The model's output for `batch` (split along dimension 0 into up to
   // micro_batches parts). Call inside a dist_autograd ContextGuard to train.
-  // Throws StatusError naming the stage when one fails or times out.
+  // Throws StatusError naming the micro-batch and, in its cause, the stage's
+  // worker when a stage fails or times out.
   at::Tensor Forward(const at::Tensor& batch);
 
   // Every stage's parameters, in stage order.

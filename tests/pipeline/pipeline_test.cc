@@ -105,6 +105,18 @@ TEST_F(PipelineTest, UnknownStageModelIsNamedInTheError) {
               std::string::npos)
         << e.what();
   }
+  // Through a driver: the micro-batch and the cause are named.
+  pipeline::PipelineDriver broken(*rrefs_, {stage}, /*micro_batches=*/2);
+  try {
+    broken.Forward(at::randn({4, 6}));
+    FAIL() << "expected an error";
+  } catch (const StatusError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("pipeline forward of micro-batch 0 of 2"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("no pipeline stage model named 'middle'"), std::string::npos)
+        << message;
+  }
   // The worker keeps serving.
   auto good = rref::RemoteObject<Stage>(*rrefs_, "worker1", std::string("front"), int64_t{1});
   EXPECT_EQ(good.RpcSync<std::vector<at::Tensor>>("parameter_values").size(), 2u);
