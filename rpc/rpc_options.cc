@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace tessera::rpc {
 namespace {
@@ -25,6 +26,17 @@ absl::StatusOr<int> IntFromEnv(const char* name) {
 
 }  // namespace
 
+absl::StatusOr<Backend> ParseBackend(const std::string& name) {
+  if (name == "tensorpipe") return Backend::kTensorPipe;
+  if (name == "grpc") return Backend::kGrpc;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown RPC backend '", name, "' (expected tensorpipe or grpc)"));
+}
+
+const char* BackendName(Backend backend) {
+  return backend == Backend::kGrpc ? "grpc" : "tensorpipe";
+}
+
 absl::StatusOr<RpcOptions> RpcOptions::FromEnv() {
   RpcOptions options;
   auto rank = IntFromEnv("RANK");
@@ -44,6 +56,15 @@ absl::StatusOr<RpcOptions> RpcOptions::FromEnv() {
   }
   const char* name = std::getenv("TESSERA_WORKER_NAME");
   options.name = name ? name : absl::StrCat("worker", options.rank);
+  if (const char* role = std::getenv("TESSERA_WORKER_ROLE")) options.role = role;
+  if (const char* backend = std::getenv("TESSERA_RPC_BACKEND")) {
+    auto parsed = ParseBackend(backend);
+    if (!parsed.ok()) return Annotate(parsed.status(), "TESSERA_RPC_BACKEND");
+    options.backend = *parsed;
+  }
+  auto secret = JobSecret::FromEnv();
+  if (!secret.ok()) return secret.status();
+  options.job_secret = *std::move(secret);
   return options;
 }
 

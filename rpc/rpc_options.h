@@ -9,6 +9,8 @@
 #include "absl/time/time.h"
 #include "common/deadline_timer.h"
 #include "common/executor.h"
+#include "rpc/auth/job_secret.h"
+#include "rpc/grpc/grpc_agent.h"
 #include "rpc/rpc_agent.h"
 #include "rpc/tensorpipe/tensorpipe_agent.h"
 
@@ -19,6 +21,15 @@ enum class StoreRole {
   kHost,     // this worker hosts it
   kConnect,  // the store runs elsewhere (e.g. a launcher or a test)
 };
+
+enum class Backend {
+  kTensorPipe,  // the default: shared memory and cma on one host, TCP across
+  kGrpc,        // HTTP/2: meshes, health probes, other languages' clients
+};
+
+// "tensorpipe" or "grpc".
+absl::StatusOr<Backend> ParseBackend(const std::string& name);
+const char* BackendName(Backend backend);
 
 struct RpcOptions {
   std::string name;     // unique worker name
@@ -42,7 +53,19 @@ struct RpcOptions {
   // synchronous calls hold one each; asynchronous handlers hold none.
   int num_worker_threads = 8;
 
+  // A worker's role (e.g. "trainer"), published at rendezvous, for
+  // allow-lists that name roles rather than workers (rpc/registry.h).
+  std::string role;
+
+  Backend backend = Backend::kTensorPipe;
   TensorPipeOptions tensorpipe;
+  GrpcOptions grpc;
+  // Proved by every connection before any of its requests is served
+  // (rpc/auth/handshake.h). Empty: the handshake proves nothing (a warning
+  // says so at start).
+  JobSecret job_secret;
+  // Bounds on what a peer may send; the agent and the decoder both use them.
+  CodecLimits limits;
 
   // Makes the agent; unset means TensorPipe. Tests use it to run workers
   // over a fake network whose message order they control.
@@ -52,8 +75,10 @@ struct RpcOptions {
   AgentFactory agent_factory;
 
   // Fills rank, world size, master address/port from RANK, WORLD_SIZE,
-  // MASTER_ADDR, MASTER_PORT (as torch's env:// does) and the name from
-  // TESSERA_WORKER_NAME, defaulting to "worker<rank>".
+  // MASTER_ADDR, MASTER_PORT (as torch's env:// does), the name from
+  // TESSERA_WORKER_NAME (default "worker<rank>"), the role from
+  // TESSERA_WORKER_ROLE, the backend from TESSERA_RPC_BACKEND and the job
+  // secret from TESSERA_JOB_SECRET or TESSERA_JOB_SECRET_FILE.
   static absl::StatusOr<RpcOptions> FromEnv();
 };
 

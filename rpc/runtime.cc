@@ -99,11 +99,12 @@ absl::Status Runtime::Start() {
   RequestHandler handler = [this](int from, Message request) {
     return HandleRequest(from, std::move(request));
   };
-  auto agent = options_.agent_factory
-                   ? options_.agent_factory(options_.name, options_.rank, std::move(handler),
-                                            pool_.get(), timer_.get())
-                   : CreateTensorPipeAgent(options_.tensorpipe, options_.name, options_.rank,
-                                           std::move(handler), pool_.get(), timer_.get());
+  if (options_.job_secret.empty() && !options_.agent_factory) {
+    TESSERA_LOG(WARNING) << options_.name
+                         << ": no job secret (TESSERA_JOB_SECRET): anyone who can reach this "
+                            "worker's port can call its registered functions";
+  }
+  auto agent = CreateAgent(std::move(handler));
   if (!agent.ok()) return agent.status();
   agent_ = *std::move(agent);
   agent_->SetPeerFailureHandler([this](int rank) { OnPeerFailure(rank); });
@@ -115,6 +116,23 @@ absl::Status Runtime::Start() {
   agent_->SetWorkers(workers_);
   TESSERA_LOG(INFO) << options_.name << ": joined a world of " << options_.world_size;
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<RpcAgent>> Runtime::CreateAgent(RequestHandler handler) {
+  if (options_.agent_factory) {
+    return options_.agent_factory(options_.name, options_.rank, std::move(handler), pool_.get(),
+                                  timer_.get());
+  }
+  if (options_.backend == Backend::kGrpc) {
+    GrpcOptions grpc = options_.grpc;
+    grpc.limits = options_.limits;
+    return CreateGrpcAgent(grpc, options_.job_secret, options_.name, options_.rank,
+                           std::move(handler), pool_.get(), timer_.get());
+  }
+  TensorPipeOptions tensorpipe = options_.tensorpipe;
+  tensorpipe.limits = options_.limits;
+  return CreateTensorPipeAgent(tensorpipe, options_.job_secret, options_.name, options_.rank,
+                               std::move(handler), pool_.get(), timer_.get());
 }
 
 Runtime::~Runtime() { Shutdown(/*graceful=*/false).IgnoreError(); }
@@ -178,7 +196,7 @@ Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
   const Peer peer{hooks_, to_rank};
   for (const auto& arg : args) {
     auto status = EncodeValue(arg, request.envelope.add_args(), &request,
-                              options_.tensorpipe.limits, peer);
+                              options_.limits, peer);
     if (!status.ok()) {
       return Future<c10::IValue>::Ready(
           Annotate(status, "cannot send arguments of '" + function + "'"));
@@ -235,14 +253,14 @@ Future<Message> Runtime::Dispatch(int from_rank, const Message& request) {
   args.reserve(envelope.args_size());
   const Peer peer{hooks_, from_rank};
   for (const auto& arg : envelope.args()) {
-    auto value = DecodeValue(arg, request.tensors, options_.tensorpipe.limits, peer);
+    auto value = DecodeValue(arg, request.tensors, options_.limits, peer);
     if (!value.ok()) {
       return Future<Message>::Ready(
           Annotate(value.status(), "bad arguments for '" + envelope.target() + "'"));
     }
     args.push_back(*std::move(value));
   }
-  const auto limits = options_.tensorpipe.limits;
+  const auto limits = options_.limits;
   const std::string target = envelope.target();
   const Registry& registry =
       envelope.kind() == proto::INTERNAL_CALL ? internal_ : registry_;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -14,6 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/mutex.h"
 #include "common/logging.h"
+#include "common/status.h"
+#include "rpc/auth/handshake.h"
+#include "rpc/pending_calls.h"
 #include "rpc/tensorpipe/frame_io.h"
 #include "rpc/tensorpipe/guarded_tcp/guarded_tcp.h"
 
@@ -23,20 +27,31 @@ namespace {
 namespace tp = tensorpipe;
 
 // One outgoing pipe: requests go out on it, their responses come back on it.
-// Incoming requests arrive on pipes that peers opened to our listener.
+// Requests wait in `waiting` until the handshake is done.
 struct ClientPipe {
+  ClientPipe(JobSecret secret, PeerIdentity self) : handshake(std::move(secret), std::move(self)) {}
+
   uint64_t id = 0;
   int rank = -1;
   std::shared_ptr<tp::Pipe> pipe;
+  ClientHandshake handshake;  // driven by the pipe's reads, one at a time
+  bool proof_sent = false;    // likewise
+  Mutex mu;
+  bool ready ABSL_GUARDED_BY(mu) = false;
+  bool failed ABSL_GUARDED_BY(mu) = false;
+  std::vector<std::shared_ptr<Message>> waiting ABSL_GUARDED_BY(mu);
 };
 
-struct PendingCall {
-  Promise<Message> promise;
-  uint64_t pipe_id = 0;
-  int to_rank = -1;
-  std::string target;
-  absl::Time started;
-  DeadlineTimer::Id timer_id = 0;
+// One incoming pipe: a peer's requests come in, our responses go back. Its
+// requests are served only after the handshake, as the identity it proved.
+struct ServerPipe {
+  explicit ServerPipe(JobSecret secret) : handshake(std::move(secret)) {}
+
+  std::shared_ptr<tp::Pipe> pipe;
+  ServerHandshake handshake;  // driven by the pipe's reads, one at a time
+  bool challenged = false;    // likewise
+  std::optional<PeerIdentity> peer;  // set once the peer proved itself
+  DeadlineTimer::Id handshake_timer = 0;
 };
 
 std::string UniqueShmAddress(const std::string& name) {
@@ -46,16 +61,18 @@ std::string UniqueShmAddress(const std::string& name) {
 
 class TensorPipeAgent final : public RpcAgent {
  public:
-  TensorPipeAgent(const TensorPipeOptions& options, WorkerInfo self,
+  TensorPipeAgent(const TensorPipeOptions& options, const JobSecret& secret, WorkerInfo self,
                   RequestHandler handler, Executor* executor,
                   DeadlineTimer* timer)
       : options_(options),
+        secret_(secret),
         self_(std::move(self)),
         handler_(std::move(handler)),
         executor_(executor),
         timer_(timer),
         context_(std::make_shared<tp::Context>(
-            tp::ContextOptions().name(self_.name))) {}
+            tp::ContextOptions().name(self_.name))),
+        pending_(timer, [this](int rank) { return PeerName(rank); }) {}
 
   ~TensorPipeAgent() override {
     Close(absl::CancelledError("RPC agent destroyed"));
@@ -127,7 +144,7 @@ class TensorPipeAgent final : public RpcAgent {
   AgentCounters counters() const override {
     AgentCounters c;
     c.requests_sent = requests_sent_.load();
-    c.responses_received = responses_received_.load();
+    c.responses_received = pending_.completed();
     c.requests_received = requests_received_.load();
     c.responses_sent = responses_sent_.load();
     return c;
@@ -144,18 +161,22 @@ class TensorPipeAgent final : public RpcAgent {
   void NotifyPeerFailure(int rank);
   void Accept(std::shared_ptr<tp::Listener> listener);
   void Relisten();
-  // `peer_rank`: who sent the last request on this pipe (-1 before any).
-  void ReadRequest(std::shared_ptr<tp::Pipe> pipe, int peer_rank);
-  void ServeRequest(std::shared_ptr<tp::Pipe> pipe, Message request);
+  void ReadRequest(std::shared_ptr<ServerPipe> server);
+  // Handles a handshake step; an error rejects the peer.
+  absl::Status HandleServerHandshake(const std::shared_ptr<ServerPipe>& server,
+                                     const Message& message);
+  void RejectPeer(const std::shared_ptr<ServerPipe>& server, const absl::Status& why);
+  void DropServerPipe(const std::shared_ptr<ServerPipe>& server);
+  void ServeRequest(std::shared_ptr<tp::Pipe> pipe, int from, Message request);
   void ReadResponse(std::shared_ptr<ClientPipe> client);
-  void CompleteCall(uint64_t request_id, absl::StatusOr<Message> result);
-  void FailPipe(const std::shared_ptr<ClientPipe>& client,
-                const std::string& why);
+  absl::Status HandleClientHandshake(const std::shared_ptr<ClientPipe>& client,
+                                     const Message& message);
+  void WriteRequest(const std::shared_ptr<ClientPipe>& client, std::shared_ptr<Message> request);
+  void FailPipe(const std::shared_ptr<ClientPipe>& client, const absl::Status& why);
   std::string PeerName(int rank) const;
 
-
-
   const TensorPipeOptions options_;
+  const JobSecret secret_;
   WorkerInfo self_;
   const RequestHandler handler_;
   Executor* const executor_;
@@ -173,15 +194,13 @@ class TensorPipeAgent final : public RpcAgent {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<WorkerInfo> workers_ ABSL_GUARDED_BY(mu_);
   std::map<int, std::shared_ptr<ClientPipe>> client_pipes_ ABSL_GUARDED_BY(mu_);
-  std::set<std::shared_ptr<tp::Pipe>> server_pipes_ ABSL_GUARDED_BY(mu_);
-  std::map<uint64_t, PendingCall> pending_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_request_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::set<std::shared_ptr<ServerPipe>> server_pipes_ ABSL_GUARDED_BY(mu_);
   uint64_t next_pipe_id_ ABSL_GUARDED_BY(mu_) = 1;
+  PendingCalls pending_;
 
   std::function<void(int)> peer_failure_handler_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<uint64_t> requests_sent_{0};
-  std::atomic<uint64_t> responses_received_{0};
   std::atomic<uint64_t> requests_received_{0};
   std::atomic<uint64_t> responses_sent_{0};
 };
@@ -237,7 +256,7 @@ Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
       if (it != client_pipes_.end()) client = it->second;
     }
     if (client == nullptr) {
-      auto fresh = std::make_shared<ClientPipe>();
+      auto fresh = std::make_shared<ClientPipe>(secret_, PeerIdentity{self_.name, self_.rank});
       fresh->rank = to_rank;
       fresh->pipe = context_->connect(address, tp::PipeOptions().remoteName(peer_name));
       {
@@ -246,84 +265,75 @@ Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
         client_pipes_[to_rank] = fresh;
       }
       client = fresh;
+      auto hello = std::make_shared<Message>();
+      hello->envelope = client->handshake.Hello();
+      WriteMessage(client->pipe, std::move(hello), [this, client](const tp::Error& error) {
+        if (error) FailPipe(client, absl::UnavailableError("write failed: " + error.what()));
+      });
       ReadResponse(client);
     }
   }
-  uint64_t request_id = 0;
-  {
-    MutexLock lock(&mu_);
-    request_id = next_request_id_++;
-    PendingCall call;
-    call.promise = promise;
-    call.pipe_id = client->id;
-    call.to_rank = to_rank;
-    call.target = request.envelope.target();
-    call.started = absl::Now();
-    pending_.emplace(request_id, std::move(call));
-  }
+  const uint64_t request_id = pending_.Add(promise, to_rank, client->id,
+                                           request.envelope.target(), deadline);
   requests_sent_.fetch_add(1);
-
-  const absl::Time now = absl::Now();
   if (deadline != absl::InfiniteFuture()) {
-    const auto timer_id = timer_->Schedule(deadline, [this, request_id, to_rank] {
-      CompleteCall(request_id,
-                   absl::DeadlineExceededError(absl::StrCat(
-                       "call to worker ", PeerName(to_rank), " timed out")));
-    });
-    MutexLock lock(&mu_);
-    auto it = pending_.find(request_id);
-    if (it != pending_.end()) it->second.timer_id = timer_id;
     request.envelope.set_timeout_us(
-        std::max<int64_t>(1, absl::ToInt64Microseconds(deadline - now)));
+        std::max<int64_t>(1, absl::ToInt64Microseconds(deadline - absl::Now())));
   }
   request.envelope.set_request_id(request_id);
   request.envelope.set_origin_rank(self_.rank);
-  WriteMessage(client->pipe, std::make_shared<Message>(std::move(request)),
-               [this, client](const tp::Error& error) {
-                 if (error) FailPipe(client, "write failed: " + error.what());
-               });
+  WriteRequest(client, std::make_shared<Message>(std::move(request)));
   return future;
 }
 
-void TensorPipeAgent::CompleteCall(uint64_t request_id,
-                                   absl::StatusOr<Message> result) {
-  PendingCall call;
+void TensorPipeAgent::WriteRequest(const std::shared_ptr<ClientPipe>& client,
+                                   std::shared_ptr<Message> request) {
+  bool failed = false;
   {
-    MutexLock lock(&mu_);
-    auto it = pending_.find(request_id);
-    if (it == pending_.end()) return;  // already timed out or failed
-    call = std::move(it->second);
-    pending_.erase(it);
+    // Until the peer accepted us, requests wait (in order) for the handshake.
+    MutexLock lock(&client->mu);
+    failed = client->failed;
+    if (!failed && !client->ready) {
+      client->waiting.push_back(std::move(request));
+      return;
+    }
   }
-  responses_received_.fetch_add(1);
-  timer_->Cancel(call.timer_id);
-  if (!result.ok() && absl::IsDeadlineExceeded(result.status())) {
-    result = absl::DeadlineExceededError(absl::StrCat(
-        result.status().message(), ": '", call.target, "' got no response within ",
-        absl::FormatDuration(absl::Now() - call.started)));
+  if (failed) {
+    // The pipe broke before this call was registered on it.
+    pending_.Complete(request->envelope.request_id(),
+                      absl::UnavailableError(absl::StrCat(
+                          "worker ", PeerName(client->rank), " is unavailable")));
+    return;
   }
-  call.promise.Set(std::move(result));
+  WriteMessage(client->pipe, std::move(request), [this, client](const tp::Error& error) {
+    if (error) FailPipe(client, absl::UnavailableError("write failed: " + error.what()));
+  });
 }
 
 void TensorPipeAgent::FailPipe(const std::shared_ptr<ClientPipe>& client,
-                               const std::string& why) {
-  std::vector<uint64_t> failed;
+                               const absl::Status& why) {
   {
     MutexLock lock(&mu_);
     auto it = client_pipes_.find(client->rank);
     // Forget the broken pipe, so the next call reconnects.
     if (it != client_pipes_.end() && it->second == client) client_pipes_.erase(it);
-    for (const auto& [id, call] : pending_) {
-      if (call.pipe_id == client->id) failed.push_back(id);
-    }
+  }
+  {
+    MutexLock lock(&client->mu);
+    client->failed = true;
+    client->waiting.clear();
   }
   NotifyPeerFailure(client->rank);
-  if (failed.empty()) return;
-  const std::string message = absl::StrCat(
-      "worker ", PeerName(client->rank), " is unavailable: ", why);
-  TESSERA_LOG(WARNING) << self_.name << ": " << message << " (" << failed.size()
-                       << " calls failed)";
-  for (uint64_t id : failed) CompleteCall(id, absl::UnavailableError(message));
+  const bool refused = absl::IsUnauthenticated(why);
+  const absl::Status status(
+      refused ? why.code() : absl::StatusCode::kUnavailable,
+      absl::StrCat(refused ? "connection refused by worker " : "worker ", PeerName(client->rank),
+                   refused ? ": " : " is unavailable: ", why.message()));
+  const size_t failed = pending_.FailConnection(client->id, status);
+  if (failed > 0) {
+    TESSERA_LOG(WARNING) << self_.name << ": " << status.message() << " (" << failed
+                         << " calls failed)";
+  }
   client->pipe->close();
 }
 
@@ -340,17 +350,65 @@ void TensorPipeAgent::NotifyPeerFailure(int rank) {
 void TensorPipeAgent::ReadResponse(std::shared_ptr<ClientPipe> client) {
   ReadFrame(client->pipe, options_.limits, buffers_.get(), [this, client](absl::StatusOr<Message> message) {
     if (!message.ok()) {
-      FailPipe(client, std::string(message.status().message()));
+      FailPipe(client, message.status());
       return;
     }
-    if (message->envelope.kind() != proto::RESPONSE) {
-      FailPipe(client, "peer sent a non-response on a client pipe");
-      return;
+    bool ready = false;
+    {
+      MutexLock lock(&client->mu);
+      ready = client->ready;
     }
-    const uint64_t id = message->envelope.request_id();
-    CompleteCall(id, *std::move(message));
+    if (!ready) {
+      auto status = HandleClientHandshake(client, *message);
+      if (!status.ok()) {
+        FailPipe(client, status);
+        return;
+      }
+    } else if (message->envelope.kind() != proto::RESPONSE) {
+      FailPipe(client, absl::InvalidArgumentError("peer sent a non-response on a client pipe"));
+      return;
+    } else {
+      const uint64_t id = message->envelope.request_id();
+      pending_.Complete(id, *std::move(message));
+    }
     ReadResponse(client);
   });
+}
+
+absl::Status TensorPipeAgent::HandleClientHandshake(const std::shared_ptr<ClientPipe>& client,
+                                                    const Message& message) {
+  if (!client->proof_sent) {
+    auto proof = client->handshake.OnChallenge(message.envelope);
+    if (!proof.ok()) return proof.status();
+    auto reply = std::make_shared<Message>();
+    reply->envelope = *std::move(proof);
+    client->proof_sent = true;
+    WriteMessage(client->pipe, std::move(reply), [this, client](const tp::Error& error) {
+      if (error) FailPipe(client, absl::UnavailableError("write failed: " + error.what()));
+    });
+    return absl::OkStatus();
+  }
+  TESSERA_RETURN_IF_ERROR(client->handshake.OnResult(message.envelope));
+  // Written outside the lock (Note [No TensorPipe calls under mu_]); until
+  // `ready`, new requests join `waiting` behind these, so the order of
+  // calls on the pipe is kept.
+  while (true) {
+    std::vector<std::shared_ptr<Message>> batch;
+    {
+      MutexLock lock(&client->mu);
+      if (client->waiting.empty()) {
+        client->ready = true;
+        break;
+      }
+      batch.swap(client->waiting);
+    }
+    for (auto& request : batch) {
+      WriteMessage(client->pipe, std::move(request), [this, client](const tp::Error& error) {
+        if (error) FailPipe(client, absl::UnavailableError("write failed: " + error.what()));
+      });
+    }
+  }
+  return absl::OkStatus();
 }
 
 void TensorPipeAgent::Accept(std::shared_ptr<tp::Listener> listener) {
@@ -374,9 +432,25 @@ void TensorPipeAgent::Accept(std::shared_ptr<tp::Listener> listener) {
       MutexLock lock(&mu_);
       if (closed_) return;
       relisten_backoff_ = absl::Milliseconds(1);
-      server_pipes_.insert(pipe);
     }
-    ReadRequest(pipe, /*peer_rank=*/-1);
+    auto server = std::make_shared<ServerPipe>(secret_);
+    server->pipe = pipe;
+    // A peer that connects and never proves itself is cut off.
+    std::weak_ptr<ServerPipe> weak = server;
+    server->handshake_timer = timer_->Schedule(
+        absl::Now() + options_.handshake_timeout, [this, weak] {
+          auto expired = weak.lock();
+          if (expired == nullptr || expired->peer.has_value()) return;
+          RejectPeer(expired, absl::UnauthenticatedError(absl::StrCat(
+                                  "no connection handshake within ",
+                                  absl::FormatDuration(options_.handshake_timeout))));
+        });
+    {
+      MutexLock lock(&mu_);
+      if (closed_) return;
+      server_pipes_.insert(server);
+    }
+    ReadRequest(server);
     Accept(listener);
   });
 }
@@ -406,43 +480,85 @@ void TensorPipeAgent::Relisten() {
   Accept(listener);
 }
 
-void TensorPipeAgent::ReadRequest(std::shared_ptr<tp::Pipe> pipe, int peer_rank) {
-  ReadFrame(pipe, options_.limits, buffers_.get(), [this, pipe, peer_rank](absl::StatusOr<Message> message) {
-    std::string reject;
+void TensorPipeAgent::ReadRequest(std::shared_ptr<ServerPipe> server) {
+  ReadFrame(server->pipe, options_.limits, buffers_.get(), [this, server](absl::StatusOr<Message> message) {
     if (!message.ok()) {
-      reject = std::string(message.status().message());
-    } else if (message->envelope.kind() != proto::CALL &&
-               message->envelope.kind() != proto::INTERNAL_CALL) {
-      reject = "expected a request, got message kind " +
-               std::to_string(message->envelope.kind());
-    }
-    if (!reject.empty()) {
-      const bool peer_left = message.status().code() == absl::StatusCode::kUnavailable;
-      if (peer_left) {
-        TESSERA_LOG(DEBUG) << self_.name << ": incoming connection ended: " << reject;
-        NotifyPeerFailure(peer_rank);
+      if (message.status().code() == absl::StatusCode::kUnavailable) {
+        TESSERA_LOG(DEBUG) << self_.name << ": incoming connection ended: " << message.status();
+        if (server->peer.has_value()) NotifyPeerFailure(server->peer->rank);
       } else {
-        TESSERA_LOG(WARNING) << self_.name
-                             << ": closing incoming connection: bad frame: " << reject;
+        TESSERA_LOG(WARNING) << self_.name << ": closing incoming connection: bad frame: "
+                             << message.status().message();
       }
-      pipe->close();
-      MutexLock lock(&mu_);
-      server_pipes_.erase(pipe);
+      DropServerPipe(server);
+      return;
+    }
+    if (!server->peer.has_value()) {
+      auto status = HandleServerHandshake(server, *message);
+      if (!status.ok()) {
+        RejectPeer(server, status);
+        return;
+      }
+      ReadRequest(server);
+      return;
+    }
+    const auto kind = message->envelope.kind();
+    if (kind != proto::CALL && kind != proto::INTERNAL_CALL) {
+      TESSERA_LOG(WARNING) << self_.name << ": closing incoming connection: expected a request, "
+                           << "got message kind " << kind;
+      DropServerPipe(server);
       return;
     }
     requests_received_.fetch_add(1);
-    const int origin = message->envelope.origin_rank();
-    executor_->Post([this, pipe, request = *std::move(message)]() mutable {
-      ServeRequest(pipe, std::move(request));
+    // The identity the peer proved, not what the envelope claims.
+    const int from = server->peer->rank;
+    message->envelope.set_origin_rank(from);
+    executor_->Post([this, pipe = server->pipe, from, request = *std::move(message)]() mutable {
+      ServeRequest(pipe, from, std::move(request));
     });
-    ReadRequest(pipe, origin);
+    ReadRequest(server);
   });
 }
 
-void TensorPipeAgent::ServeRequest(std::shared_ptr<tp::Pipe> pipe,
+absl::Status TensorPipeAgent::HandleServerHandshake(const std::shared_ptr<ServerPipe>& server,
+                                                    const Message& message) {
+  auto reply = std::make_shared<Message>();
+  if (!server->challenged) {
+    auto challenge = server->handshake.OnHello(message.envelope);
+    if (!challenge.ok()) return challenge.status();
+    reply->envelope = *std::move(challenge);
+    server->challenged = true;
+  } else {
+    auto peer = server->handshake.OnProof(message.envelope);
+    if (!peer.ok()) return peer.status();
+    timer_->Cancel(server->handshake_timer);
+    server->peer = *std::move(peer);
+    reply->envelope = ServerHandshake::Accepted();
+  }
+  WriteMessage(server->pipe, std::move(reply), [](const tp::Error&) {});
+  return absl::OkStatus();
+}
+
+void TensorPipeAgent::RejectPeer(const std::shared_ptr<ServerPipe>& server,
+                                 const absl::Status& why) {
+  TESSERA_LOG(WARNING) << self_.name << ": refused a connection: " << why.message();
+  auto rejection = std::make_shared<Message>();
+  rejection->envelope = ServerHandshake::Rejected(why, self_.name);
+  // Closed once the peer has the reason (or the write failed).
+  WriteMessage(server->pipe, std::move(rejection),
+               [this, server](const tp::Error&) { DropServerPipe(server); });
+}
+
+void TensorPipeAgent::DropServerPipe(const std::shared_ptr<ServerPipe>& server) {
+  timer_->Cancel(server->handshake_timer);
+  server->pipe->close();
+  MutexLock lock(&mu_);
+  server_pipes_.erase(server);
+}
+
+void TensorPipeAgent::ServeRequest(std::shared_ptr<tp::Pipe> pipe, int from,
                                    Message request) {
   const uint64_t request_id = request.envelope.request_id();
-  const int from = request.envelope.origin_rank();
   handler_(from, std::move(request))
       .OnReady([this, pipe, request_id](const absl::StatusOr<Message>& result) {
         auto response = std::make_shared<Message>();
@@ -468,22 +584,19 @@ void TensorPipeAgent::ServeRequest(std::shared_ptr<tp::Pipe> pipe,
 }
 
 void TensorPipeAgent::Close(const absl::Status& reason) {
-  std::map<uint64_t, PendingCall> pending;
   DeadlineTimer::Id relisten_timer = 0;
+  std::set<std::shared_ptr<ServerPipe>> server_pipes;
   {
     MutexLock lock(&mu_);
     if (closed_) return;
     closed_ = true;
-    pending.swap(pending_);
     relisten_timer = relisten_timer_;
+    server_pipes = server_pipes_;
   }
   // Cancel() waits for a callback under way, so none touches `this` later.
   timer_->Cancel(relisten_timer);
-  for (auto& [id, call] : pending) {
-    timer_->Cancel(call.timer_id);
-    responses_received_.fetch_add(1);
-    call.promise.Set(reason);
-  }
+  for (const auto& server : server_pipes) timer_->Cancel(server->handshake_timer);
+  pending_.FailAll(reason);
   context_->close();
   context_->join();
   MutexLock lock(&mu_);
@@ -494,7 +607,7 @@ void TensorPipeAgent::Close(const absl::Status& reason) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RpcAgent>> CreateTensorPipeAgent(
-    const TensorPipeOptions& options, const std::string& name, int rank,
+    const TensorPipeOptions& options, const JobSecret& secret, const std::string& name, int rank,
     RequestHandler handler, Executor* executor, DeadlineTimer* timer) {
   // TensorPipe's shm transport writes to Unix sockets without MSG_NOSIGNAL:
   // a peer dying mid-handshake would kill this process with SIGPIPE. Ignore
@@ -506,7 +619,7 @@ absl::StatusOr<std::unique_ptr<RpcAgent>> CreateTensorPipeAgent(
   WorkerInfo self;
   self.name = name;
   self.rank = rank;
-  auto agent = std::make_unique<TensorPipeAgent>(options, std::move(self),
+  auto agent = std::make_unique<TensorPipeAgent>(options, secret, std::move(self),
                                                  std::move(handler), executor, timer);
   auto status = agent->Start();
   if (!status.ok()) return status;

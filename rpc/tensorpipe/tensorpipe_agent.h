@@ -11,8 +11,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/executor.h"
 #include "common/deadline_timer.h"
+#include "rpc/auth/job_secret.h"
 #include "rpc/codec.h"
 #include "rpc/rpc_agent.h"
 
@@ -30,13 +32,17 @@ struct TensorPipeOptions {
   bool enable_shm = true;
   bool enable_cma = true;
   TcpTransport tcp = TcpTransport::kGuarded;
+  // Set from RpcOptions::limits by the runtime.
   CodecLimits limits;
+  // How long a connecting peer has to complete the handshake.
+  absl::Duration handshake_timeout = absl::Seconds(10);
 };
 
+// Every pipe starts with the job-secret handshake (rpc/auth/handshake.h).
 // `executor` runs handlers and future callbacks; `timer` fires deadlines.
 // Both must outlive the agent.
 absl::StatusOr<std::unique_ptr<RpcAgent>> CreateTensorPipeAgent(
-    const TensorPipeOptions& options, const std::string& name, int rank,
+    const TensorPipeOptions& options, const JobSecret& secret, const std::string& name, int rank,
     RequestHandler handler, Executor* executor, DeadlineTimer* timer);
 
 }  // namespace tessera::rpc

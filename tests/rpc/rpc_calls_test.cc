@@ -193,10 +193,20 @@ TEST(RuntimeLifecycleTest, DefaultCallTimeoutAppliesWhenNoneIsGiven) {
   ASSERT_TRUE(store.ok());
   rpc::RpcOptions options = InProcessOptions("solo", 0, 1, (*store)->port());
   options.default_call_timeout = absl::Milliseconds(300);
-  auto runtime = rpc::Runtime::Init(options, MakeTestRegistry());
+  rpc::Registry registry = MakeTestRegistry();
+  // Answers a second after the call's deadline, so the answer can never
+  // beat the caller's timer (however late a loaded machine wakes it).
+  ASSERT_TRUE(registry
+                  .Register("answer_late",
+                            [](rpc::CallContext& ctx) {
+                              return ctx.runtime->store()
+                                  .Get("never-set", ctx.deadline - absl::Now() + absl::Seconds(1))
+                                  .ok();
+                            })
+                  .ok());
+  auto runtime = rpc::Runtime::Init(options, std::move(registry));
   ASSERT_TRUE(runtime.ok()) << runtime.status();
-  auto result =
-      (*runtime)->RpcAsync<bool>("solo", "block", "never-set").Wait(absl::Seconds(30));
+  auto result = (*runtime)->RpcAsync<bool>("solo", "answer_late").Wait(absl::Seconds(30));
   EXPECT_EQ(result.status().code(), absl::StatusCode::kDeadlineExceeded) << result.status();
   EXPECT_TRUE((*runtime)->Shutdown().ok());
 }

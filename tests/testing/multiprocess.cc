@@ -13,6 +13,8 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/escaping.h"
+
 namespace tessera::testing {
 namespace {
 
@@ -70,11 +72,22 @@ void WorkerProcess::Kill() {
   if (exit_code_ < 0 && pid_ > 0) ::kill(pid_, SIGKILL);
 }
 
+const rpc::JobSecret& TestJobSecret() {
+  static const rpc::JobSecret* secret = [] {
+    if (const char* inherited = std::getenv("TESSERA_JOB_SECRET")) {
+      return new rpc::JobSecret(inherited);
+    }
+    return new rpc::JobSecret(absl::BytesToHexString(rpc::RandomBytes(16)));
+  }();
+  return *secret;
+}
+
 std::map<std::string, std::string> WorkerEnv(int rank, int world_size, int store_port) {
   return {{"RANK", std::to_string(rank)},
           {"WORLD_SIZE", std::to_string(world_size)},
           {"MASTER_ADDR", "127.0.0.1"},
-          {"MASTER_PORT", std::to_string(store_port)}};
+          {"MASTER_PORT", std::to_string(store_port)},
+          {"TESSERA_JOB_SECRET", TestJobSecret().value()}};
 }
 
 int TestMain(int argc, char** argv) {

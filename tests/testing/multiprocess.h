@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "rpc/auth/job_secret.h"
 
 namespace tessera::testing {
 
@@ -48,7 +49,12 @@ class WorkerProcess {
   int exit_code_ = -1;
 };
 
-// Environment for an RPC worker of rank `rank`.
+// The job secret of this test's workers: random per test process, passed
+// to children in TESSERA_JOB_SECRET by WorkerEnv.
+const rpc::JobSecret& TestJobSecret();
+
+// Environment for an RPC worker of rank `rank` (with TestJobSecret()). The
+// RPC backend is inherited: TESSERA_RPC_BACKEND, set per test target.
 std::map<std::string, std::string> WorkerEnv(int rank, int world_size, int store_port);
 
 // Entry point for test binaries: dispatches worker scenarios, else runs gtest.

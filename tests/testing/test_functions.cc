@@ -1,5 +1,7 @@
 #include "tests/testing/test_functions.h"
 
+#include "tests/testing/multiprocess.h"
+
 #include <ATen/TensorOperators.h>
 
 #include <stdexcept>
@@ -70,6 +72,10 @@ rpc::RpcOptions InProcessOptions(const std::string& name, int rank, int world_si
   options.world_size = world_size;
   options.master_port = store_port;
   options.store_role = rpc::StoreRole::kConnect;
+  options.job_secret = TestJobSecret();
+  if (const char* backend = std::getenv("TESSERA_RPC_BACKEND")) {
+    options.backend = rpc::ParseBackend(backend).value();
+  }
   return options;
 }
 

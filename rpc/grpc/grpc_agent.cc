@@ -1,0 +1,395 @@
+#include "rpc/grpc/grpc_agent.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <atomic>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "common/mutex.h"
+#include "rpc/grpc/streams.h"
+#include "rpc/pending_calls.h"
+
+namespace tessera::rpc {
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the TLS ", what, " '", path, "'"));
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+struct TlsMaterial {
+  std::string cert_chain, private_key, root_certs;
+};
+
+absl::StatusOr<TlsMaterial> LoadTls(const GrpcTlsOptions& tls) {
+  TlsMaterial material;
+  auto cert = ReadPem(tls.cert_chain_file, "certificate chain");
+  if (!cert.ok()) return cert.status();
+  auto key = ReadPem(tls.private_key_file, "private key");
+  if (!key.ok()) return key.status();
+  auto roots = ReadPem(tls.root_certs_file, "root certificates");
+  if (!roots.ok()) return roots.status();
+  return TlsMaterial{*cert, *key, *roots};
+}
+
+class GrpcAgent final : public RpcAgent, public StreamHost {
+ public:
+  GrpcAgent(const GrpcOptions& options, const JobSecret& secret, WorkerInfo self,
+            RequestHandler handler, Executor* executor, DeadlineTimer* timer)
+      : options_(options),
+        self_(std::move(self)),
+        handler_(std::move(handler)),
+        executor_(executor),
+        timer_(timer),
+        service_(this),
+        pending_(timer, [this](int rank) { return PeerName(rank); }) {
+    settings_.self = PeerIdentity{self_.name, self_.rank};
+    settings_.secret = secret;
+    settings_.limits = options.limits;
+    settings_.max_message_bytes = options.max_message_bytes;
+    settings_.handshake_timeout = options.handshake_timeout;
+  }
+
+  ~GrpcAgent() override { Close(absl::CancelledError("RPC agent destroyed")); }
+
+  absl::Status Start();
+
+  // RpcAgent
+  const WorkerInfo& self() const override { return self_; }
+  void SetWorkers(std::vector<WorkerInfo> workers) override {
+    MutexLock lock(&mu_);
+    workers_ = std::move(workers);
+  }
+  Future<Message> Send(int to_rank, Message request, absl::Time deadline) override;
+  AgentCounters counters() const override {
+    AgentCounters c;
+    c.requests_sent = requests_sent_.load();
+    c.responses_received = pending_.completed();
+    c.requests_received = requests_received_.load();
+    c.responses_sent = responses_sent_.load();
+    return c;
+  }
+  void SetPeerFailureHandler(std::function<void(int rank)> handler) override {
+    MutexLock lock(&mu_);
+    peer_failure_handler_ = std::move(handler);
+  }
+  void Close(const absl::Status& reason) override;
+
+  // StreamHost
+  const StreamSettings& settings() const override { return settings_; }
+  BufferPool* buffers() override { return buffers_.get(); }
+  DeadlineTimer* timer() override { return timer_; }
+  void OnResponse(Message response) override {
+    const uint64_t id = response.envelope.request_id();
+    pending_.Complete(id, std::move(response));
+  }
+  void OnClientStreamDone(ClientStream* stream, const absl::Status& why) override;
+  void OnRequest(std::shared_ptr<ServerStream> stream, int from_rank, Message request) override;
+  void OnServerStreamDone(int peer_rank, const absl::Status& why) override;
+
+ private:
+  class Service final : public grpc::CallbackGenericService {
+   public:
+    explicit Service(GrpcAgent* agent) : agent_(agent) {}
+    grpc::ServerGenericBidiReactor* CreateReactor(
+        grpc::GenericCallbackServerContext* context) override {
+      if (context->method() != kWorkerExchangeMethod) {
+        return grpc::CallbackGenericService::CreateReactor(context);  // UNIMPLEMENTED
+      }
+      auto stream = std::make_shared<ServerStream>(agent_);
+      stream->Start();
+      return stream.get();
+    }
+
+   private:
+    GrpcAgent* const agent_;
+  };
+
+  absl::StatusOr<std::shared_ptr<ClientStream>> StreamTo(int rank);
+  std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() const;
+  void NotifyPeerFailure(int rank);
+  std::string PeerName(int rank) const;
+
+  const GrpcOptions options_;
+  WorkerInfo self_;
+  StreamSettings settings_;
+  const RequestHandler handler_;
+  Executor* const executor_;
+  DeadlineTimer* const timer_;
+  const std::shared_ptr<BufferPool> buffers_ = BufferPool::Create();
+  std::optional<TlsMaterial> tls_;
+  Service service_;
+  std::unique_ptr<grpc::Server> server_;
+  PendingCalls pending_;
+
+  // Serialises opening streams, so two callers never open two to one peer.
+  Mutex connect_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  mutable Mutex mu_;
+  CondVar clients_done_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<WorkerInfo> workers_ ABSL_GUARDED_BY(mu_);
+  std::map<int, std::unique_ptr<grpc::GenericStub>> stubs_ ABSL_GUARDED_BY(mu_);
+  std::map<int, std::shared_ptr<ClientStream>> streams_ ABSL_GUARDED_BY(mu_);
+  int live_client_streams_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_stream_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::function<void(int)> peer_failure_handler_ ABSL_GUARDED_BY(mu_);
+
+  std::atomic<uint64_t> requests_sent_{0};
+  std::atomic<uint64_t> requests_received_{0};
+  std::atomic<uint64_t> responses_sent_{0};
+};
+
+absl::Status GrpcAgent::Start() {
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (options_.tls.enabled()) {
+    auto tls = LoadTls(options_.tls);
+    if (!tls.ok()) return tls.status();
+    tls_ = *std::move(tls);
+    grpc::SslServerCredentialsOptions ssl(
+        options_.tls.mutual ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                            : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    ssl.pem_root_certs = tls_->root_certs;
+    ssl.pem_key_cert_pairs.push_back({tls_->private_key, tls_->cert_chain});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options_.listen_host + ":0", credentials, &port);
+  builder.RegisterCallbackGenericService(&service_);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<size_t>(options_.max_message_bytes, INT_MAX)));
+  builder.SetMaxSendMessageSize(static_cast<int>(std::min<size_t>(options_.max_message_bytes, INT_MAX)));
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("gRPC agent of '", self_.name, "' cannot listen on ", options_.listen_host));
+  }
+  self_.address = absl::StrCat(options_.listen_host, ":", port);
+  if (auto* health = server_->GetHealthCheckService()) {
+    health->SetServingStatus(true);
+    health->SetServingStatus("tessera.proto.Worker", true);
+  }
+  TESSERA_LOG(INFO) << self_.name << ": gRPC listening at " << self_.address
+                    << (options_.tls.enabled() ? (options_.tls.mutual ? " (mutual TLS)" : " (TLS)")
+                                               : " (plaintext)")
+                    << (settings_.secret.empty() ? "; no job secret set" : "");
+  return absl::OkStatus();
+}
+
+std::shared_ptr<grpc::ChannelCredentials> GrpcAgent::ChannelCredentials() const {
+  if (!tls_.has_value()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = tls_->root_certs;
+  if (options_.tls.mutual) {
+    ssl.pem_private_key = tls_->private_key;
+    ssl.pem_cert_chain = tls_->cert_chain;
+  }
+  return grpc::SslCredentials(ssl);
+}
+
+std::string GrpcAgent::PeerName(int rank) const {
+  MutexLock lock(&mu_);
+  if (rank >= 0 && rank < static_cast<int>(workers_.size())) {
+    return absl::StrCat("'", workers_[rank].name, "' (rank ", rank, ")");
+  }
+  return absl::StrCat("rank ", rank);
+}
+
+absl::StatusOr<std::shared_ptr<ClientStream>> GrpcAgent::StreamTo(int rank) {
+  {
+    MutexLock lock(&mu_);
+    auto it = streams_.find(rank);
+    if (it != streams_.end()) return it->second;
+  }
+  MutexLock connect_lock(&connect_mu_);
+  grpc::GenericStub* stub = nullptr;
+  std::shared_ptr<ClientStream> stream;
+  {
+    MutexLock lock(&mu_);
+    if (closed_) return absl::FailedPreconditionError("RPC agent of '" + self_.name + "' is shut down");
+    auto it = streams_.find(rank);
+    if (it != streams_.end()) return it->second;
+    auto& slot = stubs_[rank];
+    if (slot == nullptr) {
+      grpc::ChannelArguments args;
+      const int max_bytes = static_cast<int>(std::min<size_t>(options_.max_message_bytes, INT_MAX));
+      args.SetMaxReceiveMessageSize(max_bytes);
+      args.SetMaxSendMessageSize(max_bytes);
+      // Notice a silent peer (a host gone, a cable pulled) without a call.
+      args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
+      args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5'000);
+      if (!options_.tls.target_name_override.empty()) {
+        args.SetSslTargetNameOverride(options_.tls.target_name_override);
+      }
+      slot = std::make_unique<grpc::GenericStub>(
+          grpc::CreateCustomChannel(workers_[rank].address, ChannelCredentials(), args));
+    }
+    stub = slot.get();
+    stream = std::make_shared<ClientStream>(this, next_stream_id_++, rank);
+    ++live_client_streams_;
+  }
+  stream->Start(stub, kWorkerExchangeMethod);
+  MutexLock lock(&mu_);
+  streams_[rank] = stream;
+  return stream;
+}
+
+Future<Message> GrpcAgent::Send(int to_rank, Message request, absl::Time deadline) {
+  Promise<Message> promise;
+  Future<Message> future = promise.GetFuture();
+  {
+    MutexLock lock(&mu_);
+    if (closed_) {
+      promise.Set(absl::FailedPreconditionError("RPC agent of '" + self_.name + "' is shut down"));
+      return future;
+    }
+    if (to_rank < 0 || to_rank >= static_cast<int>(workers_.size())) {
+      promise.Set(absl::InvalidArgumentError(absl::StrCat(
+          "no worker with rank ", to_rank, " (world size ", workers_.size(), ")")));
+      return future;
+    }
+  }
+  auto stream = StreamTo(to_rank);
+  if (!stream.ok()) {
+    promise.Set(stream.status());
+    return future;
+  }
+  const uint64_t id = pending_.Add(promise, to_rank, (*stream)->id(),
+                                   request.envelope.target(), deadline);
+  requests_sent_.fetch_add(1);
+  if (deadline != absl::InfiniteFuture()) {
+    request.envelope.set_timeout_us(
+        std::max<int64_t>(1, absl::ToInt64Microseconds(deadline - absl::Now())));
+  }
+  request.envelope.set_request_id(id);
+  request.envelope.set_origin_rank(self_.rank);
+  auto sent = (*stream)->Send(request);
+  if (!sent.ok()) {
+    pending_.Complete(id, absl::Status(sent.code(), absl::StrCat("call to worker ",
+                                                                PeerName(to_rank), " not sent: ",
+                                                                sent.message())));
+  }
+  return future;
+}
+
+void GrpcAgent::OnClientStreamDone(ClientStream* stream, const absl::Status& why) {
+  bool closed = false;
+  {
+    MutexLock lock(&mu_);
+    auto it = streams_.find(stream->peer_rank());
+    // Forget the broken stream, so the next call opens a new one.
+    if (it != streams_.end() && it->second.get() == stream) streams_.erase(it);
+    closed = closed_;
+  }
+  const std::string prefix = absl::IsUnauthenticated(why) ? "connection refused by worker "
+                                                          : "worker ";
+  const absl::Status status(
+      absl::IsUnauthenticated(why) ? why.code() : absl::StatusCode::kUnavailable,
+      absl::StrCat(prefix, PeerName(stream->peer_rank()),
+                   absl::IsUnauthenticated(why) ? ": " : " is unavailable: ", why.message()));
+  const size_t failed = pending_.FailConnection(stream->id(), status);
+  if (failed > 0 && !closed) {
+    TESSERA_LOG(WARNING) << self_.name << ": " << status.message() << " (" << failed
+                         << " calls failed)";
+  }
+  if (!closed) NotifyPeerFailure(stream->peer_rank());
+  MutexLock lock(&mu_);
+  --live_client_streams_;
+  clients_done_.SignalAll();
+}
+
+void GrpcAgent::OnRequest(std::shared_ptr<ServerStream> stream, int from_rank, Message request) {
+  requests_received_.fetch_add(1);
+  executor_->Post([this, stream = std::move(stream), from_rank,
+                   request = std::move(request)]() mutable {
+    const uint64_t request_id = request.envelope.request_id();
+    handler_(from_rank, std::move(request))
+        .OnReady([this, stream, request_id](const absl::StatusOr<Message>& result) {
+          Message response;
+          if (result.ok()) {
+            response = *result;
+          } else {
+            auto* status = response.envelope.mutable_status();
+            status->set_code(static_cast<int>(result.status().code()));
+            status->set_message(std::string(result.status().message()));
+            status->set_origin_worker(self_.name);
+          }
+          response.envelope.set_kind(proto::RESPONSE);
+          response.envelope.set_request_id(request_id);
+          response.envelope.set_origin_rank(self_.rank);
+          stream->Respond(response);
+          responses_sent_.fetch_add(1);
+        });
+  });
+}
+
+void GrpcAgent::OnServerStreamDone(int peer_rank, const absl::Status& why) {
+  if (peer_rank < 0) return;  // never authenticated: nobody we know
+  TESSERA_LOG(DEBUG) << self_.name << ": incoming stream from rank " << peer_rank
+                     << " ended: " << why;
+  NotifyPeerFailure(peer_rank);
+}
+
+void GrpcAgent::NotifyPeerFailure(int rank) {
+  std::function<void(int)> handler;
+  {
+    MutexLock lock(&mu_);
+    if (closed_ || rank < 0) return;
+    handler = peer_failure_handler_;
+  }
+  if (handler) handler(rank);
+}
+
+void GrpcAgent::Close(const absl::Status& reason) {
+  std::map<int, std::shared_ptr<ClientStream>> streams;
+  {
+    MutexLock lock(&mu_);
+    if (closed_) return;
+    closed_ = true;
+    streams.swap(streams_);
+  }
+  pending_.FailAll(reason);
+  for (auto& [rank, stream] : streams) stream->Cancel();
+  if (server_ != nullptr) {
+    if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(false);
+    // Cancels the streams peers opened to us and waits for their reactors.
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  }
+  // Our own streams end with gRPC's OnDone, which touches this agent.
+  MutexLock lock(&mu_);
+  const bool ended = clients_done_.WaitUntil(
+      &mu_, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return live_client_streams_ == 0; },
+      absl::Now() + absl::Seconds(10));
+  if (!ended) {
+    TESSERA_LOG(ERROR) << self_.name << ": " << live_client_streams_
+                       << " gRPC streams did not end within 10 s of closing";
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RpcAgent>> CreateGrpcAgent(
+    const GrpcOptions& options, const JobSecret& secret, const std::string& name, int rank,
+    RequestHandler handler, Executor* executor, DeadlineTimer* timer) {
+  WorkerInfo self;
+  self.name = name;
+  self.rank = rank;
+  auto agent = std::make_unique<GrpcAgent>(options, secret, std::move(self), std::move(handler),
+                                           executor, timer);
+  TESSERA_RETURN_IF_ERROR(agent->Start());
+  return std::unique_ptr<RpcAgent>(std::move(agent));
+}
+
+}  // namespace tessera::rpc

@@ -1,0 +1,61 @@
+// Factory for the gRPC backend of RpcAgent (RpcOptions::backend = kGrpc).
+//
+// For networks where only HTTP/2 passes, service meshes, health probes and
+// other languages' clients. Each worker serves proto/worker_service.proto's
+// Worker.Exchange plus the standard grpc.health.v1.Health and server
+// reflection; each ordered pair of workers shares one bidirectional stream
+// (the caller's requests out, their responses back), opened on first use.
+// The envelopes are TensorPipe's; tensors travel as raw slices
+// (rpc/grpc/frame_codec.h). Every stream starts with the job-secret
+// handshake (rpc/auth/handshake.h); with `tls` set, over TLS as well.
+#pragma once
+
+#include <climits>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/deadline_timer.h"
+#include "common/executor.h"
+#include "rpc/auth/job_secret.h"
+#include "rpc/codec.h"
+#include "rpc/rpc_agent.h"
+
+namespace tessera::rpc {
+
+// Certificates and keys are PEM files.
+struct GrpcTlsOptions {
+  std::string cert_chain_file;   // this worker's certificate
+  std::string private_key_file;  // and its key
+  std::string root_certs_file;   // the CA that signed the peers' certificates
+  // Mutual TLS: servers require and verify client certificates (each
+  // worker presents cert_chain_file as a client too).
+  bool mutual = false;
+  // The name to verify in peers' certificates instead of their address.
+  std::string target_name_override;
+
+  bool enabled() const { return !cert_chain_file.empty(); }
+};
+
+struct GrpcOptions {
+  std::string listen_host = "127.0.0.1";
+  // Set from RpcOptions::limits by the runtime.
+  CodecLimits limits;
+  // Largest frame sent or accepted, envelope plus tensor bytes; gRPC's own
+  // ceiling is 2 GiB - 1. Larger messages fail with ResourceExhausted.
+  size_t max_message_bytes = INT_MAX;
+  // How long a connecting peer has to complete the handshake.
+  absl::Duration handshake_timeout = absl::Seconds(10);
+  GrpcTlsOptions tls;
+};
+
+// `executor` runs handlers; `timer` fires deadlines. Both outlive the agent.
+absl::StatusOr<std::unique_ptr<RpcAgent>> CreateGrpcAgent(
+    const GrpcOptions& options, const JobSecret& secret, const std::string& name, int rank,
+    RequestHandler handler, Executor* executor, DeadlineTimer* timer);
+
+// The full name of the stream method, for clients in other languages.
+inline constexpr char kWorkerExchangeMethod[] = "/tessera.proto.Worker/Exchange";
+
+}  // namespace tessera::rpc

@@ -1,0 +1,201 @@
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "rpc/grpc/frame_codec.h"
+#include "rpc/grpc/streams.h"
+
+namespace tessera::rpc {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+}  // namespace
+
+ServerStream::ServerStream(StreamHost* host)
+    : host_(host), handshake_(host->settings().secret) {}
+
+void ServerStream::Start() {
+  self_ = shared_from_this();
+  // A peer that connects and never proves itself is cut off, so idle
+  // connections cannot pile up.
+  std::weak_ptr<ServerStream> weak = self_;
+  const absl::Duration timeout = host_->settings().handshake_timeout;
+  handshake_timer_ = host_->timer()->Schedule(absl::Now() + timeout, [weak, timeout] {
+    if (auto stream = weak.lock()) {
+      stream->FinishSoon(ToGrpc(absl::UnauthenticatedError(absl::StrCat(
+          "no connection handshake within ", absl::FormatDuration(timeout)))));
+    }
+  });
+  StartRead(&read_buffer_);
+}
+
+void ServerStream::OnReadDone(bool ok) {
+  if (!ok) {
+    // The peer half-closed or left: answer what is under way, then finish.
+    {
+      MutexLock lock(&mu_);
+      reads_done_ = true;
+    }
+    FinishIfDrained();
+    return;
+  }
+  auto message = DecodeFrame(read_buffer_, host_->settings().limits, host_->buffers());
+  if (!message.ok()) {
+    TESSERA_LOG(WARNING) << host_->settings().self.name
+                         << ": closing incoming stream: bad frame: " << message.status();
+    FinishSoon(ToGrpc(Annotate(message.status(), "bad frame")));
+    return;
+  }
+  if (phase_ != Phase::kReady) {
+    auto status = HandleHandshake(*message);
+    if (!status.ok()) {
+      TESSERA_LOG(WARNING) << host_->settings().self.name
+                           << ": refused a connection: " << status.message();
+      Message rejection;
+      rejection.envelope = ServerHandshake::Rejected(status, host_->settings().self.name);
+      Write(*EncodeFrame(rejection, host_->settings().max_message_bytes));
+      FinishSoon(ToGrpc(status));
+      return;
+    }
+  } else {
+    const auto kind = message->envelope.kind();
+    int from = -1;
+    {
+      MutexLock lock(&mu_);
+      from = peer_rank_;
+      if (kind == proto::CALL || kind == proto::INTERNAL_CALL) ++in_flight_;
+    }
+    if (kind != proto::CALL && kind != proto::INTERNAL_CALL) {
+      FinishSoon(ToGrpc(absl::InvalidArgumentError(
+          absl::StrCat("expected a request, got message kind ", kind))));
+      return;
+    }
+    // The authenticated identity, not what the envelope claims.
+    message->envelope.set_origin_rank(from);
+    host_->OnRequest(shared_from_this(), from, *std::move(message));
+  }
+  StartRead(&read_buffer_);
+}
+
+absl::Status ServerStream::HandleHandshake(const Message& message) {
+  if (phase_ == Phase::kHello) {
+    auto challenge = handshake_.OnHello(message.envelope);
+    if (!challenge.ok()) return challenge.status();
+    Message reply;
+    reply.envelope = *std::move(challenge);
+    Write(*EncodeFrame(reply, host_->settings().max_message_bytes));
+    phase_ = Phase::kProof;
+    return absl::OkStatus();
+  }
+  auto peer = handshake_.OnProof(message.envelope);
+  if (!peer.ok()) return peer.status();
+  host_->timer()->Cancel(handshake_timer_);
+  {
+    MutexLock lock(&mu_);
+    peer_rank_ = peer->rank;
+  }
+  phase_ = Phase::kReady;
+  Message accepted;
+  accepted.envelope = ServerHandshake::Accepted();
+  Write(*EncodeFrame(accepted, host_->settings().max_message_bytes));
+  return absl::OkStatus();
+}
+
+void ServerStream::Respond(const Message& response) {
+  auto frame = EncodeFrame(response, host_->settings().max_message_bytes);
+  if (!frame.ok()) {
+    // Too large to send: the caller gets the reason instead of the result.
+    Message error;
+    error.envelope.set_kind(proto::RESPONSE);
+    error.envelope.set_request_id(response.envelope.request_id());
+    auto* status = error.envelope.mutable_status();
+    status->set_code(static_cast<int>(frame.status().code()));
+    status->set_message(std::string(frame.status().message()));
+    status->set_origin_worker(host_->settings().self.name);
+    frame = EncodeFrame(error, host_->settings().max_message_bytes);
+  }
+  {
+    MutexLock lock(&mu_);
+    --in_flight_;
+  }
+  Write(*std::move(frame));
+  FinishIfDrained();
+}
+
+void ServerStream::Write(grpc::ByteBuffer frame) {
+  grpc::ByteBuffer* start = nullptr;
+  {
+    // Decided under mu_, so no write starts once FinishSoon found the queue idle.
+    MutexLock lock(&mu_);
+    if (finish_.has_value()) return;  // finishing: the peer is gone or cut off
+    start = writes_.Push(std::move(frame));
+  }
+  if (start != nullptr) StartWrite(start);
+}
+
+void ServerStream::OnWriteDone(bool ok) {
+  if (!ok) {
+    FinishSoon(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed"));
+    writes_.DropQueued();
+  }
+  if (grpc::ByteBuffer* next = writes_.Done()) {
+    StartWrite(next);
+    return;
+  }
+  grpc::Status status;
+  {
+    MutexLock lock(&mu_);
+    if (!finish_.has_value() || finished_) return;
+    finished_ = true;
+    status = *finish_;
+  }
+  Finish(status);
+}
+
+void ServerStream::FinishIfDrained() {
+  bool drained = false;
+  {
+    MutexLock lock(&mu_);
+    drained = reads_done_ && in_flight_ == 0;
+  }
+  if (drained) FinishSoon(grpc::Status::OK);
+}
+
+void ServerStream::FinishSoon(const grpc::Status& status) {
+  {
+    MutexLock lock(&mu_);
+    if (finish_.has_value()) return;
+    finish_ = status;
+    if (!status.ok()) {
+      why_ = absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                          status.error_message());
+    }
+    // With a write in flight, OnWriteDone finishes; otherwise we do, now.
+    if (!writes_.idle() || finished_) return;
+    finished_ = true;
+  }
+  Finish(status);
+}
+
+void ServerStream::OnCancel() {
+  FinishSoon(grpc::Status::CANCELLED);
+  writes_.DropQueued();
+}
+
+void ServerStream::OnDone() {
+  host_->timer()->Cancel(handshake_timer_);
+  int peer_rank = -1;
+  absl::Status why;
+  {
+    MutexLock lock(&mu_);
+    peer_rank = peer_rank_;
+    why = why_;
+  }
+  host_->OnServerStreamDone(peer_rank, why);
+  auto self = std::move(self_);  // the last reference may go with this scope
+}
+
+}  // namespace tessera::rpc

@@ -1,0 +1,41 @@
+// RawTensorPipePeer: a TensorPipe client that speaks Tessera's frames by
+// hand — to play a hostile or buggy peer (bad frames, a wrong secret, a
+// replayed handshake) against a real worker.
+#pragma once
+
+#include <tensorpipe/tensorpipe.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "rpc/auth/handshake.h"
+#include "rpc/message.h"
+
+namespace tessera::testing {
+
+class RawTensorPipePeer {
+ public:
+  RawTensorPipePeer();
+  ~RawTensorPipePeer();
+
+  std::shared_ptr<tensorpipe::Pipe> Connect(const std::string& address);
+
+  // Writes one frame (Tessera's layout) and waits until it is written.
+  static absl::Status Write(const std::shared_ptr<tensorpipe::Pipe>& pipe, rpc::Message message);
+  // Reads one frame; Unavailable if the peer closed the pipe instead.
+  static absl::StatusOr<rpc::Message> Read(const std::shared_ptr<tensorpipe::Pipe>& pipe);
+
+  // Runs the whole handshake as `self` with `secret`; the worker's verdict.
+  static absl::Status Authenticate(const std::shared_ptr<tensorpipe::Pipe>& pipe,
+                                   const rpc::JobSecret& secret, const rpc::PeerIdentity& self);
+
+ private:
+  std::shared_ptr<tensorpipe::Context> context_;
+};
+
+// Sends a request envelope (CALL to `target` with `request_id`) after the
+// handshake and returns the response.
+rpc::Message CallEnvelope(const std::string& target, uint64_t request_id);
+
+}  // namespace tessera::testing
