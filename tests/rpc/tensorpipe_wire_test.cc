@@ -147,5 +147,58 @@ TEST_F(TensorPipeWireTest, MalformedFramesCloseOnlyThatConnection) {
   EXPECT_EQ(rt().RpcSync<int64_t>("worker1", "echo", int64_t{12}), 12);
 }
 
+// A peer that recorded a valid handshake replays it on a new connection:
+// the worker's fresh challenge does not match the old proof, so it is
+// refused and its request is never served; a peer without the secret is
+// refused too. The worker serves on.
+TEST_F(TensorPipeWireTest, ReplayedHandshakeAndMissingSecretAreRefused) {
+  StartWorld(2);
+  RawTensorPipePeer peer;
+  const std::string address = rt().workers()[1].address;
+  const rpc::PeerIdentity self{"worker0", 0};
+
+  // The recording: a legitimate handshake.
+  rpc::ClientHandshake recorded(TestJobSecret(), self);
+  rpc::Message hello;
+  hello.envelope = recorded.Hello();
+  auto first = peer.Connect(address);
+  ASSERT_TRUE(RawTensorPipePeer::Write(first, hello).ok());
+  auto challenge = RawTensorPipePeer::Read(first);
+  ASSERT_TRUE(challenge.ok()) << challenge.status();
+  auto proof = recorded.OnChallenge(challenge->envelope);
+  ASSERT_TRUE(proof.ok()) << proof.status();
+  rpc::Message proof_message;
+  proof_message.envelope = *proof;
+  ASSERT_TRUE(RawTensorPipePeer::Write(first, proof_message).ok());
+  auto accepted = RawTensorPipePeer::Read(first);
+  ASSERT_TRUE(accepted.ok());
+  EXPECT_TRUE(recorded.OnResult(accepted->envelope).ok());
+  first->close();
+
+  // The replay: same hello, same proof, then a request.
+  auto replay = peer.Connect(address);
+  ASSERT_TRUE(RawTensorPipePeer::Write(replay, hello).ok());
+  ASSERT_TRUE(RawTensorPipePeer::Read(replay).ok());  // a new challenge
+  ASSERT_TRUE(RawTensorPipePeer::Write(replay, proof_message).ok());
+  rpc::Message block = CallEnvelope("block", 1);
+  block.envelope.add_args()->set_string_value("replayed");
+  RawTensorPipePeer::Write(replay, block).IgnoreError();  // may find the pipe closed
+  auto verdict = RawTensorPipePeer::Read(replay);
+  ASSERT_TRUE(verdict.ok()) << verdict.status();
+  EXPECT_EQ(verdict->envelope.status().code(),
+            static_cast<int>(absl::StatusCode::kUnauthenticated));
+  EXPECT_NE(verdict->envelope.status().message().find("job secret"), std::string::npos);
+  EXPECT_FALSE(RawTensorPipePeer::Read(replay).ok()) << "connection left open";
+
+  // No secret at all.
+  auto stranger = peer.Connect(address);
+  auto refused = RawTensorPipePeer::Authenticate(stranger, rpc::JobSecret(), self);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnauthenticated) << refused;
+
+  EXPECT_EQ(rt().RpcSync<int64_t>("worker1", "echo", int64_t{3}), 3);
+  // The replayed request never ran ("block" marks its start in the store).
+  EXPECT_FALSE(rt().store().Get("replayed/started", absl::ZeroDuration()).ok());
+}
+
 }  // namespace
 }  // namespace tessera::testing

@@ -33,7 +33,7 @@ void RpcWorld::StartWorld(int world_size,
   store_ = *std::move(store);
   for (int rank = 1; rank < world_size; ++rank) {
     auto env = WorkerEnv(rank, world_size, store_->port());
-    env.insert(child_env.begin(), child_env.end());
+    for (const auto& [key, value] : child_env) env[key] = value;  // overrides
     children_.push_back(std::make_unique<WorkerProcess>(ChildScenario(), env));
   }
   rpc::RpcOptions options = InProcessOptions("worker0", 0, world_size, store_->port());
