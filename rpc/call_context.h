@@ -13,6 +13,7 @@ struct CallContext {
   // The runtime serving the call; use it to call onward (nested RPCs).
   Runtime* runtime = nullptr;
   std::string caller_name;
+  std::string caller_role;
   int caller_rank = -1;
   // When the caller stops waiting; onward calls should not outlive it.
   absl::Time deadline = absl::InfiniteFuture();

@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "common/future.h"
+#include "rpc/allow_list.h"
 #include "rpc/call_context.h"
 #include "rpc/function_adapter.h"
 
@@ -33,14 +34,17 @@ struct RegisteredFunction {
   std::string name;
   std::string signature;  // e.g. "(Tensor, int) -> Tensor"
   ErasedFunction invoke;
+  AllowList allowed;  // empty: every worker of the job
 };
 
 class Registry {
  public:
-  // Registers `fn` under `name`; AlreadyExists if the name is taken.
+  // Registers `fn` under `name`, callable by the workers `allowed` lists
+  // (rpc/allow_list.h; default: all); AlreadyExists if the name is taken.
   template <typename Fn>
-  absl::Status Register(const std::string& name, Fn fn) {
-    return Add(RegisteredFunction{name, Signature<Fn>(), Erase(name, std::move(fn))});
+  absl::Status Register(const std::string& name, Fn fn, AllowList allowed = {}) {
+    return Add(RegisteredFunction{name, Signature<Fn>(), Erase(name, std::move(fn)),
+                                  std::move(allowed)});
   }
 
   // nullptr when no function has that name.

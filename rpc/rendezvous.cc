@@ -20,7 +20,7 @@ absl::StatusOr<std::vector<WorkerInfo>> Rendezvous(store::StoreClient& store,
                                                    absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   auto status = store.Set(WorkerKey(prefix, self.rank),
-                          absl::StrCat(self.name, "\n", self.address));
+                          absl::StrCat(self.name, "\n", self.address, "\n", self.role));
   if (!status.ok()) return status;
 
   std::vector<std::string> keys;
@@ -41,8 +41,8 @@ absl::StatusOr<std::vector<WorkerInfo>> Rendezvous(store::StoreClient& store,
   for (int rank = 0; rank < world_size; ++rank) {
     auto value = store.Get(keys[rank], absl::ZeroDuration());
     if (!value.ok()) return value.status();
-    std::vector<std::string> parts = absl::StrSplit(*value, absl::MaxSplits('\n', 1));
-    if (parts.size() != 2) {
+    std::vector<std::string> parts = absl::StrSplit(*value, absl::MaxSplits('\n', 2));
+    if (parts.size() != 3) {
       return absl::DataLossError("malformed rendezvous entry for rank " +
                                  std::to_string(rank));
     }
@@ -50,7 +50,7 @@ absl::StatusOr<std::vector<WorkerInfo>> Rendezvous(store::StoreClient& store,
       return absl::InvalidArgumentError("two workers are named '" + parts[0] +
                                         "'; worker names must be unique");
     }
-    workers[rank] = WorkerInfo{parts[0], rank, parts[1]};
+    workers[rank] = WorkerInfo{parts[0], rank, parts[1], parts[2]};
   }
   return workers;
 }

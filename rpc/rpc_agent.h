@@ -36,6 +36,7 @@ struct WorkerInfo {
   int rank = -1;
   // Where peers connect (backend-specific URL).
   std::string address;
+  std::string role;  // RpcOptions::role
 };
 
 // Serves one incoming request; the response is sent when the future completes.

@@ -109,7 +109,9 @@ absl::Status Runtime::Start() {
   agent_ = *std::move(agent);
   agent_->SetPeerFailureHandler([this](int rank) { OnPeerFailure(rank); });
 
-  auto workers = Rendezvous(*store_client_, options_.store_prefix, agent_->self(),
+  WorkerInfo self = agent_->self();
+  self.role = options_.role;
+  auto workers = Rendezvous(*store_client_, options_.store_prefix, self,
                             options_.world_size, options_.rendezvous_timeout);
   if (!workers.ok()) return workers.status();
   workers_ = *std::move(workers);
@@ -239,6 +241,15 @@ Future<Message> Runtime::Dispatch(int from_rank, const Message& request) {
   context.caller_rank = from_rank;
   if (from_rank >= 0 && from_rank < static_cast<int>(workers_.size())) {
     context.caller_name = workers_[from_rank].name;
+    context.caller_role = workers_[from_rank].role;
+  }
+  if (envelope.kind() == proto::CALL) {
+    // Authorization comes before any argument is decoded.
+    if (const RegisteredFunction* function = registry_.Find(envelope.target())) {
+      auto allowed = function->allowed.Check("'" + envelope.target() + "'",
+                                             context.caller_name, context.caller_role);
+      if (!allowed.ok()) return Future<Message>::Ready(allowed);
+    }
   }
   if (envelope.timeout_us() > 0) {
     context.deadline = absl::Now() + absl::Microseconds(envelope.timeout_us());

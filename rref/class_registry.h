@@ -33,6 +33,7 @@ struct ClassInfo {
   std::string constructor_signature;
   std::function<absl::StatusOr<std::shared_ptr<void>>(std::vector<c10::IValue>&)> construct;
   rpc::Registry methods;  // invoked with CallContext::self = the object
+  rpc::AllowList allowed;  // who may construct it or call its methods
 };
 
 namespace class_internal {
@@ -111,6 +112,13 @@ class ClassBuilder {
         return absl::UnknownError("constructor of '" + name + "' raised: " + e.what());
       }
     };
+    return *this;
+  }
+
+  // Only these workers may create objects of the class or call their
+  // methods (rpc/allow_list.h; default: all).
+  ClassBuilder& AllowCallers(rpc::AllowList allowed) {
+    info_->allowed = std::move(allowed);
     return *this;
   }
 

@@ -116,7 +116,7 @@ absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::RemoteNew(
     const std::string& owner, const std::string& class_name, std::vector<c10::IValue> args) {
   return StartRemote(owner, class_name, "rref.remote_new",
                      {class_name, rpc::ToIValue(args)},
-                     [&] { return Construct(class_name, std::move(args)); },
+                     [&] { return Construct(self_, class_name, std::move(args)); },
                      "remote() of '" + class_name + "'");
 }
 

@@ -197,7 +197,11 @@ class RRefContext final : public rpc::RuntimeExtension,
   // method of another owned object).
   Future<OwnedValue> RunFunction(int caller, const std::string& function,
                                  std::vector<c10::IValue> args);
-  Future<OwnedValue> Construct(const std::string& class_name, std::vector<c10::IValue> args);
+  Future<OwnedValue> Construct(int caller, const std::string& class_name,
+                               std::vector<c10::IValue> args);
+  // PermissionDenied unless `caller` (this worker always is) is on `allowed`.
+  absl::Status CheckAccess(int caller, const rpc::AllowList& allowed,
+                           const std::string& what) const;
   static Future<OwnedValue> AsOwned(Future<c10::IValue> value);
   // remote() whose owner is this worker: the owner's handle, with the value
   // to come from `value`.

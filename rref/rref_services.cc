@@ -82,16 +82,35 @@ Future<OwnedValue> RRefContext::RunFunction(int caller, const std::string& funct
   context.runtime = runtime;
   context.caller_rank = caller;
   context.caller_name = NameOf(caller);
+  if (const rpc::RegisteredFunction* registered = runtime->registry().Find(function)) {
+    auto allowed = CheckAccess(caller, registered->allowed, "'" + function + "'");
+    if (!allowed.ok()) return Future<OwnedValue>::Ready(allowed);
+  }
   return AsOwned(runtime->registry().Invoke(function, context, std::move(args)));
 }
 
-Future<OwnedValue> RRefContext::Construct(const std::string& class_name,
+absl::Status RRefContext::CheckAccess(int caller, const rpc::AllowList& allowed,
+                                      const std::string& what) const {
+  if (caller == self_ || allowed.empty()) return absl::OkStatus();
+  rpc::Runtime* runtime = runtime_.load();
+  std::string role;
+  if (runtime != nullptr && caller >= 0 &&
+      caller < static_cast<int>(runtime->workers().size())) {
+    role = runtime->workers()[caller].role;
+  }
+  return allowed.Check(what, NameOf(caller), role);
+}
+
+Future<OwnedValue> RRefContext::Construct(int caller, const std::string& class_name,
                                           std::vector<c10::IValue> args) {
   const ClassInfo* cls = classes_.Find(class_name);
   if (cls == nullptr) {
     return Future<OwnedValue>::Ready(absl::NotFoundError(absl::StrCat(
         "no class named '", class_name, "' is registered on worker '", NameOf(self_), "'")));
   }
+  // Before the constructor's arguments are converted to its C++ types.
+  auto allowed = CheckAccess(caller, cls->allowed, "class '" + class_name + "'");
+  if (!allowed.ok()) return Future<OwnedValue>::Ready(allowed);
   if (!cls->construct) {
     return Future<OwnedValue>::Ready(absl::FailedPreconditionError(
         "class '" + class_name + "' was registered without a constructor"));
@@ -109,7 +128,7 @@ Future<c10::IValue> RRefContext::InvokeMethod(int caller, const GlobalId& target
                                               std::vector<c10::IValue> args) {
   rpc::Runtime* runtime = runtime_.load();
   const std::string caller_name = NameOf(caller);
-  return ValueOf(target).Then([runtime, caller, caller_name, method,
+  return ValueOf(target).Then([this, runtime, caller, caller_name, method,
                                args = std::move(args)](
                                   const absl::StatusOr<OwnedValue>& owned) mutable
                               -> Future<c10::IValue> {
@@ -119,6 +138,9 @@ Future<c10::IValue> RRefContext::InvokeMethod(int caller, const GlobalId& target
           "method '" + method + "' called on an RRef to a value; methods need an object "
           "of a registered class"));
     }
+    auto allowed = CheckAccess(caller, owned->cls->allowed,
+                               "method '" + method + "' of class '" + owned->cls->name + "'");
+    if (!allowed.ok()) return Future<c10::IValue>::Ready(allowed);
     rpc::CallContext context;
     context.runtime = runtime;
     context.caller_rank = caller;
@@ -237,7 +259,7 @@ void RRefContext::RegisterServices(rpc::Registry* internal) {
                                        int64_t fw, int64_t fl, std::string class_name,
                                        std::vector<c10::IValue> args) {
         auto entry = start({int32_t(rw), rl}, {int32_t(fw), fl}, ctx.caller_rank, class_name);
-        Fulfil(entry, Construct(class_name, std::move(args)),
+        Fulfil(entry, Construct(ctx.caller_rank, class_name, std::move(args)),
                "remote() of '" + class_name + "' on worker '" + NameOf(self_) + "'");
       }));
   must(internal->Register(

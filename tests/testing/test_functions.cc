@@ -20,6 +20,14 @@ rpc::Registry MakeTestRegistry() {
     if (!status.ok()) throw std::logic_error(status.ToString());
   };
   check(registry.Register("echo", [](c10::IValue v) { return v; }));
+  // Allow-listed: worker1 by name, or any worker whose role is "trusted".
+  check(registry.Register("restricted_echo", [](int64_t v) { return v; },
+                          rpc::AllowList{{"worker1"}, {"trusted"}}));
+  // Calls `target`'s restricted_echo as this worker.
+  check(registry.Register("relay_restricted_echo",
+                          [](CallContext& ctx, std::string target, int64_t v) {
+                            return ctx.runtime->RpcSync<int64_t>(target, "restricted_echo", v);
+                          }));
   check(registry.Register("add", [](at::Tensor a, at::Tensor b) { return a + b; }));
   check(registry.Register("fail", [](std::string message) -> int64_t {
     throw std::runtime_error(message);
