@@ -39,6 +39,16 @@ struct WorkerInfo {
   std::string role;  // RpcOptions::role
 };
 
+// The rank a connection's peer is served as: its claimed rank if the name
+// matches the worker table (or the table is not known yet, during start),
+// else -1 — a client from outside the job's worker set (another language's
+// client with the secret), which must not pass for a worker.
+inline int MemberRank(const std::string& name, int rank, const std::vector<WorkerInfo>& workers) {
+  if (workers.empty()) return rank;
+  if (rank < 0 || rank >= static_cast<int>(workers.size())) return -1;
+  return workers[rank].name == name ? rank : -1;
+}
+
 // Serves one incoming request; the response is sent when the future completes.
 using RequestHandler =
     std::function<Future<Message>(int from_rank, Message request)>;

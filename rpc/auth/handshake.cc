@@ -12,10 +12,11 @@ namespace {
 constexpr size_t kNonceBytes = 32;
 constexpr char kProtocol[] = "tessera-auth-v1";
 
-// Length-prefixed, so no two field lists encode alike.
+// Each field prefixed by its length (4 bytes, little-endian), so no two
+// field lists encode alike; clients in other languages build the same bytes.
 void AppendField(std::string* out, const std::string& field) {
   const uint32_t size = static_cast<uint32_t>(field.size());
-  out->append(reinterpret_cast<const char*>(&size), sizeof(size));
+  for (int shift = 0; shift < 32; shift += 8) out->push_back(static_cast<char>(size >> shift));
   out->append(field);
 }
 

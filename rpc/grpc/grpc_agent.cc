@@ -97,6 +97,10 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
   void OnClientStreamDone(ClientStream* stream, const absl::Status& why) override;
   void OnRequest(std::shared_ptr<ServerStream> stream, int from_rank, Message request) override;
   void OnServerStreamDone(int peer_rank, const absl::Status& why) override;
+  int MemberRankOf(const PeerIdentity& peer) const override {
+    MutexLock lock(&mu_);
+    return MemberRank(peer.name, peer.rank, workers_);
+  }
 
  private:
   class Service final : public grpc::CallbackGenericService {
@@ -336,7 +340,7 @@ void GrpcAgent::OnRequest(std::shared_ptr<ServerStream> stream, int from_rank, M
 }
 
 void GrpcAgent::OnServerStreamDone(int peer_rank, const absl::Status& why) {
-  if (peer_rank < 0) return;  // never authenticated: nobody we know
+  if (peer_rank < 0) return;  // not a worker of the job
   TESSERA_LOG(DEBUG) << self_.name << ": incoming stream from rank " << peer_rank
                      << " ended: " << why;
   NotifyPeerFailure(peer_rank);

@@ -95,7 +95,7 @@ absl::Status ServerStream::HandleHandshake(const Message& message) {
   host_->timer()->Cancel(handshake_timer_);
   {
     MutexLock lock(&mu_);
-    peer_rank_ = peer->rank;
+    peer_rank_ = host_->MemberRankOf(*peer);
   }
   phase_ = Phase::kReady;
   Message accepted;

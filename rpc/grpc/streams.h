@@ -49,7 +49,9 @@ class StreamHost {
   // An authenticated peer's request arrived; answer with stream->Respond().
   virtual void OnRequest(std::shared_ptr<ServerStream> stream, int from_rank,
                          Message request) = 0;
-  // A server stream ended; `peer_rank` is -1 if the peer never authenticated.
+  // The rank to serve an authenticated peer as (rpc_agent.h's MemberRank).
+  virtual int MemberRankOf(const PeerIdentity& peer) const = 0;
+  // A server stream ended; `peer_rank` is -1 unless a worker of the job.
   virtual void OnServerStreamDone(int peer_rank, const absl::Status& why) = 0;
 };
 

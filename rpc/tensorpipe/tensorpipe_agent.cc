@@ -485,7 +485,7 @@ void TensorPipeAgent::ReadRequest(std::shared_ptr<ServerPipe> server) {
     if (!message.ok()) {
       if (message.status().code() == absl::StatusCode::kUnavailable) {
         TESSERA_LOG(DEBUG) << self_.name << ": incoming connection ended: " << message.status();
-        if (server->peer.has_value()) NotifyPeerFailure(server->peer->rank);
+        if (server->peer.has_value()) NotifyPeerFailure(server->peer->rank);  // -1: ignored
       } else {
         TESSERA_LOG(WARNING) << self_.name << ": closing incoming connection: bad frame: "
                              << message.status().message();
@@ -532,6 +532,10 @@ absl::Status TensorPipeAgent::HandleServerHandshake(const std::shared_ptr<Server
     auto peer = server->handshake.OnProof(message.envelope);
     if (!peer.ok()) return peer.status();
     timer_->Cancel(server->handshake_timer);
+    {
+      MutexLock lock(&mu_);
+      peer->rank = MemberRank(peer->name, peer->rank, workers_);
+    }
     server->peer = *std::move(peer);
     reply->envelope = ServerHandshake::Accepted();
   }
