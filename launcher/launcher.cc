@@ -9,11 +9,14 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "rpc/auth/job_secret.h"
 #include "absl/time/clock.h"
 #include "store/store_server.h"
 
@@ -160,9 +163,26 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, absl::Duration gr
   }
 }
 
+// Workers of one job must share a secret (rpc/auth/job_secret.h). On one
+// node the launcher makes a fresh one unless the user gave one; across
+// nodes every launcher must be given the same one.
+void EnsureJobSecret(const LaunchOptions& options) {
+  if (std::getenv("TESSERA_JOB_SECRET") != nullptr ||
+      std::getenv("TESSERA_JOB_SECRET_FILE") != nullptr) {
+    return;
+  }
+  if (options.nnodes > 1) {
+    Say("warning: no TESSERA_JOB_SECRET or TESSERA_JOB_SECRET_FILE: workers on several nodes "
+        "run without a shared secret; anyone who can reach their ports can call them");
+    return;
+  }
+  setenv("TESSERA_JOB_SECRET", absl::BytesToHexString(rpc::RandomBytes(32)).c_str(), 1);
+}
+
 }  // namespace
 
 int Run(const LaunchOptions& options) {
+  EnsureJobSecret(options);
   // Block the signals we read from a signalfd before any thread exists (the
   // store's gRPC threads inherit the mask): otherwise a SIGCHLD delivered to
   // one of them is discarded and a worker's exit goes unnoticed. With

@@ -62,6 +62,7 @@ absl::StatusOr<RpcOptions> RpcOptions::FromEnv() {
     if (!parsed.ok()) return Annotate(parsed.status(), "TESSERA_RPC_BACKEND");
     options.backend = *parsed;
   }
+  options.grpc.tls = GrpcTlsOptions::FromEnv();
   auto secret = JobSecret::FromEnv();
   if (!secret.ok()) return secret.status();
   options.job_secret = *std::move(secret);

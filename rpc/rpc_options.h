@@ -78,7 +78,8 @@ struct RpcOptions {
   // MASTER_ADDR, MASTER_PORT (as torch's env:// does), the name from
   // TESSERA_WORKER_NAME (default "worker<rank>"), the role from
   // TESSERA_WORKER_ROLE, the backend from TESSERA_RPC_BACKEND and the job
-  // secret from TESSERA_JOB_SECRET or TESSERA_JOB_SECRET_FILE.
+  // secret from TESSERA_JOB_SECRET or TESSERA_JOB_SECRET_FILE, gRPC's TLS
+  // files from TESSERA_TLS_* (GrpcTlsOptions::FromEnv).
   static absl::StatusOr<RpcOptions> FromEnv();
 };
 

@@ -5,6 +5,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -42,6 +43,23 @@ absl::StatusOr<TlsMaterial> LoadTls(const GrpcTlsOptions& tls) {
   if (!roots.ok()) return roots.status();
   return TlsMaterial{*cert, *key, *roots};
 }
+
+}  // namespace
+
+GrpcTlsOptions GrpcTlsOptions::FromEnv() {
+  auto get = [](const char* name) {
+    const char* value = std::getenv(name);
+    return std::string(value == nullptr ? "" : value);
+  };
+  GrpcTlsOptions tls;
+  tls.cert_chain_file = get("TESSERA_TLS_CERT_FILE");
+  tls.private_key_file = get("TESSERA_TLS_KEY_FILE");
+  tls.root_certs_file = get("TESSERA_TLS_CA_FILE");
+  tls.mutual = get("TESSERA_TLS_MUTUAL") == "1";
+  return tls;
+}
+
+namespace {
 
 class GrpcAgent final : public RpcAgent, public StreamHost {
  public:

@@ -36,6 +36,10 @@ struct GrpcTlsOptions {
   std::string target_name_override;
 
   bool enabled() const { return !cert_chain_file.empty(); }
+
+  // From TESSERA_TLS_CERT_FILE, TESSERA_TLS_KEY_FILE, TESSERA_TLS_CA_FILE
+  // and TESSERA_TLS_MUTUAL=1; disabled when the first is unset.
+  static GrpcTlsOptions FromEnv();
 };
 
 struct GrpcOptions {

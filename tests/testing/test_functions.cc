@@ -81,6 +81,7 @@ rpc::RpcOptions InProcessOptions(const std::string& name, int rank, int world_si
   options.master_port = store_port;
   options.store_role = rpc::StoreRole::kConnect;
   options.job_secret = TestJobSecret();
+  options.grpc.tls = rpc::GrpcTlsOptions::FromEnv();
   if (const char* backend = std::getenv("TESSERA_RPC_BACKEND")) {
     options.backend = rpc::ParseBackend(backend).value();
   }
