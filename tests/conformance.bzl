@@ -11,7 +11,7 @@ BACKENDS = {
     "_grpc": "grpc",
 }
 
-def rpc_conformance_test(name, srcs, deps, size = "large", data = [], tags = []):
+def rpc_conformance_test(name, srcs, deps, size = "large", data = [], tags = [], flaky = False):
     native.cc_library(
         name = name + "_lib",
         testonly = True,
@@ -25,6 +25,7 @@ def rpc_conformance_test(name, srcs, deps, size = "large", data = [], tags = [])
             size = size,
             data = data,
             tags = tags,
+            flaky = flaky,
             env = {"TESSERA_RPC_BACKEND": backend},
             deps = [":" + name + "_lib"],
         )
