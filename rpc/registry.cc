@@ -25,7 +25,12 @@ std::vector<std::string> Registry::Names() const {
 Future<c10::IValue> Registry::Invoke(const std::string& name,
                                      CallContext& context,
                                      std::vector<c10::IValue> args) const {
-  const RegisteredFunction* function = Find(name);
+  return Invoke(Find(name), name, context, std::move(args));
+}
+
+Future<c10::IValue> Registry::Invoke(const RegisteredFunction* function,
+                                     const std::string& name, CallContext& context,
+                                     std::vector<c10::IValue> args) {
   if (function == nullptr) {
     return Future<c10::IValue>::Ready(
         absl::NotFoundError("no function named '" + name + "' is registered"));

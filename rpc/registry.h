@@ -54,6 +54,9 @@ class Registry {
   // Runs the named function with `args`; all failures come back in the future.
   Future<c10::IValue> Invoke(const std::string& name, CallContext& context,
                              std::vector<c10::IValue> args) const;
+  // The same for a function already looked up (nullptr: NotFound for `name`).
+  static Future<c10::IValue> Invoke(const RegisteredFunction* function, const std::string& name,
+                                    CallContext& context, std::vector<c10::IValue> args);
 
  private:
   absl::Status Add(RegisteredFunction function);

@@ -243,13 +243,14 @@ Future<Message> Runtime::Dispatch(int from_rank, const Message& request) {
     context.caller_name = workers_[from_rank].name;
     context.caller_role = workers_[from_rank].role;
   }
-  if (envelope.kind() == proto::CALL) {
+  const Registry& registry =
+      envelope.kind() == proto::INTERNAL_CALL ? internal_ : registry_;
+  const RegisteredFunction* function = registry.Find(envelope.target());
+  if (function != nullptr) {
     // Authorization comes before any argument is decoded.
-    if (const RegisteredFunction* function = registry_.Find(envelope.target())) {
-      auto allowed = function->allowed.Check("'" + envelope.target() + "'",
-                                             context.caller_name, context.caller_role);
-      if (!allowed.ok()) return Future<Message>::Ready(allowed);
-    }
+    auto allowed = function->allowed.Check("'" + envelope.target() + "'",
+                                           context.caller_name, context.caller_role);
+    if (!allowed.ok()) return Future<Message>::Ready(allowed);
   }
   if (envelope.timeout_us() > 0) {
     context.deadline = absl::Now() + absl::Microseconds(envelope.timeout_us());
@@ -273,11 +274,9 @@ Future<Message> Runtime::Dispatch(int from_rank, const Message& request) {
   }
   const auto limits = options_.limits;
   const std::string target = envelope.target();
-  const Registry& registry =
-      envelope.kind() == proto::INTERNAL_CALL ? internal_ : registry_;
   Future<c10::IValue> result = [&] {
     ScopeEntry entry(scope.get());
-    return registry.Invoke(target, context, std::move(args));
+    return Registry::Invoke(function, target, context, std::move(args));
   }();
   return result.Then([limits, target, peer, scope](const absl::StatusOr<c10::IValue>& result)
                          -> absl::StatusOr<Message> {

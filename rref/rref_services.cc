@@ -82,11 +82,12 @@ Future<OwnedValue> RRefContext::RunFunction(int caller, const std::string& funct
   context.runtime = runtime;
   context.caller_rank = caller;
   context.caller_name = NameOf(caller);
-  if (const rpc::RegisteredFunction* registered = runtime->registry().Find(function)) {
+  const rpc::RegisteredFunction* registered = runtime->registry().Find(function);
+  if (registered != nullptr) {
     auto allowed = CheckAccess(caller, registered->allowed, "'" + function + "'");
     if (!allowed.ok()) return Future<OwnedValue>::Ready(allowed);
   }
-  return AsOwned(runtime->registry().Invoke(function, context, std::move(args)));
+  return AsOwned(rpc::Registry::Invoke(registered, function, context, std::move(args)));
 }
 
 absl::Status RRefContext::CheckAccess(int caller, const rpc::AllowList& allowed,

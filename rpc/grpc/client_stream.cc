@@ -21,9 +21,7 @@ void ClientStream::Start(grpc::GenericStub* stub, const std::string& method) {
   // Held until reading ends: writes start from other threads (Send), which
   // must not race OnDone.
   AddHold();
-  Message hello;
-  hello.envelope = handshake_.Hello();
-  Write(*EncodeFrame(hello, host_->settings().max_message_bytes));
+  Write(EncodeEnvelopeFrame(handshake_.Hello()));
   StartRead(&read_buffer_);
   StartCall();
 }
@@ -87,9 +85,7 @@ absl::Status ClientStream::HandleHandshake(const Message& message) {
   if (phase_ == Phase::kChallenge) {
     auto proof = handshake_.OnChallenge(message.envelope);
     if (!proof.ok()) return proof.status();
-    Message reply;
-    reply.envelope = *std::move(proof);
-    Write(*EncodeFrame(reply, host_->settings().max_message_bytes));
+    Write(EncodeEnvelopeFrame(*std::move(proof)));
     phase_ = Phase::kResult;
     return absl::OkStatus();
   }
@@ -112,13 +108,10 @@ void ClientStream::Fail(const absl::Status& why) {
   {
     MutexLock lock(&mu_);
     if (failure_.ok()) failure_ = why;
+    ending_ = true;
   }
   Cancel();
   // The read loop stops here; OnReadDone(false) will not come for it.
-  {
-    MutexLock lock(&mu_);
-    ending_ = true;
-  }
   RemoveHold();
 }
 

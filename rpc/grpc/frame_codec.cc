@@ -1,6 +1,7 @@
 #include "rpc/grpc/frame_codec.h"
 
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -124,6 +125,12 @@ absl::StatusOr<grpc::ByteBuffer> EncodeFrame(const Message& message, size_t max_
         " bytes (GrpcOptions::max_message_bytes)"));
   }
   return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+grpc::ByteBuffer EncodeEnvelopeFrame(proto::Envelope envelope) {
+  Message message;
+  message.envelope = std::move(envelope);
+  return *EncodeFrame(message, std::numeric_limits<size_t>::max());
 }
 
 absl::StatusOr<Message> DecodeFrame(const grpc::ByteBuffer& frame, const CodecLimits& limits,

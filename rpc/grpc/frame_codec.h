@@ -22,6 +22,9 @@ namespace tessera::rpc {
 // Frame bytes for `message`; ResourceExhausted if they exceed `max_bytes`.
 absl::StatusOr<grpc::ByteBuffer> EncodeFrame(const Message& message, size_t max_bytes);
 
+// A frame of just `envelope` (the handshake's steps; never over any limit).
+grpc::ByteBuffer EncodeEnvelopeFrame(proto::Envelope envelope);
+
 // The message in `frame`; InvalidArgument naming what is wrong otherwise.
 absl::StatusOr<Message> DecodeFrame(const grpc::ByteBuffer& frame, const CodecLimits& limits,
                                     BufferPool* buffers);

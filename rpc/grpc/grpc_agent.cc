@@ -15,6 +15,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/mutex.h"
+#include "rpc/agent_support.h"
 #include "rpc/grpc/streams.h"
 #include "rpc/pending_calls.h"
 
@@ -99,8 +100,7 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
     return c;
   }
   void SetPeerFailureHandler(std::function<void(int rank)> handler) override {
-    MutexLock lock(&mu_);
-    peer_failure_handler_ = std::move(handler);
+    peer_failures_.Set(std::move(handler));
   }
   void Close(const absl::Status& reason) override;
 
@@ -140,7 +140,6 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
 
   absl::StatusOr<std::shared_ptr<ClientStream>> StreamTo(int rank);
   std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() const;
-  void NotifyPeerFailure(int rank);
   std::string PeerName(int rank) const;
 
   const GrpcOptions options_;
@@ -165,7 +164,7 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
   std::map<int, std::shared_ptr<ClientStream>> streams_ ABSL_GUARDED_BY(mu_);
   int live_client_streams_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_stream_id_ ABSL_GUARDED_BY(mu_) = 1;
-  std::function<void(int)> peer_failure_handler_ ABSL_GUARDED_BY(mu_);
+  PeerFailureNotifier peer_failures_;
 
   std::atomic<uint64_t> requests_sent_{0};
   std::atomic<uint64_t> requests_received_{0};
@@ -223,10 +222,7 @@ std::shared_ptr<grpc::ChannelCredentials> GrpcAgent::ChannelCredentials() const 
 
 std::string GrpcAgent::PeerName(int rank) const {
   MutexLock lock(&mu_);
-  if (rank >= 0 && rank < static_cast<int>(workers_.size())) {
-    return absl::StrCat("'", workers_[rank].name, "' (rank ", rank, ")");
-  }
-  return absl::StrCat("rank ", rank);
+  return DescribeWorker(rank, workers_);
 }
 
 absl::StatusOr<std::shared_ptr<ClientStream>> GrpcAgent::StreamTo(int rank) {
@@ -291,12 +287,7 @@ Future<Message> GrpcAgent::Send(int to_rank, Message request, absl::Time deadlin
   const uint64_t id = pending_.Add(promise, to_rank, (*stream)->id(),
                                    request.envelope.target(), deadline);
   requests_sent_.fetch_add(1);
-  if (deadline != absl::InfiniteFuture()) {
-    request.envelope.set_timeout_us(
-        std::max<int64_t>(1, absl::ToInt64Microseconds(deadline - absl::Now())));
-  }
-  request.envelope.set_request_id(id);
-  request.envelope.set_origin_rank(self_.rank);
+  StampRequest(id, self_.rank, deadline, &request.envelope);
   auto sent = (*stream)->Send(request);
   if (!sent.ok()) {
     pending_.Complete(id, absl::Status(sent.code(), absl::StrCat("call to worker ",
@@ -315,18 +306,13 @@ void GrpcAgent::OnClientStreamDone(ClientStream* stream, const absl::Status& why
     if (it != streams_.end() && it->second.get() == stream) streams_.erase(it);
     closed = closed_;
   }
-  const std::string prefix = absl::IsUnauthenticated(why) ? "connection refused by worker "
-                                                          : "worker ";
-  const absl::Status status(
-      absl::IsUnauthenticated(why) ? why.code() : absl::StatusCode::kUnavailable,
-      absl::StrCat(prefix, PeerName(stream->peer_rank()),
-                   absl::IsUnauthenticated(why) ? ": " : " is unavailable: ", why.message()));
+  const absl::Status status = ConnectionEnded(PeerName(stream->peer_rank()), why);
   const size_t failed = pending_.FailConnection(stream->id(), status);
   if (failed > 0 && !closed) {
     TESSERA_LOG(WARNING) << self_.name << ": " << status.message() << " (" << failed
                          << " calls failed)";
   }
-  if (!closed) NotifyPeerFailure(stream->peer_rank());
+  peer_failures_.Notify(stream->peer_rank());
   MutexLock lock(&mu_);
   --live_client_streams_;
   clients_done_.SignalAll();
@@ -339,19 +325,7 @@ void GrpcAgent::OnRequest(std::shared_ptr<ServerStream> stream, int from_rank, M
     const uint64_t request_id = request.envelope.request_id();
     handler_(from_rank, std::move(request))
         .OnReady([this, stream, request_id](const absl::StatusOr<Message>& result) {
-          Message response;
-          if (result.ok()) {
-            response = *result;
-          } else {
-            auto* status = response.envelope.mutable_status();
-            status->set_code(static_cast<int>(result.status().code()));
-            status->set_message(std::string(result.status().message()));
-            status->set_origin_worker(self_.name);
-          }
-          response.envelope.set_kind(proto::RESPONSE);
-          response.envelope.set_request_id(request_id);
-          response.envelope.set_origin_rank(self_.rank);
-          stream->Respond(response);
+          stream->Respond(ResponseTo(request_id, result, self_.name, self_.rank));
           responses_sent_.fetch_add(1);
         });
   });
@@ -361,17 +335,7 @@ void GrpcAgent::OnServerStreamDone(int peer_rank, const absl::Status& why) {
   if (peer_rank < 0) return;  // not a worker of the job
   TESSERA_LOG(DEBUG) << self_.name << ": incoming stream from rank " << peer_rank
                      << " ended: " << why;
-  NotifyPeerFailure(peer_rank);
-}
-
-void GrpcAgent::NotifyPeerFailure(int rank) {
-  std::function<void(int)> handler;
-  {
-    MutexLock lock(&mu_);
-    if (closed_ || rank < 0) return;
-    handler = peer_failure_handler_;
-  }
-  if (handler) handler(rank);
+  peer_failures_.Notify(peer_rank);
 }
 
 void GrpcAgent::Close(const absl::Status& reason) {
@@ -380,6 +344,7 @@ void GrpcAgent::Close(const absl::Status& reason) {
     MutexLock lock(&mu_);
     if (closed_) return;
     closed_ = true;
+    peer_failures_.Close();
     streams.swap(streams_);
   }
   pending_.FailAll(reason);

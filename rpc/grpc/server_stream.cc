@@ -1,6 +1,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "rpc/agent_support.h"
 #include "rpc/grpc/frame_codec.h"
 #include "rpc/grpc/streams.h"
 
@@ -54,9 +55,7 @@ void ServerStream::OnReadDone(bool ok) {
     if (!status.ok()) {
       TESSERA_LOG(WARNING) << host_->settings().self.name
                            << ": refused a connection: " << status.message();
-      Message rejection;
-      rejection.envelope = ServerHandshake::Rejected(status, host_->settings().self.name);
-      Write(*EncodeFrame(rejection, host_->settings().max_message_bytes));
+      Write(EncodeEnvelopeFrame(ServerHandshake::Rejected(status, host_->settings().self.name)));
       FinishSoon(ToGrpc(status));
       return;
     }
@@ -84,9 +83,7 @@ absl::Status ServerStream::HandleHandshake(const Message& message) {
   if (phase_ == Phase::kHello) {
     auto challenge = handshake_.OnHello(message.envelope);
     if (!challenge.ok()) return challenge.status();
-    Message reply;
-    reply.envelope = *std::move(challenge);
-    Write(*EncodeFrame(reply, host_->settings().max_message_bytes));
+    Write(EncodeEnvelopeFrame(*std::move(challenge)));
     phase_ = Phase::kProof;
     return absl::OkStatus();
   }
@@ -98,9 +95,7 @@ absl::Status ServerStream::HandleHandshake(const Message& message) {
     peer_rank_ = host_->MemberRankOf(*peer);
   }
   phase_ = Phase::kReady;
-  Message accepted;
-  accepted.envelope = ServerHandshake::Accepted();
-  Write(*EncodeFrame(accepted, host_->settings().max_message_bytes));
+  Write(EncodeEnvelopeFrame(ServerHandshake::Accepted()));
   return absl::OkStatus();
 }
 
@@ -108,14 +103,10 @@ void ServerStream::Respond(const Message& response) {
   auto frame = EncodeFrame(response, host_->settings().max_message_bytes);
   if (!frame.ok()) {
     // Too large to send: the caller gets the reason instead of the result.
-    Message error;
-    error.envelope.set_kind(proto::RESPONSE);
-    error.envelope.set_request_id(response.envelope.request_id());
-    auto* status = error.envelope.mutable_status();
-    status->set_code(static_cast<int>(frame.status().code()));
-    status->set_message(std::string(frame.status().message()));
-    status->set_origin_worker(host_->settings().self.name);
-    frame = EncodeFrame(error, host_->settings().max_message_bytes);
+    const PeerIdentity& self = host_->settings().self;
+    frame = EncodeFrame(
+        ResponseTo(response.envelope.request_id(), frame.status(), self.name, self.rank),
+        host_->settings().max_message_bytes);
   }
   {
     MutexLock lock(&mu_);

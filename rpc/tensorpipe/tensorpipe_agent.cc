@@ -16,6 +16,7 @@
 #include "common/mutex.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "rpc/agent_support.h"
 #include "rpc/auth/handshake.h"
 #include "rpc/pending_calls.h"
 #include "rpc/tensorpipe/frame_io.h"
@@ -153,12 +154,10 @@ class TensorPipeAgent final : public RpcAgent {
   void Close(const absl::Status& reason) override;
 
   void SetPeerFailureHandler(std::function<void(int rank)> handler) override {
-    MutexLock lock(&mu_);
-    peer_failure_handler_ = std::move(handler);
+    peer_failures_.Set(std::move(handler));
   }
 
  private:
-  void NotifyPeerFailure(int rank);
   void Accept(std::shared_ptr<tp::Listener> listener);
   void Relisten();
   void ReadRequest(std::shared_ptr<ServerPipe> server);
@@ -198,7 +197,7 @@ class TensorPipeAgent final : public RpcAgent {
   uint64_t next_pipe_id_ ABSL_GUARDED_BY(mu_) = 1;
   PendingCalls pending_;
 
-  std::function<void(int)> peer_failure_handler_ ABSL_GUARDED_BY(mu_);
+  PeerFailureNotifier peer_failures_;
 
   std::atomic<uint64_t> requests_sent_{0};
   std::atomic<uint64_t> requests_received_{0};
@@ -207,10 +206,7 @@ class TensorPipeAgent final : public RpcAgent {
 
 std::string TensorPipeAgent::PeerName(int rank) const {
   MutexLock lock(&mu_);
-  if (rank >= 0 && rank < static_cast<int>(workers_.size())) {
-    return absl::StrCat("'", workers_[rank].name, "' (rank ", rank, ")");
-  }
-  return absl::StrCat("rank ", rank);
+  return DescribeWorker(rank, workers_);
 }
 
 Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
@@ -276,12 +272,7 @@ Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
   const uint64_t request_id = pending_.Add(promise, to_rank, client->id,
                                            request.envelope.target(), deadline);
   requests_sent_.fetch_add(1);
-  if (deadline != absl::InfiniteFuture()) {
-    request.envelope.set_timeout_us(
-        std::max<int64_t>(1, absl::ToInt64Microseconds(deadline - absl::Now())));
-  }
-  request.envelope.set_request_id(request_id);
-  request.envelope.set_origin_rank(self_.rank);
+  StampRequest(request_id, self_.rank, deadline, &request.envelope);
   WriteRequest(client, std::make_shared<Message>(std::move(request)));
   return future;
 }
@@ -301,8 +292,8 @@ void TensorPipeAgent::WriteRequest(const std::shared_ptr<ClientPipe>& client,
   if (failed) {
     // The pipe broke before this call was registered on it.
     pending_.Complete(request->envelope.request_id(),
-                      absl::UnavailableError(absl::StrCat(
-                          "worker ", PeerName(client->rank), " is unavailable")));
+                      ConnectionEnded(PeerName(client->rank),
+                                      absl::UnavailableError("the connection failed")));
     return;
   }
   WriteMessage(client->pipe, std::move(request), [this, client](const tp::Error& error) {
@@ -323,28 +314,14 @@ void TensorPipeAgent::FailPipe(const std::shared_ptr<ClientPipe>& client,
     client->failed = true;
     client->waiting.clear();
   }
-  NotifyPeerFailure(client->rank);
-  const bool refused = absl::IsUnauthenticated(why);
-  const absl::Status status(
-      refused ? why.code() : absl::StatusCode::kUnavailable,
-      absl::StrCat(refused ? "connection refused by worker " : "worker ", PeerName(client->rank),
-                   refused ? ": " : " is unavailable: ", why.message()));
+  peer_failures_.Notify(client->rank);
+  const absl::Status status = ConnectionEnded(PeerName(client->rank), why);
   const size_t failed = pending_.FailConnection(client->id, status);
   if (failed > 0) {
     TESSERA_LOG(WARNING) << self_.name << ": " << status.message() << " (" << failed
                          << " calls failed)";
   }
   client->pipe->close();
-}
-
-void TensorPipeAgent::NotifyPeerFailure(int rank) {
-  std::function<void(int)> handler;
-  {
-    MutexLock lock(&mu_);
-    if (closed_ || rank < 0) return;
-    handler = peer_failure_handler_;
-  }
-  if (handler) handler(rank);
 }
 
 void TensorPipeAgent::ReadResponse(std::shared_ptr<ClientPipe> client) {
@@ -485,7 +462,7 @@ void TensorPipeAgent::ReadRequest(std::shared_ptr<ServerPipe> server) {
     if (!message.ok()) {
       if (message.status().code() == absl::StatusCode::kUnavailable) {
         TESSERA_LOG(DEBUG) << self_.name << ": incoming connection ended: " << message.status();
-        if (server->peer.has_value()) NotifyPeerFailure(server->peer->rank);  // -1: ignored
+        if (server->peer.has_value()) peer_failures_.Notify(server->peer->rank);
       } else {
         TESSERA_LOG(WARNING) << self_.name << ": closing incoming connection: bad frame: "
                              << message.status().message();
@@ -565,18 +542,8 @@ void TensorPipeAgent::ServeRequest(std::shared_ptr<tp::Pipe> pipe, int from,
   const uint64_t request_id = request.envelope.request_id();
   handler_(from, std::move(request))
       .OnReady([this, pipe, request_id](const absl::StatusOr<Message>& result) {
-        auto response = std::make_shared<Message>();
-        if (result.ok()) {
-          *response = *result;
-        } else {
-          auto* status = response->envelope.mutable_status();
-          status->set_code(static_cast<int>(result.status().code()));
-          status->set_message(std::string(result.status().message()));
-          status->set_origin_worker(self_.name);
-        }
-        response->envelope.set_kind(proto::RESPONSE);
-        response->envelope.set_request_id(request_id);
-        response->envelope.set_origin_rank(self_.rank);
+        auto response = std::make_shared<Message>(
+            ResponseTo(request_id, result, self_.name, self_.rank));
         WriteMessage(pipe, std::move(response), [this](const tp::Error& error) {
           if (error) {
             TESSERA_LOG(DEBUG) << self_.name << ": response not delivered: "
@@ -594,6 +561,7 @@ void TensorPipeAgent::Close(const absl::Status& reason) {
     MutexLock lock(&mu_);
     if (closed_) return;
     closed_ = true;
+    peer_failures_.Close();
     relisten_timer = relisten_timer_;
     server_pipes = server_pipes_;
   }

@@ -44,8 +44,7 @@ absl::Status RawTensorPipePeer::Write(const std::shared_ptr<tp::Pipe>& pipe,
 
 absl::StatusOr<rpc::Message> RawTensorPipePeer::Read(const std::shared_ptr<tp::Pipe>& pipe) {
   Promise<rpc::Message> read;
-  static rpc::CodecLimits limits;
-  rpc::ReadFrame(pipe, limits, nullptr,
+  rpc::ReadFrame(pipe, rpc::CodecLimits(), nullptr,
                  [read](absl::StatusOr<rpc::Message> message) { read.Set(std::move(message)); });
   return read.GetFuture().Wait(kWait);
 }

@@ -34,8 +34,8 @@ class RawTensorPipePeer {
   std::shared_ptr<tensorpipe::Context> context_;
 };
 
-// Sends a request envelope (CALL to `target` with `request_id`) after the
-// handshake and returns the response.
+// A request (CALL of `target`, id `request_id`, no arguments yet) to send
+// with RawTensorPipePeer::Write.
 rpc::Message CallEnvelope(const std::string& target, uint64_t request_id);
 
 }  // namespace tessera::testing

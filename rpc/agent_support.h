@@ -1,0 +1,65 @@
+// What every RpcAgent backend does alike, whatever its transport: stamping
+// outgoing requests, building responses, naming peers in errors, turning a
+// lost connection into the calls' error, and reporting dead peers.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/mutex.h"
+#include "rpc/message.h"
+#include "rpc/rpc_agent.h"
+
+namespace tessera::rpc {
+
+// Sets what the agent owns in a request: its id, the sender, and the time
+// left until `deadline` (relative, so clocks need not agree).
+void StampRequest(uint64_t request_id, int self_rank, absl::Time deadline,
+                  proto::Envelope* envelope);
+
+// The response to request `request_id`: the handler's message, or its error
+// attributed to this worker (`self_name`).
+Message ResponseTo(uint64_t request_id, const absl::StatusOr<Message>& result,
+                   const std::string& self_name, int self_rank);
+
+// "'name' (rank r)", or "rank r" for a rank outside `workers`.
+std::string DescribeWorker(int rank, const std::vector<WorkerInfo>& workers);
+
+// The error for calls on a connection to `peer` (DescribeWorker) that
+// ended with `why`: a refused handshake stays Unauthenticated, anything else
+// means the peer is Unavailable.
+absl::Status ConnectionEnded(const std::string& peer, const absl::Status& why);
+
+// Hands peer failures to the runtime's handler until the agent closes.
+class PeerFailureNotifier {
+ public:
+  void Set(std::function<void(int rank)> handler) {
+    MutexLock lock(&mu_);
+    handler_ = std::move(handler);
+  }
+  // Ignores ranks < 0 (peers that are not workers of the job).
+  void Notify(int rank) {
+    std::function<void(int)> handler;
+    {
+      MutexLock lock(&mu_);
+      if (closed_ || rank < 0) return;
+      handler = handler_;
+    }
+    if (handler) handler(rank);
+  }
+  // From now on, connections closing are expected, not failures.
+  void Close() {
+    MutexLock lock(&mu_);
+    closed_ = true;
+  }
+
+ private:
+  Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void(int)> handler_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tessera::rpc
