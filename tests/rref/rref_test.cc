@@ -247,5 +247,32 @@ TEST_F(RRefTest, UserDeathReleasesItsReferences) {
   EXPECT_TRUE(OwnerHolds("worker1", 0));
 }
 
+// GuardedCounter allows only worker0: worker0 creates and uses one on
+// worker1; worker2 can neither call a method of it (holding its RRef) nor
+// create one. Both refusals name the class and worker2.
+TEST_F(RRefTest, AllowListedClassRefusesOtherWorkers) {
+  StartWorld(3);
+  RRef<GuardedCounter> counter = RemoteObject<GuardedCounter>(*rrefs_, "worker1", int64_t{5});
+  EXPECT_EQ(counter.RpcSync<int64_t>("add", int64_t{1}), 6);
+
+  auto call = rt().RpcAsync<int64_t>("worker2", "add_to_guarded", counter, int64_t{1})
+                  .Wait(absl::Seconds(60));
+  ASSERT_FALSE(call.ok());
+  EXPECT_NE(call.status().message().find("permission denied: worker 'worker2'"),
+            std::string::npos) << call.status();
+  EXPECT_NE(call.status().message().find("method 'add' of class 'GuardedCounter'"),
+            std::string::npos) << call.status();
+
+  auto create = rt().RpcAsync<int64_t>("worker2", "make_guarded_on", std::string("worker1"))
+                    .Wait(absl::Seconds(60));
+  ASSERT_FALSE(create.ok());
+  EXPECT_NE(create.status().message().find("class 'GuardedCounter'"), std::string::npos)
+      << create.status();
+  EXPECT_NE(create.status().message().find("permission denied"), std::string::npos)
+      << create.status();
+  // The refused call changed nothing.
+  EXPECT_EQ(counter.RpcSync<int64_t>("add", int64_t{0}), 6);
+}
+
 }  // namespace
 }  // namespace tessera::testing

@@ -18,6 +18,10 @@ rref::ClassRegistry MakeTestClasses() {
       .Method("add", &Counter::Add)
       .Method("get", &Counter::Get)
       .Method("add_remote_echo", &Counter::AddRemoteEcho);
+  classes.Class<GuardedCounter>("GuardedCounter")
+      .Constructor<int64_t>()
+      .Method("add", &GuardedCounter::Add)
+      .AllowCallers(rpc::AllowList{{"worker0"}, {}});
   classes.Class<Failing>("Failing").Constructor<std::string>().Method("never", &Failing::Never);
   return classes;
 }
@@ -28,6 +32,10 @@ rpc::Registry MakeRRefTestRegistry(std::shared_ptr<rref::RRefContext> context) {
     if (!s.ok()) throw std::logic_error(s.ToString());
   };
   must(registry.Register("make_tensor", [](int64_t n) { return at::ones({n}) * n; }));
+  // As this worker: add to a GuardedCounter (see also make_guarded_on).
+  must(registry.Register("add_to_guarded", [](RRef<GuardedCounter> counter, int64_t delta) {
+    return counter.RpcSync<int64_t>("add", delta);
+  }));
   must(registry.Register(
       "relay_rref", [](rpc::CallContext& ctx, std::vector<std::string> chain,
                        RRef<at::Tensor> ref) -> double {
@@ -54,6 +62,11 @@ rpc::Registry MakeRRefTestRegistry(std::shared_ptr<rref::RRefContext> context) {
     kept->clear();
   }));
   std::weak_ptr<rref::RRefContext> weak = context;
+  // As this worker: create a GuardedCounter on `owner` and use it.
+  must(registry.Register("make_guarded_on", [weak](std::string owner) {
+    auto counter = rref::RemoteObject<GuardedCounter>(*weak.lock(), owner, int64_t{0});
+    return counter.RpcSync<int64_t>("add", int64_t{1});
+  }));
   must(registry.Register("await_owned", [weak](int64_t n, int64_t timeout_ms) {
     auto context = weak.lock();
     return context != nullptr &&

@@ -37,6 +37,12 @@ class Counter {
   int64_t value_;
 };
 
+// A Counter only worker0 may create or call (an allow-listed class).
+class GuardedCounter : public Counter {
+ public:
+  using Counter::Counter;
+};
+
 // Its constructor always throws.
 class Failing {
  public:
