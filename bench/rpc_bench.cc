@@ -3,6 +3,8 @@
 //   rtt_p50_us / rtt_p99_us  round trip of a 1-float tensor echo
 //   calls_per_s              echo throughput with 64 calls in flight
 //   gbps_1mb / gbps_64mb     tensor echo bandwidth: 2 x size / round trip
+// Flags: --grpc runs both workers on the gRPC agent (default TensorPipe);
+// --no-shm keeps TensorPipe off shared memory.
 // Run through bench/compare_rpc.sh to compare with PyTorch in the same run.
 #include <ATen/ops/ones.h>
 #include <sys/wait.h>
@@ -13,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <string>
 #include <vector>
 
 #include "rpc/runtime.h"
@@ -30,9 +33,14 @@ tessera::rpc::Registry MakeRegistry() {
   return registry;
 }
 
-std::unique_ptr<Runtime> Start(int rank, int port, bool shm) {
+bool HasFlag(const std::vector<std::string>& args, const std::string& flag) {
+  return std::find(args.begin(), args.end(), flag) != args.end();
+}
+
+std::unique_ptr<Runtime> Start(int rank, int port, const std::vector<std::string>& args) {
   tessera::rpc::RpcOptions options = tessera::bench::WorkerOptions(rank, 2, port);
-  options.tensorpipe.enable_shm = shm;
+  options.tensorpipe.enable_shm = !HasFlag(args, "--no-shm");
+  if (HasFlag(args, "--grpc")) options.backend = tessera::rpc::Backend::kGrpc;
   auto runtime = Runtime::Init(options, MakeRegistry());
   if (!runtime.ok()) {
     std::fprintf(stderr, "init: %s\n", runtime.status().ToString().c_str());
@@ -56,8 +64,7 @@ double Bandwidth(Runtime& rt, int64_t bytes, int iterations) {
 }
 
 int RankMain(int rank, int port, const std::vector<std::string>& args) {
-  const bool shm = !(!args.empty() && args[0] == "--no-shm");
-  auto rt = Start(rank, port, shm);
+  auto rt = Start(rank, port, args);
   if (rank == 1) return rt->Shutdown().ok() ? 0 : 1;
 
   at::Tensor one = at::ones({1});

@@ -1,6 +1,10 @@
-// Runs a benchmark as several processes on loopback: this one is rank 0 and
-// hosts a rendezvous store on a free port; ranks 1.. are this program
-// re-executed with "--rank <r> <port>" in front of the original arguments.
+// Runs a benchmark as several processes on loopback: this one is rank 0;
+// ranks 1.. are this program re-executed with "--rank <r> <port>" in front
+// of the original arguments. The rendezvous store runs in a process of its
+// own on a free port, as tessera-run hosts it in the launcher: a store in
+// rank 0 would add gRPC polling threads to the process being measured
+// (gRPC's epoll poller lets any of a process's polling threads take any
+// connection's events, which costs the gRPC agent a thread hop per message).
 // `rank_main(rank, port, args)` runs in all; rank 0's return value is the
 // exit code, after the others have exited.
 #pragma once
@@ -26,9 +30,27 @@ inline int RunProcesses(int argc, char** argv, int world_size, const RankMain& r
                      std::vector<std::string>(argv + 4, argv + argc));
   }
   const std::vector<std::string> args(argv + 1, argv + argc);
-  auto store = store::StoreServer::Start("127.0.0.1", 0);
-  if (!store.ok()) return 1;
-  const std::string port = std::to_string((*store)->port());
+  int port_pipe[2], quit_pipe[2];
+  if (pipe(port_pipe) != 0 || pipe(quit_pipe) != 0) return 1;
+  // Forked before this process touches gRPC: its threads do not survive fork.
+  const pid_t store_process = fork();
+  if (store_process == 0) {
+    close(quit_pipe[1]);
+    auto store = store::StoreServer::Start("127.0.0.1", 0);
+    const int store_port = store.ok() ? (*store)->port() : 0;
+    if (write(port_pipe[1], &store_port, sizeof(store_port)) != sizeof(store_port)) _exit(1);
+    char c;
+    if (read(quit_pipe[0], &c, 1) < 0) {}  // rank 0 closes its end when done
+    _exit(0);
+  }
+  close(port_pipe[1]);
+  close(quit_pipe[0]);
+  int store_port = 0;
+  if (read(port_pipe[0], &store_port, sizeof(store_port)) != sizeof(store_port) ||
+      store_port == 0) {
+    return 1;
+  }
+  const std::string port = std::to_string(store_port);
   std::vector<pid_t> children;
   for (int rank = 1; rank < world_size; ++rank) {
     const std::string rank_arg = std::to_string(rank);
@@ -44,11 +66,14 @@ inline int RunProcesses(int argc, char** argv, int world_size, const RankMain& r
     }
     children.push_back(child);
   }
-  const int code = rank_main(0, (*store)->port(), args);
+  const int code = rank_main(0, store_port, args);
   for (pid_t child : children) {
     int status = 0;
     waitpid(child, &status, 0);
   }
+  close(quit_pipe[1]);
+  int status = 0;
+  waitpid(store_process, &status, 0);
   return code;
 }
 

@@ -1,5 +1,7 @@
 #include "common/thread_pool.h"
 
+#include <pthread.h>
+
 #include <utility>
 
 #include "common/logging.h"
@@ -13,7 +15,11 @@ ThreadPool::ThreadPool(int num_threads, std::string name)
     : name_(std::move(name)) {
   threads_.reserve(num_threads);
   for (int i = 0; i < num_threads; ++i) {
-    threads_.emplace_back([this] { Loop(); });
+    threads_.emplace_back([this] {
+      // Named for top -H and perf (Linux allows 15 characters).
+      pthread_setname_np(pthread_self(), name_.substr(0, 15).c_str());
+      Loop();
+    });
   }
 }
 

@@ -12,19 +12,16 @@ ClientStream::ClientStream(StreamHost* host, uint64_t id, int peer_rank)
       peer_rank_(peer_rank),
       handshake_(host->settings().secret, host->settings().self) {}
 
-void ClientStream::Start(grpc::GenericStub* stub, const std::string& method) {
+void ClientStream::Start(grpc::GenericStub* stub, const std::string& method,
+                         grpc::CompletionQueue* queue) {
   self_ = shared_from_this();
   // Fail at once when the peer is unreachable (calls have deadlines; the
   // agent reconnects on the next call).
-  context_.set_wait_for_ready(false);
-  stub->PrepareBidiStreamingCall(&context_, method, grpc::StubOptions(), this);
-  // Held until reading ends: writes start from other threads (Send), which
-  // must not race OnDone.
-  AddHold();
-  Write(EncodeEnvelopeFrame(handshake_.Hello()));
-  StartRead(&read_buffer_);
-  StartCall();
+  context().set_wait_for_ready(false);
+  StartCall(stub, method, queue, &read_buffer_);
 }
+
+void ClientStream::OnOpened() { Write(EncodeEnvelopeFrame(handshake_.Hello())); }
 
 absl::Status ClientStream::Send(const Message& request) {
   auto frame = EncodeFrame(request, host_->settings().max_message_bytes);
@@ -60,7 +57,7 @@ void ClientStream::OnReadDone(bool ok) {
       MutexLock lock(&mu_);
       ending_ = true;
     }
-    RemoveHold();
+    StopReading();
     return;
   }
   auto message = DecodeFrame(read_buffer_, host_->settings().limits, host_->buffers());
@@ -112,7 +109,7 @@ void ClientStream::Fail(const absl::Status& why) {
   }
   Cancel();
   // The read loop stops here; OnReadDone(false) will not come for it.
-  RemoveHold();
+  StopReading();
 }
 
 void ClientStream::OnDone(const grpc::Status& status) {

@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "common/mutex.h"
 #include "rpc/agent_support.h"
+#include "rpc/grpc/completion_loop.h"
 #include "rpc/grpc/streams.h"
 #include "rpc/pending_calls.h"
 
@@ -71,7 +72,6 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
         handler_(std::move(handler)),
         executor_(executor),
         timer_(timer),
-        service_(this),
         pending_(timer, [this](int rank) { return PeerName(rank); }) {
     settings_.self = PeerIdentity{self_.name, self_.rank};
     settings_.secret = secret;
@@ -115,29 +115,14 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
   void OnClientStreamDone(ClientStream* stream, const absl::Status& why) override;
   void OnRequest(std::shared_ptr<ServerStream> stream, int from_rank, Message request) override;
   void OnServerStreamDone(int peer_rank, const absl::Status& why) override;
+  void ListenForNextStream() override;
+  bool serving() const override { return serving_.load(); }
   int MemberRankOf(const PeerIdentity& peer) const override {
     MutexLock lock(&mu_);
     return MemberRank(peer.name, peer.rank, workers_);
   }
 
  private:
-  class Service final : public grpc::CallbackGenericService {
-   public:
-    explicit Service(GrpcAgent* agent) : agent_(agent) {}
-    grpc::ServerGenericBidiReactor* CreateReactor(
-        grpc::GenericCallbackServerContext* context) override {
-      if (context->method() != kWorkerExchangeMethod) {
-        return grpc::CallbackGenericService::CreateReactor(context);  // UNIMPLEMENTED
-      }
-      auto stream = std::make_shared<ServerStream>(agent_);
-      stream->Start();
-      return stream.get();
-    }
-
-   private:
-    GrpcAgent* const agent_;
-  };
-
   absl::StatusOr<std::shared_ptr<ClientStream>> StreamTo(int rank);
   std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() const;
   std::string PeerName(int rank) const;
@@ -150,22 +135,28 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
   DeadlineTimer* const timer_;
   const std::shared_ptr<BufferPool> buffers_ = BufferPool::Create();
   std::optional<TlsMaterial> tls_;
-  Service service_;
+  grpc::AsyncGenericService service_;
+  // Declared before server_, so the server goes first (gRPC's order).
+  std::unique_ptr<CompletionLoop> loop_;
   std::unique_ptr<grpc::Server> server_;
   PendingCalls pending_;
 
   // Serialises opening streams, so two callers never open two to one peer.
   Mutex connect_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable Mutex mu_;
-  CondVar clients_done_;
+  // Signalled when a stream ends: the completion queue may only shut down
+  // once none is left to start another operation on it.
+  CondVar streams_done_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<WorkerInfo> workers_ ABSL_GUARDED_BY(mu_);
   std::map<int, std::unique_ptr<grpc::GenericStub>> stubs_ ABSL_GUARDED_BY(mu_);
   std::map<int, std::shared_ptr<ClientStream>> streams_ ABSL_GUARDED_BY(mu_);
   int live_client_streams_ ABSL_GUARDED_BY(mu_) = 0;
+  int live_server_streams_ ABSL_GUARDED_BY(mu_) = 0;  // listening ones included
   uint64_t next_stream_id_ ABSL_GUARDED_BY(mu_) = 1;
   PeerFailureNotifier peer_failures_;
 
+  std::atomic<bool> serving_{false};
   std::atomic<uint64_t> requests_sent_{0};
   std::atomic<uint64_t> requests_received_{0};
   std::atomic<uint64_t> responses_sent_{0};
@@ -184,12 +175,15 @@ absl::Status GrpcAgent::Start() {
     ssl.pem_key_cert_pairs.push_back({tls_->private_key, tls_->cert_chain});
     credentials = grpc::SslServerCredentials(ssl);
   }
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // Health is answered by ServerStream (rpc/grpc/health.h), not gRPC's
+  // built-in service; reflection only when asked for (GrpcOptions).
+  grpc::EnableDefaultHealthCheckService(false);
+  if (options_.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options_.listen_host + ":0", credentials, &port);
-  builder.RegisterCallbackGenericService(&service_);
+  builder.RegisterAsyncGenericService(&service_);
+  std::unique_ptr<grpc::ServerCompletionQueue> queue = builder.AddCompletionQueue();
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<size_t>(options_.max_message_bytes, INT_MAX)));
   builder.SetMaxSendMessageSize(static_cast<int>(std::min<size_t>(options_.max_message_bytes, INT_MAX)));
   server_ = builder.BuildAndStart();
@@ -198,10 +192,9 @@ absl::Status GrpcAgent::Start() {
         absl::StrCat("gRPC agent of '", self_.name, "' cannot listen on ", options_.listen_host));
   }
   self_.address = absl::StrCat(options_.listen_host, ":", port);
-  if (auto* health = server_->GetHealthCheckService()) {
-    health->SetServingStatus(true);
-    health->SetServingStatus("tessera.proto.Worker", true);
-  }
+  loop_ = std::make_unique<CompletionLoop>(std::move(queue), std::max(1, options_.completion_threads));
+  ListenForNextStream();
+  serving_.store(true);
   TESSERA_LOG(INFO) << self_.name << ": gRPC listening at " << self_.address
                     << (options_.tls.enabled() ? (options_.tls.mutual ? " (mutual TLS)" : " (TLS)")
                                                : " (plaintext)")
@@ -258,7 +251,7 @@ absl::StatusOr<std::shared_ptr<ClientStream>> GrpcAgent::StreamTo(int rank) {
     stream = std::make_shared<ClientStream>(this, next_stream_id_++, rank);
     ++live_client_streams_;
   }
-  stream->Start(stub, kWorkerExchangeMethod);
+  stream->Start(stub, kWorkerExchangeMethod, loop_->queue());
   MutexLock lock(&mu_);
   streams_[rank] = stream;
   return stream;
@@ -315,7 +308,7 @@ void GrpcAgent::OnClientStreamDone(ClientStream* stream, const absl::Status& why
   peer_failures_.Notify(stream->peer_rank());
   MutexLock lock(&mu_);
   --live_client_streams_;
-  clients_done_.SignalAll();
+  streams_done_.SignalAll();
 }
 
 void GrpcAgent::OnRequest(std::shared_ptr<ServerStream> stream, int from_rank, Message request) {
@@ -331,7 +324,21 @@ void GrpcAgent::OnRequest(std::shared_ptr<ServerStream> stream, int from_rank, M
   });
 }
 
+void GrpcAgent::ListenForNextStream() {
+  // Under mu_, so no request for a call is made once Close began: the queue
+  // would be shut down under it.
+  MutexLock lock(&mu_);
+  if (closed_) return;
+  ++live_server_streams_;
+  std::make_shared<ServerStream>(this)->Listen(&service_, loop_->queue());
+}
+
 void GrpcAgent::OnServerStreamDone(int peer_rank, const absl::Status& why) {
+  {
+    MutexLock lock(&mu_);
+    --live_server_streams_;
+    streams_done_.SignalAll();
+  }
   if (peer_rank < 0) return;  // not a worker of the job
   TESSERA_LOG(DEBUG) << self_.name << ": incoming stream from rank " << peer_rank
                      << " ended: " << why;
@@ -350,19 +357,29 @@ void GrpcAgent::Close(const absl::Status& reason) {
   pending_.FailAll(reason);
   for (auto& [rank, stream] : streams) stream->Cancel();
   if (server_ != nullptr) {
-    if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(false);
+    serving_.store(false);
     // Cancels the streams peers opened to us and waits for their reactors.
     server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
   }
-  // Our own streams end with gRPC's OnDone, which touches this agent.
-  MutexLock lock(&mu_);
-  const bool ended = clients_done_.WaitUntil(
-      &mu_, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return live_client_streams_ == 0; },
-      absl::Now() + absl::Seconds(10));
-  if (!ended) {
-    TESSERA_LOG(ERROR) << self_.name << ": " << live_client_streams_
-                       << " gRPC streams did not end within 10 s of closing";
+  {
+    // Every stream ends with OnDone, which touches this agent; after the
+    // server's shutdown and our cancels, none starts a new operation.
+    MutexLock lock(&mu_);
+    const bool ended = streams_done_.WaitUntil(
+        &mu_,
+        [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return live_client_streams_ == 0 && live_server_streams_ == 0;
+        },
+        absl::Now() + absl::Seconds(10));
+    if (!ended) {
+      TESSERA_LOG(ERROR) << self_.name << ": " << live_client_streams_ << " outgoing and "
+                         << live_server_streams_
+                         << " incoming gRPC streams did not end within 10 s of closing";
+    }
   }
+  // Runs what the shutdowns left queued (the streams' last reactions), then
+  // stops the loop's threads: after this nothing calls into the agent.
+  if (loop_ != nullptr) loop_->Shutdown();
 }
 
 }  // namespace

@@ -51,6 +51,14 @@ struct GrpcOptions {
   size_t max_message_bytes = INT_MAX;
   // How long a connecting peer has to complete the handshake.
   absl::Duration handshake_timeout = absl::Seconds(10);
+  // Threads that run the streams' gRPC completions (decoding frames,
+  // handing requests to the executor); handlers run on the executor.
+  int completion_threads = 1;
+  // Serve gRPC server reflection (grpc.reflection.v1alpha). Off by default:
+  // gRPC runs it on synchronous-server threads, which join this process's
+  // event polling and cost every agent message a thread hop (measured in
+  // docs/benchmarks.md). TESSERA_GRPC_REFLECTION=1 turns it on.
+  bool reflection = false;
   GrpcTlsOptions tls;
 };
 

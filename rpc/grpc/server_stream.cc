@@ -3,6 +3,7 @@
 #include "common/status.h"
 #include "rpc/agent_support.h"
 #include "rpc/grpc/frame_codec.h"
+#include "rpc/grpc/grpc_agent.h"
 #include "rpc/grpc/streams.h"
 
 namespace tessera::rpc {
@@ -18,8 +19,48 @@ grpc::Status ToGrpc(const absl::Status& status) {
 ServerStream::ServerStream(StreamHost* host)
     : host_(host), handshake_(host->settings().secret) {}
 
-void ServerStream::Start() {
+void ServerStream::Listen(grpc::AsyncGenericService* service,
+                          grpc::ServerCompletionQueue* queue) {
   self_ = shared_from_this();
+  Accept(service, queue);
+}
+
+void ServerStream::OnArrived(bool ok) {
+  if (!ok) {
+    // The server is shutting down; this stream never carried a call.
+    host_->OnServerStreamDone(-1, absl::OkStatus());
+    auto self = std::move(self_);
+    return;
+  }
+  host_->ListenForNextStream();
+  if (context().method() == kWorkerExchangeMethod) {
+    Start();
+    return;
+  }
+  health_ = HealthMethodOf(context().method());
+  if (health_ == HealthMethod::kNone) {
+    FinishSoon(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                            absl::StrCat("unknown method ", context().method())));
+    return;
+  }
+  phase_ = Phase::kHealth;
+  StartRead(&read_buffer_);  // the probe's one request
+}
+
+void ServerStream::AnswerHealthProbe() {
+  auto response = HealthResponse(read_buffer_, host_->serving());
+  if (!response.ok()) {
+    FinishSoon(ToGrpc(response.status()));
+    return;
+  }
+  Write(*std::move(response));
+  // Check ends here (once the write is out). Watch stays open, as the
+  // status cannot change while the worker serves; the server's shutdown or
+  // the prober's cancel ends it.
+  if (health_ == HealthMethod::kCheck) FinishSoon(grpc::Status::OK);
+}
+
+void ServerStream::Start() {
   // A peer that connects and never proves itself is cut off, so idle
   // connections cannot pile up.
   std::weak_ptr<ServerStream> weak = self_;
@@ -34,6 +75,14 @@ void ServerStream::Start() {
 }
 
 void ServerStream::OnReadDone(bool ok) {
+  if (phase_ == Phase::kHealth) {
+    if (ok) {
+      AnswerHealthProbe();
+    } else {
+      FinishSoon(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no health request"));
+    }
+    return;
+  }
   if (!ok) {
     // The peer half-closed or left: answer what is under way, then finish.
     {

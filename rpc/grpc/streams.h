@@ -4,13 +4,12 @@
 // responses out). Each runs the connection handshake (rpc/auth/) before
 // anything else and reports to its StreamHost, the agent.
 //
-// Lifetime: a stream owns itself (self_) from Start() until gRPC's OnDone,
+// Both run on the agent's CompletionLoop (rpc/grpc/async_bidi.h).
+//
+// Lifetime: a stream owns itself (self_) from Start()/Listen() until OnDone,
 // after which gRPC never touches it; others hold shared_ptrs to write to it
 // later, which then become no-ops.
 #pragma once
-
-#include <grpcpp/generic/async_generic_service.h>
-#include <grpcpp/generic/generic_stub.h>
 
 #include <memory>
 #include <optional>
@@ -20,6 +19,8 @@
 #include "rpc/auth/handshake.h"
 #include "rpc/buffer_pool.h"
 #include "rpc/codec.h"
+#include "rpc/grpc/async_bidi.h"
+#include "rpc/grpc/health.h"
 #include "rpc/grpc/write_queue.h"
 #include "rpc/message.h"
 
@@ -49,33 +50,40 @@ class StreamHost {
   // An authenticated peer's request arrived; answer with stream->Respond().
   virtual void OnRequest(std::shared_ptr<ServerStream> stream, int from_rank,
                          Message request) = 0;
+  // A peer's call arrived at the stream listening for one: listen for the next.
+  virtual void ListenForNextStream() = 0;
+  // What grpc.health.v1 reports: SERVING (true) or NOT_SERVING.
+  virtual bool serving() const = 0;
   // The rank to serve an authenticated peer as (rpc_agent.h's MemberRank).
   virtual int MemberRankOf(const PeerIdentity& peer) const = 0;
-  // A server stream ended; `peer_rank` is -1 unless a worker of the job.
+  // A server stream ended (or, listening, saw the server shut down);
+  // `peer_rank` is -1 unless a worker of the job.
   virtual void OnServerStreamDone(int peer_rank, const absl::Status& why) = 0;
 };
 
-class ClientStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+class ClientStream final : public AsyncClientBidi,
                            public std::enable_shared_from_this<ClientStream> {
  public:
   ClientStream(StreamHost* host, uint64_t id, int peer_rank);
 
-  // Opens the stream and sends the handshake's hello.
-  void Start(grpc::GenericStub* stub, const std::string& method);
+  // Opens the stream on `queue` and sends the handshake's hello.
+  void Start(grpc::GenericStub* stub, const std::string& method, grpc::CompletionQueue* queue);
   // Queues a request (written once the handshake is done). An error if the
   // stream is ending or the frame is too large; nothing was sent then.
   absl::Status Send(const Message& request);
   // Ends the stream; OnDone follows.
-  void Cancel() { context_.TryCancel(); }
+  void Cancel() { context().TryCancel(); }
 
   uint64_t id() const { return id_; }
   int peer_rank() const { return peer_rank_; }
 
+
+ private:
+  void OnOpened() override;
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
   void OnDone(const grpc::Status& status) override;
 
- private:
   void Write(grpc::ByteBuffer frame);
   absl::Status HandleHandshake(const Message& message);
   void Fail(const absl::Status& why);
@@ -83,7 +91,6 @@ class ClientStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc
   StreamHost* const host_;
   const uint64_t id_;
   const int peer_rank_;
-  grpc::ClientContext context_;
   ClientHandshake handshake_;
   grpc::ByteBuffer read_buffer_;  // touched only by read reactions
   enum class Phase { kChallenge, kResult, kReady } phase_ = Phase::kChallenge;
@@ -97,23 +104,27 @@ class ClientStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc
   std::shared_ptr<ClientStream> self_;
 };
 
-class ServerStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+class ServerStream final : public AsyncServerBidi,
                            public std::enable_shared_from_this<ServerStream> {
  public:
   explicit ServerStream(StreamHost* host);
 
-  // Starts reading the handshake (call once, right after construction).
-  void Start();
+  // Waits for a peer's call (call once, right after construction); when it
+  // arrives, asks the host to listen for the next and reads the handshake.
+  void Listen(grpc::AsyncGenericService* service, grpc::ServerCompletionQueue* queue);
   // Sends the response to a request from OnRequest (any thread).
   void Respond(const Message& response);
 
+ private:
+  void OnArrived(bool ok) override;
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
   void OnDone() override;
 
- private:
+  void Start();
   absl::Status HandleHandshake(const Message& message);
+  void AnswerHealthProbe();
   void Write(grpc::ByteBuffer frame);
   // Finishes with `status` once the write in flight (if any) is done.
   void FinishSoon(const grpc::Status& status);
@@ -122,7 +133,9 @@ class ServerStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
   StreamHost* const host_;
   ServerHandshake handshake_;
   grpc::ByteBuffer read_buffer_;  // touched only by read reactions
-  enum class Phase { kHello, kProof, kReady } phase_ = Phase::kHello;
+  // kHealth: the call is a grpc.health.v1 probe, not a peer's stream.
+  enum class Phase { kHello, kProof, kReady, kHealth } phase_ = Phase::kHello;
+  HealthMethod health_ = HealthMethod::kNone;
   DeadlineTimer::Id handshake_timer_ = 0;
   WriteQueue writes_;
 

@@ -112,6 +112,19 @@ def main():
         reply = health(health_pb2.HealthCheckRequest(service=service), timeout=TIMEOUT_S)
         check(reply.status == health_pb2.HealthCheckResponse.SERVING,
               "health of '%s' is SERVING" % service)
+    try:
+        health(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=TIMEOUT_S)
+        check(False, "health of an unknown service is refused")
+    except grpc.RpcError as error:
+        check(error.code() == grpc.StatusCode.NOT_FOUND,
+              "health of an unknown service is NOT_FOUND (%s)" % error.details())
+    watch = channel.unary_stream("/grpc.health.v1.Health/Watch",
+                                 request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+                                 response_deserializer=health_pb2.HealthCheckResponse.FromString)
+    updates = watch(health_pb2.HealthCheckRequest(service=""), timeout=TIMEOUT_S)
+    check(next(updates).status == health_pb2.HealthCheckResponse.SERVING,
+          "health watch first reports SERVING")
+    updates.cancel()
 
     # A member of the job: handshake, then calls of a registered function.
     stream = Stream(channel)
