@@ -83,6 +83,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Init(
 }
 
 absl::Status Runtime::Start() {
+  if (options_.backend == Backend::kGrpc) PrepareProcessForGrpcAgent();
   const bool host_store = options_.store_role == StoreRole::kHost ||
                           (options_.store_role == StoreRole::kAuto && options_.rank == 0);
   int port = options_.master_port;

@@ -48,6 +48,8 @@ absl::StatusOr<TlsMaterial> LoadTls(const GrpcTlsOptions& tls) {
 
 }  // namespace
 
+void PrepareProcessForGrpcAgent() { setenv("GRPC_POLL_STRATEGY", "poll", /*overwrite=*/0); }
+
 GrpcTlsOptions GrpcTlsOptions::FromEnv() {
   auto get = [](const char* name) {
     const char* value = std::getenv(name);
@@ -313,6 +315,7 @@ void GrpcAgent::OnClientStreamDone(ClientStream* stream, const absl::Status& why
 
 void GrpcAgent::OnRequest(std::shared_ptr<ServerStream> stream, int from_rank, Message request) {
   requests_received_.fetch_add(1);
+  // Handlers may block (nested synchronous calls), so never on the loop.
   executor_->Post([this, stream = std::move(stream), from_rank,
                    request = std::move(request)]() mutable {
     const uint64_t request_id = request.envelope.request_id();

@@ -52,7 +52,9 @@ struct GrpcOptions {
   // How long a connecting peer has to complete the handshake.
   absl::Duration handshake_timeout = absl::Seconds(10);
   // Threads that run the streams' gRPC completions (decoding frames,
-  // handing requests to the executor); handlers run on the executor.
+  // handing requests to the executor, which runs the handlers). One is
+  // fastest here: threads sharing a queue hand its events to each other
+  // (measured: 2 threads, 156-180 µs round trip; 1 thread, 114-144 µs).
   int completion_threads = 1;
   // Serve gRPC server reflection (grpc.reflection.v1alpha). Off by default:
   // gRPC runs it on synchronous-server threads, which join this process's
@@ -61,6 +63,15 @@ struct GrpcOptions {
   bool reflection = false;
   GrpcTlsOptions tls;
 };
+
+// Call before this process first uses gRPC (the runtime does, before its
+// store client). Selects gRPC's "poll" poller unless GRPC_POLL_STRATEGY is
+// set: with the default epoll poller any thread blocked in gRPC — a store
+// call waiting at shutdown, a sync server's threads — may take the agent's
+// socket events and hand them to its loop thread, a thread hop per message
+// (measured in docs/benchmarks.md); "poll" keeps each queue's connections
+// with that queue's threads. A gRPC already started keeps its poller.
+void PrepareProcessForGrpcAgent();
 
 // `executor` runs handlers; `timer` fires deadlines. Both outlive the agent.
 absl::StatusOr<std::unique_ptr<RpcAgent>> CreateGrpcAgent(
