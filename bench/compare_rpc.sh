@@ -1,18 +1,40 @@
 #!/usr/bin/env bash
-# Runs the RPC benchmark for Tessera and for PyTorch 1.13 in the same run and
-# prints both plus the ratios (ours / PyTorch; for latency lower is better).
+# Runs the RPC benchmark in one go, REPEAT times (default 3) round-robin so
+# the shared machine's drift hits every side alike, and prints per-metric
+# medians and ratios:
+#   - Tessera over TensorPipe vs PyTorch 1.13 (ours / PyTorch);
+#   - Tessera over gRPC vs a bare gRPC C++ echo (//bench:grpc_floor, the
+#     floor: ours / bare), and the bare TensorPipe floor.
+# For latency lower is better; for calls/s and GB/s higher is better.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bazel build //bench:rpc_bench //bench:tensorpipe_floor 2>/dev/null
-floor=$(bazel-bin/bench/tensorpipe_floor)
-ours=$(bazel-bin/bench/rpc_bench)
-theirs=$(/usr/bin/python3 bench/torch_rpc_bench.py "$(mktemp)" 2>/dev/null | tail -n 1)
-/usr/bin/python3 - "$ours" "$theirs" "$floor" <<'PY'
-import json, sys
-ours, theirs, floor = (json.loads(a) for a in sys.argv[1:4])
-print("bare TensorPipe floor (callbacks only, reused buffers):", floor)
-print(f"{'metric':<14}{'tessera':>12}{'pytorch':>12}{'ratio':>10}")
-for key in ours:
-    r = ours[key] / theirs[key] if theirs[key] else float('nan')
-    print(f"{key:<14}{ours[key]:>12}{theirs[key]:>12}{r:>10.2f}")
+bazel build //bench:rpc_bench //bench:tensorpipe_floor //bench:grpc_floor 2>/dev/null
+runs=$(mktemp)
+for _ in $(seq "${REPEAT:-3}"); do
+  echo "tp_floor $(bazel-bin/bench/tensorpipe_floor)" >>"$runs"
+  echo "tensorpipe $(bazel-bin/bench/rpc_bench)" >>"$runs"
+  echo "grpc_floor $(bazel-bin/bench/grpc_floor)" >>"$runs"
+  echo "grpc $(bazel-bin/bench/rpc_bench --grpc)" >>"$runs"
+  echo "pytorch $(/usr/bin/python3 bench/torch_rpc_bench.py "$(mktemp)" 2>/dev/null | tail -n 1)" >>"$runs"
+done
+/usr/bin/python3 - "$runs" <<'PY'
+import collections, json, statistics, sys
+samples = collections.defaultdict(lambda: collections.defaultdict(list))
+for line in open(sys.argv[1]):
+    side, blob = line.split(" ", 1)
+    for key, value in json.loads(blob).items():
+        samples[side][key.removeprefix("floor_")].append(value)
+med = {side: {k: statistics.median(v) for k, v in keys.items()} for side, keys in samples.items()}
+runs = len(samples["grpc"]["rtt_p50_us"])
+print(f"medians of {runs} runs; bare TensorPipe floor:", json.dumps(med["tp_floor"]))
+def table(title, a, b, names):
+    print(f"\n{title}\n{'metric':<14}{names[0]:>12}{names[1]:>12}{'ratio':>10}")
+    for key in med[a]:
+        x, y = med[a][key], med[b].get(key)
+        r = x / y if y else float("nan")
+        print(f"{key:<14}{x:>12.1f}{y:>12.1f}{r:>10.2f}")
+table("TensorPipe backend vs PyTorch (ours / PyTorch)", "tensorpipe", "pytorch",
+      ("tessera", "pytorch"))
+table("gRPC backend vs bare gRPC echo (ours / bare)", "grpc", "grpc_floor",
+      ("tessera", "bare grpc"))
 PY
