@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "common/mutex.h"
 #include "rpc/agent_support.h"
+#include "proto/worker_service.pb.h"
 #include "rpc/grpc/completion_loop.h"
 #include "rpc/grpc/streams.h"
 #include "rpc/pending_calls.h"
@@ -180,7 +181,11 @@ absl::Status GrpcAgent::Start() {
   // Health is answered by ServerStream (rpc/grpc/health.h), not gRPC's
   // built-in service; reflection only when asked for (GrpcOptions).
   grpc::EnableDefaultHealthCheckService(false);
-  if (options_.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  if (options_.reflection) {
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    // Links the Worker service's descriptors in, for reflection to find.
+    (void)proto::Frame::descriptor();
+  }
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options_.listen_host + ":0", credentials, &port);

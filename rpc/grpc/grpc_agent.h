@@ -2,9 +2,11 @@
 //
 // For networks where only HTTP/2 passes, service meshes, health probes and
 // other languages' clients. Each worker serves proto/worker_service.proto's
-// Worker.Exchange plus the standard grpc.health.v1.Health and server
-// reflection; each ordered pair of workers shares one bidirectional stream
-// (the caller's requests out, their responses back), opened on first use.
+// Worker.Exchange plus the standard grpc.health.v1.Health (and, if asked
+// for, server reflection); each ordered pair of workers shares one
+// bidirectional stream (the caller's requests out, their responses back),
+// opened on first use. Streams run on the agent's own completion queue
+// (rpc/grpc/completion_loop.h), handlers on the runtime's executor.
 // The envelopes are TensorPipe's; tensors travel as raw slices
 // (rpc/grpc/frame_codec.h). Every stream starts with the job-secret
 // handshake (rpc/auth/handshake.h); with `tls` set, over TLS as well.

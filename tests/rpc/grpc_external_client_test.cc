@@ -1,6 +1,7 @@
 // The gRPC agent seen from outside: Debian's python3-grpcio, with code
 // generated from the public protos by protoc, probes a worker's standard
-// health service, runs the handshake, calls a registered function, and is
+// health service and server reflection, runs the handshake, calls a
+// registered function, and is
 // refused when it replays a handshake, has the wrong secret, skips the
 // handshake or sends garbage (tests/rpc/python/external_client.py). The
 // worker serves on afterwards.
@@ -31,7 +32,8 @@ TEST_F(GrpcExternalClientTest, PythonClientProbesHealthCallsAndIsRefusedWhenItSh
   const std::string generated = absl::StrCat(tmp, "/generated");
   ASSERT_EQ(RunShell("mkdir -p " + generated), 0);
   ASSERT_EQ(RunShell("protoc -I. --python_out=" + generated +
-                " proto/rpc.proto proto/worker_service.proto tests/rpc/python/health.proto"),
+                " proto/rpc.proto proto/worker_service.proto tests/rpc/python/health.proto"
+                " tests/rpc/python/reflection.proto"),
             0);
   // The secret travels in the environment, never on a command line.
   ASSERT_EQ(setenv("TESSERA_JOB_SECRET", TestJobSecret().value().c_str(), 1), 0);

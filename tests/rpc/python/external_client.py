@@ -1,7 +1,8 @@
 """An unmodified gRPC client (Debian's python3-grpcio) against a Tessera worker.
 
 Speaks only the public protos (proto/rpc.proto, proto/worker_service.proto,
-the standard grpc.health.v1): health check, the job-secret handshake, calls
+the standard grpc.health.v1 and server reflection): health check and watch,
+a reflection lookup of the Worker service, the job-secret handshake, calls
 of a registered function with an int and with a tensor, and the refusals a
 stranger gets. Run by grpc_external_client_test with the job secret in
 TESSERA_JOB_SECRET; exits non-zero with the failed check's message.
@@ -20,7 +21,8 @@ import grpc
 ADDRESS, GENERATED = sys.argv[1], sys.argv[2]
 sys.path.insert(0, GENERATED)
 from proto import rpc_pb2, worker_service_pb2  # noqa: E402
-from tests.rpc.python import health_pb2  # noqa: E402
+from tests.rpc.python import health_pb2, reflection_pb2  # noqa: E402
+from google.protobuf import descriptor_pb2  # noqa: E402
 
 METHOD = "/tessera.proto.Worker/Exchange"
 SECRET = os.environ["TESSERA_JOB_SECRET"].encode()
@@ -125,6 +127,21 @@ def main():
     check(next(updates).status == health_pb2.HealthCheckResponse.SERVING,
           "health watch first reports SERVING")
     updates.cancel()
+
+    # Reflection (the test's worker enables it): the file defining the Worker service.
+    reflect = channel.stream_stream(
+        "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString)
+    answers = reflect(iter([reflection_pb2.ServerReflectionRequest(
+        file_containing_symbol="tessera.proto.Worker")]), timeout=TIMEOUT_S)
+    answer = next(answers)
+    files = [descriptor_pb2.FileDescriptorProto.FromString(b)
+             for b in answer.file_descriptor_response.file_descriptor_proto]
+    services = {f.name: [(s.name, [m.name for m in s.method]) for s in f.service] for f in files}
+    check(services.get("proto/worker_service.proto") == [("Worker", ["Exchange"])],
+          "reflection describes tessera.proto.Worker (%s)" % services)
+    answers.cancel()
 
     # A member of the job: handshake, then calls of a registered function.
     stream = Stream(channel)
