@@ -11,10 +11,17 @@ AsyncClientBidi::AsyncClientBidi()
 void AsyncClientBidi::StartCall(grpc::GenericStub* stub, const std::string& method,
                                 grpc::CompletionQueue* queue, grpc::ByteBuffer* first_read) {
   first_read_ = first_read;
-  MutexLock lock(&mu_);
-  call_ = stub->PrepareCall(&context_, method, queue);
-  ++in_flight_;
-  call_->StartCall(&open_tag_);
+  {
+    MutexLock lock(&mu_);
+    call_ = stub->PrepareCall(&context_, method, queue);
+    if (call_ != nullptr) {
+      ++in_flight_;
+      call_->StartCall(&open_tag_);
+      return;
+    }
+    finishing_ = finished_ = true;  // no operation can start
+  }
+  OnDone(grpc::Status(grpc::StatusCode::INTERNAL, "gRPC could not prepare the call"));
 }
 
 void AsyncClientBidi::Opened(bool ok) {

@@ -29,7 +29,8 @@ class AsyncClientBidi {
   AsyncClientBidi();
 
   // Opens the call; once open, starts reading into `first_read` and runs
-  // OnOpened(). If it cannot open, OnDone follows with gRPC's status.
+  // OnOpened(). If it cannot open, OnDone follows with gRPC's status (at
+  // once, from this call, if gRPC cannot even prepare it).
   void StartCall(grpc::GenericStub* stub, const std::string& method, grpc::CompletionQueue* queue,
                  grpc::ByteBuffer* first_read);
   void StartRead(grpc::ByteBuffer* buffer);

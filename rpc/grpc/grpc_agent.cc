@@ -257,10 +257,11 @@ absl::StatusOr<std::shared_ptr<ClientStream>> GrpcAgent::StreamTo(int rank) {
     stub = slot.get();
     stream = std::make_shared<ClientStream>(this, next_stream_id_++, rank);
     ++live_client_streams_;
+    // Listed before it starts: if it fails at once, OnClientStreamDone must
+    // find it to forget it, or later calls would reuse a dead stream.
+    streams_[rank] = stream;
   }
   stream->Start(stub, kWorkerExchangeMethod, loop_->queue());
-  MutexLock lock(&mu_);
-  streams_[rank] = stream;
   return stream;
 }
 

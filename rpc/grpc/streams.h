@@ -77,7 +77,6 @@ class ClientStream final : public AsyncClientBidi,
   uint64_t id() const { return id_; }
   int peer_rank() const { return peer_rank_; }
 
-
  private:
   void OnOpened() override;
   void OnReadDone(bool ok) override;
