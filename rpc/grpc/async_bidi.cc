@@ -11,17 +11,16 @@ AsyncClientBidi::AsyncClientBidi()
 void AsyncClientBidi::StartCall(grpc::GenericStub* stub, const std::string& method,
                                 grpc::CompletionQueue* queue, grpc::ByteBuffer* first_read) {
   first_read_ = first_read;
-  {
-    MutexLock lock(&mu_);
-    call_ = stub->PrepareCall(&context_, method, queue);
-    if (call_ != nullptr) {
-      ++in_flight_;
-      call_->StartCall(&open_tag_);
-      return;
+  call_ = stub->PrepareCall(&context_, method, queue);
+  if (call_ == nullptr) {
+    // Nothing may start on it: a final step that is over at once.
+    operations_.StartFinal([] {});
+    if (operations_.Completed(/*final=*/true)) {
+      OnDone(grpc::Status(grpc::StatusCode::INTERNAL, "gRPC could not prepare the call"));
     }
-    finishing_ = finished_ = true;  // no operation can start
+    return;
   }
-  OnDone(grpc::Status(grpc::StatusCode::INTERNAL, "gRPC could not prepare the call"));
+  operations_.Start([this] { call_->StartCall(&open_tag_); });
 }
 
 void AsyncClientBidi::Opened(bool ok) {
@@ -31,62 +30,33 @@ void AsyncClientBidi::Opened(bool ok) {
   } else {
     StopReading();  // fetches the reason (e.g. UNAVAILABLE)
   }
-  Release();
+  if (operations_.Completed()) OnDone(status_);
 }
 
-// Operations start under mu_: gRPC never completes one inline, and the lock
-// orders them against StopReading's finishing_.
 void AsyncClientBidi::StartRead(grpc::ByteBuffer* buffer) {
-  MutexLock lock(&mu_);
-  ++in_flight_;
-  call_->Read(buffer, &read_tag_);
+  operations_.Start([&] { call_->Read(buffer, &read_tag_); });
 }
 
 void AsyncClientBidi::StartWrite(const grpc::ByteBuffer* buffer) {
-  {
-    MutexLock lock(&mu_);
-    if (!finishing_) {
-      ++in_flight_;
-      call_->Write(*buffer, &write_tag_);
-      return;
-    }
-  }
-  OnWriteDone(false);
+  if (!operations_.Start([&] { call_->Write(*buffer, &write_tag_); })) OnWriteDone(false);
 }
 
 void AsyncClientBidi::StopReading() {
-  MutexLock lock(&mu_);
-  if (finishing_) return;
-  finishing_ = true;
-  ++in_flight_;
-  call_->Finish(&status_, &finish_tag_);
+  operations_.StartFinal([this] { call_->Finish(&status_, &finish_tag_); });
 }
 
 void AsyncClientBidi::ReadDone(bool ok) {
   OnReadDone(ok);
-  Release();
+  if (operations_.Completed()) OnDone(status_);
 }
 
 void AsyncClientBidi::WriteDone(bool ok) {
   OnWriteDone(ok);
-  Release();
+  if (operations_.Completed()) OnDone(status_);
 }
 
 void AsyncClientBidi::Finished(bool) {
-  {
-    MutexLock lock(&mu_);
-    finished_ = true;
-  }
-  Release();
-}
-
-void AsyncClientBidi::Release() {
-  bool done = false;
-  {
-    MutexLock lock(&mu_);
-    done = --in_flight_ == 0 && finished_;
-  }
-  if (done) OnDone(status_);
+  if (operations_.Completed(/*final=*/true)) OnDone(status_);
 }
 
 AsyncServerBidi::AsyncServerBidi()
@@ -106,69 +76,41 @@ void AsyncServerBidi::Accept(grpc::AsyncGenericService* service,
 }
 
 void AsyncServerBidi::Arrived(bool ok) {
-  if (ok) {
-    MutexLock lock(&mu_);
-    ++in_flight_;  // the end tag
-  }
+  if (ok) operations_.Start([] {});  // the end tag, now due
   OnArrived(ok);
 }
 
 void AsyncServerBidi::StartRead(grpc::ByteBuffer* buffer) {
-  MutexLock lock(&mu_);
-  ++in_flight_;
-  stream_.Read(buffer, &read_tag_);
+  // A read may still be started after Finish: it fails, which is all the
+  // reader needs to know.
+  operations_.Start([&] { stream_.Read(buffer, &read_tag_); }, /*refuse_after_final=*/false);
 }
 
 void AsyncServerBidi::StartWrite(const grpc::ByteBuffer* buffer) {
-  {
-    MutexLock lock(&mu_);
-    if (!finishing_) {
-      ++in_flight_;
-      stream_.Write(*buffer, &write_tag_);
-      return;
-    }
-  }
-  OnWriteDone(false);
+  if (!operations_.Start([&] { stream_.Write(*buffer, &write_tag_); })) OnWriteDone(false);
 }
 
 void AsyncServerBidi::Finish(const grpc::Status& status) {
-  MutexLock lock(&mu_);
-  if (finishing_) return;
-  finishing_ = true;
-  ++in_flight_;
-  stream_.Finish(status, &finish_tag_);
+  operations_.StartFinal([&] { stream_.Finish(status, &finish_tag_); });
 }
 
 void AsyncServerBidi::ReadDone(bool ok) {
   OnReadDone(ok);
-  Release();
+  if (operations_.Completed()) OnDone();
 }
 
 void AsyncServerBidi::WriteDone(bool ok) {
   OnWriteDone(ok);
-  Release();
+  if (operations_.Completed()) OnDone();
 }
 
 void AsyncServerBidi::Finished(bool) {
-  {
-    MutexLock lock(&mu_);
-    finished_ = true;
-  }
-  Release();
+  if (operations_.Completed(/*final=*/true)) OnDone();
 }
 
 void AsyncServerBidi::Ended(bool) {
   if (context_.IsCancelled()) OnCancel();
-  Release();
-}
-
-void AsyncServerBidi::Release() {
-  bool done = false;
-  {
-    MutexLock lock(&mu_);
-    done = --in_flight_ == 0 && finished_;
-  }
-  if (done) OnDone();
+  if (operations_.Completed()) OnDone();
 }
 
 }  // namespace tessera::rpc

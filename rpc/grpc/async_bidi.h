@@ -21,6 +21,47 @@
 
 namespace tessera::rpc {
 
+// The bookkeeping both stream kinds share: which operations are in flight,
+// and whether the final one (Finish) has started and completed. Operations
+// start under its lock (gRPC never completes one inline), which orders them
+// against the final one: nothing starts after it.
+class StreamOperations {
+ public:
+  // Starts an operation with `start` unless the final one has started
+  // (and `refuse_after_final`); true if it started.
+  template <typename StartFn>
+  bool Start(StartFn start, bool refuse_after_final = true) {
+    MutexLock lock(&mu_);
+    if (final_started_ && refuse_after_final) return false;
+    ++in_flight_;
+    start();
+    return true;
+  }
+  // Starts the final operation, once; false if it had started already.
+  template <typename StartFn>
+  bool StartFinal(StartFn start) {
+    MutexLock lock(&mu_);
+    if (final_started_) return false;
+    final_started_ = true;
+    ++in_flight_;
+    start();
+    return true;
+  }
+  // An operation completed (`final`: the final one); true when the stream
+  // is over: the final one completed and nothing is in flight.
+  bool Completed(bool final = false) {
+    MutexLock lock(&mu_);
+    if (final) final_done_ = true;
+    return --in_flight_ == 0 && final_done_;
+  }
+
+ private:
+  Mutex mu_;
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  bool final_started_ ABSL_GUARDED_BY(mu_) = false;
+  bool final_done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 class AsyncClientBidi {
  public:
   virtual ~AsyncClientBidi() = default;
@@ -50,19 +91,13 @@ class AsyncClientBidi {
   void ReadDone(bool ok);
   void WriteDone(bool ok);
   void Finished(bool ok);
-  // One operation fewer in flight; runs OnDone after the last one.
-  void Release();
 
   grpc::ClientContext context_;
   std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
   grpc::ByteBuffer* first_read_ = nullptr;
   grpc::Status status_;
   MemberTag<AsyncClientBidi> open_tag_, read_tag_, write_tag_, finish_tag_;
-
-  Mutex mu_;
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  StreamOperations operations_;
 };
 
 class AsyncServerBidi {
@@ -94,16 +129,11 @@ class AsyncServerBidi {
   void WriteDone(bool ok);
   void Finished(bool ok);
   void Ended(bool ok);
-  void Release();
 
   grpc::GenericServerContext context_;
   grpc::GenericServerAsyncReaderWriter stream_;
   MemberTag<AsyncServerBidi> arrive_tag_, read_tag_, write_tag_, finish_tag_, end_tag_;
-
-  Mutex mu_;
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  StreamOperations operations_;
 };
 
 }  // namespace tessera::rpc
