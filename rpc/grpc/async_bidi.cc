@@ -20,7 +20,7 @@ void AsyncClientBidi::StartCall(grpc::GenericStub* stub, const std::string& meth
     }
     return;
   }
-  operations_.Start([this] { call_->StartCall(&open_tag_); });
+  operations_.Start([this] { call_->StartCall(Handed(&open_tag_)); });
 }
 
 void AsyncClientBidi::Opened(bool ok) {
@@ -34,15 +34,16 @@ void AsyncClientBidi::Opened(bool ok) {
 }
 
 void AsyncClientBidi::StartRead(grpc::ByteBuffer* buffer) {
-  operations_.Start([&] { call_->Read(buffer, &read_tag_); });
+  operations_.Start([&] { call_->Read(buffer, Handed(&read_tag_)); });
 }
 
 void AsyncClientBidi::StartWrite(const grpc::ByteBuffer* buffer) {
-  if (!operations_.Start([&] { call_->Write(*buffer, &write_tag_); })) OnWriteDone(false);
+  const bool started = operations_.Start([&] { call_->Write(*buffer, Handed(&write_tag_)); });
+  if (!started) OnWriteDone(false);
 }
 
 void AsyncClientBidi::StopReading() {
-  operations_.StartFinal([this] { call_->Finish(&status_, &finish_tag_); });
+  operations_.StartFinal([this] { call_->Finish(&status_, Handed(&finish_tag_)); });
 }
 
 void AsyncClientBidi::ReadDone(bool ok) {
@@ -71,8 +72,8 @@ void AsyncServerBidi::Accept(grpc::AsyncGenericService* service,
                              grpc::ServerCompletionQueue* queue) {
   // Delivered once the call ends, cancelled or not — but only for a call
   // that arrived (gRPC drops it for a request the server's shutdown fails).
-  context_.AsyncNotifyWhenDone(&end_tag_);
-  service->RequestCall(&context_, &stream_, queue, queue, &arrive_tag_);
+  context_.AsyncNotifyWhenDone(Handed(&end_tag_));
+  service->RequestCall(&context_, &stream_, queue, queue, Handed(&arrive_tag_));
 }
 
 void AsyncServerBidi::Arrived(bool ok) {
@@ -83,15 +84,17 @@ void AsyncServerBidi::Arrived(bool ok) {
 void AsyncServerBidi::StartRead(grpc::ByteBuffer* buffer) {
   // A read may still be started after Finish: it fails, which is all the
   // reader needs to know.
-  operations_.Start([&] { stream_.Read(buffer, &read_tag_); }, /*refuse_after_final=*/false);
+  operations_.Start([&] { stream_.Read(buffer, Handed(&read_tag_)); },
+                    /*refuse_after_final=*/false);
 }
 
 void AsyncServerBidi::StartWrite(const grpc::ByteBuffer* buffer) {
-  if (!operations_.Start([&] { stream_.Write(*buffer, &write_tag_); })) OnWriteDone(false);
+  const bool started = operations_.Start([&] { stream_.Write(*buffer, Handed(&write_tag_)); });
+  if (!started) OnWriteDone(false);
 }
 
 void AsyncServerBidi::Finish(const grpc::Status& status) {
-  operations_.StartFinal([&] { stream_.Finish(status, &finish_tag_); });
+  operations_.StartFinal([&] { stream_.Finish(status, Handed(&finish_tag_)); });
 }
 
 void AsyncServerBidi::ReadDone(bool ok) {

@@ -13,7 +13,12 @@ void CompletionLoop::Poll() {
   pthread_setname_np(pthread_self(), "tessera-grpc");  // for top -H and perf
   void* tag = nullptr;
   bool ok = false;
-  while (queue_->Next(&tag, &ok)) static_cast<CompletionTag*>(tag)->Complete(ok);
+  while (queue_->Next(&tag, &ok)) {
+#if defined(__SANITIZE_THREAD__)
+    __tsan_acquire(tag);  // see Handed()
+#endif
+    static_cast<CompletionTag*>(tag)->Complete(ok);
+  }
 }
 
 void CompletionLoop::Shutdown() {
