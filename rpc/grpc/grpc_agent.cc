@@ -199,7 +199,8 @@ absl::Status GrpcAgent::Start() {
         absl::StrCat("gRPC agent of '", self_.name, "' cannot listen on ", options_.listen_host));
   }
   self_.address = absl::StrCat(options_.listen_host, ":", port);
-  loop_ = std::make_unique<CompletionLoop>(std::move(queue), std::max(1, options_.completion_threads));
+  loop_ = std::make_unique<CompletionLoop>(std::move(queue),
+                                           std::max(1, options_.completion_threads));
   ListenForNextStream();
   serving_.store(true);
   TESSERA_LOG(INFO) << self_.name << ": gRPC listening at " << self_.address
