@@ -18,4 +18,12 @@ int RunExample(int argc, char** argv, const char* program, TrainingFlags default
 // Throws InvalidArgument with `requirement` unless `holds`.
 void Require(bool holds, const std::string& requirement);
 
+// How the workers that serve (parameter servers, pipeline stages) learn
+// that the ones that train have finished: each trainer marks itself done in
+// the store under `example`'s prefix, and the servers wait (up to 2 hours)
+// for ranks [first_rank, end_rank) to have done so.
+void MarkDone(rpc::Runtime& runtime, const std::string& example, int rank);
+void WaitUntilDone(rpc::Runtime& runtime, const std::string& example, int first_rank,
+                   int end_rank);
+
 }  // namespace tessera::examples

@@ -35,7 +35,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr char kTableKey[] = "hybrid/table_ready";
-std::string DoneKey(int rank) { return absl::StrCat("hybrid/done/", rank); }
 
 // Rank 0: owns the table until every trainer is done.
 int RunServer(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs,
@@ -52,9 +51,7 @@ int RunServer(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs,
               static_cast<long long>(kVocabulary), static_cast<long long>(kEmbeddingDim),
               options.world_size - 1);
   std::fflush(stdout);
-  std::vector<std::string> done;
-  for (int rank = 1; rank < options.world_size; ++rank) done.push_back(DoneKey(rank));
-  ThrowIfError(runtime->store().Wait(done, absl::Hours(2)));
+  WaitUntilDone(*runtime, "hybrid", 1, options.world_size);
   table->Set(rref::RRef<EmbeddingTable>());
   ThrowIfError(runtime->Shutdown());
   return 0;
@@ -94,7 +91,7 @@ int RunTrainer(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs
     std::fflush(stdout);
   }
   trainer.reset();
-  ThrowIfError(runtime->store().Set(DoneKey(options.rank), "1"));
+  MarkDone(*runtime, "hybrid", options.rank);
   ThrowIfError(runtime->Shutdown());
   return 0;
 }

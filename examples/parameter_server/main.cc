@@ -12,7 +12,6 @@
 // Flags: --epochs E (2), --batch B (64), --lr LR (0.001, Adam),
 // --optimizer adam|sgd, --max_steps S (per trainer and epoch; 0 = all),
 // --log_every K (100), --seed S (0).
-#include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/tensor.h>
 
 #include <chrono>
@@ -27,6 +26,7 @@
 #include "ddp/distributed_sampler.h"
 #include "dist_autograd/dist_autograd.h"
 #include "dist_optim/distributed_optimizer.h"
+#include "examples/common/dist_training.h"
 #include "examples/common/example_main.h"
 #include "examples/parameter_server/parameter_server.h"
 #include "rpc/runtime.h"
@@ -53,8 +53,6 @@ dist_optim::OptimizerOptions OptimizerFor(const TrainingFlags& flags) {
   throw StatusError(absl::InvalidArgumentError("--optimizer must be adam or sgd"));
 }
 
-std::string DoneKey(int rank) { return absl::StrCat("parameter_server/done/", rank); }
-
 // Rank 0: serves the model until every trainer is done, then evaluates.
 int RunServer(rpc::RpcOptions options, const TrainingFlags& flags) {
   const auto start = Clock::now();
@@ -74,9 +72,7 @@ int RunServer(rpc::RpcOptions options, const TrainingFlags& flags) {
   auto runtime = ValueOrThrow(rpc::Runtime::Init(options, std::move(registry), {rrefs, autograd}));
   std::printf("[ps] serving a CNN to %d trainers\n", options.world_size - 1);
   std::fflush(stdout);
-  std::vector<std::string> done;
-  for (int rank = 1; rank < options.world_size; ++rank) done.push_back(DoneKey(rank));
-  ThrowIfError(runtime->store().Wait(done, absl::Hours(2)));
+  WaitUntilDone(*runtime, "parameter_server", 1, options.world_size);
   const double accuracy = server->Accuracy(test.images, test.labels);
   std::printf("[ps] test accuracy %.2f%% (%lld images) after %d epochs x %d trainers, %.1f s\n",
               100 * accuracy, static_cast<long long>(test.labels.size(0)), flags.epochs,
@@ -104,14 +100,11 @@ int RunTrainer(rpc::RpcOptions options, const TrainingFlags& flags) {
                                   {trainers, index, /*shuffle=*/true, /*seed=*/1, false});
   TrainEpochs(flags, train, sampler, absl::StrCat("trainer ", options.rank),
               [&](const at::Tensor& images, const at::Tensor& labels) {
-                dist_autograd::ContextGuard context(*autograd);
-                at::Tensor logits = runtime->RpcSync<at::Tensor>("ps", "forward", images);
-                at::Tensor loss = at::cross_entropy_loss(logits, labels);
-                ThrowIfError(autograd->Backward(context.id(), {loss}));
-                ThrowIfError(optimizer.Step(context.id()));
-                return loss.item<double>();
+                return DistAutogradStep(
+                    *autograd, optimizer,
+                    [&] { return runtime->RpcSync<at::Tensor>("ps", "forward", images); }, labels);
               });
-  ThrowIfError(runtime->store().Set(DoneKey(options.rank), "1"));
+  MarkDone(*runtime, "parameter_server", options.rank);
   ThrowIfError(runtime->Shutdown());
   return 0;
 }

@@ -13,7 +13,6 @@
 // (0.001, Adam), --max_steps S (per epoch; 0 = all), --log_every K (100),
 // --seed S (0).
 #include <ATen/ops/argmax.h>
-#include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/tensor.h>
 
 #include <chrono>
@@ -29,6 +28,7 @@
 #include "dist_optim/distributed_optimizer.h"
 #include "dist_optim/local_optimizer.h"
 #include "examples/common/cnn.h"
+#include "examples/common/dist_training.h"
 #include "examples/common/example_main.h"
 #include "pipeline/pipeline_driver.h"
 #include "rpc/runtime.h"
@@ -59,13 +59,11 @@ std::map<std::string, pipeline::StageFactory> CnnStages() {
   return {{"cnn_features", part(true)}, {"cnn_classifier", part(false)}};
 }
 
-constexpr char kDoneKey[] = "pipeline/done";
-
 // Ranks 1, 2: host a stage each until the driver is done.
 int RunStageHost(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs) {
   auto autograd = dist_autograd::DistAutograd::Create();
   auto runtime = ValueOrThrow(rpc::Runtime::Init(options, rpc::Registry(), {rrefs, autograd}));
-  ThrowIfError(runtime->store().Wait({kDoneKey}, absl::Hours(2)));
+  WaitUntilDone(*runtime, "pipeline", 0, 1);  // the driver
   ThrowIfError(runtime->Shutdown());
   return 0;
 }
@@ -109,11 +107,8 @@ int RunDriver(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs,
                                   {1, 0, /*shuffle=*/true, /*seed=*/1, false});
   const double throughput = TrainEpochs(
       flags, train, sampler, "driver", [&](const at::Tensor& images, const at::Tensor& labels) {
-        dist_autograd::ContextGuard context(*autograd);
-        at::Tensor loss = at::cross_entropy_loss(driver.Forward(images), labels);
-        ThrowIfError(autograd->Backward(context.id(), {loss}));
-        ThrowIfError(optimizer.Step(context.id()));
-        return loss.item<double>();
+        return DistAutogradStep(
+            *autograd, optimizer, [&] { return driver.Forward(images); }, labels);
       });
   const double accuracy = TestAccuracy(driver, test);
   std::printf("[driver] test accuracy %.2f%% (%lld images), training %.0f samples/s with %lld "
@@ -122,7 +117,7 @@ int RunDriver(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs,
               throughput, static_cast<long long>(micro_batches),
               SecondsSince(start));
   std::fflush(stdout);
-  ThrowIfError(runtime->store().Set(kDoneKey, "1"));
+  MarkDone(*runtime, "pipeline", options.rank);
   ThrowIfError(runtime->Shutdown());
   return 0;
 }

@@ -1,0 +1,29 @@
+// One training step of the distributed-autograd examples (parameter server,
+// pipeline): forward in a fresh autograd context, cross-entropy loss,
+// backward across every worker the forward touched, one optimizer step on
+// every parameter's owner.
+#pragma once
+
+#include <ATen/ops/cross_entropy_loss.h>
+
+#include <functional>
+
+#include "common/status.h"
+#include "dist_autograd/dist_autograd.h"
+#include "dist_optim/distributed_optimizer.h"
+
+namespace tessera::examples {
+
+// `forward` maps the batch to logits (through RPCs); returns the loss.
+inline double DistAutogradStep(dist_autograd::DistAutograd& autograd,
+                               dist_optim::DistributedOptimizer& optimizer,
+                               const std::function<at::Tensor()>& forward,
+                               const at::Tensor& labels) {
+  dist_autograd::ContextGuard context(autograd);
+  at::Tensor loss = at::cross_entropy_loss(forward(), labels);
+  ThrowIfError(autograd.Backward(context.id(), {loss}));
+  ThrowIfError(optimizer.Step(context.id()));
+  return loss.item<double>();
+}
+
+}  // namespace tessera::examples
