@@ -3,6 +3,8 @@
 // lost connection into the calls' error, and reporting dead peers.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -32,6 +34,24 @@ std::string DescribeWorker(int rank, const std::vector<WorkerInfo>& workers);
 // ended with `why`: a refused handshake stays Unauthenticated, anything else
 // means the peer is Unavailable.
 absl::Status ConnectionEnded(const std::string& peer, const absl::Status& why);
+
+// The serving half of an agent's AgentCounters (PendingCalls::Counts() has
+// the calling half).
+class ServedCounts {
+ public:
+  void RequestReceived() { requests_received_.fetch_add(1); }
+  void ResponseSent() { responses_sent_.fetch_add(1); }
+  // `calls` (the calling half) with the serving half filled in.
+  AgentCounters Complete(AgentCounters calls) const {
+    calls.requests_received = requests_received_.load();
+    calls.responses_sent = responses_sent_.load();
+    return calls;
+  }
+
+ private:
+  std::atomic<uint64_t> requests_received_{0};
+  std::atomic<uint64_t> responses_sent_{0};
+};
 
 // Hands peer failures to the runtime's handler until the agent closes.
 class PeerFailureNotifier {

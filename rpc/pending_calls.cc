@@ -67,9 +67,12 @@ void PendingCalls::FailAll(const absl::Status& reason) {
   for (auto& [id, call] : failed) Finish(std::move(call), reason);
 }
 
-uint64_t PendingCalls::completed() const {
+AgentCounters PendingCalls::Counts() const {
   MutexLock lock(&mu_);
-  return completed_;
+  AgentCounters counts;
+  counts.requests_sent = next_id_ - 1;  // ids are handed out from 1, one per call
+  counts.responses_received = completed_;
+  return counts;
 }
 
 void PendingCalls::Finish(Call call, absl::StatusOr<Message> result) {

@@ -20,6 +20,7 @@
 #include "common/future.h"
 #include "common/mutex.h"
 #include "rpc/message.h"
+#include "rpc/rpc_agent.h"
 
 namespace tessera::rpc {
 
@@ -44,8 +45,9 @@ class PendingCalls {
   // their own closed flag first).
   void FailAll(const absl::Status& reason);
 
-  // Calls completed so far, in any way (for AgentCounters).
-  uint64_t completed() const;
+  // The calling half of AgentCounters: calls added (sent) and completed,
+  // in any way, so far.
+  AgentCounters Counts() const;
 
  private:
   struct Call {

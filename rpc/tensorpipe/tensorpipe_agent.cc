@@ -142,14 +142,7 @@ class TensorPipeAgent final : public RpcAgent {
   Future<Message> Send(int to_rank, Message request,
                        absl::Time deadline) override;
 
-  AgentCounters counters() const override {
-    AgentCounters c;
-    c.requests_sent = requests_sent_.load();
-    c.responses_received = pending_.completed();
-    c.requests_received = requests_received_.load();
-    c.responses_sent = responses_sent_.load();
-    return c;
-  }
+  AgentCounters counters() const override { return served_.Complete(pending_.Counts()); }
 
   void Close(const absl::Status& reason) override;
 
@@ -199,9 +192,7 @@ class TensorPipeAgent final : public RpcAgent {
 
   PeerFailureNotifier peer_failures_;
 
-  std::atomic<uint64_t> requests_sent_{0};
-  std::atomic<uint64_t> requests_received_{0};
-  std::atomic<uint64_t> responses_sent_{0};
+  ServedCounts served_;
 };
 
 std::string TensorPipeAgent::PeerName(int rank) const {
@@ -271,7 +262,6 @@ Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
   }
   const uint64_t request_id = pending_.Add(promise, to_rank, client->id,
                                            request.envelope.target(), deadline);
-  requests_sent_.fetch_add(1);
   StampRequest(request_id, self_.rank, deadline, &request.envelope);
   WriteRequest(client, std::make_shared<Message>(std::move(request)));
   return future;
@@ -486,7 +476,7 @@ void TensorPipeAgent::ReadRequest(std::shared_ptr<ServerPipe> server) {
       DropServerPipe(server);
       return;
     }
-    requests_received_.fetch_add(1);
+    served_.RequestReceived();
     // The identity the peer proved, not what the envelope claims.
     const int from = server->peer->rank;
     message->envelope.set_origin_rank(from);
@@ -549,7 +539,7 @@ void TensorPipeAgent::ServeRequest(std::shared_ptr<tp::Pipe> pipe, int from,
             TESSERA_LOG(DEBUG) << self_.name << ": response not delivered: "
                                << error.what();
           }
-          responses_sent_.fetch_add(1);
+          served_.ResponseSent();
         });
       });
 }
