@@ -94,14 +94,7 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
     workers_ = std::move(workers);
   }
   Future<Message> Send(int to_rank, Message request, absl::Time deadline) override;
-  AgentCounters counters() const override {
-    AgentCounters c;
-    c.requests_sent = requests_sent_.load();
-    c.responses_received = pending_.completed();
-    c.requests_received = requests_received_.load();
-    c.responses_sent = responses_sent_.load();
-    return c;
-  }
+  AgentCounters counters() const override { return served_.Complete(pending_.Counts()); }
   void SetPeerFailureHandler(std::function<void(int rank)> handler) override {
     peer_failures_.Set(std::move(handler));
   }
@@ -126,6 +119,8 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
   }
 
  private:
+  // The open stream to `rank`, opening one if needed; an error if the agent
+  // is closed or there is no such worker.
   absl::StatusOr<std::shared_ptr<ClientStream>> StreamTo(int rank);
   std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() const;
   std::string PeerName(int rank) const;
@@ -160,9 +155,7 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
   PeerFailureNotifier peer_failures_;
 
   std::atomic<bool> serving_{false};
-  std::atomic<uint64_t> requests_sent_{0};
-  std::atomic<uint64_t> requests_received_{0};
-  std::atomic<uint64_t> responses_sent_{0};
+  ServedCounts served_;
 };
 
 absl::Status GrpcAgent::Start() {
@@ -227,8 +220,17 @@ std::string GrpcAgent::PeerName(int rank) const {
 }
 
 absl::StatusOr<std::shared_ptr<ClientStream>> GrpcAgent::StreamTo(int rank) {
+  const auto shut_down = [this] {
+    return absl::FailedPreconditionError("RPC agent of '" + self_.name + "' is shut down");
+  };
   {
+    // The common case, one lock per call: the stream is open.
     MutexLock lock(&mu_);
+    if (closed_) return shut_down();
+    if (rank < 0 || rank >= static_cast<int>(workers_.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("no worker with rank ", rank, " (world size ", workers_.size(), ")"));
+    }
     auto it = streams_.find(rank);
     if (it != streams_.end()) return it->second;
   }
@@ -237,7 +239,7 @@ absl::StatusOr<std::shared_ptr<ClientStream>> GrpcAgent::StreamTo(int rank) {
   std::shared_ptr<ClientStream> stream;
   {
     MutexLock lock(&mu_);
-    if (closed_) return absl::FailedPreconditionError("RPC agent of '" + self_.name + "' is shut down");
+    if (closed_) return shut_down();
     auto it = streams_.find(rank);
     if (it != streams_.end()) return it->second;
     auto& slot = stubs_[rank];
@@ -269,18 +271,6 @@ absl::StatusOr<std::shared_ptr<ClientStream>> GrpcAgent::StreamTo(int rank) {
 Future<Message> GrpcAgent::Send(int to_rank, Message request, absl::Time deadline) {
   Promise<Message> promise;
   Future<Message> future = promise.GetFuture();
-  {
-    MutexLock lock(&mu_);
-    if (closed_) {
-      promise.Set(absl::FailedPreconditionError("RPC agent of '" + self_.name + "' is shut down"));
-      return future;
-    }
-    if (to_rank < 0 || to_rank >= static_cast<int>(workers_.size())) {
-      promise.Set(absl::InvalidArgumentError(absl::StrCat(
-          "no worker with rank ", to_rank, " (world size ", workers_.size(), ")")));
-      return future;
-    }
-  }
   auto stream = StreamTo(to_rank);
   if (!stream.ok()) {
     promise.Set(stream.status());
@@ -288,7 +278,6 @@ Future<Message> GrpcAgent::Send(int to_rank, Message request, absl::Time deadlin
   }
   const uint64_t id = pending_.Add(promise, to_rank, (*stream)->id(),
                                    request.envelope.target(), deadline);
-  requests_sent_.fetch_add(1);
   StampRequest(id, self_.rank, deadline, &request.envelope);
   auto sent = (*stream)->Send(request);
   if (!sent.ok()) {
@@ -321,7 +310,7 @@ void GrpcAgent::OnClientStreamDone(ClientStream* stream, const absl::Status& why
 }
 
 void GrpcAgent::OnRequest(std::shared_ptr<ServerStream> stream, int from_rank, Message request) {
-  requests_received_.fetch_add(1);
+  served_.RequestReceived();
   // Handlers may block (nested synchronous calls), so never on the loop.
   executor_->Post([this, stream = std::move(stream), from_rank,
                    request = std::move(request)]() mutable {
@@ -329,7 +318,7 @@ void GrpcAgent::OnRequest(std::shared_ptr<ServerStream> stream, int from_rank, M
     handler_(from_rank, std::move(request))
         .OnReady([this, stream, request_id](const absl::StatusOr<Message>& result) {
           stream->Respond(ResponseTo(request_id, result, self_.name, self_.rank));
-          responses_sent_.fetch_add(1);
+          served_.ResponseSent();
         });
   });
 }
