@@ -44,10 +44,7 @@ TEST_F(AuthTest, WorkerWithoutSecretIsRefused) {
 TEST_F(AuthTest, SameSecretIsAccepted) {
   StartWorld(3);
   EXPECT_EQ(rt().RpcSync<int64_t>("worker1", "echo", int64_t{5}), 5);
-  auto chain = rt().RpcSync<at::Tensor>("worker1", "nested",
-                                        std::vector<std::string>{"worker2", "worker0"},
-                                        at::zeros({2}));
-  EXPECT_EQ(chain.sum().item<float>(), 6.0f);  // three hops, +1 each, on two elements
+  EXPECT_EQ(ThreeHopNestedSum(), 6.0f);
 }
 
 }  // namespace

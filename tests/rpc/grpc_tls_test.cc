@@ -62,10 +62,7 @@ class GrpcTlsTest : public RpcWorld {
 TEST_F(GrpcTlsTest, MutualTlsWorldWorksAndStrangersCannotConnect) {
   StartWorld(3);
   EXPECT_EQ(rt().RpcSync<int64_t>("worker1", "echo", int64_t{4}), 4);
-  auto chain = rt().RpcSync<at::Tensor>("worker1", "nested",
-                                        std::vector<std::string>{"worker2", "worker0"},
-                                        at::zeros({2}));
-  EXPECT_EQ(chain.sum().item<float>(), 6.0f);
+  EXPECT_EQ(ThreeHopNestedSum(), 6.0f);
 
   EXPECT_FALSE(Connects(grpc::InsecureChannelCredentials(), absl::Seconds(3)))
       << "plaintext client connected";

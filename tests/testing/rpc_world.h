@@ -3,6 +3,7 @@
 // that serve MakeTestRegistry() until everyone shuts down.
 #pragma once
 
+#include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -35,6 +36,16 @@ class RpcWorld : public ::testing::Test {
   void TearDown() override;
 
   rpc::Runtime& rt() { return *runtime_; }
+  // Sends zeros({2}) through worker1 -> worker2 -> worker0 with "nested"
+  // (each hop adds 1) and returns the result's sum: 6 when every hop
+  // worked, so every pair of a 3-worker world talks both ways.
+  float ThreeHopNestedSum() {
+    return rt()
+        .RpcSync<at::Tensor>("worker1", "nested", std::vector<std::string>{"worker2", "worker0"},
+                             at::zeros({2}))
+        .sum()
+        .item<float>();
+  }
   int store_port() const { return store_->port(); }
 
   std::unique_ptr<store::StoreServer> store_;
