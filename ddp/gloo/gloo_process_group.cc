@@ -11,9 +11,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <chrono>
-#include <cstdlib>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/thread_pool.h"
 #include "common/status.h"
@@ -296,22 +294,9 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(
 }
 
 absl::StatusOr<EnvProcessGroup> CreateGlooProcessGroupFromEnv(const GlooOptions& options) {
-  int values[3];
-  const char* names[3] = {"RANK", "WORLD_SIZE", "MASTER_PORT"};
-  for (int i = 0; i < 3; ++i) {
-    const char* text = std::getenv(names[i]);
-    if (text == nullptr || !absl::SimpleAtoi(text, &values[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "environment variable ", names[i], " is missing or not an integer (run under tessera-run)"));
-    }
-  }
-  const char* addr = std::getenv("MASTER_ADDR");
-  EnvProcessGroup result;
-  result.store = std::make_unique<store::StoreClient>(addr ? addr : "127.0.0.1", values[2]);
-  auto group = CreateGlooProcessGroup(result.store.get(), values[0], values[1], options);
-  if (!group.ok()) return group.status();
-  result.group = *std::move(group);
-  return result;
+  return CreateProcessGroupFromEnv([&](store::StoreClient* store, int rank, int size) {
+    return CreateGlooProcessGroup(store, rank, size, options);
+  });
 }
 
 }  // namespace tessera::ddp

@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "ddp/env_rendezvous.h"
 #include "ddp/process_group.h"
 #include "store/store_client.h"
 
@@ -33,12 +34,6 @@ struct GlooOptions {
 // outlive the group.
 absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(
     store::StoreClient* store, int rank, int size, const GlooOptions& options = {});
-
-// A group and the store connection it was made with (keep both alive).
-struct EnvProcessGroup {
-  std::unique_ptr<store::StoreClient> store;
-  std::unique_ptr<ProcessGroup> group;
-};
 
 // Like torch.distributed's env:// initialisation: RANK, WORLD_SIZE,
 // MASTER_ADDR (default 127.0.0.1) and MASTER_PORT from the environment, as

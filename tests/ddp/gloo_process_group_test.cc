@@ -4,175 +4,41 @@
 // joins, and a rank that dies.
 #include <gtest/gtest.h>
 
-#include <ATen/TensorOperators.h>
-#include <ATen/ops/allclose.h>
-#include <ATen/ops/arange.h>
-#include <ATen/ops/equal.h>
 #include <ATen/ops/full.h>
-#include <ATen/ops/repeat_interleave.h>
-#include <ATen/ops/zeros.h>
 
-#include <cstdio>
 #include <cstdlib>
-#include <optional>
 
-#include "absl/strings/str_cat.h"
-#include "common/status.h"
 #include "ddp/gloo/gloo_process_group.h"
-#include "store/store_server.h"
-#include "tests/testing/multiprocess.h"
+#include "tests/ddp/process_group_conformance.h"
 
 namespace tessera::testing {
 namespace {
 
-using ddp::ReduceOp;
-
-absl::Status Check(bool ok, const std::string& what) {
-  return ok ? absl::OkStatus() : absl::InternalError("wrong result: " + what);
-}
-
-absl::Status Done(ddp::Work work) {
-  auto result = work.Wait(absl::Seconds(120));
-  return result.ok() ? absl::OkStatus() : result.status();
-}
-
-// Every op, several dtypes, sizes from 4 bytes to 64 MB.
-absl::Status RunConformance(ddp::ProcessGroup& pg) {
-  const int r = pg.rank();
-  const int n = pg.size();
-  for (int64_t numel : {int64_t{1}, int64_t{1000}, int64_t{1} << 20, int64_t{16} << 20}) {
-    at::Tensor t = at::full({numel}, r + 1.0f);
-    TESSERA_RETURN_IF_ERROR(Done(pg.Allreduce(t, ReduceOp::kSum)));
-    TESSERA_RETURN_IF_ERROR(Check(at::equal(t, at::full({numel}, n * (n + 1) / 2.0f)),
-                                  absl::StrCat("sum of ", numel, " floats")));
-  }
-  at::Tensor avg = at::full({7}, static_cast<double>(r), at::kDouble);
-  TESSERA_RETURN_IF_ERROR(Done(pg.Allreduce(avg, ReduceOp::kAverage)));
-  TESSERA_RETURN_IF_ERROR(
-      Check(at::allclose(avg, at::full({7}, (n - 1) / 2.0, at::kDouble)), "average"));
-  at::Tensor mn = at::arange(5, at::kLong) + r;
-  TESSERA_RETURN_IF_ERROR(Done(pg.Allreduce(mn, ReduceOp::kMin)));
-  TESSERA_RETURN_IF_ERROR(Check(at::equal(mn, at::arange(5, at::kLong)), "min int64"));
-  at::Tensor mx = at::full({3}, r, at::kInt);
-  TESSERA_RETURN_IF_ERROR(Done(pg.Allreduce(mx, ReduceOp::kMax)));
-  TESSERA_RETURN_IF_ERROR(Check(at::equal(mx, at::full({3}, n - 1, at::kInt)), "max int32"));
-  at::Tensor prod = at::full({4}, r + 2.0f);
-  TESSERA_RETURN_IF_ERROR(Done(pg.Allreduce(prod, ReduceOp::kProduct)));
-  float expected = 1;
-  for (int i = 0; i < n; ++i) expected *= i + 2;
-  TESSERA_RETURN_IF_ERROR(Check(at::equal(prod, at::full({4}, expected)), "product"));
-  at::Tensor half = at::full({8}, 1.0, at::kHalf);
-  TESSERA_RETURN_IF_ERROR(Done(pg.Allreduce(half, ReduceOp::kSum)));
-  TESSERA_RETURN_IF_ERROR(Check(at::equal(half, at::full({8}, n, at::kHalf)), "half sum"));
-  at::Tensor bf16 = at::full({8}, 1.5, at::kBFloat16) * (r + 1);
-  TESSERA_RETURN_IF_ERROR(Done(pg.Allreduce(bf16, ReduceOp::kMax)));
-  TESSERA_RETURN_IF_ERROR(
-      Check(at::equal(bf16, at::full({8}, 1.5 * n, at::kBFloat16)), "bfloat16 max"));
-  TESSERA_RETURN_IF_ERROR(Done(pg.Allreduce(bf16, ReduceOp::kAverage)));
-  TESSERA_RETURN_IF_ERROR(
-      Check(at::equal(bf16, at::full({8}, 1.5 * n, at::kBFloat16)), "bfloat16 average"));
-
-  const int root = n - 1;
-  at::Tensor b = r == root ? at::arange(10, at::kFloat) : at::zeros({10});
-  TESSERA_RETURN_IF_ERROR(Done(pg.Broadcast(b, root)));
-  TESSERA_RETURN_IF_ERROR(Check(at::equal(b, at::arange(10, at::kFloat)), "broadcast"));
-  TESSERA_RETURN_IF_ERROR(Done(pg.Barrier()));
-
-  at::Tensor mine = at::full({3}, static_cast<int64_t>(r), at::kLong);
-  at::Tensor all = at::zeros({3 * n}, at::kLong);
-  TESSERA_RETURN_IF_ERROR(Done(pg.Allgather(mine, all)));
-  TESSERA_RETURN_IF_ERROR(Check(
-      at::equal(all, at::arange(n, at::kLong).repeat_interleave(3)), "allgather"));
-
-  // Reduce-scatter: a small and a 4 MB-per-rank chunk; the input is kept.
-  for (int64_t per_rank : {int64_t{4}, int64_t{1} << 20}) {
-    at::Tensor input = at::arange(per_rank * n, at::kFloat) * (r + 1);
-    at::Tensor kept = input.clone();
-    at::Tensor chunk = at::zeros({per_rank});
-    TESSERA_RETURN_IF_ERROR(Done(pg.ReduceScatter(input, chunk)));
-    at::Tensor base = at::arange(per_rank * r, per_rank * (r + 1), at::kFloat);
-    TESSERA_RETURN_IF_ERROR(Check(at::allclose(chunk, base * (n * (n + 1) / 2.0f)),
-                                  absl::StrCat("reduce_scatter of ", per_rank, " per rank")));
-    TESSERA_RETURN_IF_ERROR(Check(at::equal(input, kept), "reduce_scatter keeps its input"));
-  }
-  at::Tensor doubles = at::full({3 * n}, static_cast<double>(r), at::kDouble);
-  at::Tensor mean = at::zeros({3}, at::kDouble);
-  TESSERA_RETURN_IF_ERROR(Done(pg.ReduceScatter(doubles, mean, ReduceOp::kAverage)));
-  TESSERA_RETURN_IF_ERROR(Check(at::allclose(mean, at::full({3}, (n - 1) / 2.0, at::kDouble)),
-                                "reduce_scatter average"));
-
-  // A ring of point-to-point messages: each rank sends to the next.
-  at::Tensor out = at::full({5}, 10.0f * r);
-  at::Tensor in = at::zeros({5});
-  auto sent = pg.Send(out, (r + 1) % n, 7);
-  auto received = pg.Recv(in, (r + n - 1) % n, 7);
-  // Every rank sends before it receives; this completes only because sends
-  // are posted at once rather than queued behind each other.
-  TESSERA_RETURN_IF_ERROR(Done(sent));
-  TESSERA_RETURN_IF_ERROR(Done(received));
-  TESSERA_RETURN_IF_ERROR(
-      Check(at::equal(in, at::full({5}, 10.0f * ((r + n - 1) % n))), "send/recv ring"));
-
-  // Bad input is an error here, not a hang for the others: checked before
-  // anything is sent, so no rank issues it.
-  auto bad = pg.Allreduce(at::arange(6, at::kFloat).reshape({2, 3}).t()).Wait(absl::Seconds(5));
-  return Check(bad.status().code() == absl::StatusCode::kInvalidArgument,
-               "non-contiguous tensor rejected");
-}
-
-std::optional<ddp::EnvProcessGroup> ChildGroup(absl::Duration timeout) {
+absl::StatusOr<ddp::EnvProcessGroup> ChildGroup() {
   ddp::GlooOptions options;
-  options.timeout = timeout;
-  auto env = ddp::CreateGlooProcessGroupFromEnv(options);
-  if (!env.ok()) {
-    std::fprintf(stderr, "process group: %s\n", env.status().ToString().c_str());
-    return std::nullopt;
-  }
-  return *std::move(env);
+  options.timeout = absl::Seconds(60);
+  return ddp::CreateGlooProcessGroupFromEnv(options);
 }
 
-TESSERA_WORKER_SCENARIO(pg_conformance) {
-  auto env = ChildGroup(absl::Seconds(60));
-  if (!env.has_value()) return 1;
-  auto status = RunConformance(*env->group);
-  if (!status.ok()) {
-    std::fprintf(stderr, "rank %d: %s\n", env->group->rank(), status.ToString().c_str());
-  }
-  return status.ok() ? 0 : 1;
-}
+TESSERA_WORKER_SCENARIO(pg_conformance) { return RunChildRank(ChildGroup(), RunConformance); }
 
 // Joins, then dies before the first collective.
-TESSERA_WORKER_SCENARIO(pg_dies) {
-  auto env = ChildGroup(absl::Seconds(60));
-  std::_Exit(env.has_value() ? 0 : 1);
-}
+TESSERA_WORKER_SCENARIO(pg_dies) { std::_Exit(ChildGroup().ok() ? 0 : 1); }
 
 class GlooProcessGroupTest : public ::testing::TestWithParam<int> {
  protected:
-  void SetUp() override {
-    server_ = *store::StoreServer::Start("127.0.0.1", 0);
-    store_ = std::make_unique<store::StoreClient>("127.0.0.1", server_->port());
-  }
-  void StartChildren(int world_size, const std::string& scenario) {
-    for (int rank = 1; rank < world_size; ++rank) {
-      children_.push_back(std::make_unique<WorkerProcess>(
-          scenario, WorkerEnv(rank, world_size, server_->port())));
-    }
-  }
-  std::unique_ptr<store::StoreServer> server_;
-  std::unique_ptr<store::StoreClient> store_;
-  std::vector<std::unique_ptr<WorkerProcess>> children_;
+  ProcessGroupWorld world_;
 };
 
 TEST_P(GlooProcessGroupTest, EveryOpDtypeAndSize) {
   const int world_size = GetParam();
-  StartChildren(world_size, "pg_conformance");
-  auto pg = ddp::CreateGlooProcessGroup(store_.get(), 0, world_size);
+  world_.StartChildren(world_size, "pg_conformance");
+  auto pg = ddp::CreateGlooProcessGroup(world_.store(), 0, world_size);
   ASSERT_TRUE(pg.ok()) << pg.status();
   EXPECT_EQ((*pg)->size(), world_size);
   auto status = RunConformance(**pg);
   EXPECT_TRUE(status.ok()) << status;
-  for (auto& child : children_) EXPECT_EQ(child->Wait(absl::Seconds(120)), 0);
+  for (auto& child : world_.children()) EXPECT_EQ(child->Wait(absl::Seconds(120)), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooProcessGroupTest, ::testing::Values(2, 3));
@@ -180,18 +46,18 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooProcessGroupTest, ::testing::Values(2, 
 TEST_F(GlooProcessGroupTest, MissingRankIsATimeoutNotAHang) {
   ddp::GlooOptions options;
   options.timeout = absl::Milliseconds(800);
-  auto pg = ddp::CreateGlooProcessGroup(store_.get(), 0, 2, options);
+  auto pg = ddp::CreateGlooProcessGroup(world_.store(), 0, 2, options);
   ASSERT_FALSE(pg.ok());
   EXPECT_EQ(pg.status().code(), absl::StatusCode::kDeadlineExceeded) << pg.status();
 }
 
 TEST_F(GlooProcessGroupTest, DeadRankFailsTheCollective) {
-  StartChildren(2, "pg_dies");
+  world_.StartChildren(2, "pg_dies");
   ddp::GlooOptions options;
   options.timeout = absl::Seconds(5);
-  auto pg = ddp::CreateGlooProcessGroup(store_.get(), 0, 2, options);
+  auto pg = ddp::CreateGlooProcessGroup(world_.store(), 0, 2, options);
   ASSERT_TRUE(pg.ok()) << pg.status();
-  ASSERT_EQ(children_[0]->Wait(absl::Seconds(60)), 0);  // joined, then gone
+  ASSERT_EQ(world_.children()[0]->Wait(absl::Seconds(60)), 0);  // joined, then gone
   auto result = (*pg)->Allreduce(at::full({1000}, 1.0f)).Wait(absl::Seconds(60));
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().code(), absl::StatusCode::kDeadlineExceeded) << result.status();
