@@ -215,7 +215,12 @@ int Run(const LaunchOptions& options) {
 
   int exit_code = 1;
   for (int attempt = 0; attempt <= options.max_restarts; ++attempt) {
-    if (attempt > 0) Say(absl::StrCat("restarting the group (", attempt, "/", options.max_restarts, ")"));
+    if (attempt > 0) {
+      Say(absl::StrCat("restarting the group (", attempt, "/", options.max_restarts, ")"));
+      // Every worker of the last attempt is gone; its rendezvous entries
+      // (addresses, process-group ids, done flags) would mislead the new one.
+      if (store != nullptr) store->Clear();
+    }
     std::vector<Worker> workers;
     for (int local = 0; local < options.nproc_per_node; ++local) {
       workers.push_back(Spawn(resolved, local, port, original));

@@ -96,6 +96,11 @@ class StoreServiceImpl final : public proto::Store::Service {
     return grpc::Status::OK;
   }
 
+  void Clear() {
+    MutexLock lock(&mu_);
+    data_.clear();
+  }
+
   // Releases every waiting handler so the gRPC server can stop promptly.
   void BeginShutdown() {
     MutexLock lock(&mu_);
@@ -135,6 +140,8 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(
   server->port_ = bound_port;
   return server;
 }
+
+void StoreServer::Clear() { service_->Clear(); }
 
 void StoreServer::Shutdown() {
   if (server_ == nullptr) return;

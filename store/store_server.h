@@ -28,6 +28,9 @@ class StoreServer {
   ~StoreServer();
 
   int port() const { return port_; }
+  // Forgets every key: a group restarted on the same store (tessera-run
+  // --max_restarts) must not meet its dead predecessors' entries.
+  void Clear();
   void Shutdown();
 
  private:

@@ -130,8 +130,14 @@ class NcclProcessGroup final : public ProcessGroup {
     });
   }
 
+  // Every operation first makes the device current on the worker thread
+  // (staging allocates and copies before NCCL is called).
   Work Collective(std::function<absl::Status(absl::Time)> op) {
-    return nccl::PostOperation(worker_, timeout_, std::move(op));
+    return nccl::PostOperation(worker_, timeout_,
+                               [this, op = std::move(op)](absl::Time deadline) -> absl::Status {
+                                 TESSERA_RETURN_IF_ERROR(comm_->Activate());
+                                 return op(deadline);
+                               });
   }
 
   // Allgather's output and reduce-scatter's input (`whole`) hold size()

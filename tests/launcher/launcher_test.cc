@@ -67,25 +67,47 @@ TEST(LauncherTest, ForwardsSigterm) {
 
 // A Tessera RPC job under tessera-run: workers meet through the launcher's
 // store and call each other (the test binary is the worker program).
-TESSERA_WORKER_SCENARIO(launched_rpc) {
+int RunLaunchedRpcWorker() {
   auto options = rpc::RpcOptions::FromEnv();
   if (!options.ok() || options->store_role != rpc::StoreRole::kConnect) return 1;
   auto runtime = rpc::Runtime::Init(*options, MakeTestRegistry());
   if (!runtime.ok()) return 2;
   const int next = (options->rank + 1) % options->world_size;
-  const int64_t got =
-      (*runtime)->RpcSync<int64_t>("worker" + std::to_string(next), "echo", int64_t{options->rank});
-  std::printf("worker%d got %ld back from worker%d\n", options->rank, got, next);
+  auto got = (*runtime)->RpcAsync<int64_t>("worker" + std::to_string(next), "echo",
+                                           int64_t{options->rank})
+                 .Wait(absl::Seconds(30));
+  if (!got.ok()) {
+    std::printf("worker%d: %s\n", options->rank, got.status().ToString().c_str());
+    return 3;
+  }
+  std::printf("worker%d got %ld back from worker%d\n", options->rank, *got, next);
   std::fflush(stdout);
-  return (*runtime)->Shutdown().ok() && got == options->rank ? 0 : 3;
+  return (*runtime)->Shutdown().ok() && *got == options->rank ? 0 : 3;
+}
+
+TESSERA_WORKER_SCENARIO(launched_rpc) { return RunLaunchedRpcWorker(); }
+
+// The same job, but rank 0 fails once at the end, after a complete run (the
+// file named by FAILED_ONCE_MARKER remembers it).
+TESSERA_WORKER_SCENARIO(launched_rpc_failing_once) {
+  const int code = RunLaunchedRpcWorker();
+  const char* marker = std::getenv("FAILED_ONCE_MARKER");
+  if (code == 0 && std::getenv("RANK") == std::string("0") && access(marker, F_OK) != 0) {
+    close(open(marker, O_CREAT | O_WRONLY, 0600));
+    return 4;
+  }
+  return code;
+}
+
+std::string SelfPath() {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  return n > 0 ? std::string(self, n) : std::string();
 }
 
 TEST(LauncherTest, RunsATesseraJob) {
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  ASSERT_GT(n, 0);
-  self[n] = '\0';
-  Launcher launcher({"--nproc_per_node", "3", "--standalone", self, "--tessera_worker=launched_rpc"});
+  Launcher launcher(
+      {"--nproc_per_node", "3", "--standalone", SelfPath(), "--tessera_worker=launched_rpc"});
   EXPECT_EQ(launcher.Finish(), 0) << launcher.output();
   for (int rank = 0; rank < 3; ++rank) {
     EXPECT_TRUE(absl::StrContains(
@@ -94,6 +116,22 @@ TEST(LauncherTest, RunsATesseraJob) {
                      (rank + 1) % 3)))
         << launcher.output();
   }
+}
+
+// A restarted group meets afresh: the store forgets the entries of the
+// group before (whose workers' addresses are dead), so the second attempt's
+// calls reach the new workers.
+TEST(LauncherTest, ARestartedRpcJobMeetsAfresh) {
+  const std::string marker = absl::StrCat(std::getenv("TEST_TMPDIR"), "/rpc_failed_once");
+  unlink(marker.c_str());
+  setenv("FAILED_ONCE_MARKER", marker.c_str(), 1);
+  Launcher launcher({"--nproc_per_node", "3", "--standalone", "--max_restarts", "1", SelfPath(),
+                     "--tessera_worker=launched_rpc_failing_once"});
+  EXPECT_EQ(launcher.Finish(), 0) << launcher.output();
+  EXPECT_TRUE(absl::StrContains(launcher.output(), "restarting the group (1/1)"))
+      << launcher.output();
+  // Each rank's call succeeded in both attempts.
+  EXPECT_EQ(launcher.Count("got 1 back from worker2"), 2) << launcher.output();
 }
 
 // The DDP tutorial's ToyModel job, launched the way the README says.
