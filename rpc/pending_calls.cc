@@ -1,6 +1,7 @@
 #include "rpc/pending_calls.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 
 namespace tessera::rpc {
 
@@ -56,6 +57,20 @@ size_t PendingCalls::FailConnection(uint64_t connection_id, const absl::Status& 
   }
   for (Call& call : failed) Finish(std::move(call), status);
   return failed.size();
+}
+
+void PendingCalls::FailConnectionAndWarn(uint64_t connection_id, const absl::Status& status,
+                                         const std::string& self, bool warn) {
+  // The message is read before the calls fail: a waiter may drop the last
+  // reference to the status as soon as its future completes. (Harmless
+  // either way, as `status` holds a reference, but Debian's Abseil is not
+  // built for ThreadSanitizer, which then cannot see the reference count
+  // order that read before the waiter's free.)
+  const std::string warning = absl::StrCat(self, ": ", status.message());
+  const size_t failed = FailConnection(connection_id, status);
+  if (failed > 0 && warn) {
+    TESSERA_LOG(WARNING) << warning << " (" << failed << " calls failed)";
+  }
 }
 
 void PendingCalls::FailAll(const absl::Status& reason) {

@@ -41,6 +41,11 @@ class PendingCalls {
   // Fails every call sent over `connection_id`; returns how many.
   size_t FailConnection(uint64_t connection_id, const absl::Status& status);
 
+  // FailConnection, then, if any call failed and `warn`, logs a warning
+  // "<self>: <status message> (N calls failed)".
+  void FailConnectionAndWarn(uint64_t connection_id, const absl::Status& status,
+                             const std::string& self, bool warn);
+
   // Fails every call with `reason`; later Add()s still work (callers check
   // their own closed flag first).
   void FailAll(const absl::Status& reason);

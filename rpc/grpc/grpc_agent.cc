@@ -298,11 +298,7 @@ void GrpcAgent::OnClientStreamDone(ClientStream* stream, const absl::Status& why
     closed = closed_;
   }
   const absl::Status status = ConnectionEnded(PeerName(stream->peer_rank()), why);
-  const size_t failed = pending_.FailConnection(stream->id(), status);
-  if (failed > 0 && !closed) {
-    TESSERA_LOG(WARNING) << self_.name << ": " << status.message() << " (" << failed
-                         << " calls failed)";
-  }
+  pending_.FailConnectionAndWarn(stream->id(), status, self_.name, /*warn=*/!closed);
   peer_failures_.Notify(stream->peer_rank());
   MutexLock lock(&mu_);
   --live_client_streams_;

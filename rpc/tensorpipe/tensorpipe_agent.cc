@@ -306,11 +306,7 @@ void TensorPipeAgent::FailPipe(const std::shared_ptr<ClientPipe>& client,
   }
   peer_failures_.Notify(client->rank);
   const absl::Status status = ConnectionEnded(PeerName(client->rank), why);
-  const size_t failed = pending_.FailConnection(client->id, status);
-  if (failed > 0) {
-    TESSERA_LOG(WARNING) << self_.name << ": " << status.message() << " (" << failed
-                         << " calls failed)";
-  }
+  pending_.FailConnectionAndWarn(client->id, status, self_.name, /*warn=*/true);
   client->pipe->close();
 }
 

@@ -8,9 +8,11 @@
 
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
+#include <torch/torch.h>
 
 #include <cstdlib>
 
+#include "ddp/distributed_data_parallel.h"
 #include "ddp/nccl/nccl_process_group.h"
 #include "tests/ddp/process_group_conformance.h"
 
@@ -66,6 +68,40 @@ TEST_P(NcclProcessGroupTest, EveryOpDtypeAndSize) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, NcclProcessGroupTest, ::testing::Values(1, 2, 3));
+
+// DDP's reducer over NCCL on one GPU: buckets go through the backend
+// (staged, averaged over one rank), so training equals plain local training.
+TEST_F(NcclProcessGroupTest, DdpAtWorldSizeOneTrainsLikeALocalModel) {
+  SKIP_UNLESS_GPUS(1);
+  auto pg = ddp::CreateNcclProcessGroup(world_.store(), 0, 1);
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  auto make = [] {
+    torch::manual_seed(5);
+    return std::make_shared<torch::nn::SequentialImpl>(
+        torch::nn::Linear(10, 10), torch::nn::ReLU(), torch::nn::Linear(10, 5));
+  };
+  auto replica = make();
+  auto local = make();
+  ddp::DdpOptions options;
+  options.bucket_cap_mb = 0.0002;  // several buckets
+  auto ddp = ddp::DistributedDataParallel::Create(replica, pg->get(), options);
+  ASSERT_TRUE(ddp.ok()) << ddp.status();
+  torch::optim::SGD opt(replica->parameters(), 0.1);
+  torch::optim::SGD local_opt(local->parameters(), 0.1);
+  const torch::Tensor x = torch::randn({8, 10});
+  const torch::Tensor y = torch::randn({8, 5});
+  for (int step = 0; step < 3; ++step) {
+    opt.zero_grad();
+    torch::mse_loss(replica->forward(x), y).backward();
+    opt.step();
+    local_opt.zero_grad();
+    torch::mse_loss(local->forward(x), y).backward();
+    local_opt.step();
+  }
+  auto a = replica->parameters();
+  auto b = local->parameters();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::allclose(a[i], b[i])) << i;
+}
 
 // Needs one GPU only: rank 1 never comes.
 TEST_F(NcclProcessGroupTest, MissingRankIsATimeoutNotAHang) {
