@@ -21,8 +21,7 @@ absl::Status ReadInt(const char* name, int* value) {
 
 absl::StatusOr<RendezvousEnv> ReadRendezvousEnv() {
   RendezvousEnv env;
-  for (auto [name, value] : {std::pair{"RANK", &env.rank},
-                             std::pair{"WORLD_SIZE", &env.world_size},
+  for (auto [name, value] : {std::pair{"RANK", &env.rank}, std::pair{"WORLD_SIZE", &env.world_size},
                              std::pair{"MASTER_PORT", &env.master_port}}) {
     if (auto status = ReadInt(name, value); !status.ok()) return status;
   }

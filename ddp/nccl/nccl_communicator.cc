@@ -49,9 +49,9 @@ absl::StatusOr<ncclUniqueId> ExchangeUniqueId(store::StoreClient& store, const s
   }
   auto hex = store.Get(key, std::max(deadline - absl::Now(), absl::ZeroDuration()));
   if (!hex.ok()) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "rank ", rank, " waited for NCCL's unique id under '", key,
-        "' from rank 0 of the communicator: ", hex.status().message()));
+    return absl::DeadlineExceededError(
+        absl::StrCat("rank ", rank, " waited for NCCL's unique id under '", key,
+                     "' from rank 0 of the communicator: ", hex.status().message()));
   }
   const std::string bytes = absl::HexStringToBytes(*hex);
   if (bytes.size() != sizeof(id.internal)) {
@@ -66,7 +66,8 @@ absl::StatusOr<ncclUniqueId> ExchangeUniqueId(store::StoreClient& store, const s
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     store::StoreClient& store, const std::string& key, int rank, int size, int device,
     absl::Time deadline) {
-  TESSERA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), absl::StrCat("selecting CUDA device ", device));
+  TESSERA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device),
+                               absl::StrCat("selecting CUDA device ", device));
   auto id = ExchangeUniqueId(store, key, rank, deadline);
   if (!id.ok()) return id.status();
 
@@ -83,10 +84,10 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   if (started != ncclSuccess && started != ncclInProgress) {
     return comm->Break(NcclStatus(started, "creating the NCCL communicator", comm->comm_));
   }
-  absl::Status joined = comm->AwaitNccl(
-      absl::StrCat("rank ", rank, " joining the NCCL communicator '", key, "' of ", size,
-                   " ranks (a rank is missing or dead)"),
-      deadline);
+  absl::Status joined =
+      comm->AwaitNccl(absl::StrCat("rank ", rank, " joining the NCCL communicator '", key, "' of ",
+                                   size, " ranks (a rank is missing or dead)"),
+                      deadline);
   if (!joined.ok()) return joined;
   return comm;
 }
@@ -97,8 +98,9 @@ NcclCommunicator::~NcclCommunicator() {
     bool finalized = false;
     if (broken_.ok()) {
       const ncclResult_t r = ncclCommFinalize(comm_);
-      finalized = (r == ncclSuccess || r == ncclInProgress) &&
-                  AwaitNccl("finalizing the NCCL communicator", absl::Now() + kFinalizeTimeout).ok();
+      finalized =
+          (r == ncclSuccess || r == ncclInProgress) &&
+          AwaitNccl("finalizing the NCCL communicator", absl::Now() + kFinalizeTimeout).ok();
     }
     if (finalized) {
       ncclCommDestroy(comm_);
@@ -116,7 +118,8 @@ absl::Status NcclCommunicator::Activate() {
     return absl::FailedPreconditionError(absl::StrCat(
         "the NCCL communicator was aborted after an earlier failure: ", broken_.message()));
   }
-  TESSERA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), absl::StrCat("selecting CUDA device ", device_));
+  TESSERA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_),
+                               absl::StrCat("selecting CUDA device ", device_));
   return absl::OkStatus();
 }
 
@@ -168,9 +171,9 @@ absl::Status NcclCommunicator::Synchronize(const std::string& what, absl::Time d
     return false;
   });
   if (absl::IsDeadlineExceeded(status)) {
-    status = absl::DeadlineExceededError(absl::StrCat(
-        what, " did not complete within ", absl::FormatDuration(absl::Now() - start),
-        " (a rank is missing, dead or issuing other collectives)"));
+    status = absl::DeadlineExceededError(
+        absl::StrCat(what, " did not complete within ", absl::FormatDuration(absl::Now() - start),
+                     " (a rank is missing, dead or issuing other collectives)"));
   }
   return status.ok() ? status : Break(std::move(status));
 }

@@ -32,8 +32,8 @@ class NcclCommunicator {
   // `store` under `key`; the other ranks read it there. DeadlineExceeded
   // (and an aborted communicator) when not every rank joins by `deadline`.
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> Create(store::StoreClient& store,
-                                                                  const std::string& key,
-                                                                  int rank, int size, int device,
+                                                                  const std::string& key, int rank,
+                                                                  int size, int device,
                                                                   absl::Time deadline);
   ~NcclCommunicator();
   NcclCommunicator(const NcclCommunicator&) = delete;

@@ -6,14 +6,22 @@ namespace tessera::ddp::nccl {
 
 absl::StatusOr<ncclDataType_t> NcclType(c10::ScalarType type) {
   switch (type) {
-    case c10::ScalarType::Float: return ncclFloat32;
-    case c10::ScalarType::Double: return ncclFloat64;
-    case c10::ScalarType::Half: return ncclFloat16;
-    case c10::ScalarType::BFloat16: return ncclBfloat16;
-    case c10::ScalarType::Char: return ncclInt8;
-    case c10::ScalarType::Byte: return ncclUint8;
-    case c10::ScalarType::Int: return ncclInt32;
-    case c10::ScalarType::Long: return ncclInt64;
+    case c10::ScalarType::Float:
+      return ncclFloat32;
+    case c10::ScalarType::Double:
+      return ncclFloat64;
+    case c10::ScalarType::Half:
+      return ncclFloat16;
+    case c10::ScalarType::BFloat16:
+      return ncclBfloat16;
+    case c10::ScalarType::Char:
+      return ncclInt8;
+    case c10::ScalarType::Byte:
+      return ncclUint8;
+    case c10::ScalarType::Int:
+      return ncclInt32;
+    case c10::ScalarType::Long:
+      return ncclInt64;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("the NCCL backend does not take ", c10::toString(type), " tensors"));
@@ -22,11 +30,16 @@ absl::StatusOr<ncclDataType_t> NcclType(c10::ScalarType type) {
 
 ncclRedOp_t NcclReduceOp(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAverage: return ncclAvg;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kProduct: return ncclProd;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAverage:
+      return ncclAvg;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kProduct:
+      return ncclProd;
   }
   return ncclSum;
 }

@@ -62,9 +62,12 @@ class NcclProcessGroup final : public ProcessGroup {
   Work Barrier() override {
     return Collective([this](absl::Time deadline) -> absl::Status {
       TESSERA_ASSIGN_OR_RETURN(char* word, comm_->scratch().Reserve(sizeof(int32_t)));
-      return comm_->Run("barrier", [word](ncclComm_t comm, cudaStream_t stream) {
-        return ncclAllReduce(word, word, 1, ncclInt32, ncclSum, comm, stream);
-      }, deadline);
+      return comm_->Run(
+          "barrier",
+          [word](ncclComm_t comm, cudaStream_t stream) {
+            return ncclAllReduce(word, word, 1, ncclInt32, ncclSum, comm, stream);
+          },
+          deadline);
     });
   }
 
@@ -76,11 +79,13 @@ class NcclProcessGroup final : public ProcessGroup {
       TESSERA_RETURN_IF_ERROR(comm_->scratch().Reserve(StagingBytes({&output})).status());
       TESSERA_ASSIGN_OR_RETURN(char* whole, StageIn(*comm_, output, 0, false));
       TESSERA_ASSIGN_OR_RETURN(char* mine, StageIn(*comm_, input, rank() * input.nbytes(), true));
-      TESSERA_RETURN_IF_ERROR(comm_->Run(Describe("allgather", input),
-                                         [&](ncclComm_t comm, cudaStream_t stream) {
-        return ncclAllGather(mine, whole, input.numel(), *NcclType(input.scalar_type()), comm,
-                             stream);
-      }, deadline));
+      TESSERA_RETURN_IF_ERROR(comm_->Run(
+          Describe("allgather", input),
+          [&](ncclComm_t comm, cudaStream_t stream) {
+            return ncclAllGather(mine, whole, input.numel(), *NcclType(input.scalar_type()), comm,
+                                 stream);
+          },
+          deadline));
       return StageOut(*comm_, output, whole);
     });
   }
@@ -96,11 +101,13 @@ class NcclProcessGroup final : public ProcessGroup {
       TESSERA_ASSIGN_OR_RETURN(char* whole, StageIn(*comm_, input, 0, true));
       TESSERA_ASSIGN_OR_RETURN(char* mine,
                                StageIn(*comm_, output, rank() * output.nbytes(), false));
-      TESSERA_RETURN_IF_ERROR(comm_->Run(Describe("reduce_scatter", output),
-                                         [&](ncclComm_t comm, cudaStream_t stream) {
-        return ncclReduceScatter(whole, mine, output.numel(), *NcclType(output.scalar_type()),
-                                 nccl::NcclReduceOp(op), comm, stream);
-      }, deadline));
+      TESSERA_RETURN_IF_ERROR(comm_->Run(
+          Describe("reduce_scatter", output),
+          [&](ncclComm_t comm, cudaStream_t stream) {
+            return ncclReduceScatter(whole, mine, output.numel(), *NcclType(output.scalar_type()),
+                                     nccl::NcclReduceOp(op), comm, stream);
+          },
+          deadline));
       return StageOut(*comm_, output, mine);
     });
   }
@@ -118,16 +125,16 @@ class NcclProcessGroup final : public ProcessGroup {
   // An operation on one tensor, updated in place.
   Work InPlace(const char* what, const at::Tensor& tensor, bool copy_in, InPlaceCall call) {
     if (auto s = CheckTensor(tensor, what, comm_->device()); !s.ok()) return Work::Ready(s);
-    return Collective([this, what, tensor, copy_in, call = std::move(call)](absl::Time deadline)
-                          -> absl::Status {
-      TESSERA_RETURN_IF_ERROR(comm_->scratch().Reserve(StagingBytes({&tensor})).status());
-      TESSERA_ASSIGN_OR_RETURN(char* data, StageIn(*comm_, tensor, 0, copy_in));
-      TESSERA_RETURN_IF_ERROR(comm_->Run(Describe(what, tensor),
-                                         [&](ncclComm_t comm, cudaStream_t stream) {
-        return call(data, comm, stream);
-      }, deadline));
-      return StageOut(*comm_, tensor, data);
-    });
+    return Collective(
+        [this, what, tensor, copy_in, call = std::move(call)](absl::Time deadline) -> absl::Status {
+          TESSERA_RETURN_IF_ERROR(comm_->scratch().Reserve(StagingBytes({&tensor})).status());
+          TESSERA_ASSIGN_OR_RETURN(char* data, StageIn(*comm_, tensor, 0, copy_in));
+          TESSERA_RETURN_IF_ERROR(comm_->Run(
+              Describe(what, tensor),
+              [&](ncclComm_t comm, cudaStream_t stream) { return call(data, comm, stream); },
+              deadline));
+          return StageOut(*comm_, tensor, data);
+        });
   }
 
   // Every operation first makes the device current on the worker thread
@@ -168,16 +175,17 @@ int VisibleCudaDevices() {
   return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
 }
 
-absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateNcclProcessGroup(
-    store::StoreClient* store, int rank, int size, const NcclOptions& options) {
+absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateNcclProcessGroup(store::StoreClient* store,
+                                                                     int rank, int size,
+                                                                     const NcclOptions& options) {
   if (size <= 0 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("invalid rank ", rank, " of ", size));
   }
   int devices = 0;
   if (cudaError_t error = cudaGetDeviceCount(&devices); error != cudaSuccess || devices == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the NCCL backend needs a GPU, and none is visible (",
-        error == cudaSuccess ? "no devices" : cudaGetErrorString(error), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the NCCL backend needs a GPU, and none is visible (",
+                     error == cudaSuccess ? "no devices" : cudaGetErrorString(error), ")"));
   }
   const int device = options.device >= 0 ? options.device : rank % devices;
   if (device >= devices) {

@@ -5,9 +5,8 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include "absl/strings/string_view.h"
-
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace tessera::ddp::nccl {
 
@@ -18,9 +17,9 @@ absl::Status NcclStatus(ncclResult_t result, absl::string_view what, ncclComm_t 
 
 }  // namespace tessera::ddp::nccl
 
-#define TESSERA_CUDA_RETURN_IF_ERROR(call, what)                                     \
-  do {                                                                               \
+#define TESSERA_CUDA_RETURN_IF_ERROR(call, what)                                      \
+  do {                                                                                \
     if (cudaError_t tessera_cuda_error = (call); tessera_cuda_error != cudaSuccess) { \
-      return ::tessera::ddp::nccl::CudaStatus(tessera_cuda_error, what);             \
-    }                                                                                \
+      return ::tessera::ddp::nccl::CudaStatus(tessera_cuda_error, what);              \
+    }                                                                                 \
   } while (false)

@@ -17,6 +17,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -29,6 +30,8 @@
 
 namespace tessera::ddp::nccl {
 
+class NcclCommunicator;
+
 class PointToPoint {
  public:
   PointToPoint(store::StoreClient* store, std::string key_prefix, int rank, int size, int device,
@@ -40,8 +43,9 @@ class PointToPoint {
 
  private:
   struct Channel;
+  // Runs `op` on the channel for (peer, sending), made at first use.
   Work Post(const char* what, const at::Tensor& tensor, int peer, bool sending,
-            std::function<absl::Status(Channel&, absl::Time)> op);
+            std::function<absl::Status(NcclCommunicator&, absl::Time)> op);
 
   store::StoreClient* const store_;
   const std::string key_prefix_;

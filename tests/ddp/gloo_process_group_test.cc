@@ -2,13 +2,13 @@
 // process, the other ranks are children running the same sequence; each
 // rank checks its own results. Then the failure modes: a rank that never
 // joins, and a rank that dies.
-#include <gtest/gtest.h>
+#include "ddp/gloo/gloo_process_group.h"
 
 #include <ATen/ops/full.h>
+#include <gtest/gtest.h>
 
 #include <cstdlib>
 
-#include "ddp/gloo/gloo_process_group.h"
 #include "tests/ddp/process_group_conformance.h"
 
 namespace tessera::testing {

@@ -4,16 +4,16 @@
 // others children. Then the failure modes. Tests that need more GPUs than
 // are visible skip, saying so; without any GPU, the one check left is that
 // asking for the backend is a clear error rather than a crash.
-#include <gtest/gtest.h>
+#include "ddp/nccl/nccl_process_group.h"
 
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cstdlib>
 
 #include "ddp/distributed_data_parallel.h"
-#include "ddp/nccl/nccl_process_group.h"
 #include "tests/ddp/process_group_conformance.h"
 
 namespace tessera::testing {
@@ -32,14 +32,13 @@ TESSERA_WORKER_SCENARIO(nccl_dies) { std::_Exit(ChildGroup().ok() ? 0 : 1); }
 
 // Sends rank 0 a message with tag 8 (rank 0 expects tag 7).
 TESSERA_WORKER_SCENARIO(nccl_sends_tag_8) {
-  return RunChildRank(ChildGroup(), [](ddp::ProcessGroup& pg) {
-    return Done(pg.Send(at::full({5}, 1.0f), 0, 8));
-  });
+  return RunChildRank(
+      ChildGroup(), [](ddp::ProcessGroup& pg) { return Done(pg.Send(at::full({5}, 1.0f), 0, 8)); });
 }
 
 // Skips the test unless `gpus` GPUs are visible.
-#define SKIP_UNLESS_GPUS(gpus)                                                     \
-  if (const int visible = ddp::VisibleCudaDevices(); visible < (gpus))              \
+#define SKIP_UNLESS_GPUS(gpus)                                         \
+  if (const int visible = ddp::VisibleCudaDevices(); visible < (gpus)) \
   GTEST_SKIP() << "needs " << (gpus) << " GPU(s), " << visible << " visible"
 
 class NcclProcessGroupTest : public ::testing::TestWithParam<int> {
@@ -77,8 +76,8 @@ TEST_F(NcclProcessGroupTest, DdpAtWorldSizeOneTrainsLikeALocalModel) {
   ASSERT_TRUE(pg.ok()) << pg.status();
   auto make = [] {
     torch::manual_seed(5);
-    return std::make_shared<torch::nn::SequentialImpl>(
-        torch::nn::Linear(10, 10), torch::nn::ReLU(), torch::nn::Linear(10, 5));
+    return std::make_shared<torch::nn::SequentialImpl>(torch::nn::Linear(10, 10), torch::nn::ReLU(),
+                                                       torch::nn::Linear(10, 5));
   };
   auto replica = make();
   auto local = make();

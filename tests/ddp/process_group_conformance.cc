@@ -89,8 +89,8 @@ absl::Status RunConformance(ddp::ProcessGroup& pg) {
   at::Tensor mine = at::full({3}, static_cast<int64_t>(r), at::kLong);
   at::Tensor all = at::zeros({3 * n}, at::kLong);
   TESSERA_RETURN_IF_ERROR(Done(pg.Allgather(mine, all)));
-  TESSERA_RETURN_IF_ERROR(Check(
-      at::equal(all, at::arange(n, at::kLong).repeat_interleave(3)), "allgather"));
+  TESSERA_RETURN_IF_ERROR(
+      Check(at::equal(all, at::arange(n, at::kLong).repeat_interleave(3)), "allgather"));
 
   // Reduce-scatter: a small and a 4 MB-per-rank chunk; the input is kept.
   for (int64_t per_rank : {int64_t{4}, int64_t{1} << 20}) {
@@ -137,8 +137,8 @@ ProcessGroupWorld::ProcessGroupWorld()
 
 void ProcessGroupWorld::StartChildren(int world_size, const std::string& scenario) {
   for (int rank = 1; rank < world_size; ++rank) {
-    children_.push_back(std::make_unique<WorkerProcess>(
-        scenario, WorkerEnv(rank, world_size, server_->port())));
+    children_.push_back(
+        std::make_unique<WorkerProcess>(scenario, WorkerEnv(rank, world_size, server_->port())));
   }
 }
 
