@@ -2,7 +2,7 @@
 // //common (TSan calls this hook at start-up; other builds ignore it), so
 // tools like tessera-run and the examples carry them too.
 //
-// Debian's gRPC, Abseil, TensorPipe, Gloo and OpenSSL are not built with TSan, so the
+// Debian's gRPC, Abseil, TensorPipe, Gloo, OpenSSL and oneDNN are not built with TSan, so the
 // atomics and locks with which they hand data between their own threads are
 // invisible: what they carry looks like a race. Only whole uninstrumented
 // modules are listed, never Tessera code (which synchronizes with
@@ -19,6 +19,9 @@ extern "C" const char* __tsan_default_suppressions() {
          "race:grpc::internal::\n"
          "race:libtensorpipe.so\n"
          "race:libgloo.so\n"
+         // oneDNN (LibTorch's CPU convolutions) publishes its lazily made
+         // locks to other threads through its own atomics
+         "race:libdnnl.so\n"
          // OpenSSL, under gRPC's TLS (run on our completion-queue thread)
          "race:libssl.so\n"
          "race:libcrypto.so\n"
