@@ -1,29 +1,16 @@
-// The env:// rendezvous of torch.distributed, as tessera-run sets it up:
-// RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT. Shared by the
-// process-group backends' FromEnv factories.
+// Process groups made from the env:// rendezvous (store/rendezvous_env.h),
+// as tessera-run sets it up. Shared by the backends' FromEnv factories.
 #pragma once
 
 #include <functional>
 #include <memory>
-#include <string>
 
 #include "absl/status/statusor.h"
 #include "ddp/process_group.h"
+#include "store/rendezvous_env.h"
 #include "store/store_client.h"
 
 namespace tessera::ddp {
-
-struct RendezvousEnv {
-  int rank = 0;
-  int world_size = 1;
-  // This process's index on its machine (LOCAL_RANK); RANK when unset.
-  int local_rank = 0;
-  std::string master_addr = "127.0.0.1";
-  int master_port = 0;
-};
-
-// Reads the variables; a missing or non-integer one is an error naming it.
-absl::StatusOr<RendezvousEnv> ReadRendezvousEnv();
 
 // A group and the store connection it was made with (keep both alive).
 struct EnvProcessGroup {
@@ -31,8 +18,9 @@ struct EnvProcessGroup {
   std::unique_ptr<ProcessGroup> group;
 };
 
+// Makes a group from a store connection and the environment's ranks.
 using ProcessGroupFactory = std::function<absl::StatusOr<std::unique_ptr<ProcessGroup>>(
-    store::StoreClient* store, int rank, int size)>;
+    store::StoreClient* store, const store::RendezvousEnv& env)>;
 
 // Reads the environment, connects to its store and makes the group with
 // `create`.

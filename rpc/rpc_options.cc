@@ -2,29 +2,11 @@
 
 #include <cstdlib>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "store/rendezvous_env.h"
 
 namespace tessera::rpc {
-namespace {
-
-absl::StatusOr<int> IntFromEnv(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("environment variable ", name,
-                                                   " is not set"));
-  }
-  int parsed = 0;
-  if (!absl::SimpleAtoi(value, &parsed)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("environment variable ", name, "='", value,
-                     "' is not an integer"));
-  }
-  return parsed;
-}
-
-}  // namespace
 
 absl::StatusOr<Backend> ParseBackend(const std::string& name) {
   if (name == "tensorpipe") return Backend::kTensorPipe;
@@ -39,16 +21,12 @@ const char* BackendName(Backend backend) {
 
 absl::StatusOr<RpcOptions> RpcOptions::FromEnv() {
   RpcOptions options;
-  auto rank = IntFromEnv("RANK");
-  if (!rank.ok()) return rank.status();
-  auto world_size = IntFromEnv("WORLD_SIZE");
-  if (!world_size.ok()) return world_size.status();
-  auto port = IntFromEnv("MASTER_PORT");
-  if (!port.ok()) return port.status();
-  options.rank = *rank;
-  options.world_size = *world_size;
-  options.master_port = *port;
-  if (const char* addr = std::getenv("MASTER_ADDR")) options.master_addr = addr;
+  auto env = store::ReadRendezvousEnv();
+  if (!env.ok()) return env.status();
+  options.rank = env->rank;
+  options.world_size = env->world_size;
+  options.master_addr = env->master_addr;
+  options.master_port = env->master_port;
   // Under tessera-run the launcher hosts the store; workers connect to it.
   if (const char* hosted = std::getenv("TESSERA_STORE_HOSTED");
       hosted != nullptr && std::string(hosted) == "1") {

@@ -294,9 +294,10 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(
 }
 
 absl::StatusOr<EnvProcessGroup> CreateGlooProcessGroupFromEnv(const GlooOptions& options) {
-  return CreateProcessGroupFromEnv([&](store::StoreClient* store, int rank, int size) {
-    return CreateGlooProcessGroup(store, rank, size, options);
-  });
+  return CreateProcessGroupFromEnv(
+      [&](store::StoreClient* store, const store::RendezvousEnv& env) {
+        return CreateGlooProcessGroup(store, env.rank, env.world_size, options);
+      });
 }
 
 }  // namespace tessera::ddp

@@ -202,16 +202,15 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateNcclProcessGroup(store::Stor
 }
 
 absl::StatusOr<EnvProcessGroup> CreateNcclProcessGroupFromEnv(const NcclOptions& options) {
-  auto env = ReadRendezvousEnv();
-  if (!env.ok()) return env.status();
-  NcclOptions local = options;
-  if (local.device < 0) {
-    const int devices = VisibleCudaDevices();
-    local.device = devices > 0 ? env->local_rank % devices : 0;
-  }
-  return CreateProcessGroupFromEnv([&](store::StoreClient* store, int rank, int size) {
-    return CreateNcclProcessGroup(store, rank, size, local);
-  });
+  return CreateProcessGroupFromEnv(
+      [&](store::StoreClient* store, const store::RendezvousEnv& env) {
+        NcclOptions local = options;
+        if (local.device < 0) {
+          const int devices = VisibleCudaDevices();
+          local.device = devices > 0 ? env.local_rank % devices : 0;
+        }
+        return CreateNcclProcessGroup(store, env.rank, env.world_size, local);
+      });
 }
 
 }  // namespace tessera::ddp

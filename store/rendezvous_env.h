@@ -1,0 +1,24 @@
+// The env:// rendezvous of torch.distributed, as tessera-run sets it up:
+// RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT. Read by the RPC
+// runtime's and the process groups' FromEnv factories.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace tessera::store {
+
+struct RendezvousEnv {
+  int rank = 0;
+  int world_size = 1;
+  // This process's index on its machine (LOCAL_RANK); RANK when unset.
+  int local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+};
+
+// Reads the variables; a missing or non-integer one is an error naming it.
+absl::StatusOr<RendezvousEnv> ReadRendezvousEnv();
+
+}  // namespace tessera::store
