@@ -15,6 +15,7 @@
 
 #include <variant>
 
+#include "absl/status/status.h"
 #include "common/future.h"
 
 namespace tessera::ddp {
@@ -47,5 +48,13 @@ class ProcessGroup {
   virtual Work Send(at::Tensor tensor, int dst, uint64_t tag) = 0;
   virtual Work Recv(at::Tensor tensor, int src, uint64_t tag) = 0;
 };
+
+// For backends. Allgather's output and reduce-scatter's input (`whole`) must
+// hold `ranks` chunks like `chunk`: same dtype, same device.
+absl::Status CheckWholeAndChunk(const char* op, const at::Tensor& whole, const at::Tensor& chunk,
+                                int ranks);
+
+// Completes a Work's promise with `status`.
+void CompleteWork(const Promise<std::monostate>& done, const absl::Status& status);
 
 }  // namespace tessera::ddp

@@ -61,11 +61,9 @@ size_t PendingCalls::FailConnection(uint64_t connection_id, const absl::Status& 
 
 void PendingCalls::FailConnectionAndWarn(uint64_t connection_id, const absl::Status& status,
                                          const std::string& self, bool warn) {
-  // The message is read before the calls fail: a waiter may drop the last
-  // reference to the status as soon as its future completes. (Harmless
-  // either way, as `status` holds a reference, but Debian's Abseil is not
-  // built for ThreadSanitizer, which then cannot see the reference count
-  // order that read before the waiter's free.)
+  // Read before the calls fail, so that TSan orders this read before a
+  // waiter's release of the status (Abseil's reference count is invisible
+  // to it: tsan_suppressions.cc).
   const std::string warning = absl::StrCat(self, ": ", status.message());
   const size_t failed = FailConnection(connection_id, status);
   if (failed > 0 && warn) {

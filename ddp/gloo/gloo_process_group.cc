@@ -158,18 +158,11 @@ class GlooProcessGroup final : public ProcessGroup {
   }
 
  private:
-  // Allgather's output and reduce-scatter's input (`whole`) hold size()
-  // chunks like `chunk`.
   absl::Status CheckWholeAndChunk(const char* op, const at::Tensor& whole,
                                   const at::Tensor& chunk) const {
     TESSERA_RETURN_IF_ERROR(CheckTensor(whole, op));
     TESSERA_RETURN_IF_ERROR(CheckTensor(chunk, op));
-    if (whole.numel() != chunk.numel() * size() || whole.scalar_type() != chunk.scalar_type()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          op, ": the whole tensor must hold ", size(), " x ", chunk.numel(), " elements of ",
-          c10::toString(chunk.scalar_type())));
-    }
-    return absl::OkStatus();
+    return ddp::CheckWholeAndChunk(op, whole, chunk, size());
   }
 
   // Calls fn(T* data) for the tensor's element type.
@@ -223,12 +216,9 @@ class GlooProcessGroup final : public ProcessGroup {
       int from = -1;
       try {
         const bool ok = sending ? buffer->waitSend(&from, timeout) : buffer->waitRecv(&from, timeout);
-        if (ok) {
-          done.Set(std::monostate{});
-        } else {
-          done.Set(absl::DeadlineExceededError(
-              absl::StrCat(what, " with rank ", peer, " did not complete in time")));
-        }
+        CompleteWork(done, ok ? absl::OkStatus()
+                              : absl::DeadlineExceededError(absl::StrCat(
+                                    what, " with rank ", peer, " did not complete in time")));
       } catch (const std::exception& e) {
         done.Set(absl::DeadlineExceededError(
             absl::StrCat(what, " with rank ", peer, " failed: ", e.what())));
@@ -244,12 +234,7 @@ class GlooProcessGroup final : public ProcessGroup {
     const int64_t timeout_ms = timeout_.count();
     worker_.Post([done, what, op = std::move(op), tag, timeout_ms]() {
       try {
-        absl::Status status = op(tag);
-        if (status.ok()) {
-          done.Set(std::monostate{});
-        } else {
-          done.Set(status);
-        }
+        CompleteWork(done, op(tag));
       } catch (const gloo::IoException& e) {
         done.Set(absl::DeadlineExceededError(absl::StrCat(
             what, " did not complete within ", timeout_ms,

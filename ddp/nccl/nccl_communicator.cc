@@ -49,9 +49,9 @@ absl::StatusOr<ncclUniqueId> ExchangeUniqueId(store::StoreClient& store, const s
   }
   auto hex = store.Get(key, std::max(deadline - absl::Now(), absl::ZeroDuration()));
   if (!hex.ok()) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("rank ", rank, " waited for NCCL's unique id under '", key,
-                     "' from rank 0 of the communicator: ", hex.status().message()));
+    return Annotate(hex.status(),
+                    absl::StrCat("rank ", rank, " waiting for NCCL's unique id under '", key,
+                                 "' from rank 0 of the communicator"));
   }
   const std::string bytes = absl::HexStringToBytes(*hex);
   if (bytes.size() != sizeof(id.internal)) {
@@ -113,11 +113,14 @@ NcclCommunicator::~NcclCommunicator() {
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
+absl::Status NcclCommunicator::Usable() const {
+  if (broken_.ok()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the NCCL communicator was aborted after an earlier failure: ", broken_.message()));
+}
+
 absl::Status NcclCommunicator::Activate() {
-  if (!broken_.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the NCCL communicator was aborted after an earlier failure: ", broken_.message()));
-  }
+  TESSERA_RETURN_IF_ERROR(Usable());
   TESSERA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_),
                                absl::StrCat("selecting CUDA device ", device_));
   return absl::OkStatus();
@@ -126,7 +129,7 @@ absl::Status NcclCommunicator::Activate() {
 absl::Status NcclCommunicator::Run(
     const std::string& what, const std::function<ncclResult_t(ncclComm_t, cudaStream_t)>& calls,
     absl::Time deadline) {
-  TESSERA_RETURN_IF_ERROR(Activate());
+  TESSERA_RETURN_IF_ERROR(Usable());  // the operation activated the device already
   const ncclResult_t enqueued = calls(comm_, stream_);
   if (enqueued == ncclInvalidArgument || enqueued == ncclInvalidUsage) {
     // Refused before anything was enqueued: the communicator is intact.
@@ -142,19 +145,25 @@ absl::Status NcclCommunicator::Run(
 absl::Status NcclCommunicator::AwaitNccl(const std::string& what, absl::Time deadline) {
   const absl::Time start = absl::Now();
   absl::Status status = PollUntil(deadline, [&]() -> absl::StatusOr<bool> {
-    ncclResult_t state = ncclSuccess;
-    if (ncclResult_t r = ncclCommGetAsyncError(comm_, &state); r != ncclSuccess) {
-      return NcclStatus(r, what, comm_);
-    }
-    if (state == ncclInProgress) return false;
-    if (state != ncclSuccess) return NcclStatus(state, what, comm_);
-    return true;
+    auto busy = NcclBusy(what);
+    if (!busy.ok()) return busy.status();
+    return !*busy;
   });
   if (absl::IsDeadlineExceeded(status)) {
     status = absl::DeadlineExceededError(
         absl::StrCat(what, ": not done after ", absl::FormatDuration(absl::Now() - start)));
   }
   return status.ok() ? status : Break(std::move(status));
+}
+
+absl::StatusOr<bool> NcclCommunicator::NcclBusy(const std::string& what) {
+  ncclResult_t state = ncclSuccess;
+  if (ncclResult_t r = ncclCommGetAsyncError(comm_, &state); r != ncclSuccess) {
+    return NcclStatus(r, what, comm_);
+  }
+  if (state == ncclInProgress) return true;
+  if (state != ncclSuccess) return NcclStatus(state, what, comm_);
+  return false;
 }
 
 absl::Status NcclCommunicator::Synchronize(const std::string& what, absl::Time deadline) {
@@ -165,9 +174,8 @@ absl::Status NcclCommunicator::Synchronize(const std::string& what, absl::Time d
     if (query == cudaSuccess) return true;
     if (query != cudaErrorNotReady) return CudaStatus(query, what);
     // A peer that died or failed shows up here rather than as a CUDA error.
-    ncclResult_t state = ncclSuccess;
-    ncclCommGetAsyncError(comm_, &state);
-    if (state != ncclSuccess && state != ncclInProgress) return NcclStatus(state, what, comm_);
+    auto busy = NcclBusy(what);
+    if (!busy.ok()) return busy.status();
     return false;
   });
   if (absl::IsDeadlineExceeded(status)) {

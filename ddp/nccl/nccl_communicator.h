@@ -50,7 +50,8 @@ class NcclCommunicator {
   absl::Status Activate();
 
   // Enqueues `calls` (NCCL calls on the communicator and stream()) and
-  // waits until all work on stream() has finished. An NCCL error, a CUDA
+  // waits until all work on stream() has finished. The caller activated the
+  // device for this operation. An NCCL error, a CUDA
   // error or the deadline aborts the communicator.
   absl::Status Run(const std::string& what,
                    const std::function<ncclResult_t(ncclComm_t, cudaStream_t)>& calls,
@@ -62,11 +63,16 @@ class NcclCommunicator {
  private:
   NcclCommunicator(int rank, int size, int device) : rank_(rank), size_(size), device_(device) {}
 
-  // Polls ncclCommGetAsyncError until NCCL is done with the last call (in
-  // non-blocking mode a call may still be in progress when it returns).
+  // FailedPrecondition once broken.
+  absl::Status Usable() const;
+  // Whether NCCL is still processing the last call (in non-blocking mode a
+  // call may return before it is done), or the asynchronous error it reports.
+  absl::StatusOr<bool> NcclBusy(const std::string& what);
+  // Polls NcclBusy until NCCL is done with the last call.
   absl::Status AwaitNccl(const std::string& what, absl::Time deadline);
   // Waits for stream(), watching for asynchronous NCCL errors.
   absl::Status Synchronize(const std::string& what, absl::Time deadline);
+
   const int rank_;
   const int size_;
   const int device_;

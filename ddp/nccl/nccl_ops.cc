@@ -68,11 +68,7 @@ Work PostOperation(ThreadPool& worker, absl::Duration timeout,
     } catch (const std::exception& e) {  // LibTorch calls may throw
       status = absl::InternalError(e.what());
     }
-    if (status.ok()) {
-      done.Set(std::monostate{});
-    } else {
-      done.Set(status);
-    }
+    CompleteWork(done, status);
   });
   return done.GetFuture();
 }

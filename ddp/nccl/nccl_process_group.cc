@@ -147,19 +147,11 @@ class NcclProcessGroup final : public ProcessGroup {
                                });
   }
 
-  // Allgather's output and reduce-scatter's input (`whole`) hold size()
-  // chunks like `chunk`, in the same kind of memory.
   absl::Status CheckWholeAndChunk(const char* op, const at::Tensor& whole,
                                   const at::Tensor& chunk) const {
     TESSERA_RETURN_IF_ERROR(CheckTensor(whole, op, comm_->device()));
     TESSERA_RETURN_IF_ERROR(CheckTensor(chunk, op, comm_->device()));
-    if (whole.numel() != chunk.numel() * size() || whole.scalar_type() != chunk.scalar_type() ||
-        whole.device() != chunk.device()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          op, ": the whole tensor must hold ", size(), " x ", chunk.numel(), " elements of ",
-          c10::toString(chunk.scalar_type()), " on ", chunk.device().str()));
-    }
-    return absl::OkStatus();
+    return ddp::CheckWholeAndChunk(op, whole, chunk, size());
   }
 
   const std::unique_ptr<NcclCommunicator> comm_;
@@ -202,15 +194,14 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateNcclProcessGroup(store::Stor
 }
 
 absl::StatusOr<EnvProcessGroup> CreateNcclProcessGroupFromEnv(const NcclOptions& options) {
-  return CreateProcessGroupFromEnv(
-      [&](store::StoreClient* store, const store::RendezvousEnv& env) {
-        NcclOptions local = options;
-        if (local.device < 0) {
-          const int devices = VisibleCudaDevices();
-          local.device = devices > 0 ? env.local_rank % devices : 0;
-        }
-        return CreateNcclProcessGroup(store, env.rank, env.world_size, local);
-      });
+  return CreateProcessGroupFromEnv([&](store::StoreClient* store, const store::RendezvousEnv& env) {
+    NcclOptions local = options;
+    if (local.device < 0) {
+      const int devices = VisibleCudaDevices();
+      local.device = devices > 0 ? env.local_rank % devices : 0;
+    }
+    return CreateNcclProcessGroup(store, env.rank, env.world_size, local);
+  });
 }
 
 }  // namespace tessera::ddp
