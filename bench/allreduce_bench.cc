@@ -2,7 +2,9 @@
 // Prints one JSON object: for each size in bytes, the median time in µs and
 // the bus bandwidth in GB/s (2 (n-1)/n x size / time).
 //   allreduce_bench [world_size [bcube_min_bytes bcube_max_bytes]]
-// (defaults: 2 ranks, GlooOptions' thresholds)
+// (defaults: 2 ranks, GlooOptions' thresholds). With
+// TESSERA_DISTRIBUTED_DEBUG=DETAIL the group is checked
+// (ddp/collective_checks.h), to measure what the checks cost.
 // Run through bench/compare_allreduce.sh to compare with PyTorch.
 #include <ATen/ops/ones.h>
 #include <sys/wait.h>
@@ -15,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "ddp/collective_checks.h"
+#include "ddp/env_rendezvous.h"
 #include "ddp/gloo/gloo_process_group.h"
 #include "bench/two_processes.h"
 
@@ -34,7 +38,9 @@ int RunRank(int rank, int port, const std::vector<std::string>& args) {
   }
   tessera::store::StoreClient store("127.0.0.1", port);
   auto group = tessera::ddp::CreateGlooProcessGroup(&store, rank, world, options);
-  if (!group.ok()) return 1;
+  auto checked = tessera::ddp::CollectiveChecksFromEnv();
+  if (!group.ok() || !checked.ok()) return 1;
+  if (*checked) *group = tessera::ddp::WithCollectiveChecks(*std::move(group), options.timeout);
   std::string json = "{";
   for (int64_t bytes : kSizes) {
     at::Tensor t = at::ones({bytes / 4});

@@ -1,15 +1,34 @@
 #include "ddp/env_rendezvous.h"
 
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "ddp/collective_checks.h"
+
 namespace tessera::ddp {
 
-absl::StatusOr<EnvProcessGroup> CreateProcessGroupFromEnv(const ProcessGroupFactory& create) {
+absl::StatusOr<bool> CollectiveChecksFromEnv() {
+  const char* value = std::getenv("TESSERA_DISTRIBUTED_DEBUG");
+  const std::string level = value == nullptr ? "" : value;
+  if (level.empty() || level == "OFF") return false;
+  if (level == "DETAIL") return true;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "TESSERA_DISTRIBUTED_DEBUG='", level, "' is not one of OFF, DETAIL"));
+}
+
+absl::StatusOr<EnvProcessGroup> CreateProcessGroupFromEnv(const ProcessGroupFactory& create,
+                                                          absl::Duration timeout) {
   auto env = store::ReadRendezvousEnv();
   if (!env.ok()) return env.status();
+  auto checked = CollectiveChecksFromEnv();
+  if (!checked.ok()) return checked.status();
   EnvProcessGroup result;
   result.store = std::make_unique<store::StoreClient>(env->master_addr, env->master_port);
   auto group = create(result.store.get(), *env);
   if (!group.ok()) return group.status();
   result.group = *std::move(group);
+  if (*checked) result.group = WithCollectiveChecks(std::move(result.group), timeout);
   return result;
 }
 

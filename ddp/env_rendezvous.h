@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "ddp/process_group.h"
 #include "store/rendezvous_env.h"
 #include "store/store_client.h"
@@ -23,7 +24,14 @@ using ProcessGroupFactory = std::function<absl::StatusOr<std::unique_ptr<Process
     store::StoreClient* store, const store::RendezvousEnv& env)>;
 
 // Reads the environment, connects to its store and makes the group with
-// `create`.
-absl::StatusOr<EnvProcessGroup> CreateProcessGroupFromEnv(const ProcessGroupFactory& create);
+// `create`; `timeout` is that group's bound on a collective.
+// TESSERA_DISTRIBUTED_DEBUG=DETAIL wraps the group in collective checks
+// (ddp/collective_checks.h); OFF or unset leaves it unchecked.
+absl::StatusOr<EnvProcessGroup> CreateProcessGroupFromEnv(const ProcessGroupFactory& create,
+                                                          absl::Duration timeout);
+
+// Whether TESSERA_DISTRIBUTED_DEBUG asks for collective checks; an
+// unknown value is an error naming the accepted ones.
+absl::StatusOr<bool> CollectiveChecksFromEnv();
 
 }  // namespace tessera::ddp

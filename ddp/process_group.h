@@ -54,6 +54,11 @@ class ProcessGroup {
 absl::Status CheckWholeAndChunk(const char* op, const at::Tensor& whole, const at::Tensor& chunk,
                                 int ranks);
 
+// Why a collective may time out, for backends' timeout errors.
+inline constexpr char kCollectiveTimeoutCauses[] =
+    "a rank is missing, dead or issuing other collectives; TESSERA_DISTRIBUTED_DEBUG=DETAIL "
+    "compares every collective across ranks";
+
 // Completes a Work's promise with `status`.
 void CompleteWork(const Promise<std::monostate>& done, const absl::Status& status);
 

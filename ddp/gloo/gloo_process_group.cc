@@ -238,7 +238,7 @@ class GlooProcessGroup final : public ProcessGroup {
       } catch (const gloo::IoException& e) {
         done.Set(absl::DeadlineExceededError(absl::StrCat(
             what, " did not complete within ", timeout_ms,
-            " ms (a rank is missing, dead or issuing other collectives): ", e.what())));
+            " ms (", kCollectiveTimeoutCauses, "): ", e.what())));
       } catch (const std::exception& e) {
         done.Set(absl::InternalError(absl::StrCat(what, " failed: ", e.what())));
       }
@@ -282,7 +282,8 @@ absl::StatusOr<EnvProcessGroup> CreateGlooProcessGroupFromEnv(const GlooOptions&
   return CreateProcessGroupFromEnv(
       [&](store::StoreClient* store, const store::RendezvousEnv& env) {
         return CreateGlooProcessGroup(store, env.rank, env.world_size, options);
-      });
+      },
+      options.timeout);
 }
 
 }  // namespace tessera::ddp

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "ddp/nccl/nccl_status.h"
+#include "ddp/process_group.h"
 
 namespace tessera::ddp::nccl {
 namespace {
@@ -181,7 +182,7 @@ absl::Status NcclCommunicator::Synchronize(const std::string& what, absl::Time d
   if (absl::IsDeadlineExceeded(status)) {
     status = absl::DeadlineExceededError(
         absl::StrCat(what, " did not complete within ", absl::FormatDuration(absl::Now() - start),
-                     " (a rank is missing, dead or issuing other collectives)"));
+                     " (", kCollectiveTimeoutCauses, ")"));
   }
   return status.ok() ? status : Break(std::move(status));
 }

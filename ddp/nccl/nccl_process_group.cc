@@ -194,14 +194,16 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateNcclProcessGroup(store::Stor
 }
 
 absl::StatusOr<EnvProcessGroup> CreateNcclProcessGroupFromEnv(const NcclOptions& options) {
-  return CreateProcessGroupFromEnv([&](store::StoreClient* store, const store::RendezvousEnv& env) {
-    NcclOptions local = options;
-    if (local.device < 0) {
-      const int devices = VisibleCudaDevices();
-      local.device = devices > 0 ? env.local_rank % devices : 0;
-    }
-    return CreateNcclProcessGroup(store, env.rank, env.world_size, local);
-  });
+  return CreateProcessGroupFromEnv(
+      [&](store::StoreClient* store, const store::RendezvousEnv& env) {
+        NcclOptions local = options;
+        if (local.device < 0) {
+          const int devices = VisibleCudaDevices();
+          local.device = devices > 0 ? env.local_rank % devices : 0;
+        }
+        return CreateNcclProcessGroup(store, env.rank, env.world_size, local);
+      },
+      options.timeout);
 }
 
 }  // namespace tessera::ddp

@@ -135,10 +135,12 @@ ProcessGroupWorld::ProcessGroupWorld()
     : server_(*store::StoreServer::Start("127.0.0.1", 0)),
       store_(std::make_unique<store::StoreClient>("127.0.0.1", server_->port())) {}
 
-void ProcessGroupWorld::StartChildren(int world_size, const std::string& scenario) {
+void ProcessGroupWorld::StartChildren(int world_size, const std::string& scenario,
+                                      const std::map<std::string, std::string>& extra_env) {
   for (int rank = 1; rank < world_size; ++rank) {
-    children_.push_back(
-        std::make_unique<WorkerProcess>(scenario, WorkerEnv(rank, world_size, server_->port())));
+    auto env = WorkerEnv(rank, world_size, server_->port());
+    env.insert(extra_env.begin(), extra_env.end());
+    children_.push_back(std::make_unique<WorkerProcess>(scenario, env));
   }
 }
 

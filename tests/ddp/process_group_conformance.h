@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,8 +33,9 @@ int RunChildRank(absl::StatusOr<ddp::EnvProcessGroup> env,
 class ProcessGroupWorld {
  public:
   ProcessGroupWorld();
-  // Starts ranks 1..world_size-1 running `scenario`.
-  void StartChildren(int world_size, const std::string& scenario);
+  // Starts ranks 1..world_size-1 running `scenario`, with `extra_env` set.
+  void StartChildren(int world_size, const std::string& scenario,
+                     const std::map<std::string, std::string>& extra_env = {});
   store::StoreClient* store() { return store_.get(); }
   std::vector<std::unique_ptr<WorkerProcess>>& children() { return children_; }
 
