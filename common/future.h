@@ -6,7 +6,9 @@
 // once, after completion: on the completing thread, or posted to the
 // Executor given to the Promise (transport threads use that so user code
 // never runs on them). A callback added after completion runs inline.
-// No callback is ever invoked while an internal lock is held.
+// No callback is ever invoked while an internal lock is held. A producer may
+// set a wait hook (Promise::SetWaitHook) to do the work on the first thread
+// that waits, rather than hand it over (common/serial_queue.h).
 //
 // Thread-safety: all methods may be called from any thread.
 #pragma once
@@ -50,6 +52,8 @@ class State : public std::enable_shared_from_this<State<T>> {
       ready_.store(true, std::memory_order_release);
       cv_.SignalAll();
       callbacks.swap(callbacks_);
+      wait_hook_ = nullptr;
+      has_wait_hook_.store(false, std::memory_order_relaxed);
     }
     // result_ is immutable from here on, so reading it unlocked is safe.
     for (auto& callback : callbacks) Dispatch(std::move(callback));
@@ -72,8 +76,16 @@ class State : public std::enable_shared_from_this<State<T>> {
     return result_.has_value();
   }
 
+  void SetWaitHook(std::function<void()> hook) {
+    MutexLock lock(&mu_);
+    if (result_.has_value()) return;
+    wait_hook_ = std::move(hook);
+    has_wait_hook_.store(true, std::memory_order_release);
+  }
+
   // Returns the result, or DeadlineExceeded if none arrived by `deadline`.
   absl::StatusOr<T> Wait(absl::Time deadline) const {
+    if (has_wait_hook_.load(std::memory_order_acquire)) RunWaitHook();
     // A reply often arrives within microseconds; yielding for a moment
     // before sleeping saves the futex wake-up that would otherwise sit on
     // the critical path of every synchronous call.
@@ -89,6 +101,17 @@ class State : public std::enable_shared_from_this<State<T>> {
   }
 
  private:
+  // Runs the wait hook once, on the first waiting thread, outside the lock.
+  void RunWaitHook() const {
+    std::function<void()> hook;
+    {
+      MutexLock lock(&mu_);
+      hook.swap(wait_hook_);
+      has_wait_hook_.store(false, std::memory_order_relaxed);
+    }
+    if (hook) hook();
+  }
+
   void Dispatch(Callback callback) {
     if (executor_ == nullptr) {
       callback(*result_);
@@ -107,6 +130,8 @@ class State : public std::enable_shared_from_this<State<T>> {
   std::atomic<bool> ready_{false};  // mirrors result_.has_value()
   std::optional<absl::StatusOr<T>> result_ ABSL_GUARDED_BY(mu_);
   std::vector<Callback> callbacks_ ABSL_GUARDED_BY(mu_);
+  mutable std::function<void()> wait_hook_ ABSL_GUARDED_BY(mu_);
+  mutable std::atomic<bool> has_wait_hook_{false};  // wait_hook_ is set
   Executor* const executor_;
 };
 
@@ -179,6 +204,12 @@ class Promise {
       : state_(std::make_shared<future_internal::State<T>>(executor)) {}
 
   Future<T> GetFuture() const { return Future<T>(state_); }
+
+  // `hook` runs once, on the first thread that waits for the future before
+  // it is complete, before that thread blocks: the producer may complete
+  // the future right there (e.g. run the queued work on the waiting thread,
+  // saving two thread hand-offs). Not run if the future completes first.
+  void SetWaitHook(std::function<void()> hook) const { state_->SetWaitHook(std::move(hook)); }
 
   // Completes the future; returns false if it was already complete.
   bool Set(absl::StatusOr<T> result) const {

@@ -57,8 +57,12 @@ class CheckedProcessGroup final : public ProcessGroup {
     Promise<std::monostate> done;
     const uint64_t call = ++calls_;
     serial_.Post([this, done, call, fingerprint = std::move(fingerprint),
-                  issue = std::move(issue)] {
-      CompleteWork(done, ExchangeThenRun(call, fingerprint, issue));
+                  issue = std::move(issue)]() mutable {
+      const absl::Status status = ExchangeThenRun(call, fingerprint, issue);
+      // Tensors released before completion, as in the backends.
+      issue = nullptr;
+      fingerprint.reset();
+      CompleteWork(done, status);
     });
     return done.GetFuture();
   }
