@@ -76,7 +76,7 @@ class State : public std::enable_shared_from_this<State<T>> {
     return result_.has_value();
   }
 
-  void SetWaitHook(std::function<void()> hook) {
+  void SetWaitHook(std::function<void(absl::Time)> hook) {
     MutexLock lock(&mu_);
     if (result_.has_value()) return;
     wait_hook_ = std::move(hook);
@@ -85,7 +85,7 @@ class State : public std::enable_shared_from_this<State<T>> {
 
   // Returns the result, or DeadlineExceeded if none arrived by `deadline`.
   absl::StatusOr<T> Wait(absl::Time deadline) const {
-    if (has_wait_hook_.load(std::memory_order_acquire)) RunWaitHook();
+    if (has_wait_hook_.load(std::memory_order_acquire)) RunWaitHook(deadline);
     // A reply often arrives within microseconds; yielding for a moment
     // before sleeping saves the futex wake-up that would otherwise sit on
     // the critical path of every synchronous call.
@@ -102,14 +102,14 @@ class State : public std::enable_shared_from_this<State<T>> {
 
  private:
   // Runs the wait hook once, on the first waiting thread, outside the lock.
-  void RunWaitHook() const {
-    std::function<void()> hook;
+  void RunWaitHook(absl::Time deadline) const {
+    std::function<void(absl::Time)> hook;
     {
       MutexLock lock(&mu_);
       hook.swap(wait_hook_);
       has_wait_hook_.store(false, std::memory_order_relaxed);
     }
-    if (hook) hook();
+    if (hook) hook(deadline);
   }
 
   void Dispatch(Callback callback) {
@@ -130,7 +130,7 @@ class State : public std::enable_shared_from_this<State<T>> {
   std::atomic<bool> ready_{false};  // mirrors result_.has_value()
   std::optional<absl::StatusOr<T>> result_ ABSL_GUARDED_BY(mu_);
   std::vector<Callback> callbacks_ ABSL_GUARDED_BY(mu_);
-  mutable std::function<void()> wait_hook_ ABSL_GUARDED_BY(mu_);
+  mutable std::function<void(absl::Time)> wait_hook_ ABSL_GUARDED_BY(mu_);
   mutable std::atomic<bool> has_wait_hook_{false};  // wait_hook_ is set
   Executor* const executor_;
 };
@@ -205,11 +205,15 @@ class Promise {
 
   Future<T> GetFuture() const { return Future<T>(state_); }
 
-  // `hook` runs once, on the first thread that waits for the future before
-  // it is complete, before that thread blocks: the producer may complete
-  // the future right there (e.g. run the queued work on the waiting thread,
-  // saving two thread hand-offs). Not run if the future completes first.
-  void SetWaitHook(std::function<void()> hook) const { state_->SetWaitHook(std::move(hook)); }
+  // `hook(deadline)` runs once, on the first thread that waits for the
+  // future before it is complete, before that thread blocks: the producer
+  // may complete the future right there (e.g. run the queued work on the
+  // waiting thread, saving two thread hand-offs). It gets the waiter's
+  // deadline and must not keep the waiter past it. Not run if the future
+  // completes first.
+  void SetWaitHook(std::function<void(absl::Time)> hook) const {
+    state_->SetWaitHook(std::move(hook));
+  }
 
   // Completes the future; returns false if it was already complete.
   bool Set(absl::StatusOr<T> result) const {

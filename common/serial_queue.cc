@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/mutex.h"
 
@@ -85,11 +86,14 @@ uint64_t SerialQueue::Post(std::function<void()> task) {
   return ticket;
 }
 
-bool SerialQueue::RunInline(uint64_t ticket) { return RunInline(*core_, ticket); }
+bool SerialQueue::RunInline(uint64_t ticket) {
+  return RunInline(*core_, ticket, absl::InfiniteFuture());
+}
 
-bool SerialQueue::RunInline(Core& core, uint64_t ticket) {
+bool SerialQueue::RunInline(Core& core, uint64_t ticket, absl::Time latest_start) {
   while (true) {
     Core::Task task;
+    if (absl::Now() > latest_start) return false;
     {
       MutexLock lock(&core.mu);
       if (!core.TakeFront(ticket, &task)) {
@@ -102,9 +106,10 @@ bool SerialQueue::RunInline(Core& core, uint64_t ticket) {
   }
 }
 
-std::function<void()> SerialQueue::InlineHook(uint64_t ticket) const {
-  return [core = std::weak_ptr<Core>(core_), ticket] {
-    if (auto alive = core.lock()) RunInline(*alive, ticket);
+std::function<void(absl::Time)> SerialQueue::InlineHook(uint64_t ticket,
+                                                        absl::Duration longest_task) const {
+  return [core = std::weak_ptr<Core>(core_), ticket, longest_task](absl::Time deadline) {
+    if (auto alive = core.lock()) RunInline(*alive, ticket, deadline - longest_task);
   };
 }
 

@@ -21,6 +21,8 @@
 #include <string>
 #include <thread>
 
+#include "absl/time/time.h"
+
 namespace tessera {
 
 class SerialQueue {
@@ -40,13 +42,17 @@ class SerialQueue {
   // running or will run on another thread.
   bool RunInline(uint64_t ticket);
 
-  // A wait hook (Promise::SetWaitHook) running RunInline(ticket); it does
-  // nothing once the queue is gone.
-  std::function<void()> InlineHook(uint64_t ticket) const;
+  // A wait hook (Promise::SetWaitHook) running RunInline(ticket), but
+  // starting each task only while the waiter's deadline is at least
+  // `longest_task` (a bound on any one task) away, so a waiter is never kept
+  // past its deadline (one polling with a short deadline just waits). It
+  // does nothing once the queue is gone.
+  std::function<void(absl::Time)> InlineHook(uint64_t ticket, absl::Duration longest_task) const;
 
  private:
   struct Core;
-  static bool RunInline(Core& core, uint64_t ticket);
+  // RunInline, starting no task after `latest_start`.
+  static bool RunInline(Core& core, uint64_t ticket, absl::Time latest_start);
   static void Loop(Core& core);
 
   const std::shared_ptr<Core> core_;

@@ -252,7 +252,7 @@ class GlooProcessGroup final : public ProcessGroup {
           op = nullptr;
           CompleteWork(done, status);
         });
-    done.SetWaitHook(queue_.InlineHook(ticket));
+    done.SetWaitHook(queue_.InlineHook(ticket, absl::Milliseconds(timeout_ms)));
     return done.GetFuture();
   }
 

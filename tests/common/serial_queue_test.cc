@@ -81,7 +81,7 @@ TEST(SerialQueueTest, WaitersRunTasksInlineInOrderExactlyOnce) {
       recorder.Ran(i);
       done.Set(i);
     });
-    done.SetWaitHook(queue.InlineHook(ticket));
+    done.SetWaitHook(queue.InlineHook(ticket, absl::Seconds(1)));
     ASSERT_EQ(*done.GetFuture().Wait(absl::Seconds(10)), i);
   }
   std::vector<int> expected(kTasks);
@@ -94,24 +94,41 @@ TEST(SerialQueueTest, WaitersRunTasksInlineInOrderExactlyOnce) {
   EXPECT_GT(inline_runs, 0);
 }
 
-TEST(SerialQueueTest, AHookOutlivingItsQueueDoesNothing) {
-  std::function<void()> hook;
-  {
-    SerialQueue queue("test");
-    hook = queue.InlineHook(queue.Post([] {}));
+TEST(SerialQueueTest, AWaiterWhoseDeadlineIsTooCloseLeavesTheTaskToTheQueue) {
+  SerialQueue queue("test");
+  for (int i = 0; i < 200; ++i) {
+    Promise<std::thread::id> done;
+    const uint64_t ticket = queue.Post([done] { done.Set(std::this_thread::get_id()); });
+    // A task may take an hour; this waiter waits 10 s at most.
+    done.SetWaitHook(queue.InlineHook(ticket, absl::Hours(1)));
+    auto ran_on = done.GetFuture().Wait(absl::Seconds(10));
+    ASSERT_TRUE(ran_on.ok());
+    ASSERT_NE(*ran_on, std::this_thread::get_id());
   }
-  hook();  // the queue (and its task) are gone; must not crash
 }
 
-TEST(FutureWaitHookTest, RunsOnceOnTheFirstWaiterAndMayCompleteTheFuture) {
+TEST(SerialQueueTest, AHookOutlivingItsQueueDoesNothing) {
+  std::function<void(absl::Time)> hook;
+  {
+    SerialQueue queue("test");
+    hook = queue.InlineHook(queue.Post([] {}), absl::Seconds(1));
+  }
+  hook(absl::InfiniteFuture());  // the queue (and its task) are gone; must not crash
+}
+
+TEST(FutureWaitHookTest, RunsOnceOnTheFirstWaiterWithItsDeadlineAndMayCompleteTheFuture) {
   Promise<int> promise;
   int runs = 0;
-  promise.SetWaitHook([&] {
+  absl::Time seen;
+  promise.SetWaitHook([&](absl::Time deadline) {
     ++runs;
+    seen = deadline;
     promise.Set(7);
   });
   EXPECT_EQ(runs, 0);
-  EXPECT_EQ(*promise.GetFuture().Wait(absl::Seconds(1)), 7);
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  EXPECT_EQ(*promise.GetFuture().Wait(deadline), 7);
+  EXPECT_EQ(seen, deadline);
   EXPECT_EQ(*promise.GetFuture().Wait(absl::Seconds(1)), 7);
   EXPECT_EQ(runs, 1);
 }
@@ -119,7 +136,7 @@ TEST(FutureWaitHookTest, RunsOnceOnTheFirstWaiterAndMayCompleteTheFuture) {
 TEST(FutureWaitHookTest, NotRunWhenTheFutureCompletesFirst) {
   Promise<int> promise;
   bool ran = false;
-  promise.SetWaitHook([&] { ran = true; });
+  promise.SetWaitHook([&](absl::Time) { ran = true; });
   promise.Set(1);
   EXPECT_EQ(*promise.GetFuture().Wait(absl::Seconds(1)), 1);
   EXPECT_FALSE(ran);

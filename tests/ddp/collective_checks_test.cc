@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -109,7 +110,13 @@ class CollectiveChecksTest : public ::testing::Test {
     return pg.ok() ? ddp::WithCollectiveChecks(*std::move(pg), options.timeout) : nullptr;
   }
 
-  void ExpectChildrenSucceeded() {
+  // Rank 0 runs `body`; ranks 1 and 2 run `scenario` (the same body).
+  void RunOnThreeRanks(const std::string& scenario,
+                       const std::function<absl::Status(ddp::ProcessGroup&)>& body) {
+    auto pg = StartChecked(3, scenario);
+    ASSERT_NE(pg, nullptr);
+    auto status = body(*pg);
+    EXPECT_TRUE(status.ok()) << status;
     for (auto& child : world_.children()) EXPECT_EQ(child->Wait(absl::Seconds(120)), 0);
   }
 
@@ -117,24 +124,16 @@ class CollectiveChecksTest : public ::testing::Test {
 };
 
 TEST_F(CollectiveChecksTest, ValidCallsGiveTheSameResults) {
-  auto pg = StartChecked(3, "checked_conformance");
-  ASSERT_NE(pg, nullptr);
-  auto status = RunConformance(*pg);
-  EXPECT_TRUE(status.ok()) << status;
-  ExpectChildrenSucceeded();
+  RunOnThreeRanks("checked_conformance", RunConformance);
 }
 
 TEST_F(CollectiveChecksTest, MismatchesFailEveryRankAndTheGroupGoesOn) {
-  auto pg = StartChecked(3, "checked_mismatches");
-  ASSERT_NE(pg, nullptr);
-  auto status = RunMismatches(*pg);
-  EXPECT_TRUE(status.ok()) << status;
-  ExpectChildrenSucceeded();
+  RunOnThreeRanks("checked_mismatches", RunMismatches);
 }
 
-// (Unchecked, a Gloo rank sent more bytes than its peer expects aborts the
-// peer's process: Gloo enforces the size on its network thread. So the
-// unchecked case shown here is the other one, a rank that does not join.)
+// (Unchecked, a Gloo rank that is sent more bytes than it expects aborts:
+// Gloo enforces the size on its network thread. So the unchecked case shown
+// here is the other one, a rank that does not join the collective.)
 TEST_F(CollectiveChecksTest, UncheckedATimeoutPointsToTheChecks) {
   world_.StartChildren(2, "silent_rank");
   ddp::GlooOptions options;
