@@ -1,14 +1,12 @@
 #include "common/serial_queue.h"
 
-#include <pthread.h>
-
 #include <deque>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/clock.h"
-#include "common/logging.h"
 #include "common/mutex.h"
+#include "common/thread_pool.h"
 
 namespace tessera {
 
@@ -31,13 +29,7 @@ struct SerialQueue::Core {
   }
 
   void Run(Task& task) {
-    try {
-      task.run();
-    } catch (const std::exception& e) {
-      // Tasks report errors through futures; an escaped exception is a bug,
-      // but it must not take the process down with it.
-      TESSERA_LOG(ERROR) << name << ": task threw: " << e.what();
-    }
+    RunPostedTask(name, task.run);
     MutexLock lock(&mu);
     running = false;
     cv.SignalAll();  // the queue's thread may take the next one
@@ -64,8 +56,7 @@ constexpr int kIdleSpins = 200;
 
 SerialQueue::SerialQueue(std::string name)
     : core_(std::make_shared<Core>(std::move(name))), thread_([core = core_.get()] {
-        // Named for top -H and perf (Linux allows 15 characters).
-        pthread_setname_np(pthread_self(), core->name.substr(0, 15).c_str());
+        NameCurrentThread(core->name);
         Loop(*core);
       }) {}
 

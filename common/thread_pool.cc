@@ -16,8 +16,7 @@ ThreadPool::ThreadPool(int num_threads, std::string name)
   threads_.reserve(num_threads);
   for (int i = 0; i < num_threads; ++i) {
     threads_.emplace_back([this] {
-      // Named for top -H and perf (Linux allows 15 characters).
-      pthread_setname_np(pthread_self(), name_.substr(0, 15).c_str());
+      NameCurrentThread(name_);
       Loop();
     });
   }
@@ -54,13 +53,19 @@ void ThreadPool::Loop() {
       task = std::move(tasks_.front());
       tasks_.pop_front();
     }
-    try {
-      task();
-    } catch (const std::exception& e) {
-      // Tasks report errors through futures; an escaped exception is a bug,
-      // but it must not take the process down with it.
-      TESSERA_LOG(ERROR) << name_ << ": task threw: " << e.what();
-    }
+    RunPostedTask(name_, task);
+  }
+}
+
+void NameCurrentThread(const std::string& name) {
+  pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+}
+
+void RunPostedTask(const std::string& runner, const std::function<void()>& task) {
+  try {
+    task();
+  } catch (const std::exception& e) {
+    TESSERA_LOG(ERROR) << runner << ": task threw: " << e.what();
   }
 }
 

@@ -41,4 +41,13 @@ class ThreadPool final : public Executor {
   std::vector<std::thread> threads_;
 };
 
+// For threads that run posted tasks (ThreadPool, SerialQueue): names the
+// calling thread `name` for top -H and perf (Linux keeps 15 characters).
+void NameCurrentThread(const std::string& name);
+
+// Runs `task`, logging an exception that escapes it under `runner`'s name:
+// tasks report errors through futures, so an escaped one is a bug, but it
+// must not take the process down with it.
+void RunPostedTask(const std::string& runner, const std::function<void()>& task);
+
 }  // namespace tessera

@@ -68,7 +68,7 @@ at::Tensor Fingerprint(CollectiveKind kind, int64_t param, const at::Tensor& fir
   at::Tensor words = at::empty({kFingerprintWords}, at::kLong);
   int64_t* data = words.data_ptr<int64_t>();
   data[0] = static_cast<int64_t>(kind);
-  data[1] = kind == CollectiveKind::kBarrier || kind == CollectiveKind::kAllgather ? 0 : param;
+  data[1] = param;
   WriteTensor(first, data + 2);
   WriteTensor(second, data + 2 + kTensorWords);
   return words;

@@ -26,7 +26,7 @@ enum class CollectiveKind : int64_t {
 inline constexpr int64_t kFingerprintWords = 26;
 
 // A CPU int64 tensor of kFingerprintWords. `param` is the ReduceOp (as int)
-// of reductions, the root of a broadcast, otherwise ignored; `first` and
+// of reductions, the root of a broadcast, otherwise 0; `first` and
 // `second` are the call's tensors in argument order (undefined when absent).
 at::Tensor Fingerprint(CollectiveKind kind, int64_t param, const at::Tensor& first = {},
                        const at::Tensor& second = {});
