@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,9 +27,26 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-const std::vector<int64_t> kSizes = {4, 4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 64 << 20, 256 << 20};
 
-int Iterations(int64_t bytes) { return bytes >= (64 << 20) ? 5 : bytes >= (4 << 20) ? 20 : 200; }
+// ALLREDUCE_SIZES (comma-separated bytes) and ALLREDUCE_ITERATIONS narrow a
+// run to what is being investigated, and ALLREDUCE_QUARTILES=1 prints each
+// size's spread to stderr; bench/torch_allreduce_bench.py reads the same
+// variables.
+std::vector<int64_t> Sizes() {
+  const char* env = std::getenv("ALLREDUCE_SIZES");
+  if (env == nullptr) {
+    return {4, 4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 64 << 20, 256 << 20};
+  }
+  std::vector<int64_t> sizes;
+  std::istringstream list(env);
+  for (std::string item; std::getline(list, item, ',');) sizes.push_back(std::stoll(item));
+  return sizes;
+}
+
+int Iterations(int64_t bytes) {
+  if (const char* env = std::getenv("ALLREDUCE_ITERATIONS")) return std::max(1, std::atoi(env));
+  return bytes >= (64 << 20) ? 5 : bytes >= (4 << 20) ? 20 : 200;
+}
 
 int RunRank(int rank, int port, const std::vector<std::string>& args) {
   const int world = args.empty() ? 2 : std::stoi(args[0]);
@@ -42,7 +61,7 @@ int RunRank(int rank, int port, const std::vector<std::string>& args) {
   if (!group.ok() || !checked.ok()) return 1;
   if (*checked) *group = tessera::ddp::WithCollectiveChecks(*std::move(group), options.timeout);
   std::string json = "{";
-  for (int64_t bytes : kSizes) {
+  for (int64_t bytes : Sizes()) {
     at::Tensor t = at::ones({bytes / 4});
     (void)(*group)->Allreduce(t).Wait(absl::Seconds(120));
     std::vector<double> us;
@@ -54,6 +73,11 @@ int RunRank(int rank, int port, const std::vector<std::string>& args) {
     }
     std::sort(us.begin(), us.end());
     const double median = us[us.size() / 2];
+    if (rank == 0 && std::getenv("ALLREDUCE_QUARTILES") != nullptr) {
+      std::fprintf(stderr, "%lld bytes: p25 %.0f p50 %.0f p75 %.0f p90 %.0f us\n",
+                   static_cast<long long>(bytes), us[us.size() / 4], median,
+                   us[us.size() * 3 / 4], us[us.size() * 9 / 10]);
+    }
     const double busbw = 2.0 * (world - 1) / world * bytes / (median * 1e-6) / 1e9;
     json += (json.size() > 1 ? ", " : "") + std::string("\"") + std::to_string(bytes) +
             "\": [" + std::to_string(median) + ", " + std::to_string(busbw) + "]";

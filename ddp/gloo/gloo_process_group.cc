@@ -55,6 +55,7 @@ class GlooProcessGroup final : public ProcessGroup {
         timeout_(std::chrono::milliseconds(absl::ToInt64Milliseconds(options.timeout))),
         bcube_min_bytes_(options.bcube_min_bytes),
         bcube_max_bytes_(options.bcube_max_bytes),
+        max_segment_bytes_(options.ring_max_segment_bytes),
         queue_("gloo") {}
 
   int rank() const override { return context_->rank; }
@@ -66,6 +67,7 @@ class GlooProcessGroup final : public ProcessGroup {
       gloo::AllreduceOptions options(context_);
       options.setTag(tag);
       options.setTimeout(timeout_);
+      options.setMaxSegmentSize(max_segment_bytes_);
       const bool bcube =
           tensor.nbytes() >= bcube_min_bytes_ && tensor.nbytes() <= bcube_max_bytes_;
       options.setAlgorithm(bcube ? gloo::AllreduceOptions::Algorithm::BCUBE
@@ -260,6 +262,7 @@ class GlooProcessGroup final : public ProcessGroup {
   const std::chrono::milliseconds timeout_;
   const size_t bcube_min_bytes_;
   const size_t bcube_max_bytes_;
+  const size_t max_segment_bytes_;
   std::atomic<uint32_t> next_tag_{0};
   // Last members: joined first, while the context lives.
   ThreadPool p2p_waiters_{4, "gloo-p2p"};

@@ -28,6 +28,13 @@ struct GlooOptions {
   // from 256 KiB (1.5x at 64 MiB) and, oddly, for a few bytes.
   size_t bcube_min_bytes = 1 << 10;
   size_t bcube_max_bytes = 64 << 10;
+  // Largest piece the ring pipelines (it keeps one in flight while reducing
+  // another). Gloo's default is 1 MiB; each piece costs the calling thread a
+  // wake-up per step, and on loopback 2-4 MiB pieces were ~10% faster for
+  // 64-256 MiB buffers at 2 and 3 ranks (docs/benchmarks.md, "Ring segment
+  // size"). Only buffers over 2 x world size MiB are cut differently from
+  // Gloo's default.
+  size_t ring_max_segment_bytes = 4 << 20;
 };
 
 // Connects all `size` ranks (bounded by options.timeout). `store` must
