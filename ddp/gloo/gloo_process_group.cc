@@ -231,16 +231,17 @@ class GlooProcessGroup final : public ProcessGroup {
   }
 
   // Runs collectives one at a time, in issue order, each with its own tag:
-  // on the queue's thread, or on the thread that waits for it first.
+  // on the queue's thread, or on the thread that waits for it first. The tag
+  // is taken when the collective starts, so tags follow the order in which
+  // collectives run on every rank even if threads race to issue them.
   Work Run(const char* what, std::function<absl::Status(uint32_t)> op) {
     Promise<std::monostate> done;
-    const uint32_t tag = next_tag_++;
     const int64_t timeout_ms = timeout_.count();
     const uint64_t ticket =
-        queue_.Post([done, what, op = std::move(op), tag, timeout_ms]() mutable {
+        queue_.Post([this, done, what, op = std::move(op), timeout_ms]() mutable {
           absl::Status status;
           try {
-            status = op(tag);
+            status = op(next_tag_++);
           } catch (const gloo::IoException& e) {
             status = absl::DeadlineExceededError(
                 absl::StrCat(what, " did not complete within ", timeout_ms, " ms (",
@@ -263,7 +264,9 @@ class GlooProcessGroup final : public ProcessGroup {
   const size_t bcube_min_bytes_;
   const size_t bcube_max_bytes_;
   const size_t max_segment_bytes_;
-  std::atomic<uint32_t> next_tag_{0};
+  // Touched only by queued collectives, which run one at a time (the
+  // queue's lock orders them even when they run on different threads).
+  uint32_t next_tag_ = 0;
   // Last members: joined first, while the context lives.
   ThreadPool p2p_waiters_{4, "gloo-p2p"};
   SerialQueue queue_;
