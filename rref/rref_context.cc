@@ -370,6 +370,7 @@ void RRefContext::OnPeerUnavailable(int rank) {
   std::vector<PendingChild> released;
   {
     MutexLock lock(&mu_);
+    gone_ranks_.insert(rank);
     std::vector<GlobalId> ids;
     for (auto& [id, entry] : owned_) {
       for (auto it = entry->forks.begin(); it != entry->forks.end();) {

@@ -18,7 +18,10 @@
 //   dropped before its confirmation sends "rref.delete" only when the
 //   confirmation arrives.
 // - A dead peer's forks and pending children are dropped when the runtime
-//   reports it unavailable. Ids that the owner does not know are errors.
+//   reports it unavailable, and it stays gone: a fork or creation it sent
+//   before dying but that is served after the report (handlers run
+//   concurrently) registers no fork for it, so it cannot pin a value.
+//   Ids that the owner does not know are errors.
 //
 // Thread-safety: thread-safe.
 #pragma once
@@ -29,6 +32,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -224,6 +228,9 @@ class RRefContext final : public rpc::RuntimeExtension,
   std::map<GlobalId, std::shared_ptr<OwnerEntry>> owned_ ABSL_GUARDED_BY(mu_);
   std::map<GlobalId, UserFork> user_forks_ ABSL_GUARDED_BY(mu_);
   std::map<GlobalId, PendingChild> pending_children_ ABSL_GUARDED_BY(mu_);
+  // Ranks reported unavailable (OnPeerUnavailable); never cleared, as a
+  // worker does not rejoin a running job.
+  std::set<int> gone_ranks_ ABSL_GUARDED_BY(mu_);
   // Note [Early arrivals]: a request about a value can reach its owner
   // before the value's creation does — a child's fork request (it comes
   // from another worker than the creation), or the creator's own first call

@@ -219,6 +219,11 @@ Future<bool> RRefContext::RegisterFork(const GlobalId& rref_id, const GlobalId& 
           return absl::NotFoundError("fork of RRef " + rref_id.ToString() +
                                      ", which was already freed");
         }
+        if (gone_ranks_.count(holder) > 0) {
+          return absl::UnavailableError(absl::StrCat(
+              "fork of RRef ", rref_id.ToString(), " for worker rank ", holder,
+              ", which was reported gone: not registered"));
+        }
         it->second->forks[fork_id] = holder;
         return true;
       });
@@ -242,7 +247,14 @@ void RRefContext::RegisterServices(rpc::Registry* internal) {
     {
       MutexLock lock(&mu_);
       entry = EntryLocked(rref_id, type, &now_registered);
-      entry->forks[fork_id] = caller;
+      if (gone_ranks_.count(caller) == 0) {
+        entry->forks[fork_id] = caller;
+      } else {
+        // The creator died before this was served: still produced (its side
+        // effects were asked for), but kept only while some fork of it is
+        // known. `entry` keeps a dropped one alive past the lock.
+        (void)TakeIfUnreferencedLocked(rref_id);
+      }
     }
     for (auto& promise : now_registered) promise.Set(true);  // answers their requests
     return entry;

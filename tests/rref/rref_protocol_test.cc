@@ -170,5 +170,42 @@ TEST_F(RRefProtocolTest, ReferenceReachesItsOwnerBeforeCreation) {
   ASSERT_TRUE(Settle([&] { return stats(1).owned_values == 0; }));
 }
 
+// Scenario (a user dies while its fork request is in flight): worker2
+// receives worker0's RRef and asks worker1 for a fork, then dies; worker1
+// learns of the death before it serves the request (handlers run
+// concurrently, so the report can overtake a request received earlier).
+// The late request must not register a fork for the dead worker — it would
+// pin the value for the rest of the job. When worker0 drops its handle the
+// value is freed.
+TEST_F(RRefProtocolTest, ForkRequestOfAWorkerReportedGoneIsRefused) {
+  RRef<at::Tensor> t = Remote<at::Tensor>(rrefs(0), "worker1", "make_tensor", int64_t{2});
+  ASSERT_TRUE(Settle([&] { return t.confirmed_by_owner(); }));
+  auto kept = rt(0).RpcAsync<int64_t>("worker2", "keep", t);
+  ASSERT_TRUE(network_->DeliverFirst(Request("keep")));
+
+  rrefs(1).OnPeerUnavailable(2);  // as the runtime reports a broken connection
+  rrefs(0).OnPeerUnavailable(2);
+  ASSERT_TRUE(network_->DeliverFirst(Request("rref.fork")));
+  EXPECT_EQ(stats(1).known_forks, 1u);  // worker0's only
+
+  t = RRef<at::Tensor>();
+  ASSERT_TRUE(Settle([&] { return stats(1).owned_values == 0 && kept.IsReady(); }));
+  // worker2 (alive here, unlike in a real death) saw its fork refused.
+  auto dropped = rt(0).RpcAsync<void>("worker2", "drop_kept");
+  ASSERT_TRUE(Settle([&] { return dropped.IsReady(); }));
+}
+
+// Scenario (the creator dies while its creation is in flight): worker1
+// learns that worker0 is gone before it serves worker0's remote(). The value
+// is produced (its side effects were asked for) but not kept: nobody alive
+// references it.
+TEST_F(RRefProtocolTest, CreationOfAWorkerReportedGoneIsNotKept) {
+  RRef<at::Tensor> t = Remote<at::Tensor>(rrefs(0), "worker1", "make_tensor", int64_t{2});
+  rrefs(1).OnPeerUnavailable(0);
+  ASSERT_TRUE(network_->DeliverFirst(Request("rref.remote")));
+  EXPECT_EQ(stats(1).owned_values, 0u);
+  EXPECT_EQ(stats(1).known_forks, 0u);
+}
+
 }  // namespace
 }  // namespace tessera::testing

@@ -235,7 +235,9 @@ TEST_F(RRefTest, UserDeathReleasesItsReferences) {
   {
     RRef<at::Tensor> t = Remote<at::Tensor>(*rrefs_, "worker1", "make_tensor", int64_t{1});
     EXPECT_EQ(rt().RpcSync<int64_t>("worker2", "keep", t), 1);
-    // worker1 must have confirmed worker2's fork before worker2 dies.
+    // worker2's fork request reached worker1 before this answer; whether
+    // worker1 serves it before or after it learns of the death, no fork of
+    // the dead worker may remain (rref_protocol_test replays the late order).
     EXPECT_EQ(rt().RpcSync<double>("worker2", "relay_rref", std::vector<std::string>{}, t),
               1.0);
     children_[1]->Kill();
