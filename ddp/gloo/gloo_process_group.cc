@@ -284,13 +284,18 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(
     attr.hostname = options.hostname;
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    context->setTimeout(std::chrono::milliseconds(absl::ToInt64Milliseconds(options.timeout)));
-    GlooStore gloo_store(store, options.store_prefix, options.timeout);
+    context->setTimeout(
+        std::chrono::milliseconds(absl::ToInt64Milliseconds(options.connect_timeout)));
+    GlooStore gloo_store(store, options.store_prefix, options.connect_timeout);
     context->connectFullMesh(gloo_store, device);
+    // Ops pass their own timeout; this is the default for any that does not.
+    context->setTimeout(std::chrono::milliseconds(absl::ToInt64Milliseconds(options.timeout)));
     return std::unique_ptr<ProcessGroup>(new GlooProcessGroup(std::move(context), options));
   } catch (const std::exception& e) {
     return absl::DeadlineExceededError(absl::StrCat(
-        "Gloo process group of rank ", rank, " of ", size, " could not connect: ", e.what()));
+        "Gloo process group of rank ", rank, " of ", size, " could not connect within ",
+        absl::ToInt64Milliseconds(options.connect_timeout),
+        " ms (GlooOptions::connect_timeout): ", e.what()));
   }
 }
 

@@ -16,8 +16,12 @@ namespace tessera::ddp {
 struct GlooOptions {
   // Address this rank's Gloo device binds and advertises.
   std::string hostname = "127.0.0.1";
-  // Bound on connecting and on every collective.
+  // Bound on every collective and point-to-point wait.
   absl::Duration timeout = absl::Seconds(30);
+  // Bound on meeting the other ranks (store waits and Gloo's full mesh).
+  // Longer than `timeout`: the ranks of a multi-node job start as their
+  // nodes do, minutes apart (PyTorch waits 30 minutes for either).
+  absl::Duration connect_timeout = absl::Minutes(5);
   // Keys of this group in the store (one group per prefix).
   std::string store_prefix = "tessera/gloo";
   // Allreduce algorithm by size: Gloo's BCUBE (log2(size) exchange rounds)
@@ -37,7 +41,7 @@ struct GlooOptions {
   size_t ring_max_segment_bytes = 4 << 20;
 };
 
-// Connects all `size` ranks (bounded by options.timeout). `store` must
+// Connects all `size` ranks (bounded by options.connect_timeout). `store` must
 // outlive the group.
 absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(
     store::StoreClient* store, int rank, int size, const GlooOptions& options = {});

@@ -185,7 +185,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateNcclProcessGroup(store::Stor
         absl::StrCat("CUDA device ", device, " asked for, but ", devices, " are visible"));
   }
   auto comm = NcclCommunicator::Create(*store, options.store_prefix + "/unique_id", rank, size,
-                                       device, absl::Now() + options.timeout);
+                                       device, absl::Now() + options.connect_timeout);
   if (!comm.ok()) {
     return tessera::Annotate(comm.status(),
                              absl::StrCat("NCCL process group of rank ", rank, " of ", size));

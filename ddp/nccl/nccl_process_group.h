@@ -8,10 +8,10 @@
 // (a CUDA-enabled LibTorch) are used in place. Each rank needs a GPU of its
 // own: NCCL refuses two ranks on one device.
 //
-// Every wait is bounded by NcclOptions::timeout: a missing or dead rank
-// fails the operation with DeadlineExceeded and aborts the communicator,
-// after which every operation fails (the ranks no longer agree on what was
-// done; make a new group). Send/Recv check the tag, size and dtype of each
+// Joining is bounded by NcclOptions::connect_timeout, every later wait by
+// NcclOptions::timeout: a missing or dead rank fails the operation with
+// DeadlineExceeded and aborts the communicator, after which every operation
+// fails (the ranks no longer agree on what was done; make a new group). Send/Recv check the tag, size and dtype of each
 // message against the receive.
 #pragma once
 
@@ -30,8 +30,10 @@ struct NcclOptions {
   // CUDA device of this rank; -1 picks rank % VisibleCudaDevices() (the
   // FromEnv factory: LOCAL_RANK % VisibleCudaDevices()).
   int device = -1;
-  // Bound on joining and on every operation.
+  // Bound on every operation.
   absl::Duration timeout = absl::Seconds(30);
+  // Bound on joining the other ranks (as GlooOptions::connect_timeout).
+  absl::Duration connect_timeout = absl::Minutes(5);
   // Keys of this group in the store (one group per prefix).
   std::string store_prefix = "tessera/nccl";
 };
@@ -39,7 +41,7 @@ struct NcclOptions {
 // CUDA devices this process may use; 0 without a GPU or driver.
 int VisibleCudaDevices();
 
-// Connects all `size` ranks (bounded by options.timeout). `store` must
+// Connects all `size` ranks (bounded by options.connect_timeout). `store` must
 // outlive the group. FailedPrecondition when no GPU is visible.
 absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateNcclProcessGroup(
     store::StoreClient* store, int rank, int size, const NcclOptions& options = {});

@@ -25,6 +25,22 @@ TESSERA_WORKER_SCENARIO(pg_conformance) { return RunChildRank(ChildGroup(), RunC
 // Joins, then dies before the first collective.
 TESSERA_WORKER_SCENARIO(pg_dies) { std::_Exit(ChildGroup().ok() ? 0 : 1); }
 
+// The collective timeout of the late-joiner test.
+constexpr absl::Duration kShortOpTimeout = absl::Seconds(1);
+
+// Starts late, as a rank on a node that comes up after the others: the
+// delay is the scenario (it only needs to exceed kShortOpTimeout; a slower
+// machine makes it later still), then joins and runs one allreduce.
+TESSERA_WORKER_SCENARIO(pg_late) {
+  absl::SleepFor(3 * kShortOpTimeout);
+  auto group = ChildGroup();
+  if (!group.ok()) return 1;
+  at::Tensor t = at::full({4}, 2.0f);
+  return group->group->Allreduce(t).Wait(absl::Seconds(60)).ok() && t[0].item<float>() == 3.0f
+             ? 0
+             : 2;
+}
+
 class GlooProcessGroupTest : public ::testing::TestWithParam<int> {
  protected:
   ProcessGroupWorld world_;
@@ -45,10 +61,30 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooProcessGroupTest, ::testing::Values(2, 
 
 TEST_F(GlooProcessGroupTest, MissingRankIsATimeoutNotAHang) {
   ddp::GlooOptions options;
-  options.timeout = absl::Milliseconds(800);
+  options.connect_timeout = absl::Milliseconds(800);
   auto pg = ddp::CreateGlooProcessGroup(world_.store(), 0, 2, options);
   ASSERT_FALSE(pg.ok());
   EXPECT_EQ(pg.status().code(), absl::StatusCode::kDeadlineExceeded) << pg.status();
+  EXPECT_NE(pg.status().message().find("within 800 ms (GlooOptions::connect_timeout)"),
+            std::string::npos)
+      << pg.status();
+}
+
+// Joining is bounded by connect_timeout, not by the (shorter) collective
+// timeout: a rank that starts seconds after the others still joins.
+TEST_F(GlooProcessGroupTest, LateRankJoinsWithinConnectTimeout) {
+  world_.StartChildren(2, "pg_late");
+  ddp::GlooOptions options;
+  options.timeout = kShortOpTimeout;
+  options.connect_timeout = absl::Seconds(120);
+  auto pg = ddp::CreateGlooProcessGroup(world_.store(), 0, 2, options);
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  at::Tensor t = at::full({4}, 1.0f);
+  // The child allreduces right after joining: well within the short timeout.
+  auto done = (*pg)->Allreduce(t).Wait(absl::Seconds(60));
+  EXPECT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(t[0].item<float>(), 3.0f);
+  EXPECT_EQ(world_.children()[0]->Wait(absl::Seconds(60)), 0);
 }
 
 TEST_F(GlooProcessGroupTest, DeadRankFailsTheCollective) {

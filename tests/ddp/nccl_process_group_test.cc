@@ -106,7 +106,7 @@ TEST_F(NcclProcessGroupTest, DdpAtWorldSizeOneTrainsLikeALocalModel) {
 TEST_F(NcclProcessGroupTest, MissingRankIsATimeoutNotAHang) {
   SKIP_UNLESS_GPUS(1);
   ddp::NcclOptions options;
-  options.timeout = absl::Seconds(2);
+  options.connect_timeout = absl::Seconds(2);
   auto pg = ddp::CreateNcclProcessGroup(world_.store(), 0, 2, options);
   ASSERT_FALSE(pg.ok());
   EXPECT_EQ(pg.status().code(), absl::StatusCode::kDeadlineExceeded) << pg.status();
