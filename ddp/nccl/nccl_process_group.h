@@ -11,8 +11,9 @@
 // Joining is bounded by NcclOptions::connect_timeout, every later wait by
 // NcclOptions::timeout: a missing or dead rank fails the operation with
 // DeadlineExceeded and aborts the communicator, after which every operation
-// fails (the ranks no longer agree on what was done; make a new group). Send/Recv check the tag, size and dtype of each
-// message against the receive.
+// fails (the ranks no longer agree on what was done; make a new group).
+// Send/Recv check the tag, size and dtype of each message against the
+// receive.
 #pragma once
 
 #include <memory>
