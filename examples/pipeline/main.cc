@@ -6,8 +6,9 @@
 // with distributed autograd across both stages and a DistributedOptimizer
 // steps them.
 //
-//   bazel-bin/launcher/tessera-run --standalone --nproc_per_node 3 \
+//   bazel-bin/launcher/tessera-run --standalone --nproc_per_node 3
 //       bazel-bin/examples/pipeline/pipeline [--micro_batches 4]
+// (one command line; a backslash would end a // comment's line in C++).
 //
 // Flags: --epochs E (2), --batch B (64), --micro_batches M (4), --lr LR
 // (0.001, Adam), --max_steps S (per epoch; 0 = all), --log_every K (100),
