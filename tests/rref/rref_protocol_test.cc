@@ -190,7 +190,8 @@ TEST_F(RRefProtocolTest, ForkRequestOfAWorkerReportedGoneIsRefused) {
 
   t = RRef<at::Tensor>();
   ASSERT_TRUE(Settle([&] { return stats(1).owned_values == 0 && kept.IsReady(); }));
-  // worker2 (alive here, unlike in a real death) saw its fork refused.
+  // worker2 is alive here (unlike after a real death) and still holds its
+  // refused handle: drop it so the job ends clean.
   auto dropped = rt(0).RpcAsync<void>("worker2", "drop_kept");
   ASSERT_TRUE(Settle([&] { return dropped.IsReady(); }));
 }
