@@ -10,8 +10,8 @@
 //     optimizer.step();
 //   }
 //
-// At creation, every rank must hold parameters of the same shapes (the
-// first mismatch is an error), and rank 0's parameters and buffers are
+// At creation, every rank must hold parameters of the same dtypes and
+// shapes (the first mismatch is an error naming it), and rank 0's parameters and buffers are
 // copied to all. See Reducer for how gradients are averaged; NoSync()
 // accumulates gradients locally until the guard is destroyed, and the next
 // synchronised backward averages the sum.
@@ -30,6 +30,9 @@ namespace tessera::ddp {
 
 struct DdpOptions {
   double bucket_cap_mb = 25;
+  // The first bucket (the last layers' gradients) closes sooner, so its
+  // allreduce starts early in backward (ddp/bucket_assignment.h).
+  double first_bucket_cap_mb = 1;
   CommHook comm_hook = CommHook::kAllreduce;
   absl::Duration timeout = absl::Seconds(60);
   // See Reducer. Without find_unused_parameters a parameter that gets no

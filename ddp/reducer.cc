@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "ddp/bucket_assignment.h"
 #include "dist_autograd/gradient_sink.h"
 
 namespace tessera::ddp {
@@ -77,27 +78,18 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, ProcessGroup* group,
       group_(group),
       options_(options) {
   // Reverse registration order: the last layers' gradients are ready first.
+  std::vector<size_t> order(parameters_.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = order.size() - 1 - k;
   state_->bucket_of.assign(parameters_.size(), 0);
-  size_t bucket_bytes = 0;
-  for (size_t k = parameters_.size(); k-- > 0;) {
-    const at::Tensor& p = parameters_[k];
-    const size_t bytes = p.numel() * p.element_size();
-    if (buckets_.empty() ||
-        (bucket_bytes > 0 && bucket_bytes + bytes > options_.bucket_cap_bytes)) {
-      buckets_.emplace_back();
-      bucket_bytes = 0;
-    }
-    Bucket& bucket = buckets_.back();
-    bucket.offsets.push_back(bucket.parameters.empty()
-                                 ? 0
-                                 : bucket.offsets.back() + parameters_[bucket.parameters.back()].numel());
-    bucket.parameters.push_back(k);
-    bucket_bytes += bytes;
-    state_->bucket_of[k] = buckets_.size() - 1;
-  }
-  for (auto& bucket : buckets_) {
+  for (auto& members : AssignBuckets(parameters_, order, options_.limits)) {
+    Bucket& bucket = buckets_.emplace_back();
     int64_t numel = 0;
-    for (size_t k : bucket.parameters) numel += parameters_[k].numel();
+    for (size_t k : members) {
+      bucket.offsets.push_back(numel);
+      numel += parameters_[k].numel();
+      state_->bucket_of[k] = buckets_.size() - 1;
+    }
+    bucket.parameters = std::move(members);
     bucket.flat = at::zeros({numel}, parameters_[bucket.parameters.front()].options());
   }
   {

@@ -1,8 +1,8 @@
 // Reducer: averages gradients across ranks while backward is still running.
 //
-// Parameters are grouped into buckets of about `bucket_cap_bytes`, in
-// reverse order of registration (roughly the order their gradients become
-// ready). A hook on each parameter's gradient accumulator marks it ready;
+// Parameters are grouped into buckets (ddp/bucket_assignment.h: by dtype,
+// a small first bucket, then about `limits.cap_bytes` each) in reverse order
+// of registration (roughly the order their gradients become ready). A hook on each parameter's gradient accumulator marks it ready;
 // when a bucket is complete its gradients are gathered into one flat buffer
 // and an averaging allreduce starts, overlapping the rest of backward.
 // Buckets are launched strictly in index order, so every rank issues the
@@ -38,6 +38,7 @@
 
 #include "absl/time/time.h"
 #include "common/mutex.h"
+#include "ddp/bucket_assignment.h"
 #include "ddp/process_group.h"
 
 namespace torch::autograd {
@@ -51,7 +52,7 @@ namespace tessera::ddp {
 enum class CommHook { kAllreduce, kFp16Compress };
 
 struct ReducerOptions {
-  size_t bucket_cap_bytes = 25 << 20;
+  BucketLimits limits;
   absl::Duration timeout = absl::Seconds(60);
   CommHook comm_hook = CommHook::kAllreduce;
   bool find_unused_parameters = false;

@@ -3,8 +3,9 @@
 // DistributedDataParallel averages the gradients, rank 0 reports progress
 // per epoch and the final test accuracy.
 //
-//   bazel-bin/launcher/tessera-run --nproc_per_node 2 --standalone \
+//   bazel-bin/launcher/tessera-run --nproc_per_node 2 --standalone
 //       bazel-bin/examples/ddp_fashion_mnist/ddp_fashion_mnist [epochs]
+// (one command line; a backslash would end a // comment's line in C++).
 #include <torch/torch.h>
 
 #include <chrono>

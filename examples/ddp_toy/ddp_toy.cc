@@ -2,8 +2,9 @@
 // train a few steps with DistributedDataParallel, save on rank 0, barrier,
 // load on every rank, and check that all replicas agree.
 //
-//   bazel-bin/launcher/tessera-run --nproc_per_node 2 --standalone \
+//   bazel-bin/launcher/tessera-run --nproc_per_node 2 --standalone
 //       bazel-bin/examples/ddp_toy/ddp_toy [checkpoint_path]
+// (one command line; a backslash would end a // comment's line in C++).
 #include <torch/torch.h>
 
 #include <cstdio>

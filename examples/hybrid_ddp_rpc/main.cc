@@ -6,8 +6,9 @@
 // server and lets DDP average the dense gradients; one DistributedOptimizer
 // step updates both (see hybrid_trainer.h).
 //
-//   bazel-bin/launcher/tessera-run --standalone --nproc_per_node 3 \
+//   bazel-bin/launcher/tessera-run --standalone --nproc_per_node 3
 //       bazel-bin/examples/hybrid_ddp_rpc/hybrid_ddp_rpc [--epochs 2]
+// (one command line; a backslash would end a // comment's line in C++).
 //
 // Flags: --epochs E (2), --batch B (64, per trainer), --lr LR (0.003, Adam),
 // --max_steps S (per epoch; 0 = all), --log_every K (100), --seed S (0).

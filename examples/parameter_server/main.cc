@@ -6,8 +6,9 @@
 // the server), DistributedOptimizer step (runs on the server). The server
 // reports the test accuracy when every trainer is done.
 //
-//   bazel-bin/launcher/tessera-run --standalone --nproc_per_node 3 \
+//   bazel-bin/launcher/tessera-run --standalone --nproc_per_node 3
 //       bazel-bin/examples/parameter_server/parameter_server [--epochs 2]
+// (one command line; a backslash would end a // comment's line in C++).
 //
 // Flags: --epochs E (2), --batch B (64), --lr LR (0.001, Adam),
 // --optimizer adam|sgd, --max_steps S (per trainer and epoch; 0 = all),

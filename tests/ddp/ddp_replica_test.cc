@@ -1,0 +1,160 @@
+// DistributedDataParallel replicas: creation refuses ranks whose models
+// differ in a way the element counts alone would not show (a transposed
+// weight, another dtype), naming the parameter on every rank; and a model
+// mixing float and double parameters averages each in its own precision.
+// Rank 0 is this process, rank 1 a child.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "ddp/distributed_data_parallel.h"
+#include "ddp/gloo/gloo_process_group.h"
+#include "store/store_server.h"
+#include "tests/testing/multiprocess.h"
+
+namespace tessera::testing {
+namespace {
+
+// One parameter, `w`, of the given shape and dtype.
+struct ShapedImpl : torch::nn::Module {
+  ShapedImpl(at::IntArrayRef sizes, at::ScalarType dtype) {
+    register_parameter("w", torch::zeros(sizes, torch::dtype(dtype)));
+  }
+};
+
+// The error creation must give on `rank`, holding `w` of `described`.
+absl::Status RefusedNaming(const absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>>& ddp,
+                           int rank, const std::string& described) {
+  const std::string expected = absl::StrCat("parameter 'w' is ", described, " on rank ", rank);
+  if (ddp.ok()) return absl::InternalError("created DDP over replicas that differ");
+  if (ddp.status().code() != absl::StatusCode::kInvalidArgument ||
+      ddp.status().message().find(expected) == std::string::npos) {
+    return absl::InternalError(absl::StrCat("expected an error with \"", expected,
+                                            "\", got: ", ddp.status().ToString()));
+  }
+  return absl::OkStatus();
+}
+
+int RefuseOnRank1(at::IntArrayRef sizes, at::ScalarType dtype, const std::string& described) {
+  auto env = ddp::CreateGlooProcessGroupFromEnv();
+  if (!env.ok()) return 1;
+  auto ddp = ddp::DistributedDataParallel::Create(std::make_shared<ShapedImpl>(sizes, dtype),
+                                                  env->group.get());
+  auto status = RefusedNaming(ddp, 1, described);
+  if (!status.ok()) std::fprintf(stderr, "rank 1: %s\n", status.ToString().c_str());
+  return status.ok() ? 0 : 1;
+}
+
+TESSERA_WORKER_SCENARIO(ddp_transposed) { return RefuseOnRank1({5, 2}, at::kFloat, "Float [5, 2]"); }
+TESSERA_WORKER_SCENARIO(ddp_other_dtype) {
+  return RefuseOnRank1({2, 5}, at::kDouble, "Double [2, 5]");
+}
+
+// Two branches with losses of their own, so the `exact` branch is double from
+// input to gradient. Registered first, it comes last in backward order: a
+// bucket shared with `rough` (float, met first) would round its gradients.
+struct TwoPrecisionsImpl : torch::nn::Module {
+  explicit TwoPrecisionsImpl(int64_t seed) {
+    torch::manual_seed(seed);
+    exact = register_module("exact", torch::nn::Linear(10, 5));
+    exact->to(torch::kDouble);
+    rough = register_module("rough", torch::nn::Linear(10, 5));
+  }
+  torch::Tensor Loss(const torch::Tensor& x, const torch::Tensor& y) {
+    return torch::mse_loss(exact->forward(x.to(torch::kDouble)), y.to(torch::kDouble)) +
+           torch::mse_loss(rough->forward(x), y).to(torch::kDouble);
+  }
+  torch::nn::Linear exact{nullptr};
+  torch::nn::Linear rough{nullptr};
+};
+
+// One backward on this rank's half of a batch; the averaged gradients must
+// match one process's on the whole batch: the double ones to double
+// precision (float rounding would leave ~1e-8), the float ones to float's.
+absl::Status RunTwoPrecisions(ddp::ProcessGroup& group) {
+  const int r = group.rank();
+  torch::manual_seed(5);
+  const torch::Tensor x = torch::randn({8, 10});
+  const torch::Tensor y = torch::randn({8, 5});
+  auto replica = std::make_shared<TwoPrecisionsImpl>(/*seed=*/50 + r);  // ranks start apart
+  auto reference = std::make_shared<TwoPrecisionsImpl>(/*seed=*/50);
+  auto ddp = ddp::DistributedDataParallel::Create(replica, &group);
+  if (!ddp.ok()) return ddp.status();
+  if ((*ddp)->num_buckets() != 2) {
+    return absl::InternalError(absl::StrCat((*ddp)->num_buckets(), " buckets, expected 2"));
+  }
+  replica->Loss(x.narrow(0, 4 * r, 4), y.narrow(0, 4 * r, 4)).backward();
+  reference->Loss(x, y).backward();
+  const auto mine = replica->named_parameters();
+  const auto whole = reference->named_parameters();
+  for (const auto& item : mine) {
+    const torch::Tensor& expected = whole[item.key()].grad();
+    const torch::Tensor& got = item.value().grad();
+    const bool is_double = got.scalar_type() == torch::kDouble;
+    if (got.scalar_type() != expected.scalar_type() ||
+        !torch::allclose(got, expected, /*rtol=*/0, /*atol=*/is_double ? 1e-13 : 1e-6)) {
+      return absl::InternalError(
+          absl::StrCat("gradient of '", item.key(), "' differs from one process's by ",
+                       (got - expected).abs().max().item<double>()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+TESSERA_WORKER_SCENARIO(ddp_two_precisions) {
+  auto env = ddp::CreateGlooProcessGroupFromEnv();
+  if (!env.ok()) return 1;
+  auto status = RunTwoPrecisions(*env->group);
+  if (!status.ok()) std::fprintf(stderr, "rank 1: %s\n", status.ToString().c_str());
+  return status.ok() ? 0 : 1;
+}
+
+class DdpReplicaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = *store::StoreServer::Start("127.0.0.1", 0);
+    store_ = std::make_unique<store::StoreClient>("127.0.0.1", server_->port());
+  }
+  std::unique_ptr<ddp::ProcessGroup> Start(const std::string& scenario) {
+    child_ = std::make_unique<WorkerProcess>(scenario, WorkerEnv(1, 2, server_->port()));
+    auto group = ddp::CreateGlooProcessGroup(store_.get(), 0, 2);
+    EXPECT_TRUE(group.ok()) << group.status();
+    return group.ok() ? *std::move(group) : nullptr;
+  }
+  std::unique_ptr<store::StoreServer> server_;
+  std::unique_ptr<store::StoreClient> store_;
+  std::unique_ptr<WorkerProcess> child_;
+};
+
+TEST_F(DdpReplicaTest, TransposedWeightIsRefusedOnEveryRank) {
+  auto group = Start("ddp_transposed");
+  ASSERT_NE(group, nullptr);
+  auto ddp = ddp::DistributedDataParallel::Create(
+      std::make_shared<ShapedImpl>(at::IntArrayRef{2, 5}, at::kFloat), group.get());
+  auto status = RefusedNaming(ddp, 0, "Float [2, 5]");
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(child_->Wait(absl::Seconds(60)), 0);
+}
+
+TEST_F(DdpReplicaTest, OtherDtypeIsRefusedOnEveryRank) {
+  auto group = Start("ddp_other_dtype");
+  ASSERT_NE(group, nullptr);
+  auto ddp = ddp::DistributedDataParallel::Create(
+      std::make_shared<ShapedImpl>(at::IntArrayRef{2, 5}, at::kFloat), group.get());
+  auto status = RefusedNaming(ddp, 0, "Float [2, 5]");
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(child_->Wait(absl::Seconds(60)), 0);
+}
+
+TEST_F(DdpReplicaTest, FloatAndDoubleParametersAverageEachInItsOwnPrecision) {
+  auto group = Start("ddp_two_precisions");
+  ASSERT_NE(group, nullptr);
+  auto status = RunTwoPrecisions(*group);
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(child_->Wait(absl::Seconds(60)), 0);
+}
+
+}  // namespace
+}  // namespace tessera::testing
