@@ -1,16 +1,18 @@
 // DDP step-time benchmark: a 4-layer MLP (1024 wide, ~16 MB of gradients),
-// batch 64, one thread per process. Rank 0 reports the median local step
-// (one process, no communication) and the median DDP step at world size 2
-// for bucket sizes 1/5/25/100 MB, as JSON. bench/compare_ddp.sh runs the
-// same with PyTorch's DDP (Gloo) in the same run.
-#include <sys/wait.h>
+// batch 64, one thread per process, world size 2, for bucket sizes
+// 1/5/25/100 MB. Each round is a local step on both ranks at once (a replica
+// without DDP: the same computation competing for the same cores, no
+// communication), then a DDP step. Interleaving keeps the pair within a
+// second of each other, so the ratio survives this shared machine's speed
+// drifting by tens of percent over a run. Rank 0 reports, per bucket size,
+// the median local step, the median DDP step and the median of the rounds'
+// DDP/local ratios minus one (the overhead), as JSON. bench/compare_ddp.sh
+// runs the same with PyTorch's DDP (Gloo) in the same run.
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -21,7 +23,8 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kSteps = 15;
+constexpr int kWarmUp = 2;
+constexpr int kRounds = 15;
 
 std::shared_ptr<torch::nn::SequentialImpl> Mlp() {
   torch::manual_seed(0);
@@ -31,20 +34,24 @@ std::shared_ptr<torch::nn::SequentialImpl> Mlp() {
       torch::nn::Linear(1024, 1024));
 }
 
-double MedianStepMs(const std::shared_ptr<torch::nn::SequentialImpl>& model) {
-  torch::optim::SGD optimizer(model->parameters(), 0.01);
-  const torch::Tensor x = torch::randn({64, 1024});
-  const torch::Tensor y = torch::randn({64, 1024});
-  std::vector<double> ms;
-  for (int step = 0; step < kSteps + 2; ++step) {
+// One SGD step of `model` on (x, y), in milliseconds.
+struct Stepper {
+  explicit Stepper(std::shared_ptr<torch::nn::SequentialImpl> m)
+      : model(std::move(m)), optimizer(model->parameters(), 0.01) {}
+  double Step(const torch::Tensor& x, const torch::Tensor& y) {
     const auto start = Clock::now();
     optimizer.zero_grad();
     torch::mse_loss(model->forward(x), y).backward();
     optimizer.step();
-    if (step >= 2) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  std::shared_ptr<torch::nn::SequentialImpl> model;
+  torch::optim::SGD optimizer;
+};
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
 }
 
 int RunRank(int rank, int port, const std::vector<std::string>&) {
@@ -52,19 +59,31 @@ int RunRank(int rank, int port, const std::vector<std::string>&) {
   tessera::store::StoreClient store("127.0.0.1", port);
   auto group = tessera::ddp::CreateGlooProcessGroup(&store, rank, 2);
   if (!group.ok()) return 1;
-  std::string json = "{";
-  if (rank == 0) {
-    json += "\"local_ms\": " + std::to_string(MedianStepMs(Mlp()));
-  }
-  (void)(*group)->Barrier().Wait(absl::Seconds(300));  // rank 1 idle during the local run
-  for (double mb : {1.0, 5.0, 25.0, 100.0}) {
-    auto model = Mlp();
+  const torch::Tensor x = torch::randn({64, 1024});
+  const torch::Tensor y = torch::randn({64, 1024});
+  std::string json;
+  for (int mb : {1, 5, 25, 100}) {
+    Stepper local(Mlp());
+    Stepper replicated(Mlp());
     tessera::ddp::DdpOptions options;
     options.bucket_cap_mb = mb;
-    auto ddp = tessera::ddp::DistributedDataParallel::Create(model, group->get(), options);
+    auto ddp = tessera::ddp::DistributedDataParallel::Create(replicated.model, group->get(),
+                                                             options);
     if (!ddp.ok()) return 1;
-    const double ms = MedianStepMs(model);
-    json += ", \"ddp_" + std::to_string(static_cast<int>(mb)) + "mb_ms\": " + std::to_string(ms);
+    std::vector<double> local_ms, ddp_ms, ratios;
+    for (int round = 0; round < kWarmUp + kRounds; ++round) {
+      const double l = local.Step(x, y);
+      const double d = replicated.Step(x, y);
+      if (round < kWarmUp) continue;
+      local_ms.push_back(l);
+      ddp_ms.push_back(d);
+      ratios.push_back(d / l);
+    }
+    const std::string key = std::to_string(mb) + "mb";
+    json += (json.empty() ? "{" : ", ") + ("\"local_" + key + "_ms\": ") +
+            std::to_string(Median(local_ms)) + ", \"ddp_" + key +
+            "_ms\": " + std::to_string(Median(ddp_ms)) + ", \"overhead_" + key +
+            "\": " + std::to_string(Median(ratios) - 1);
   }
   json += "}";
   if (rank == 0) std::printf("%s\n", json.c_str());

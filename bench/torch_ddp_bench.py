@@ -1,5 +1,6 @@
 """The workload of bench/ddp_bench.cc with PyTorch 1.13's DDP (Gloo): a
-4-layer 1024-wide MLP, batch 64, one thread per process, world size 2.
+4-layer 1024-wide MLP, batch 64, one thread per process, world size 2; each
+round a local step on both ranks (a replica without DDP), then a DDP step.
 Prints one JSON object with the same keys. Run with /usr/bin/python3."""
 import json
 import time
@@ -9,7 +10,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch_two_processes import run_two_processes
 
-STEPS = 15
+WARM_UP, ROUNDS = 2, 15
 
 
 def mlp():
@@ -22,33 +23,41 @@ def mlp():
     return torch.nn.Sequential(*layers)
 
 
-def median_step_ms(model, params):
-    opt = torch.optim.SGD(params, lr=0.01)
-    x, y = torch.randn(64, 1024), torch.randn(64, 1024)
-    ms = []
-    for step in range(STEPS + 2):
+class Stepper:
+    def __init__(self, model):
+        self.model = model
+        self.opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step(self, x, y):
         start = time.perf_counter()
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-        if step >= 2:
-            ms.append((time.perf_counter() - start) * 1e3)
-    ms.sort()
-    return ms[len(ms) // 2]
+        self.opt.zero_grad()
+        torch.nn.functional.mse_loss(self.model(x), y).backward()
+        self.opt.step()
+        return (time.perf_counter() - start) * 1e3
+
+
+def median(values):
+    return sorted(values)[len(values) // 2]
 
 
 def run(rank, port, out):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    x, y = torch.randn(64, 1024), torch.randn(64, 1024)
     result = {}
-    if rank == 0:
-        m = mlp()
-        result["local_ms"] = median_step_ms(m, m.parameters())
-    dist.barrier()
     for mb in (1, 5, 25, 100):
-        m = mlp()
-        ddp = DDP(m, bucket_cap_mb=mb)
-        result[f"ddp_{mb}mb_ms"] = median_step_ms(ddp, ddp.parameters())
+        local = Stepper(mlp())
+        replicated = Stepper(DDP(mlp(), bucket_cap_mb=mb))
+        local_ms, ddp_ms, ratios = [], [], []
+        for round_ in range(WARM_UP + ROUNDS):
+            l, d = local.step(x, y), replicated.step(x, y)
+            if round_ >= WARM_UP:
+                local_ms.append(l)
+                ddp_ms.append(d)
+                ratios.append(d / l)
+        result[f"local_{mb}mb_ms"] = median(local_ms)
+        result[f"ddp_{mb}mb_ms"] = median(ddp_ms)
+        result[f"overhead_{mb}mb"] = median(ratios) - 1
     if rank == 0:
         with open(out, "w") as f:
             json.dump(result, f)
