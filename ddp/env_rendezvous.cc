@@ -23,8 +23,11 @@ absl::StatusOr<EnvProcessGroup> CreateProcessGroupFromEnv(const ProcessGroupFact
   if (!env.ok()) return env.status();
   auto checked = CollectiveChecksFromEnv();
   if (!checked.ok()) return checked.status();
+  auto secret = rpc::JobSecret::FromEnv();
+  if (!secret.ok()) return secret.status();
   EnvProcessGroup result;
-  result.store = std::make_unique<store::StoreClient>(env->master_addr, env->master_port);
+  result.store = std::make_unique<store::StoreClient>(env->master_addr, env->master_port,
+                                                      absl::Seconds(60), *std::move(secret));
   auto group = create(result.store.get(), *env);
   if (!group.ok()) return group.status();
   result.group = *std::move(group);

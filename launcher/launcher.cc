@@ -183,6 +183,12 @@ void EnsureJobSecret(const LaunchOptions& options) {
 
 int Run(const LaunchOptions& options) {
   EnsureJobSecret(options);
+  // The store serves only the job's processes (store/store_auth.h).
+  auto secret = rpc::JobSecret::FromEnv();
+  if (!secret.ok()) {
+    Say("cannot read the job secret: " + secret.status().ToString());
+    return 1;
+  }
   // Block the signals we read from a signalfd before any thread exists (the
   // store's gRPC threads inherit the mask): otherwise a SIGCHLD delivered to
   // one of them is discarded and a worker's exit goes unnoticed. With
@@ -200,7 +206,7 @@ int Run(const LaunchOptions& options) {
   int port = options.master_port;
   if (options.node_rank == 0) {
     const std::string host = options.standalone ? "127.0.0.1" : options.master_addr;
-    auto server = store::StoreServer::Start(host, options.standalone ? 0 : port);
+    auto server = store::StoreServer::Start(host, options.standalone ? 0 : port, *secret);
     if (!server.ok()) {
       Say("cannot host the rendezvous store: " + server.status().ToString());
       close(signal_fd);

@@ -88,13 +88,14 @@ absl::Status Runtime::Start() {
                           (options_.store_role == StoreRole::kAuto && options_.rank == 0);
   int port = options_.master_port;
   if (host_store) {
-    auto server = store::StoreServer::Start(options_.master_addr, port);
+    auto server = store::StoreServer::Start(options_.master_addr, port, options_.job_secret);
     if (!server.ok()) return server.status();
     store_server_ = *std::move(server);
     port = store_server_->port();
   }
   store_client_ = std::make_unique<store::StoreClient>(options_.master_addr, port,
-                                                       options_.rendezvous_timeout);
+                                                       options_.rendezvous_timeout,
+                                                       options_.job_secret);
   timer_ = std::make_unique<DeadlineTimer>();
   pool_ = std::make_unique<ThreadPool>(options_.num_worker_threads, options_.name);
   RequestHandler handler = [this](int from, Message request) {

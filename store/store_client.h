@@ -2,7 +2,8 @@
 //
 // Every call has a deadline (the client's default, or the one given). A call
 // made before the server is up waits for it until the deadline, so workers
-// may start in any order.
+// may start in any order. With a job secret, calls are signed with it and
+// answers believed only from a store that knows it (store_auth.h).
 //
 // Thread-safety: thread-safe.
 #pragma once
@@ -15,13 +16,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "rpc/auth/job_secret.h"
 
 namespace tessera::store {
 
 class StoreClient {
  public:
   StoreClient(const std::string& host, int port,
-              absl::Duration default_timeout = absl::Seconds(60));
+              absl::Duration default_timeout = absl::Seconds(60), rpc::JobSecret secret = {});
   ~StoreClient();
 
   absl::Status Set(const std::string& key, const std::string& value);

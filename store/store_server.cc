@@ -11,89 +11,104 @@
 #include "absl/time/clock.h"
 #include "common/mutex.h"
 #include "proto/store.grpc.pb.h"
+#include "store/store_auth.h"
 
 namespace tessera::store {
 
 class StoreServiceImpl final : public proto::Store::Service {
  public:
-  grpc::Status Set(grpc::ServerContext*, const proto::SetRequest* request,
-                   proto::SetResponse*) override {
-    MutexLock lock(&mu_);
-    data_[request->key()] = request->value();
-    cv_.SignalAll();
-    return grpc::Status::OK;
+  explicit StoreServiceImpl(rpc::JobSecret secret) : auth_(std::move(secret)) {}
+
+  grpc::Status Set(grpc::ServerContext* context, const proto::SetRequest* request,
+                   proto::SetResponse* response) override {
+    return Serve(context, "Set", *request, response, [&]() -> grpc::Status {
+      MutexLock lock(&mu_);
+      data_[request->key()] = request->value();
+      cv_.SignalAll();
+      return grpc::Status::OK;
+    });
   }
 
-  grpc::Status Get(grpc::ServerContext*, const proto::GetRequest* request,
+  grpc::Status Get(grpc::ServerContext* context, const proto::GetRequest* request,
                    proto::GetResponse* response) override {
-    MutexLock lock(&mu_);
-    auto present = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      return shutting_down_ || data_.count(request->key()) > 0;
-    };
-    cv_.WaitUntil(&mu_, present, absl::Now() + Timeout(request->timeout_ms()));
-    auto it = data_.find(request->key());
-    response->set_found(it != data_.end());
-    if (it != data_.end()) response->set_value(it->second);
-    return grpc::Status::OK;
+    return Serve(context, "Get", *request, response, [&]() -> grpc::Status {
+      MutexLock lock(&mu_);
+      auto present = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return shutting_down_ || data_.count(request->key()) > 0;
+      };
+      cv_.WaitUntil(&mu_, present, absl::Now() + Timeout(request->timeout_ms()));
+      auto it = data_.find(request->key());
+      response->set_found(it != data_.end());
+      if (it != data_.end()) response->set_value(it->second);
+      return grpc::Status::OK;
+    });
   }
 
-  grpc::Status Wait(grpc::ServerContext*, const proto::WaitRequest* request,
+  grpc::Status Wait(grpc::ServerContext* context, const proto::WaitRequest* request,
                     proto::WaitResponse* response) override {
-    MutexLock lock(&mu_);
-    auto all_present = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      if (shutting_down_) return true;
-      return std::all_of(request->keys().begin(), request->keys().end(),
-                         [&](const std::string& k) { return data_.count(k) > 0; });
-    };
-    cv_.WaitUntil(&mu_, all_present, absl::Now() + Timeout(request->timeout_ms()));
-    for (const auto& key : request->keys()) {
-      if (data_.count(key) == 0) response->add_missing(key);
-    }
-    return grpc::Status::OK;
-  }
-
-  grpc::Status Add(grpc::ServerContext*, const proto::AddRequest* request,
-                   proto::AddResponse* response) override {
-    MutexLock lock(&mu_);
-    int64_t current = 0;
-    auto it = data_.find(request->key());
-    if (it != data_.end() && !absl::SimpleAtoi(it->second, &current)) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "store key '" + request->key() + "' is not an integer");
-    }
-    current += request->delta();
-    data_[request->key()] = std::to_string(current);
-    cv_.SignalAll();
-    response->set_value(current);
-    return grpc::Status::OK;
-  }
-
-  grpc::Status CompareSet(grpc::ServerContext*,
-                          const proto::CompareSetRequest* request,
-                          proto::CompareSetResponse* response) override {
-    MutexLock lock(&mu_);
-    auto it = data_.find(request->key());
-    if (it == data_.end()) {
-      if (request->expected().empty()) {
-        data_[request->key()] = request->desired();
-        cv_.SignalAll();
-        response->set_value(request->desired());
+    return Serve(context, "Wait", *request, response, [&]() -> grpc::Status {
+      MutexLock lock(&mu_);
+      auto all_present = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        if (shutting_down_) return true;
+        return std::all_of(request->keys().begin(), request->keys().end(),
+                           [&](const std::string& k) { return data_.count(k) > 0; });
+      };
+      cv_.WaitUntil(&mu_, all_present, absl::Now() + Timeout(request->timeout_ms()));
+      for (const auto& key : request->keys()) {
+        if (data_.count(key) == 0) response->add_missing(key);
       }
       return grpc::Status::OK;
-    }
-    if (it->second == request->expected()) {
-      it->second = request->desired();
-      cv_.SignalAll();
-    }
-    response->set_value(it->second);
-    return grpc::Status::OK;
+    });
   }
 
-  grpc::Status Delete(grpc::ServerContext*, const proto::DeleteRequest* request,
+  grpc::Status Add(grpc::ServerContext* context, const proto::AddRequest* request,
+                   proto::AddResponse* response) override {
+    return Serve(context, "Add", *request, response, [&]() -> grpc::Status {
+      MutexLock lock(&mu_);
+      int64_t current = 0;
+      auto it = data_.find(request->key());
+      if (it != data_.end() && !absl::SimpleAtoi(it->second, &current)) {
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            "store key '" + request->key() + "' is not an integer");
+      }
+      current += request->delta();
+      data_[request->key()] = std::to_string(current);
+      cv_.SignalAll();
+      response->set_value(current);
+      return grpc::Status::OK;
+    });
+  }
+
+  grpc::Status CompareSet(grpc::ServerContext* context,
+                          const proto::CompareSetRequest* request,
+                          proto::CompareSetResponse* response) override {
+    return Serve(context, "CompareSet", *request, response, [&]() -> grpc::Status {
+      MutexLock lock(&mu_);
+      auto it = data_.find(request->key());
+      if (it == data_.end()) {
+        if (request->expected().empty()) {
+          data_[request->key()] = request->desired();
+          cv_.SignalAll();
+          response->set_value(request->desired());
+        }
+        return grpc::Status::OK;
+      }
+      if (it->second == request->expected()) {
+        it->second = request->desired();
+        cv_.SignalAll();
+      }
+      response->set_value(it->second);
+      return grpc::Status::OK;
+    });
+  }
+
+  grpc::Status Delete(grpc::ServerContext* context, const proto::DeleteRequest* request,
                       proto::DeleteResponse* response) override {
-    MutexLock lock(&mu_);
-    response->set_deleted(data_.erase(request->key()) > 0);
-    return grpc::Status::OK;
+    return Serve(context, "Delete", *request, response, [&]() -> grpc::Status {
+      MutexLock lock(&mu_);
+      response->set_deleted(data_.erase(request->key()) > 0);
+      return grpc::Status::OK;
+    });
   }
 
   void Clear() {
@@ -109,6 +124,18 @@ class StoreServiceImpl final : public proto::Store::Service {
   }
 
  private:
+  // Runs `body` for a request that proves it comes from the job, then signs
+  // the response (Note [Store call authentication]).
+  template <typename Request, typename Response, typename Body>
+  grpc::Status Serve(grpc::ServerContext* context, const char* method, const Request& request,
+                     const Response* response, Body body) {
+    grpc::Status status = auth_.CheckRequest(*context, method, request);
+    if (!status.ok()) return status;
+    status = body();
+    if (status.ok()) auth_.SignResponse(context, method, *response);
+    return status;
+  }
+
   // Server-side waits are capped so a client that asked for "forever" cannot
   // pin a thread; the client retries if it really wants to wait longer.
   static absl::Duration Timeout(int64_t timeout_ms) {
@@ -117,16 +144,18 @@ class StoreServiceImpl final : public proto::Store::Service {
     return absl::Milliseconds(std::min(timeout_ms, kMaxWaitMs));
   }
 
+  const StoreAuth auth_;
   Mutex mu_;
   CondVar cv_;
   std::map<std::string, std::string> data_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(
-    const std::string& host, int port) {
+absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string& host,
+                                                                int port,
+                                                                rpc::JobSecret secret) {
   std::unique_ptr<StoreServer> server(new StoreServer());
-  server->service_ = std::make_unique<StoreServiceImpl>();
+  server->service_ = std::make_unique<StoreServiceImpl>(std::move(secret));
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(host + ":" + std::to_string(port),

@@ -2,7 +2,8 @@
 //
 // Rank 0 (or a standalone process) runs one; every worker talks to it through
 // StoreClient. Blocking calls (Get, Wait) are bounded by the timeout in the
-// request, so no server thread waits forever.
+// request, so no server thread waits forever. Started with a job secret, it
+// serves only calls signed with it, and signs its answers (store_auth.h).
 //
 // Thread-safety: thread-safe; Shutdown() may be called once from any thread.
 #pragma once
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "rpc/auth/job_secret.h"
 
 namespace grpc {
 class Server;
@@ -22,9 +24,10 @@ class StoreServiceImpl;
 
 class StoreServer {
  public:
-  // Binds `host:port` (port 0 picks a free one) and starts serving.
-  static absl::StatusOr<std::unique_ptr<StoreServer>> Start(
-      const std::string& host, int port);
+  // Binds `host:port` (port 0 picks a free one) and starts serving; with a
+  // non-empty `secret`, only to the job's own processes.
+  static absl::StatusOr<std::unique_ptr<StoreServer>> Start(const std::string& host, int port,
+                                                            rpc::JobSecret secret = {});
   ~StoreServer();
 
   int port() const { return port_; }

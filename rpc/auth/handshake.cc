@@ -1,36 +1,13 @@
 #include "rpc/auth/handshake.h"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-
 #include "absl/strings/str_cat.h"
+#include "rpc/auth/mac.h"
 
 namespace tessera::rpc {
 namespace {
 
 constexpr size_t kNonceBytes = 32;
 constexpr char kProtocol[] = "tessera-auth-v1";
-
-// Each field prefixed by its length (4 bytes, little-endian), so no two
-// field lists encode alike; clients in other languages build the same bytes.
-void AppendField(std::string* out, const std::string& field) {
-  const uint32_t size = static_cast<uint32_t>(field.size());
-  for (int shift = 0; shift < 32; shift += 8) out->push_back(static_cast<char>(size >> shift));
-  out->append(field);
-}
-
-std::string Hmac(const JobSecret& secret, const std::string& data) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  HMAC(EVP_sha256(), secret.value().data(), static_cast<int>(secret.value().size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest, &length);
-  return std::string(reinterpret_cast<const char*>(digest), length);
-}
-
-bool SameProof(const std::string& a, const std::string& b) {
-  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
-}
 
 absl::Status Expect(const proto::Envelope& envelope, proto::AuthStep::StepCase step,
                     const char* what) {
@@ -56,24 +33,13 @@ proto::Envelope AuthEnvelope() {
 
 std::string ServerProof(const JobSecret& secret, const std::string& client_nonce,
                         const std::string& server_nonce) {
-  std::string data;
-  AppendField(&data, kProtocol);
-  AppendField(&data, "server");
-  AppendField(&data, client_nonce);
-  AppendField(&data, server_nonce);
-  return Hmac(secret, data);
+  return Mac(secret, {kProtocol, "server", client_nonce, server_nonce});
 }
 
 std::string ClientProof(const JobSecret& secret, const std::string& server_nonce,
                         const std::string& client_nonce, const PeerIdentity& client) {
-  std::string data;
-  AppendField(&data, kProtocol);
-  AppendField(&data, "client");
-  AppendField(&data, server_nonce);
-  AppendField(&data, client_nonce);
-  AppendField(&data, client.name);
-  AppendField(&data, std::to_string(client.rank));
-  return Hmac(secret, data);
+  return Mac(secret, {kProtocol, "client", server_nonce, client_nonce, client.name,
+                     std::to_string(client.rank)});
 }
 
 ClientHandshake::ClientHandshake(JobSecret secret, PeerIdentity self)
@@ -92,7 +58,7 @@ absl::StatusOr<proto::Envelope> ClientHandshake::OnChallenge(const proto::Envelo
   auto status = Expect(challenge, proto::AuthStep::kChallenge, "challenge");
   if (!status.ok()) return status;
   const auto& step = challenge.auth().challenge();
-  if (!SameProof(step.proof(), ServerProof(secret_, client_nonce_, step.nonce()))) {
+  if (!SameMac(step.proof(), ServerProof(secret_, client_nonce_, step.nonce()))) {
     return absl::UnauthenticatedError(
         "the peer could not prove it knows the job secret (TESSERA_JOB_SECRET differs)");
   }
@@ -130,7 +96,7 @@ absl::StatusOr<PeerIdentity> ServerHandshake::OnProof(const proto::Envelope& pro
   auto status = Expect(proof, proto::AuthStep::kProof, "proof");
   if (!status.ok()) return status;
   if (!challenged_ ||
-      !SameProof(proof.auth().proof().proof(),
+      !SameMac(proof.auth().proof().proof(),
                  ClientProof(secret_, server_nonce_, client_nonce_, peer_))) {
     return absl::UnauthenticatedError(absl::StrCat(
         "'", peer_.name, "' (rank ", peer_.rank,

@@ -248,8 +248,9 @@ TESSERA_WORKER_SCENARIO(ddp_mismatch) {
 class DdpTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    server_ = *store::StoreServer::Start("127.0.0.1", 0);
-    store_ = std::make_unique<store::StoreClient>("127.0.0.1", server_->port());
+    server_ = *store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
+    store_ = std::make_unique<store::StoreClient>("127.0.0.1", server_->port(),
+                                                  absl::Seconds(60), TestJobSecret());
   }
   std::unique_ptr<ddp::ProcessGroup> Start(const std::string& scenario) {
     child_ = std::make_unique<WorkerProcess>(scenario, WorkerEnv(1, 2, server_->port()));

@@ -132,8 +132,9 @@ int RunChildRank(absl::StatusOr<ddp::EnvProcessGroup> env,
 }
 
 ProcessGroupWorld::ProcessGroupWorld()
-    : server_(*store::StoreServer::Start("127.0.0.1", 0)),
-      store_(std::make_unique<store::StoreClient>("127.0.0.1", server_->port())) {}
+    : server_(*store::StoreServer::Start("127.0.0.1", 0, TestJobSecret())),
+      store_(std::make_unique<store::StoreClient>("127.0.0.1", server_->port(),
+                                                  absl::Seconds(60), TestJobSecret())) {}
 
 void ProcessGroupWorld::StartChildren(int world_size, const std::string& scenario,
                                       const std::map<std::string, std::string>& extra_env) {

@@ -113,7 +113,7 @@ TESSERA_WORKER_SCENARIO(hybrid_trainer) {
 }
 
 TEST(HybridTest, DenseReplicasStayEqualAndTheTableGetsBothTrainersGradients) {
-  auto store = ValueOrThrow(store::StoreServer::Start("127.0.0.1", 0));
+  auto store = ValueOrThrow(store::StoreServer::Start("127.0.0.1", 0, TestJobSecret()));
   std::vector<std::unique_ptr<WorkerProcess>> trainers;
   for (int rank = 1; rank <= 2; ++rank) {
     trainers.push_back(std::make_unique<WorkerProcess>("hybrid_trainer",

@@ -189,7 +189,7 @@ namespace {
 
 // A call that gives no timeout gets the runtime's default_call_timeout.
 TEST(RuntimeLifecycleTest, DefaultCallTimeoutAppliesWhenNoneIsGiven) {
-  auto store = store::StoreServer::Start("127.0.0.1", 0);
+  auto store = store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
   ASSERT_TRUE(store.ok());
   rpc::RpcOptions options = InProcessOptions("solo", 0, 1, (*store)->port());
   options.default_call_timeout = absl::Milliseconds(300);
@@ -216,7 +216,7 @@ TEST(RuntimeLifecycleTest, DefaultCallTimeoutAppliesWhenNoneIsGiven) {
 // the second. A world of one also calls itself through the transport.
 TEST(RuntimeLifecycleTest, CleanRestartInTheSameProcess) {
   for (int generation = 0; generation < 2; ++generation) {
-    auto store = store::StoreServer::Start("127.0.0.1", 0);
+    auto store = store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
     ASSERT_TRUE(store.ok());
     auto runtime = rpc::Runtime::Init(InProcessOptions("solo", 0, 1, (*store)->port()),
                                       MakeTestRegistry());

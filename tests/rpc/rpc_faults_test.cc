@@ -50,7 +50,7 @@ TEST_F(RpcFaultsTest, WorkerKilledMidCallFailsPendingCallsOnly) {
 }
 
 TEST(RpcRendezvousTest, MissingWorkersAreNamedNotWaitedForever) {
-  auto store = store::StoreServer::Start("127.0.0.1", 0);
+  auto store = store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
   ASSERT_TRUE(store.ok());
   rpc::RpcOptions options = InProcessOptions("worker0", 0, 3, (*store)->port());
   options.rendezvous_timeout = absl::Milliseconds(500);

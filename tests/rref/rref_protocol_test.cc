@@ -28,7 +28,7 @@ constexpr int kWorld = 3;  // worker0 creates, worker1 owns, worker2 borrows
 class RRefProtocolTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    store_ = *store::StoreServer::Start("127.0.0.1", 0);
+    store_ = *store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
     network_ = FakeNetwork::Create();
     std::vector<std::future<absl::StatusOr<std::unique_ptr<rpc::Runtime>>>> starting;
     for (int rank = 0; rank < kWorld; ++rank) {

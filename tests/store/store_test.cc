@@ -9,34 +9,44 @@
 namespace tessera::store {
 namespace {
 
-class StoreTest : public ::testing::Test {
+const rpc::JobSecret kSecret("the job's secret");
+
+// The store's behaviour, with calls signed with a job secret and without.
+class StoreTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
-    auto server = StoreServer::Start("127.0.0.1", 0);
+    auto server = StoreServer::Start("127.0.0.1", 0, secret());
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
-    client_ = std::make_unique<StoreClient>("127.0.0.1", server_->port(), absl::Seconds(10));
+    client_ = Client();
+  }
+  rpc::JobSecret secret() const { return GetParam() ? kSecret : rpc::JobSecret(); }
+  std::unique_ptr<StoreClient> Client() const {
+    return std::make_unique<StoreClient>("127.0.0.1", server_->port(), absl::Seconds(10),
+                                         secret());
   }
   std::unique_ptr<StoreServer> server_;
   std::unique_ptr<StoreClient> client_;
 };
 
-TEST_F(StoreTest, SetThenGet) {
+INSTANTIATE_TEST_SUITE_P(Signed, StoreTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Signed" : "Unsigned"; });
+
+TEST_P(StoreTest, SetThenGet) {
   ASSERT_TRUE(client_->Set("k", std::string("v\0x", 3)).ok());
   EXPECT_EQ(*client_->Get("k", absl::Seconds(1)), std::string("v\0x", 3));
 }
 
-TEST_F(StoreTest, GetWaitsForAKeySetLater) {
+TEST_P(StoreTest, GetWaitsForAKeySetLater) {
   std::thread setter([&] {
-    StoreClient other("127.0.0.1", server_->port());
     // The getter is already waiting or will find the key: both are correct.
-    EXPECT_TRUE(other.Set("late", "here").ok());
+    EXPECT_TRUE(Client()->Set("late", "here").ok());
   });
   EXPECT_EQ(*client_->Get("late", absl::Seconds(10)), "here");
   setter.join();
 }
 
-TEST_F(StoreTest, GetAndWaitTimeOutNamingTheKeys) {
+TEST_P(StoreTest, GetAndWaitTimeOutNamingTheKeys) {
   auto get = client_->Get("absent", absl::Milliseconds(50));
   EXPECT_EQ(get.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(get.status().message().find("absent"), std::string::npos);
@@ -46,12 +56,12 @@ TEST_F(StoreTest, GetAndWaitTimeOutNamingTheKeys) {
   EXPECT_NE(wait.message().find("b, c"), std::string::npos) << wait;
 }
 
-TEST_F(StoreTest, ConcurrentAddsAreAtomic) {
+TEST_P(StoreTest, ConcurrentAddsAreAtomic) {
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
-      StoreClient c("127.0.0.1", server_->port());
-      for (int i = 0; i < 50; ++i) EXPECT_TRUE(c.Add("counter", 1).ok());
+      auto c = Client();
+      for (int i = 0; i < 50; ++i) EXPECT_TRUE(c->Add("counter", 1).ok());
     });
   }
   for (auto& t : threads) t.join();
@@ -60,7 +70,7 @@ TEST_F(StoreTest, ConcurrentAddsAreAtomic) {
   EXPECT_EQ(client_->Add("text", 1).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
-TEST_F(StoreTest, CompareSetAndDelete) {
+TEST_P(StoreTest, CompareSetAndDelete) {
   EXPECT_EQ(*client_->CompareSet("cs", "", "first"), "first");
   EXPECT_EQ(*client_->CompareSet("cs", "wrong", "second"), "first");
   EXPECT_EQ(*client_->CompareSet("cs", "first", "second"), "second");

@@ -28,7 +28,7 @@ TESSERA_WORKER_SCENARIO(serve) {
 void RpcWorld::StartWorld(int world_size,
                           const std::map<std::string, std::string>& child_env,
                           absl::Duration shutdown_timeout) {
-  auto store = store::StoreServer::Start("127.0.0.1", 0);
+  auto store = store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
   ASSERT_TRUE(store.ok()) << store.status();
   store_ = *std::move(store);
   for (int rank = 1; rank < world_size; ++rank) {

@@ -1,0 +1,73 @@
+// StoreAuth: signs and checks the rendezvous store's calls with the job
+// secret (rpc/auth/job_secret.h), so that only the job's own processes can
+// read or change its rendezvous, and workers only believe the job's own store.
+//
+// Note [Store call authentication]
+// The store is plain unary gRPC, so instead of a connection handshake every
+// call carries its own proof, in gRPC metadata:
+//   request:  nonce n (16 fresh random bytes),
+//             HMAC(k, "tessera-store-v1", "request", method, n, request bytes)
+//   response: HMAC(k, "tessera-store-v1", "response", method, n, response bytes)
+//             (trailing metadata, computed once the response exists)
+// The server serves a call only if its MAC checks out (else UNAUTHENTICATED
+// naming the likely cause), and the client believes an answer only if the
+// response MAC does: a store of another job, or a process posing as the
+// store, cannot feed workers addresses — Gloo's connections, unlike RPC's,
+// have no handshake of their own to catch a forged peer. Binding the
+// response to n makes old answers useless to replay.
+// Not covered: an eavesdropper resending a captured request verbatim (the
+// server keeps no history of nonces; a repeated set or compare-set changes
+// nothing, a repeated add does), and secrecy — keys and values travel in the
+// clear, as TensorPipe's frames do. The threat is peers that can connect,
+// not ones that can watch the wire (rpc/auth/handshake.h).
+//
+// Without a secret (an empty JobSecret) nothing is signed or checked — the
+// behaviour of stores before this existed, and of tests that set none.
+//
+// Thread-safety: immutable after construction.
+#pragma once
+
+#include <google/protobuf/message.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/server_context.h>
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "rpc/auth/job_secret.h"
+
+namespace tessera::store {
+
+class StoreAuth {
+ public:
+  explicit StoreAuth(rpc::JobSecret secret) : secret_(std::move(secret)) {}
+
+  bool enabled() const { return !secret_.empty(); }
+
+  // Client, before the call: adds the nonce and request MAC to `context`;
+  // returns the nonce, for CheckResponse.
+  std::string SignRequest(grpc::ClientContext* context, std::string_view method,
+                          const google::protobuf::Message& request) const;
+  // Client, after a call that succeeded: is `response` from the job's store?
+  absl::Status CheckResponse(const grpc::ClientContext& context, std::string_view method,
+                             const std::string& nonce,
+                             const google::protobuf::Message& response) const;
+
+  // Server, before serving: OK, or UNAUTHENTICATED to return to the caller.
+  grpc::Status CheckRequest(const grpc::ServerContext& context, std::string_view method,
+                            const google::protobuf::Message& request) const;
+  // Server, after serving a checked request: signs `response`.
+  void SignResponse(grpc::ServerContext* context, std::string_view method,
+                    const google::protobuf::Message& response) const;
+
+ private:
+  std::string RequestMac(std::string_view method, std::string_view nonce,
+                         const google::protobuf::Message& request) const;
+  std::string ResponseMac(std::string_view method, std::string_view nonce,
+                          const google::protobuf::Message& response) const;
+
+  const rpc::JobSecret secret_;
+};
+
+}  // namespace tessera::store
