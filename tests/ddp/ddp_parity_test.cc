@@ -12,8 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/gloo/gloo_process_group.h"
-#include "store/store_server.h"
-#include "tests/testing/multiprocess.h"
+#include "tests/ddp/two_ranks.h"
 
 namespace tessera::testing {
 namespace {
@@ -225,15 +224,6 @@ absl::Status RunUnused(ddp::ProcessGroup& group) {
   return absl::OkStatus();
 }
 
-// Rank 1's side of a check that both ranks run: exit code 0 if it passed.
-int RunOnRank1(absl::Status (*check)(ddp::ProcessGroup&)) {
-  auto env = ddp::CreateGlooProcessGroupFromEnv();
-  if (!env.ok()) return 1;
-  auto status = check(*env->group);
-  if (!status.ok()) std::fprintf(stderr, "rank 1: %s\n", status.ToString().c_str());
-  return status.ok() ? 0 : 1;
-}
-
 TESSERA_WORKER_SCENARIO(ddp_parity) { return RunOnRank1(RunParity); }
 TESSERA_WORKER_SCENARIO(ddp_unused) { return RunOnRank1(RunUnused); }
 
@@ -245,23 +235,7 @@ TESSERA_WORKER_SCENARIO(ddp_mismatch) {
   return !ddp.ok() && ddp.status().code() == absl::StatusCode::kInvalidArgument ? 0 : 1;
 }
 
-class DdpTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    server_ = *store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
-    store_ = std::make_unique<store::StoreClient>("127.0.0.1", server_->port(),
-                                                  absl::Seconds(60), TestJobSecret());
-  }
-  std::unique_ptr<ddp::ProcessGroup> Start(const std::string& scenario) {
-    child_ = std::make_unique<WorkerProcess>(scenario, WorkerEnv(1, 2, server_->port()));
-    auto group = ddp::CreateGlooProcessGroup(store_.get(), 0, 2);
-    EXPECT_TRUE(group.ok()) << group.status();
-    return group.ok() ? *std::move(group) : nullptr;
-  }
-  std::unique_ptr<store::StoreServer> server_;
-  std::unique_ptr<store::StoreClient> store_;
-  std::unique_ptr<WorkerProcess> child_;
-};
+using DdpTest = TwoRankGlooTest;
 
 TEST_F(DdpTest, TwoHalvesTrainLikeTheWholeBatch) {
   auto group = Start("ddp_parity");

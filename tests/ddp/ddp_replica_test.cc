@@ -6,13 +6,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <cstdio>
-
 #include "absl/strings/str_cat.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/gloo/gloo_process_group.h"
-#include "store/store_server.h"
-#include "tests/testing/multiprocess.h"
+#include "tests/ddp/two_ranks.h"
 
 namespace tessera::testing {
 namespace {
@@ -37,19 +34,22 @@ absl::Status RefusedNaming(const absl::StatusOr<std::unique_ptr<ddp::Distributed
   return absl::OkStatus();
 }
 
-int RefuseOnRank1(at::IntArrayRef sizes, at::ScalarType dtype, const std::string& described) {
-  auto env = ddp::CreateGlooProcessGroupFromEnv();
-  if (!env.ok()) return 1;
+// Rank 1 holds `w` of `sizes` and `dtype`; rank 0 holds Float [2, 5].
+absl::Status RefuseOn(ddp::ProcessGroup& group, at::IntArrayRef sizes, at::ScalarType dtype,
+                      const std::string& described) {
   auto ddp = ddp::DistributedDataParallel::Create(std::make_shared<ShapedImpl>(sizes, dtype),
-                                                  env->group.get());
-  auto status = RefusedNaming(ddp, 1, described);
-  if (!status.ok()) std::fprintf(stderr, "rank 1: %s\n", status.ToString().c_str());
-  return status.ok() ? 0 : 1;
+                                                  &group);
+  return RefusedNaming(ddp, group.rank(), described);
 }
 
-TESSERA_WORKER_SCENARIO(ddp_transposed) { return RefuseOnRank1({5, 2}, at::kFloat, "Float [5, 2]"); }
+TESSERA_WORKER_SCENARIO(ddp_transposed) {
+  return RunOnRank1(
+      [](ddp::ProcessGroup& group) { return RefuseOn(group, {5, 2}, at::kFloat, "Float [5, 2]"); });
+}
 TESSERA_WORKER_SCENARIO(ddp_other_dtype) {
-  return RefuseOnRank1({2, 5}, at::kDouble, "Double [2, 5]");
+  return RunOnRank1([](ddp::ProcessGroup& group) {
+    return RefuseOn(group, {2, 5}, at::kDouble, "Double [2, 5]");
+  });
 }
 
 // Two branches with losses of their own, so the `exact` branch is double from
@@ -111,43 +111,24 @@ TESSERA_WORKER_SCENARIO(ddp_two_precisions) {
   return status.ok() ? 0 : 1;
 }
 
-class DdpReplicaTest : public ::testing::Test {
+class DdpReplicaTest : public TwoRankGlooTest {
  protected:
-  void SetUp() override {
-    server_ = *store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
-    store_ = std::make_unique<store::StoreClient>("127.0.0.1", server_->port(),
-                                                  absl::Seconds(60), TestJobSecret());
+  // Rank 1 runs `scenario` (a replica unlike rank 0's Float [2, 5]); both
+  // ranks' creations must fail naming `w` as each holds it.
+  void ExpectRefusedOnBothRanks(const std::string& scenario) {
+    auto group = Start(scenario);
+    ASSERT_NE(group, nullptr);
+    auto status = RefuseOn(*group, {2, 5}, at::kFloat, "Float [2, 5]");
+    EXPECT_TRUE(status.ok()) << status;
+    EXPECT_EQ(child_->Wait(absl::Seconds(60)), 0);
   }
-  std::unique_ptr<ddp::ProcessGroup> Start(const std::string& scenario) {
-    child_ = std::make_unique<WorkerProcess>(scenario, WorkerEnv(1, 2, server_->port()));
-    auto group = ddp::CreateGlooProcessGroup(store_.get(), 0, 2);
-    EXPECT_TRUE(group.ok()) << group.status();
-    return group.ok() ? *std::move(group) : nullptr;
-  }
-  std::unique_ptr<store::StoreServer> server_;
-  std::unique_ptr<store::StoreClient> store_;
-  std::unique_ptr<WorkerProcess> child_;
 };
 
 TEST_F(DdpReplicaTest, TransposedWeightIsRefusedOnEveryRank) {
-  auto group = Start("ddp_transposed");
-  ASSERT_NE(group, nullptr);
-  auto ddp = ddp::DistributedDataParallel::Create(
-      std::make_shared<ShapedImpl>(at::IntArrayRef{2, 5}, at::kFloat), group.get());
-  auto status = RefusedNaming(ddp, 0, "Float [2, 5]");
-  EXPECT_TRUE(status.ok()) << status;
-  EXPECT_EQ(child_->Wait(absl::Seconds(60)), 0);
+  ExpectRefusedOnBothRanks("ddp_transposed");
 }
 
-TEST_F(DdpReplicaTest, OtherDtypeIsRefusedOnEveryRank) {
-  auto group = Start("ddp_other_dtype");
-  ASSERT_NE(group, nullptr);
-  auto ddp = ddp::DistributedDataParallel::Create(
-      std::make_shared<ShapedImpl>(at::IntArrayRef{2, 5}, at::kFloat), group.get());
-  auto status = RefusedNaming(ddp, 0, "Float [2, 5]");
-  EXPECT_TRUE(status.ok()) << status;
-  EXPECT_EQ(child_->Wait(absl::Seconds(60)), 0);
-}
+TEST_F(DdpReplicaTest, OtherDtypeIsRefusedOnEveryRank) { ExpectRefusedOnBothRanks("ddp_other_dtype"); }
 
 TEST_F(DdpReplicaTest, FloatAndDoubleParametersAverageEachInItsOwnPrecision) {
   auto group = Start("ddp_two_precisions");

@@ -1,0 +1,31 @@
+#include "tests/ddp/two_ranks.h"
+
+#include <cstdio>
+
+namespace tessera::testing {
+
+void TwoRankGlooTest::SetUp() {
+  server_ = *store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
+  store_ = std::make_unique<store::StoreClient>("127.0.0.1", server_->port(), absl::Seconds(60),
+                                                TestJobSecret());
+}
+
+std::unique_ptr<ddp::ProcessGroup> TwoRankGlooTest::Start(const std::string& scenario) {
+  child_ = std::make_unique<WorkerProcess>(scenario, WorkerEnv(1, 2, server_->port()));
+  auto group = ddp::CreateGlooProcessGroup(store_.get(), 0, 2);
+  EXPECT_TRUE(group.ok()) << group.status();
+  return group.ok() ? *std::move(group) : nullptr;
+}
+
+int RunOnRank1(absl::Status (*check)(ddp::ProcessGroup&)) {
+  auto env = ddp::CreateGlooProcessGroupFromEnv();
+  if (!env.ok()) {
+    std::fprintf(stderr, "rank 1: %s\n", env.status().ToString().c_str());
+    return 1;
+  }
+  auto status = check(*env->group);
+  if (!status.ok()) std::fprintf(stderr, "rank 1: %s\n", status.ToString().c_str());
+  return status.ok() ? 0 : 1;
+}
+
+}  // namespace tessera::testing

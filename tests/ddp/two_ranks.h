@@ -1,0 +1,35 @@
+// Two-rank DDP tests over Gloo: rank 0 is the test process, rank 1 a child
+// running a named scenario (tests/testing/multiprocess.h); they meet through
+// a store this fixture hosts.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "ddp/gloo/gloo_process_group.h"
+#include "store/store_client.h"
+#include "store/store_server.h"
+#include "tests/testing/multiprocess.h"
+
+namespace tessera::testing {
+
+class TwoRankGlooTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  // Starts rank 1 on `scenario` and returns rank 0's group (null on failure,
+  // which is also reported).
+  std::unique_ptr<ddp::ProcessGroup> Start(const std::string& scenario);
+
+  std::unique_ptr<store::StoreServer> server_;
+  std::unique_ptr<store::StoreClient> store_;
+  std::unique_ptr<WorkerProcess> child_;
+};
+
+// Rank 1's side of a check both ranks run, in a scenario: joins the group
+// from the environment, runs `check`, returns 0 if it passed (else prints why).
+int RunOnRank1(absl::Status (*check)(ddp::ProcessGroup&));
+
+}  // namespace tessera::testing
