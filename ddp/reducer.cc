@@ -1,6 +1,7 @@
 #include "ddp/reducer.h"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/strides.h>
 #include <torch/csrc/autograd/engine.h>
@@ -30,16 +31,23 @@ struct Reducer::State {
   std::vector<bool> ready ABSL_GUARDED_BY(mu);  // per parameter, this pass
   ReducerPassStats stats ABSL_GUARDED_BY(mu);
   ReducerPassStats last_stats ABSL_GUARDED_BY(mu);
-  std::vector<size_t> bucket_of;  // parameter -> bucket (immutable)
+  std::vector<size_t> bucket_of ABSL_GUARDED_BY(mu);  // parameter -> bucket
+  // Note [Bucket rebuild]: until done, the order in which this pass's
+  // gradients arrived, and for each launch how many had arrived by then.
+  bool rebuilt ABSL_GUARDED_BY(mu) = false;
+  std::vector<size_t> arrival_order ABSL_GUARDED_BY(mu);
+  std::vector<size_t> arrived_at_launch ABSL_GUARDED_BY(mu);
+  size_t arrived ABSL_GUARDED_BY(mu) = 0;
 
   void OnGradReady(size_t parameter);
   void StartPass() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void MarkUnusedReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  void MarkReady(size_t parameter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  bool MarkReady(size_t parameter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void LaunchReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void Launch(Bucket& bucket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void Finalize();
   void WriteBack(Bucket& bucket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void RebuildBuckets() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 };
 
 namespace {
@@ -80,8 +88,22 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, ProcessGroup* group,
   // Reverse registration order: the last layers' gradients are ready first.
   std::vector<size_t> order(parameters_.size());
   for (size_t k = 0; k < order.size(); ++k) order[k] = order.size() - 1 - k;
+  {
+    MutexLock lock(&state_->mu);
+    AssignBuckets(order);
+    state_->reducer = this;
+    state_->ready.assign(parameters_.size(), false);
+  }
+  for (size_t k = 0; k < parameters_.size(); ++k) {
+    accumulators_.push_back(torch::autograd::impl::grad_accumulator(parameters_[k]));
+    accumulators_.back()->add_post_hook(std::make_unique<GradReadyHook>(state_, k));
+  }
+}
+
+void Reducer::AssignBuckets(const std::vector<size_t>& order) {
+  buckets_.clear();
   state_->bucket_of.assign(parameters_.size(), 0);
-  for (auto& members : AssignBuckets(parameters_, order, options_.limits)) {
+  for (auto& members : ddp::AssignBuckets(parameters_, order, options_.limits)) {
     Bucket& bucket = buckets_.emplace_back();
     int64_t numel = 0;
     for (size_t k : members) {
@@ -91,15 +113,6 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, ProcessGroup* group,
     }
     bucket.parameters = std::move(members);
     bucket.flat = at::zeros({numel}, parameters_[bucket.parameters.front()].options());
-  }
-  {
-    MutexLock lock(&state_->mu);
-    state_->reducer = this;
-    state_->ready.assign(parameters_.size(), false);
-  }
-  for (size_t k = 0; k < parameters_.size(); ++k) {
-    accumulators_.push_back(torch::autograd::impl::grad_accumulator(parameters_[k]));
-    accumulators_.back()->add_post_hook(std::make_unique<GradReadyHook>(state_, k));
   }
 }
 
@@ -122,7 +135,10 @@ void Reducer::State::OnGradReady(size_t parameter) {
   MutexLock lock(&mu);
   if (reducer == nullptr || !sync) return;
   if (!in_backward) StartPass();
-  MarkReady(parameter);
+  if (MarkReady(parameter)) {
+    ++arrived;
+    if (!rebuilt) arrival_order.push_back(parameter);
+  }
   LaunchReady();
 }
 
@@ -130,7 +146,11 @@ void Reducer::State::StartPass() {
   in_backward = true;
   next_to_launch = 0;
   ready.assign(ready.size(), false);
-  stats = ReducerPassStats{reducer->buckets_.size(), 0, 0};
+  stats = ReducerPassStats{};
+  stats.buckets = reducer->buckets_.size();
+  arrived = 0;
+  arrival_order.clear();
+  arrived_at_launch.clear();
   for (auto& bucket : reducer->buckets_) {
     bucket.pending = bucket.parameters.size();
     bucket.launched = false;
@@ -157,10 +177,12 @@ void Reducer::State::MarkUnusedReady() {
   }
 }
 
-void Reducer::State::MarkReady(size_t parameter) {
-  if (ready[parameter]) return;
+// False if it already was.
+bool Reducer::State::MarkReady(size_t parameter) {
+  if (ready[parameter]) return false;
   ready[parameter] = true;
   --reducer->buckets_[bucket_of[parameter]].pending;
+  return true;
 }
 
 void Reducer::State::LaunchReady() {
@@ -188,6 +210,7 @@ void Reducer::State::Launch(Bucket& bucket) {
   }
   bucket.launched = true;
   if (in_backward) ++stats.launched_during_backward;
+  arrived_at_launch.push_back(arrived);
   bucket.wire = reducer->options_.comm_hook == CommHook::kFp16Compress ? bucket.flat.to(at::kHalf)
                                                                        : bucket.flat;
   bucket.work = reducer->group_->Allreduce(bucket.wire, ReduceOp::kAverage);
@@ -199,6 +222,9 @@ void Reducer::State::Finalize() {
   if (reducer == nullptr) return;
   for (auto& bucket : reducer->buckets_) bucket.pending = 0;
   LaunchReady();
+  for (size_t at_launch : arrived_at_launch) {
+    if (at_launch < arrived) ++stats.launched_before_last_gradient;
+  }
   last_stats = stats;
   for (size_t b = 0; b < reducer->buckets_.size(); ++b) {
     Bucket& bucket = reducer->buckets_[b];
@@ -210,6 +236,33 @@ void Reducer::State::Finalize() {
     if (bucket.wire.data_ptr() != bucket.flat.data_ptr()) bucket.flat.copy_(bucket.wire);
     WriteBack(bucket);
   }
+  if (!rebuilt) RebuildBuckets();
+}
+
+// Note [Bucket rebuild]. Every rank gets here after the same pass (the first
+// synchronised one), so the broadcast matches up.
+void Reducer::State::RebuildBuckets() {
+  rebuilt = true;
+  const size_t n = reducer->parameters_.size();
+  std::vector<bool> arrived_this_pass(n, false);
+  std::vector<int64_t> order;
+  for (size_t k : arrival_order) {
+    arrived_this_pass[k] = true;
+    order.push_back(static_cast<int64_t>(k));
+  }
+  // Never arrived (unused, or sent as zero): after the rest, as guessed.
+  for (size_t k = n; k-- > 0;) {
+    if (!arrived_this_pass[k]) order.push_back(static_cast<int64_t>(k));
+  }
+  at::Tensor agreed = at::tensor(order);
+  auto result = reducer->group_->Broadcast(agreed, 0).Wait(reducer->options_.timeout);
+  if (!result.ok()) {
+    throw std::runtime_error(absl::StrCat(
+        "DistributedDataParallel: agreeing on the gradient order for the buckets failed: ",
+        result.status().ToString()));
+  }
+  const int64_t* rank0 = agreed.data_ptr<int64_t>();
+  reducer->AssignBuckets(std::vector<size_t>(rank0, rank0 + n));
 }
 
 // The averages from `flat` to where the gradients live.

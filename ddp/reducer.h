@@ -6,7 +6,16 @@
 // when a bucket is complete its gradients are gathered into one flat buffer
 // and an averaging allreduce starts, overlapping the rest of backward.
 // Buckets are launched strictly in index order, so every rank issues the
-// same collectives in the same order. When backward ends (a callback queued
+// same collectives in the same order.
+//
+// Note [Bucket rebuild]: registration order is only a guess at backward's
+// order (a module may register layers in another order than forward uses
+// them), and a bucket waiting on a late gradient holds back every bucket
+// after it. So the first synchronised pass records the order in which
+// gradients really became ready, and at its end the buckets are assigned
+// again in that order — rank 0's order, broadcast, since the assignment must
+// be the same everywhere and ranks may run different control flow. As
+// PyTorch's DDP does; later passes keep those buckets. When backward ends (a callback queued
 // on the autograd engine), buckets not yet launched — parameters that got
 // no gradient this pass count as zero — are launched, all are awaited, and
 // the averages are written back into each parameter's .grad. A failure (a
@@ -66,6 +75,9 @@ struct ReducerPassStats {
   size_t launched_during_backward = 0;
   // Parameters found outside the pass's graph (find_unused_parameters).
   size_t unused_parameters = 0;
+  // Buckets whose allreduce started while some of the pass's gradients were
+  // still to come: the ones that overlapped computation.
+  size_t launched_before_last_gradient = 0;
 };
 
 class Reducer {
@@ -93,6 +105,10 @@ class Reducer {
     bool launched = false;
     std::optional<Work> work;
   };
+
+  // Groups parameters into buckets, taking them in `order` (Note [Bucket
+  // rebuild]); gradients already in the old buckets are not carried over.
+  void AssignBuckets(const std::vector<size_t>& order) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mu);
 
   std::vector<at::Tensor> parameters_;
   // Note [Keep gradient accumulators alive]: a parameter's accumulator is
