@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/blocking.h"
 #include "common/executor.h"
 #include "common/mutex.h"
 
@@ -92,6 +93,10 @@ class State : public std::enable_shared_from_this<State<T>> {
     for (int i = 0; i < kSpinYields && !ready_.load(std::memory_order_acquire); ++i) {
       std::this_thread::yield();
     }
+    // Note [Compensating blocked pool threads]: a pool thread's pool may
+    // run another thread while this one sleeps.
+    std::optional<ScopedBlocking> blocking;
+    if (!ready_.load(std::memory_order_acquire)) blocking.emplace();
     MutexLock lock(&mu_);
     auto ready = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return result_.has_value(); };
     if (!cv_.WaitUntil(&mu_, ready, deadline)) {

@@ -1,4 +1,13 @@
-// ThreadPool: a fixed set of threads running posted closures in FIFO order.
+// ThreadPool: threads running posted closures in FIFO order, `num_threads`
+// at a time.
+//
+// With `max_threads` above `num_threads`, a task that blocks waiting on a
+// Future (Note [Compensating blocked pool threads], common/blocking.h) has
+// another thread take its place — an idle one, or a new one while the pool
+// has fewer than `max_threads` — so tasks that wait for other tasks' results
+// cannot starve the pool. Threads are only added, never retired early: the
+// pool keeps its high-water mark, idle. Without it (the default) the pool
+// never grows, and a one-thread pool runs its tasks strictly one at a time.
 //
 // Thread-safety: Post() may be called from any thread, including pool threads.
 // The destructor drains queued work and joins the threads; it must not be
@@ -12,14 +21,15 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "common/blocking.h"
 #include "common/executor.h"
 #include "common/mutex.h"
 
 namespace tessera {
 
-class ThreadPool final : public Executor {
+class ThreadPool final : public Executor, private BlockingObserver {
  public:
-  ThreadPool(int num_threads, std::string name);
+  ThreadPool(int num_threads, std::string name, int max_threads = 0);
   ~ThreadPool() override;
 
   ThreadPool(const ThreadPool&) = delete;
@@ -29,16 +39,28 @@ class ThreadPool final : public Executor {
 
   // True when called from one of this pool's threads.
   bool InPool() const;
+  // Threads started so far (for tests and logs).
+  int threads_started() const;
 
  private:
   void Loop();
+  void BeginBlocking() override;
+  void EndBlocking() override;
+  // Wakes or starts a thread if a task waits and fewer than num_threads_
+  // are running tasks.
+  void UseSpareCapacity() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartThread() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string name_;
-  Mutex mu_;
+  const int num_threads_;
+  const int max_threads_;
+  mutable Mutex mu_;
   CondVar cv_;
   std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;
+  int running_ ABSL_GUARDED_BY(mu_) = 0;  // threads in a task and not blocked
+  int idle_ ABSL_GUARDED_BY(mu_) = 0;     // threads waiting for a task
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
 };
 
 // For threads that run posted tasks (ThreadPool, SerialQueue): names the

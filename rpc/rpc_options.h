@@ -52,6 +52,10 @@ struct RpcOptions {
   // Threads that run handlers and callbacks. Handlers that block in nested
   // synchronous calls hold one each; asynchronous handlers hold none.
   int num_worker_threads = 8;
+  // While handlers wait for futures (a nested RpcSync), up to this many
+  // threads in all, so that num_worker_threads keep running and replies can
+  // still be handled (Note [Compensating blocked pool threads]).
+  int max_worker_threads = 64;
 
   // A worker's role (e.g. "trainer"), published at rendezvous, for
   // allow-lists that name roles rather than workers (rpc/registry.h).

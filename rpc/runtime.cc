@@ -97,7 +97,8 @@ absl::Status Runtime::Start() {
                                                        options_.rendezvous_timeout,
                                                        options_.job_secret);
   timer_ = std::make_unique<DeadlineTimer>();
-  pool_ = std::make_unique<ThreadPool>(options_.num_worker_threads, options_.name);
+  pool_ = std::make_unique<ThreadPool>(options_.num_worker_threads, options_.name,
+                                       options_.max_worker_threads);
   RequestHandler handler = [this](int from, Message request) {
     return HandleRequest(from, std::move(request));
   };

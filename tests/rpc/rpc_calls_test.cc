@@ -105,11 +105,17 @@ TEST_F(RpcCallsTest, NestedCallsAcrossThreeWorkersDoNotDeadlock) {
   at::Tensor async =
       rt().RpcSync<at::Tensor>("worker1", "async_nested", chain, at::zeros({3}));
   EXPECT_TRUE(at::equal(async, at::full({3}, 4.0)));
-  // Many nested chains at once, more than the pool has threads, async style.
+  // Many nested chains at once, more than the pool has threads: async
+  // handlers hold no thread; blocking ones do, and each worker's pool runs
+  // others in their place (Note [Compensating blocked pool threads]) — 32
+  // chains block up to 32 handlers per worker, within max_worker_threads.
   std::vector<Future<at::Tensor>> futures;
   for (int i = 0; i < 64; ++i) {
     futures.push_back(
         rt().RpcAsync<at::Tensor>("worker2", "async_nested", chain, at::zeros({1})));
+  }
+  for (int i = 0; i < 32; ++i) {
+    futures.push_back(rt().RpcAsync<at::Tensor>("worker2", "nested", chain, at::zeros({1})));
   }
   for (auto& f : futures) {
     auto r = f.Wait(absl::Seconds(60));
