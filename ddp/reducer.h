@@ -1,12 +1,17 @@
 // Reducer: averages gradients across ranks while backward is still running.
 //
-// Parameters are grouped into buckets (ddp/bucket_assignment.h: by dtype,
-// a small first bucket, then about `limits.cap_bytes` each) in reverse order
-// of registration (roughly the order their gradients become ready). A hook on each parameter's gradient accumulator marks it ready;
-// when a bucket is complete its gradients are gathered into one flat buffer
-// and an averaging allreduce starts, overlapping the rest of backward.
-// Buckets are launched strictly in index order, so every rank issues the
-// same collectives in the same order.
+// Parameters are grouped into buckets (ddp/bucket_assignment.h: by dtype, a
+// small first bucket, then about `limits.cap_bytes` each) in reverse order
+// of registration (roughly the order their gradients become ready). A hook
+// on each parameter's gradient accumulator marks it ready; when a bucket is
+// complete its gradients are gathered into one flat buffer and an averaging
+// allreduce starts, overlapping the rest of backward. Buckets are launched
+// strictly in index order, so every rank issues the same collectives in the
+// same order. When backward ends (a callback queued on the autograd engine),
+// buckets not yet launched — parameters that got no gradient this pass
+// count as zero — are launched, all are awaited, and the averages are
+// written back into each parameter's .grad. A failure (a rank died, a
+// timeout) is thrown from backward() with its cause.
 //
 // Note [Bucket rebuild]: registration order is only a guess at backward's
 // order (a module may register layers in another order than forward uses
@@ -15,11 +20,9 @@
 // gradients really became ready, and at its end the buckets are assigned
 // again in that order — rank 0's order, broadcast, since the assignment must
 // be the same everywhere and ranks may run different control flow. As
-// PyTorch's DDP does; later passes keep those buckets. When backward ends (a callback queued
-// on the autograd engine), buckets not yet launched — parameters that got
-// no gradient this pass count as zero — are launched, all are awaited, and
-// the averages are written back into each parameter's .grad. A failure (a
-// rank died, a timeout) is thrown from backward() with its cause.
+// PyTorch's DDP does; later passes keep those buckets (with
+// gradient_as_bucket_view, each .grad moves into its new bucket at the next
+// pass's launch).
 //
 // find_unused_parameters: at the first hook of a pass, parameters whose
 // accumulators are not in the engine's graph are marked ready at once, so
