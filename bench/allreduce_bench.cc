@@ -55,7 +55,8 @@ int RunRank(int rank, int port, const std::vector<std::string>& args) {
     options.bcube_min_bytes = std::stoull(args[1]);
     options.bcube_max_bytes = std::stoull(args[2]);
   }
-  tessera::store::StoreClient store("127.0.0.1", port);
+  tessera::store::StoreClient store("127.0.0.1", port, absl::Seconds(60),
+                                    tessera::bench::BenchJobSecret());
   auto group = tessera::ddp::CreateGlooProcessGroup(&store, rank, world, options);
   auto checked = tessera::ddp::CollectiveChecksFromEnv();
   if (!group.ok() || !checked.ok()) return 1;

@@ -56,7 +56,8 @@ double Median(std::vector<double> values) {
 
 int RunRank(int rank, int port, const std::vector<std::string>&) {
   torch::set_num_threads(1);
-  tessera::store::StoreClient store("127.0.0.1", port);
+  tessera::store::StoreClient store("127.0.0.1", port, absl::Seconds(60),
+                                    tessera::bench::BenchJobSecret());
   auto group = tessera::ddp::CreateGlooProcessGroup(&store, rank, 2);
   if (!group.ok()) return 1;
   const torch::Tensor x = torch::randn({64, 1024});

@@ -24,6 +24,11 @@ namespace tessera::bench {
 
 using RankMain = std::function<int(int rank, int port, const std::vector<std::string>& args)>;
 
+// The job secret of benchmark processes (the store and every rank), as
+// tessera-run gives every job one: calls pay for signing and the handshake
+// as in real jobs. On loopback the ranks only need to agree on it.
+inline rpc::JobSecret BenchJobSecret() { return rpc::JobSecret("tessera-bench-loopback"); }
+
 inline int RunProcesses(int argc, char** argv, int world_size, const RankMain& rank_main) {
   if (argc > 3 && std::strcmp(argv[1], "--rank") == 0) {
     return rank_main(std::atoi(argv[2]), std::atoi(argv[3]),
@@ -36,7 +41,7 @@ inline int RunProcesses(int argc, char** argv, int world_size, const RankMain& r
   const pid_t store_process = fork();
   if (store_process == 0) {
     close(quit_pipe[1]);
-    auto store = store::StoreServer::Start("127.0.0.1", 0);
+    auto store = store::StoreServer::Start("127.0.0.1", 0, BenchJobSecret());
     const int store_port = store.ok() ? (*store)->port() : 0;
     if (write(port_pipe[1], &store_port, sizeof(store_port)) != sizeof(store_port)) _exit(1);
     char c;

@@ -1,11 +1,11 @@
 // RPC options for benchmark worker `rank` of `world_size`, meeting through
-// the store that rank 0 hosts on `port` (see two_processes.h), with timeouts
-// long enough for any benchmark, and a job secret (as tessera-run gives
-// every job), so connections pay for the handshake as in real jobs.
+// the store on `port` (see two_processes.h), with timeouts long enough for
+// any benchmark, and the benchmarks' job secret.
 #pragma once
 
 #include <string>
 
+#include "bench/two_processes.h"
 #include "rpc/rpc_options.h"
 
 namespace tessera::bench {
@@ -19,9 +19,7 @@ inline rpc::RpcOptions WorkerOptions(int rank, int world_size, int port) {
   options.store_role = rpc::StoreRole::kConnect;
   options.default_call_timeout = absl::Minutes(10);
   options.shutdown_timeout = absl::Minutes(10);
-  // Both ranks derive the same secret from the store's port; a benchmark on
-  // loopback needs only that they agree.
-  options.job_secret = rpc::JobSecret("tessera-bench-" + std::to_string(port));
+  options.job_secret = BenchJobSecret();
   return options;
 }
 
