@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The benchmark programs still start and report (not how fast: timings never
+# decide a test here). Each gets its processes, its store and its job secret
+# as bench/compare_*.sh run them; a benchmark that cannot meet its ranks
+# fails here instead of in the next person's measurement.
+set -euo pipefail
+check() {  # check NAME KEY COMMAND...: COMMAND's last line is JSON holding KEY
+  local name=$1 key=$2
+  shift 2
+  local out
+  if ! out=$("$@" 2>&1); then
+    echo "FAIL: $name exited non-zero:"; echo "$out"; exit 1
+  fi
+  if ! tail -n 1 <<<"$out" | grep -q "\"$key\""; then
+    echo "FAIL: $name did not report $key:"; echo "$out"; exit 1
+  fi
+  echo "ok: $name"
+}
+check rpc_bench rtt_p50_us "$1"
+check rref_bench remote_method_p50_us "$2"
+check dist_autograd_bench overhead_per_edge_us "$3"
+ALLREDUCE_SIZES=4,65536 ALLREDUCE_ITERATIONS=3 check allreduce_bench 65536 "$4"
