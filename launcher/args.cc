@@ -27,6 +27,10 @@ absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args) {
       status = int_value(arg, &options.master_port);
     } else if (arg == "--max_restarts") {
       status = int_value(arg, &options.max_restarts);
+    } else if (arg == "--rdzv_timeout") {
+      int seconds = 0;
+      status = int_value(arg, &seconds);
+      options.rendezvous_timeout = absl::Seconds(seconds);
     } else if (arg == "--master_addr") {
       if (i + 1 >= args.size()) return absl::InvalidArgumentError("--master_addr needs a value");
       options.master_addr = args[++i];

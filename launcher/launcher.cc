@@ -18,6 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "rpc/auth/job_secret.h"
 #include "absl/time/clock.h"
+#include "launcher/node_coordinator.h"
+#include "store/store_client.h"
 #include "store/store_server.h"
 
 namespace tessera::launcher {
@@ -91,10 +93,13 @@ struct Outcome {
   std::optional<int> failed_rank;  // the first worker that failed
   int failed_code = 0;
   int interrupted_by = 0;          // a signal the launcher received
+  bool failed_elsewhere = false;   // another node reported a failure
 };
 
-// Runs until every worker has exited and its output is drained.
-Outcome Supervise(std::vector<Worker>& workers, int signal_fd, absl::Duration grace) {
+// Runs until every worker has exited and its output is drained. `failure_fd`
+// (or -1) becomes readable when another node's worker failed.
+Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd,
+                  absl::Duration grace) {
   Outcome outcome;
   std::optional<absl::Time> kill_at;
   auto stop_all = [&](int signal) {
@@ -105,7 +110,8 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, absl::Duration gr
   };
   while (true) {
     bool running = false;
-    std::vector<pollfd> fds = {{signal_fd, POLLIN, 0}};
+    std::vector<pollfd> fds = {{signal_fd, POLLIN, 0},
+                               {outcome.failed_elsewhere ? -1 : failure_fd, POLLIN, 0}};
     for (auto& w : workers) {
       if (!w.exit.has_value() || w.output_fd >= 0) running = true;
       if (w.output_fd >= 0) fds.push_back({w.output_fd, POLLIN, 0});
@@ -120,6 +126,11 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, absl::Duration gr
     // pipes and the signalfd (SIGCHLD included) wake us otherwise.
     const int timeout_ms = kill_at.has_value() ? 100 : -1;
     if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) return outcome;
+    if (fds[1].revents & POLLIN) {
+      outcome.failed_elsewhere = true;
+      Say("a worker on another node failed; stopping this node's workers");
+      stop_all(SIGTERM);
+    }
     if (fds[0].revents & POLLIN) {
       signalfd_siginfo info;
       while (read(signal_fd, &info, sizeof(info)) == sizeof(info)) {
@@ -135,7 +146,8 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, absl::Duration gr
         for (auto& w : workers) {
           if (w.pid != pid) continue;
           w.exit = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-          if (*w.exit != 0 && !outcome.failed_rank.has_value() && outcome.interrupted_by == 0) {
+          if (*w.exit != 0 && !outcome.failed_rank.has_value() && outcome.interrupted_by == 0 &&
+              !outcome.failed_elsewhere) {
             outcome.failed_rank = w.rank;
             outcome.failed_code = *w.exit;
             Say(absl::StrCat("rank ", w.rank, " failed with exit code ", *w.exit,
@@ -145,7 +157,7 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, absl::Duration gr
         }
       }
     }
-    for (size_t i = 1; i < fds.size(); ++i) {
+    for (size_t i = 2; i < fds.size(); ++i) {
       if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       for (auto& w : workers) {
         if (w.output_fd != fds[i].fd) continue;
@@ -219,32 +231,73 @@ int Run(const LaunchOptions& options) {
   LaunchOptions resolved = options;
   if (options.standalone) resolved.master_addr = "127.0.0.1";
 
+  // Several nodes restart together (Note [Restarting every node]).
+  std::unique_ptr<NodeCoordinator> nodes;
+  if (options.nnodes > 1) {
+    nodes = std::make_unique<NodeCoordinator>(
+        std::make_unique<store::StoreClient>(resolved.master_addr, port, absl::Seconds(10),
+                                             *secret),
+        store.get(), options.nnodes, options.node_rank, options.rendezvous_timeout);
+  }
+  const bool hosts_store = nodes != nullptr && options.node_rank == 0;
+
   int exit_code = 1;
   for (int attempt = 0; attempt <= options.max_restarts; ++attempt) {
     if (attempt > 0) {
       Say(absl::StrCat("restarting the group (", attempt, "/", options.max_restarts, ")"));
       // Every worker of the last attempt is gone; its rendezvous entries
       // (addresses, process-group ids, done flags) would mislead the new one.
-      if (store != nullptr) store->Clear();
+      // (With several nodes, NodeCoordinator::Open clears once all stopped.)
+      if (nodes == nullptr && store != nullptr) store->Clear();
+    }
+    if (nodes != nullptr) {
+      absl::Status open = nodes->Open(attempt);
+      if (!open.ok()) {
+        Say("cannot start the workers: " + open.ToString());
+        break;
+      }
     }
     std::vector<Worker> workers;
     for (int local = 0; local < options.nproc_per_node; ++local) {
       workers.push_back(Spawn(resolved, local, port, original));
     }
-    Outcome outcome = Supervise(workers, signal_fd, options.stop_grace);
-    if (outcome.interrupted_by != 0) {
-      exit_code = 128 + outcome.interrupted_by;
-      break;
+    const int failure_fd = nodes != nullptr ? nodes->WatchFailures(attempt) : -1;
+    Outcome outcome = Supervise(workers, signal_fd, failure_fd, options.stop_grace);
+    const bool succeeded = outcome.interrupted_by == 0 && !outcome.failed_rank.has_value() &&
+                           !outcome.failed_elsewhere;
+    std::string failure;
+    if (outcome.failed_rank.has_value()) {
+      failure = absl::StrCat("rank ", *outcome.failed_rank, " exited with code ",
+                             outcome.failed_code);
     }
-    if (!outcome.failed_rank.has_value()) {
+    if (nodes != nullptr) {
+      nodes->StopWatching();
+      if (outcome.failed_rank.has_value()) nodes->ReportFailure(attempt, failure);
+      nodes->End(attempt, succeeded);
+      if (outcome.failed_elsewhere) {
+        failure = nodes->ReportedFailure(attempt).value_or("a worker on another node failed");
+        Say("another node reported: " + failure);
+      }
+    }
+    const bool last = succeeded || outcome.interrupted_by != 0 || attempt == options.max_restarts;
+    if (succeeded) {
       exit_code = 0;
-      break;
-    }
-    if (attempt == options.max_restarts) {
-      Say(absl::StrCat("giving up: rank ", *outcome.failed_rank, " exited with code ",
-                       outcome.failed_code));
+    } else if (outcome.interrupted_by != 0) {
+      exit_code = 128 + outcome.interrupted_by;
+    } else if (attempt == options.max_restarts) {
+      Say("giving up: " + failure);
       exit_code = outcome.failed_code != 0 ? outcome.failed_code : 1;
     }
+    if (last && hosts_store) {
+      // The others stop waiting for another attempt, and the store stays up
+      // until they have stopped using it (unless interrupted).
+      nodes->Close(attempt + 1);
+      if (outcome.interrupted_by == 0) {
+        absl::Status all = nodes->AwaitAllEnded(attempt);
+        if (!all.ok()) Say("warning: not every node reported its end: " + all.ToString());
+      }
+    }
+    if (last) break;
   }
   close(signal_fd);
   sigprocmask(SIG_SETMASK, &original, nullptr);

@@ -8,7 +8,9 @@
 // MASTER_ADDR, MASTER_PORT; its output is prefixed with "[rank N] ".
 // SIGINT/SIGTERM are forwarded to the workers. When a worker fails, the
 // others are stopped and the group is restarted (up to --max_restarts) or
-// the launcher exits non-zero naming the rank and its exit code.
+// the launcher exits non-zero naming the rank and its exit code. With
+// several nodes, a failure on any node restarts the workers of every node
+// (launcher/node_coordinator.h).
 #pragma once
 
 #include <string>
@@ -27,6 +29,9 @@ struct LaunchOptions {
   int master_port = 29500;
   bool standalone = false;
   int max_restarts = 0;
+  // How long a node waits for the others (multi-node restarts, and node 0
+  // for the others to finish before it closes the store).
+  absl::Duration rendezvous_timeout = absl::Minutes(5);
   // How long stopped workers get between SIGTERM and SIGKILL.
   absl::Duration stop_grace = absl::Seconds(5);
   std::vector<std::string> command;  // program and its arguments

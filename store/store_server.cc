@@ -111,9 +111,12 @@ class StoreServiceImpl final : public proto::Store::Service {
     });
   }
 
-  void Clear() {
+  void Clear(const std::string& keep_prefix) {
     MutexLock lock(&mu_);
-    data_.clear();
+    for (auto it = data_.begin(); it != data_.end();) {
+      const bool keep = !keep_prefix.empty() && it->first.rfind(keep_prefix, 0) == 0;
+      it = keep ? std::next(it) : data_.erase(it);
+    }
   }
 
   // Releases every waiting handler so the gRPC server can stop promptly.
@@ -170,7 +173,7 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::strin
   return server;
 }
 
-void StoreServer::Clear() { service_->Clear(); }
+void StoreServer::Clear(const std::string& keep_prefix) { service_->Clear(keep_prefix); }
 
 void StoreServer::Shutdown() {
   if (server_ == nullptr) return;

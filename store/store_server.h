@@ -31,9 +31,10 @@ class StoreServer {
   ~StoreServer();
 
   int port() const { return port_; }
-  // Forgets every key: a group restarted on the same store (tessera-run
-  // --max_restarts) must not meet its dead predecessors' entries.
-  void Clear();
+  // Forgets every key except those starting with `keep_prefix` (if any): a
+  // group restarted on the same store (tessera-run --max_restarts) must not
+  // meet its dead predecessors' entries; the launchers' own keys stay.
+  void Clear(const std::string& keep_prefix = "");
   void Shutdown();
 
  private:

@@ -1,8 +1,11 @@
 // tessera-run, run as a real process on real workers.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -132,6 +135,89 @@ TEST(LauncherTest, ARestartedRpcJobMeetsAfresh) {
       << launcher.output();
   // Each rank's call succeeded in both attempts.
   EXPECT_EQ(launcher.Count("got 1 back from worker2"), 2) << launcher.output();
+}
+
+// Rank 1 fails once, at once, before meeting anyone (the file named by
+// FAILED_ONCE_MARKER remembers it); otherwise the RPC job above.
+TESSERA_WORKER_SCENARIO(launched_rpc_rank1_fails_first) {
+  const char* marker = std::getenv("FAILED_ONCE_MARKER");
+  if (std::getenv("RANK") == std::string("1") && access(marker, F_OK) != 0) {
+    close(open(marker, O_CREAT | O_WRONLY, 0600));
+    return 5;
+  }
+  return RunLaunchedRpcWorker();
+}
+
+// A port no one listens on now, for node 0's store (the nodes must be told
+// it in advance, as on real machines).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+// Two nodes on this machine, one worker each (Note [Restarting every
+// node]): rank 1 on node 1 fails while rank 0 on node 0 waits for it. Node 0
+// stops its worker too, both start the second attempt together on a cleared
+// store, and it completes on both.
+// tessera-run's arguments for node `node_rank` of two on this machine,
+// running launched_rpc_rank1_fails_first with a fresh marker.
+std::vector<std::string> TwoNodeArgs(const std::string& node_rank, const std::string& port,
+                                     int max_restarts) {
+  return {"--nnodes", "2", "--node_rank", node_rank, "--nproc_per_node", "1",
+          "--master_addr", "127.0.0.1", "--master_port", port, "--max_restarts",
+          std::to_string(max_restarts), SelfPath(),
+          "--tessera_worker=launched_rpc_rank1_fails_first"};
+}
+
+void PrepareTwoNodes(const std::string& marker_name) {
+  const std::string marker = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", marker_name);
+  unlink(marker.c_str());
+  setenv("FAILED_ONCE_MARKER", marker.c_str(), 1);
+  setenv("TESSERA_JOB_SECRET", "the two nodes' secret", 1);  // both launchers inherit it
+}
+
+TEST(LauncherTest, AFailureOnOneNodeRestartsEveryNode) {
+  PrepareTwoNodes("rank1_failed_once");
+  const std::string port = std::to_string(FreePort());
+  Launcher node0(TwoNodeArgs("0", port, 1));
+  Launcher node1(TwoNodeArgs("1", port, 1));
+  EXPECT_EQ(node1.Finish(absl::Seconds(120)), 0) << node1.output();
+  EXPECT_EQ(node0.Finish(absl::Seconds(120)), 0) << node0.output();
+  unsetenv("TESSERA_JOB_SECRET");
+  EXPECT_TRUE(absl::StrContains(node0.output(),
+                                "another node reported: node 1: rank 1 exited with code 5"))
+      << node0.output();
+  for (const Launcher* launcher : {&node0, &node1}) {
+    EXPECT_TRUE(absl::StrContains(launcher->output(), "restarting the group (1/1)"))
+        << launcher->output();
+  }
+  // Only the second attempt's workers met.
+  EXPECT_EQ(node0.Count("[rank 0] worker0 got 0 back from worker1"), 1) << node0.output();
+  EXPECT_EQ(node1.Count("[rank 1] worker1 got 1 back from worker0"), 1) << node1.output();
+}
+
+// Without restarts, both nodes give up at once, node 0 naming the failure
+// on node 1 (before, its worker waited out the RPC rendezvous timeout).
+TEST(LauncherTest, AFailureOnOneNodeStopsEveryNode) {
+  PrepareTwoNodes("rank1_failed_no_restart");
+  const std::string port = std::to_string(FreePort());
+  Launcher node0(TwoNodeArgs("0", port, 0));
+  Launcher node1(TwoNodeArgs("1", port, 0));
+  EXPECT_EQ(node1.Finish(absl::Seconds(120)), 5) << node1.output();
+  EXPECT_EQ(node0.Finish(absl::Seconds(120)), 1) << node0.output();
+  unsetenv("TESSERA_JOB_SECRET");
+  EXPECT_TRUE(absl::StrContains(node0.output(), "giving up: node 1: rank 1 exited with code 5"))
+      << node0.output();
 }
 
 // The DDP tutorial's ToyModel job, launched the way the README says.

@@ -1,0 +1,122 @@
+#include "launcher/node_coordinator.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera::launcher {
+namespace {
+
+constexpr char kPrefix[] = "tessera-run/";
+constexpr char kClosed[] = "closed";
+constexpr char kFinished[] = "finished";
+
+}  // namespace
+
+NodeCoordinator::NodeCoordinator(std::unique_ptr<store::StoreClient> store,
+                                 store::StoreServer* hosted, int nnodes, int node_rank,
+                                 absl::Duration timeout)
+    : store_(std::move(store)),
+      hosted_(hosted),
+      nnodes_(nnodes),
+      node_rank_(node_rank),
+      timeout_(timeout) {}
+
+NodeCoordinator::~NodeCoordinator() { StopWatching(); }
+
+std::string NodeCoordinator::Key(int round, const std::string& what) const {
+  return absl::StrCat(kPrefix, round, "/", what);
+}
+
+absl::Status NodeCoordinator::Open(int round) {
+  if (node_rank_ == 0) {
+    if (round > 0) {
+      std::vector<std::string> ended;
+      for (int node = 0; node < nnodes_; ++node) {
+        ended.push_back(Key(round - 1, absl::StrCat("ended/", node)));
+      }
+      absl::Status all_ended = store_->Wait(ended, timeout_);
+      if (!all_ended.ok()) {
+        return absl::Status(all_ended.code(), absl::StrCat("not every node stopped its workers "
+                                                           "of the last attempt: ",
+                                                           all_ended.message()));
+      }
+      for (int node = 0; node < nnodes_; ++node) {
+        auto how = store_->Get(ended[node], timeout_);
+        if (how.ok() && *how == kFinished) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "node ", node, "'s workers all finished in attempt ", round - 1,
+              ", so the group cannot be restarted without it"));
+        }
+      }
+      hosted_->Clear(kPrefix);
+    }
+    return store_->Set(Key(round, "open"), "open");
+  }
+  auto open = store_->Get(Key(round, "open"), timeout_);
+  if (!open.ok()) {
+    return absl::Status(open.status().code(),
+                        absl::StrCat("node 0 did not start attempt ", round, ": ",
+                                     open.status().message()));
+  }
+  if (*open == kClosed) {
+    return absl::AbortedError(absl::StrCat("node 0 will not start attempt ", round,
+                                           " (its workers finished, or it gave up)"));
+  }
+  return absl::OkStatus();
+}
+
+int NodeCoordinator::WatchFailures(int round) {
+  StopWatching();
+  if (pipe2(wake_, O_CLOEXEC) != 0) return -1;
+  stop_watching_ = false;
+  watcher_ = std::thread([this, key = Key(round, "failed")] {
+    // Short waits, so StopWatching is prompt; the store paces the loop.
+    while (!stop_watching_) {
+      if (store_->Get(key, absl::Seconds(1)).ok()) {
+        [[maybe_unused]] ssize_t n = write(wake_[1], "!", 1);
+        return;
+      }
+    }
+  });
+  return wake_[0];
+}
+
+void NodeCoordinator::StopWatching() {
+  stop_watching_ = true;
+  if (watcher_.joinable()) watcher_.join();
+  for (int& fd : wake_) {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+}
+
+void NodeCoordinator::ReportFailure(int round, const std::string& what) {
+  (void)store_->CompareSet(Key(round, "failed"), "", absl::StrCat("node ", node_rank_, ": ", what));
+}
+
+std::optional<std::string> NodeCoordinator::ReportedFailure(int round) {
+  auto failed = store_->Get(Key(round, "failed"), absl::ZeroDuration());
+  if (!failed.ok()) return std::nullopt;
+  return *failed;
+}
+
+void NodeCoordinator::End(int round, bool finished) {
+  (void)store_->Set(Key(round, absl::StrCat("ended/", node_rank_)),
+                    finished ? kFinished : "stopped");
+}
+
+absl::Status NodeCoordinator::AwaitAllEnded(int round) {
+  std::vector<std::string> ended;
+  for (int node = 0; node < nnodes_; ++node) {
+    ended.push_back(Key(round, absl::StrCat("ended/", node)));
+  }
+  return store_->Wait(ended, timeout_);
+}
+
+void NodeCoordinator::Close(int round) { (void)store_->Set(Key(round, "open"), kClosed); }
+
+}  // namespace tessera::launcher

@@ -1,0 +1,80 @@
+// NodeCoordinator: makes the launchers of a multi-node job restart their
+// workers together, through the rendezvous store.
+//
+// Note [Restarting every node]
+// A worker failure must restart the whole group, on every node, and the new
+// group must not meet entries of the old one. Uncoordinated, each launcher
+// restarted only its own workers, when its own workers failed, and node 0
+// cleared the store whenever it restarted — possibly after another node's
+// new workers had registered. So each attempt is a round r:
+//   1. open: node 0 waits until every node has ended round r-1 (its workers
+//      all gone), clears the store but for the launchers' keys, and sets
+//      tessera-run/r/open; the other nodes wait for that key to start theirs;
+//   2. run: a node whose worker fails sets tessera-run/r/failed; every node
+//      watches that key and stops its workers when it appears;
+//   3. end: each node sets tessera-run/r/ended/<node> once its workers are
+//      gone ("finished" if they all succeeded: that node is done).
+// A round with a failure anywhere is followed by round r+1 (up to
+// --max_restarts) on every node. Node 0, which hosts the store, waits for
+// every node to end the last round before it exits, so the store outlives
+// their use of it; if it gives up restarting it marks the next round closed,
+// so the others stop waiting at once. Every wait has a deadline.
+//
+// Thread-safety: one launcher thread calls the methods; WatchFailures runs
+// a watcher thread of its own.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "store/store_client.h"
+#include "store/store_server.h"
+
+namespace tessera::launcher {
+
+class NodeCoordinator {
+ public:
+  // `hosted` is node 0's store (null elsewhere); `timeout` bounds each wait
+  // for the other nodes.
+  NodeCoordinator(std::unique_ptr<store::StoreClient> store, store::StoreServer* hosted,
+                  int nnodes, int node_rank, absl::Duration timeout);
+  ~NodeCoordinator();
+
+  // Step 1. An error if the round did not open in time, or was closed, or
+  // (node 0) a node's workers already finished: that node will not rejoin.
+  absl::Status Open(int round);
+  // Step 2: returns a file descriptor that becomes readable when another
+  // node reports a failure in `round` (valid until the next call or Stop).
+  int WatchFailures(int round);
+  void StopWatching();
+  // Step 2, this node's side: `what` names the failed worker.
+  void ReportFailure(int round, const std::string& what);
+  // What another node reported for `round`, if anything.
+  std::optional<std::string> ReportedFailure(int round);
+  // Step 3; `finished`: every worker of this node exited 0 (it will not
+  // take part in another round).
+  void End(int round, bool finished);
+  // Node 0, before it exits: waits for every node to end `round`.
+  absl::Status AwaitAllEnded(int round);
+  // Node 0, when it will not restart: the others waiting for `round` stop.
+  void Close(int round);
+
+ private:
+  std::string Key(int round, const std::string& what) const;
+
+  const std::unique_ptr<store::StoreClient> store_;
+  store::StoreServer* const hosted_;
+  const int nnodes_;
+  const int node_rank_;
+  const absl::Duration timeout_;
+  int wake_[2] = {-1, -1};  // the watcher writes to [1]; the launcher polls [0]
+  std::atomic<bool> stop_watching_{false};
+  std::thread watcher_;
+};
+
+}  // namespace tessera::launcher
