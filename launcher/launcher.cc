@@ -273,7 +273,13 @@ int Run(const LaunchOptions& options) {
     if (nodes != nullptr) {
       nodes->StopWatching();
       if (outcome.failed_rank.has_value()) nodes->ReportFailure(attempt, failure);
-      nodes->End(attempt, succeeded);
+      if (outcome.interrupted_by != 0) {
+        nodes->ReportFailure(attempt, absl::StrCat("interrupted by signal ", outcome.interrupted_by));
+      }
+      using Ending = NodeCoordinator::Ending;
+      nodes->End(attempt, succeeded                      ? Ending::kFinished
+                          : outcome.interrupted_by != 0 ? Ending::kInterrupted
+                                                        : Ending::kStopped);
       if (outcome.failed_elsewhere) {
         failure = nodes->ReportedFailure(attempt).value_or("a worker on another node failed");
         Say("another node reported: " + failure);
@@ -290,12 +296,12 @@ int Run(const LaunchOptions& options) {
     }
     if (last && hosts_store) {
       // The others stop waiting for another attempt, and the store stays up
-      // until they have stopped using it (unless interrupted).
+      // until they have stopped using it (briefly, if interrupted).
       nodes->Close(attempt + 1);
-      if (outcome.interrupted_by == 0) {
-        absl::Status all = nodes->AwaitAllEnded(attempt);
-        if (!all.ok()) Say("warning: not every node reported its end: " + all.ToString());
-      }
+      absl::Status all = nodes->AwaitAllEnded(
+          attempt, outcome.interrupted_by == 0 ? options.rendezvous_timeout
+                                               : options.stop_grace + absl::Seconds(10));
+      if (!all.ok()) Say("warning: not every node reported its end: " + all.ToString());
     }
     if (last) break;
   }

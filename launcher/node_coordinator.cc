@@ -12,7 +12,7 @@ namespace {
 
 constexpr char kPrefix[] = "tessera-run/";
 constexpr char kClosed[] = "closed";
-constexpr char kFinished[] = "finished";
+constexpr char kStopped[] = "stopped";
 
 }  // namespace
 
@@ -34,10 +34,7 @@ std::string NodeCoordinator::Key(int round, const std::string& what) const {
 absl::Status NodeCoordinator::Open(int round) {
   if (node_rank_ == 0) {
     if (round > 0) {
-      std::vector<std::string> ended;
-      for (int node = 0; node < nnodes_; ++node) {
-        ended.push_back(Key(round - 1, absl::StrCat("ended/", node)));
-      }
+      const std::vector<std::string> ended = EndedKeys(round - 1);
       absl::Status all_ended = store_->Wait(ended, timeout_);
       if (!all_ended.ok()) {
         return absl::Status(all_ended.code(), absl::StrCat("not every node stopped its workers "
@@ -46,9 +43,9 @@ absl::Status NodeCoordinator::Open(int round) {
       }
       for (int node = 0; node < nnodes_; ++node) {
         auto how = store_->Get(ended[node], timeout_);
-        if (how.ok() && *how == kFinished) {
+        if (how.ok() && *how != kStopped) {
           return absl::FailedPreconditionError(absl::StrCat(
-              "node ", node, "'s workers all finished in attempt ", round - 1,
+              "node ", node, " ", *how, " in attempt ", round - 1,
               ", so the group cannot be restarted without it"));
         }
       }
@@ -104,17 +101,23 @@ std::optional<std::string> NodeCoordinator::ReportedFailure(int round) {
   return *failed;
 }
 
-void NodeCoordinator::End(int round, bool finished) {
-  (void)store_->Set(Key(round, absl::StrCat("ended/", node_rank_)),
-                    finished ? kFinished : "stopped");
+void NodeCoordinator::End(int round, Ending how) {
+  const char* value = how == Ending::kStopped    ? kStopped
+                      : how == Ending::kFinished ? "finished"
+                                                 : "was interrupted";
+  (void)store_->Set(Key(round, absl::StrCat("ended/", node_rank_)), value);
 }
 
-absl::Status NodeCoordinator::AwaitAllEnded(int round) {
-  std::vector<std::string> ended;
+absl::Status NodeCoordinator::AwaitAllEnded(int round, absl::Duration timeout) {
+  return store_->Wait(EndedKeys(round), timeout);
+}
+
+std::vector<std::string> NodeCoordinator::EndedKeys(int round) const {
+  std::vector<std::string> keys;
   for (int node = 0; node < nnodes_; ++node) {
-    ended.push_back(Key(round, absl::StrCat("ended/", node)));
+    keys.push_back(Key(round, absl::StrCat("ended/", node)));
   }
-  return store_->Wait(ended, timeout_);
+  return keys;
 }
 
 void NodeCoordinator::Close(int round) { (void)store_->Set(Key(round, "open"), kClosed); }

@@ -13,7 +13,9 @@
 //   2. run: a node whose worker fails sets tessera-run/r/failed; every node
 //      watches that key and stops its workers when it appears;
 //   3. end: each node sets tessera-run/r/ended/<node> once its workers are
-//      gone ("finished" if they all succeeded: that node is done).
+//      gone: "stopped" (after a failure), "finished" (all succeeded) or
+//      "interrupted" (its launcher got SIGINT/SIGTERM, and reports that as a
+//      failure so the others stop); only stopped nodes take part again.
 // A round with a failure anywhere is followed by round r+1 (up to
 // --max_restarts) on every node. Node 0, which hosts the store, waits for
 // every node to end the last round before it exits, so the store outlives
@@ -29,6 +31,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -46,7 +49,7 @@ class NodeCoordinator {
   ~NodeCoordinator();
 
   // Step 1. An error if the round did not open in time, or was closed, or
-  // (node 0) a node's workers already finished: that node will not rejoin.
+  // (node 0) a node finished or was interrupted: it will not rejoin.
   absl::Status Open(int round);
   // Step 2: returns a file descriptor that becomes readable when another
   // node reports a failure in `round` (valid until the next call or Stop).
@@ -56,16 +59,19 @@ class NodeCoordinator {
   void ReportFailure(int round, const std::string& what);
   // What another node reported for `round`, if anything.
   std::optional<std::string> ReportedFailure(int round);
-  // Step 3; `finished`: every worker of this node exited 0 (it will not
-  // take part in another round).
-  void End(int round, bool finished);
-  // Node 0, before it exits: waits for every node to end `round`.
-  absl::Status AwaitAllEnded(int round);
+  // Step 3, with how this node's round ended: only a node that stopped its
+  // workers because of a failure takes part in another round.
+  enum class Ending { kStopped, kFinished, kInterrupted };
+  void End(int round, Ending how);
+  // Node 0, before it exits: waits up to `timeout` for every node to end
+  // `round`.
+  absl::Status AwaitAllEnded(int round, absl::Duration timeout);
   // Node 0, when it will not restart: the others waiting for `round` stop.
   void Close(int round);
 
  private:
   std::string Key(int round, const std::string& what) const;
+  std::vector<std::string> EndedKeys(int round) const;
 
   const std::unique_ptr<store::StoreClient> store_;
   store::StoreServer* const hosted_;

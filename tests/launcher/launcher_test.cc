@@ -169,14 +169,17 @@ int FreePort() {
 // node]): rank 1 on node 1 fails while rank 0 on node 0 waits for it. Node 0
 // stops its worker too, both start the second attempt together on a cleared
 // store, and it completes on both.
-// tessera-run's arguments for node `node_rank` of two on this machine,
-// running launched_rpc_rank1_fails_first with a fresh marker.
+// tessera-run's arguments for node `node_rank` of two on this machine, one
+// worker each, running `command` (by default launched_rpc_rank1_fails_first).
 std::vector<std::string> TwoNodeArgs(const std::string& node_rank, const std::string& port,
-                                     int max_restarts) {
-  return {"--nnodes", "2", "--node_rank", node_rank, "--nproc_per_node", "1",
-          "--master_addr", "127.0.0.1", "--master_port", port, "--max_restarts",
-          std::to_string(max_restarts), SelfPath(),
-          "--tessera_worker=launched_rpc_rank1_fails_first"};
+                                     int max_restarts, std::vector<std::string> command = {}) {
+  if (command.empty()) command = {SelfPath(), "--tessera_worker=launched_rpc_rank1_fails_first"};
+  std::vector<std::string> args = {"--nnodes", "2", "--node_rank", node_rank,
+                                   "--nproc_per_node", "1", "--master_addr", "127.0.0.1",
+                                   "--master_port", port, "--max_restarts",
+                                   std::to_string(max_restarts)};
+  args.insert(args.end(), command.begin(), command.end());
+  return args;
 }
 
 void PrepareTwoNodes(const std::string& marker_name) {
@@ -217,6 +220,26 @@ TEST(LauncherTest, AFailureOnOneNodeStopsEveryNode) {
   EXPECT_EQ(node0.Finish(absl::Seconds(120)), 1) << node0.output();
   unsetenv("TESSERA_JOB_SECRET");
   EXPECT_TRUE(absl::StrContains(node0.output(), "giving up: node 1: rank 1 exited with code 5"))
+      << node0.output();
+}
+
+// Node 1's launcher is interrupted: node 0 stops its workers at once and
+// does not restart without node 1, saying why.
+TEST(LauncherTest, AnInterruptedNodeStopsTheOthersForGood) {
+  setenv("TESSERA_JOB_SECRET", "the two nodes' secret", 1);
+  const std::string port = std::to_string(FreePort());
+  const std::vector<std::string> idle = {"/bin/sh", "-c", "echo ready; while :; do sleep 1; done"};
+  Launcher node0(TwoNodeArgs("0", port, 1, idle));
+  Launcher node1(TwoNodeArgs("1", port, 1, idle));
+  ASSERT_TRUE(node0.WaitFor("ready")) << node0.output();
+  ASSERT_TRUE(node1.WaitFor("ready")) << node1.output();
+  ::kill(node1.pid(), SIGTERM);
+  EXPECT_EQ(node1.Finish(absl::Seconds(60)), 128 + SIGTERM) << node1.output();
+  EXPECT_EQ(node0.Finish(absl::Seconds(60)), 1) << node0.output();
+  unsetenv("TESSERA_JOB_SECRET");
+  EXPECT_TRUE(absl::StrContains(node0.output(), "node 1: interrupted by signal 15"))
+      << node0.output();
+  EXPECT_TRUE(absl::StrContains(node0.output(), "node 1 was interrupted in attempt 0"))
       << node0.output();
 }
 
