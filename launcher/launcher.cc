@@ -254,6 +254,7 @@ int Run(const LaunchOptions& options) {
       absl::Status open = nodes->Open(attempt);
       if (!open.ok()) {
         Say("cannot start the workers: " + open.ToString());
+        if (hosts_store) nodes->Close(attempt);  // the others stop waiting for it
         break;
       }
     }
