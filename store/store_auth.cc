@@ -9,7 +9,8 @@ namespace tessera::store {
 namespace {
 
 constexpr char kProtocol[] = "tessera-store-v1";
-constexpr size_t kNonceBytes = 16;
+constexpr size_t kSessionBytes = 16;
+constexpr size_t kNonceBytes = kSessionBytes + 8;  // session id, call number
 // Binary metadata keys must end in "-bin".
 constexpr char kNonceKey[] = "tessera-store-nonce-bin";
 constexpr char kRequestMacKey[] = "tessera-store-request-mac-bin";
@@ -37,6 +38,10 @@ std::string_view OnlyValue(const Multimap& metadata, const char* key) {
 
 }  // namespace
 
+StoreAuth::StoreAuth(rpc::JobSecret secret)
+    : secret_(std::move(secret)),
+      session_(secret_.empty() ? std::string() : rpc::RandomBytes(kSessionBytes)) {}
+
 std::string StoreAuth::RequestMac(std::string_view method, std::string_view nonce,
                                   const google::protobuf::Message& request) const {
   return rpc::Mac(secret_, {kProtocol, "request", method, nonce, Bytes(request)});
@@ -47,13 +52,27 @@ std::string StoreAuth::ResponseMac(std::string_view method, std::string_view non
   return rpc::Mac(secret_, {kProtocol, "response", method, nonce, Bytes(response)});
 }
 
+StoreAuth::Signature StoreAuth::Sign(std::string_view method,
+                                     const google::protobuf::Message& request) const {
+  if (!enabled()) return {};
+  std::string nonce = session_;
+  const uint64_t number = ++calls_;
+  for (int shift = 0; shift < 64; shift += 8) nonce.push_back(static_cast<char>(number >> shift));
+  std::string mac = RequestMac(method, nonce, request);
+  return {std::move(nonce), std::move(mac)};
+}
+
+void StoreAuth::Attach(const Signature& signature, grpc::ClientContext* context) {
+  if (signature.nonce.empty()) return;
+  context->AddMetadata(kNonceKey, signature.nonce);
+  context->AddMetadata(kRequestMacKey, signature.mac);
+}
+
 std::string StoreAuth::SignRequest(grpc::ClientContext* context, std::string_view method,
                                    const google::protobuf::Message& request) const {
-  if (!enabled()) return {};
-  std::string nonce = rpc::RandomBytes(kNonceBytes);
-  context->AddMetadata(kNonceKey, nonce);
-  context->AddMetadata(kRequestMacKey, RequestMac(method, nonce, request));
-  return nonce;
+  Signature signature = Sign(method, request);
+  Attach(signature, context);
+  return std::move(signature.nonce);
 }
 
 absl::Status StoreAuth::CheckResponse(const grpc::ClientContext& context,
@@ -79,6 +98,17 @@ grpc::Status StoreAuth::CheckRequest(const grpc::ServerContext& context, std::st
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "the store refused a caller that did not prove it knows the job secret "
                         "(TESSERA_JOB_SECRET missing, or not the one the store was started with)");
+  }
+  // Only now, with the MAC checked: strangers cannot fill windows_.
+  uint64_t number = 0;
+  for (size_t i = 0; i < 8; ++i) {
+    number |= static_cast<uint64_t>(static_cast<unsigned char>(nonce[kSessionBytes + i])) << (8 * i);
+  }
+  MutexLock lock(&mu_);
+  if (!windows_[std::string(nonce.substr(0, kSessionBytes))].Accept(number)) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "the store refused a replayed request (this call number of this client "
+                        "was served already)");
   }
   return grpc::Status::OK;
 }

@@ -1,6 +1,7 @@
 // A store started with a job secret serves only calls signed with it, and
 // its clients believe only answers signed with it (Note [Store call
 // authentication]). Each refused call must leave the store unchanged.
+// (Also: a replayed request is refused.)
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -101,6 +102,37 @@ TEST_F(StoreAuthTest, SignatureDoesNotCoverAnotherRequest) {
   ASSERT_TRUE(stub->Set(&genuine, signed_request, &response).ok());
   EXPECT_TRUE(auth.CheckResponse(genuine, "Set", nonce, response).ok());
   ExpectUnchanged();
+}
+
+// A captured request resent verbatim (same nonce, same MAC) is refused, so
+// an add is not counted twice; the next genuine call goes through.
+TEST_F(StoreAuthTest, AReplayedRequestIsRefused) {
+  auto stub = proto::Store::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+  const StoreAuth auth(kSecret);
+  proto::AddRequest add;
+  add.set_key("barrier");
+  add.set_delta(1);
+  const StoreAuth::Signature captured = auth.Sign("Add", add);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    grpc::ClientContext context;
+    StoreAuth::Attach(captured, &context);
+    proto::AddResponse response;
+    const grpc::Status status = stub->Add(&context, add, &response);
+    if (attempt == 0) {
+      EXPECT_TRUE(status.ok()) << status.error_message();
+    } else {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+      EXPECT_NE(status.error_message().find("replayed"), std::string::npos)
+          << status.error_message();
+    }
+  }
+  EXPECT_EQ(*member_->Add("barrier", 0), 1);  // counted once
+  grpc::ClientContext next;
+  auth.SignRequest(&next, "Add", add);
+  proto::AddResponse response;
+  EXPECT_TRUE(stub->Add(&next, add, &response).ok());
+  EXPECT_EQ(response.value(), 2);
 }
 
 }  // namespace
