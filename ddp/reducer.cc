@@ -33,11 +33,9 @@ struct Reducer::State {
   ReducerPassStats last_stats ABSL_GUARDED_BY(mu);
   std::vector<size_t> bucket_of ABSL_GUARDED_BY(mu);  // parameter -> bucket
   // Note [Bucket rebuild]: until done, the order in which this pass's
-  // gradients arrived, and for each launch how many had arrived by then.
+  // gradients arrived.
   bool rebuilt ABSL_GUARDED_BY(mu) = false;
   std::vector<size_t> arrival_order ABSL_GUARDED_BY(mu);
-  std::vector<size_t> arrived_at_launch ABSL_GUARDED_BY(mu);
-  size_t arrived ABSL_GUARDED_BY(mu) = 0;
 
   void OnGradReady(size_t parameter);
   void StartPass() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -136,7 +134,9 @@ void Reducer::State::OnGradReady(size_t parameter) {
   if (reducer == nullptr || !sync) return;
   if (!in_backward) StartPass();
   if (MarkReady(parameter)) {
-    ++arrived;
+    // Buckets launch in index order, so next_to_launch counts those sent
+    // before this gradient; the pass's last gradient leaves the final count.
+    stats.launched_before_last_gradient = next_to_launch;
     if (!rebuilt) arrival_order.push_back(parameter);
   }
   LaunchReady();
@@ -148,13 +148,8 @@ void Reducer::State::StartPass() {
   ready.assign(ready.size(), false);
   stats = ReducerPassStats{};
   stats.buckets = reducer->buckets_.size();
-  arrived = 0;
   arrival_order.clear();
-  arrived_at_launch.clear();
-  for (auto& bucket : reducer->buckets_) {
-    bucket.pending = bucket.parameters.size();
-    bucket.launched = false;
-  }
+  for (auto& bucket : reducer->buckets_) bucket.pending = bucket.parameters.size();
   sink = GradientSink::Current();
   if (sink != nullptr) {
     sink->AtPassEnd([this] { Finalize(); });
@@ -208,9 +203,7 @@ void Reducer::State::Launch(Bucket& bucket) {
     }
     if (as_view) p.mutable_grad() = AliasOf(bucket.flat, bucket.offsets[i], p.sizes());
   }
-  bucket.launched = true;
   if (in_backward) ++stats.launched_during_backward;
-  arrived_at_launch.push_back(arrived);
   bucket.wire = reducer->options_.comm_hook == CommHook::kFp16Compress ? bucket.flat.to(at::kHalf)
                                                                        : bucket.flat;
   bucket.work = reducer->group_->Allreduce(bucket.wire, ReduceOp::kAverage);
@@ -222,9 +215,6 @@ void Reducer::State::Finalize() {
   if (reducer == nullptr) return;
   for (auto& bucket : reducer->buckets_) bucket.pending = 0;
   LaunchReady();
-  for (size_t at_launch : arrived_at_launch) {
-    if (at_launch < arrived) ++stats.launched_before_last_gradient;
-  }
   last_stats = stats;
   for (size_t b = 0; b < reducer->buckets_.size(); ++b) {
     Bucket& bucket = reducer->buckets_[b];

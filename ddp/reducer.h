@@ -105,7 +105,6 @@ class Reducer {
     at::Tensor flat;
     at::Tensor wire;  // what is reduced: `flat`, or its fp16 copy
     size_t pending = 0;
-    bool launched = false;
     std::optional<Work> work;
   };
 
