@@ -85,11 +85,7 @@ absl::Status RunShuffled(ddp::ProcessGroup& group) {
 TESSERA_WORKER_SCENARIO(ddp_shuffled) { return RunOnRank1(RunShuffled); }
 
 TEST_F(TwoRankGlooTest, BucketsFollowRankZerosGradientOrderAfterTheFirstPass) {
-  auto group = Start("ddp_shuffled");
-  ASSERT_NE(group, nullptr);
-  auto status = RunShuffled(*group);
-  EXPECT_TRUE(status.ok()) << status;
-  EXPECT_EQ(child_->Wait(absl::Seconds(60)), 0);
+  RunOnBothRanks("ddp_shuffled", RunShuffled);
 }
 
 }  // namespace

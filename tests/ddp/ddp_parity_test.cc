@@ -244,20 +244,10 @@ TESSERA_WORKER_SCENARIO(ddp_mismatch) {
 
 using DdpTest = TwoRankGlooTest;
 
-TEST_F(DdpTest, TwoHalvesTrainLikeTheWholeBatch) {
-  auto group = Start("ddp_parity");
-  ASSERT_NE(group, nullptr);
-  auto status = RunParity(*group);
-  EXPECT_TRUE(status.ok()) << status;
-  EXPECT_EQ(child_->Wait(absl::Seconds(120)), 0);
-}
+TEST_F(DdpTest, TwoHalvesTrainLikeTheWholeBatch) { RunOnBothRanks("ddp_parity", RunParity); }
 
 TEST_F(DdpTest, UnusedParametersAverageAndAreFoundDuringBackward) {
-  auto group = Start("ddp_unused");
-  ASSERT_NE(group, nullptr);
-  auto status = RunUnused(*group);
-  EXPECT_TRUE(status.ok()) << status;
-  EXPECT_EQ(child_->Wait(absl::Seconds(120)), 0);
+  RunOnBothRanks("ddp_unused", RunUnused);
 }
 
 TEST_F(DdpTest, MismatchedReplicasAreRefusedNamingTheParameter) {

@@ -116,11 +116,9 @@ class DdpReplicaTest : public TwoRankGlooTest {
   // Rank 1 runs `scenario` (a replica unlike rank 0's Float [2, 5]); both
   // ranks' creations must fail naming `w` as each holds it.
   void ExpectRefusedOnBothRanks(const std::string& scenario) {
-    auto group = Start(scenario);
-    ASSERT_NE(group, nullptr);
-    auto status = RefuseOn(*group, {2, 5}, at::kFloat, "Float [2, 5]");
-    EXPECT_TRUE(status.ok()) << status;
-    EXPECT_EQ(child_->Wait(absl::Seconds(60)), 0);
+    RunOnBothRanks(scenario, [](ddp::ProcessGroup& group) {
+      return RefuseOn(group, {2, 5}, at::kFloat, "Float [2, 5]");
+    });
   }
 };
 
@@ -131,11 +129,7 @@ TEST_F(DdpReplicaTest, TransposedWeightIsRefusedOnEveryRank) {
 TEST_F(DdpReplicaTest, OtherDtypeIsRefusedOnEveryRank) { ExpectRefusedOnBothRanks("ddp_other_dtype"); }
 
 TEST_F(DdpReplicaTest, FloatAndDoubleParametersAverageEachInItsOwnPrecision) {
-  auto group = Start("ddp_two_precisions");
-  ASSERT_NE(group, nullptr);
-  auto status = RunTwoPrecisions(*group);
-  EXPECT_TRUE(status.ok()) << status;
-  EXPECT_EQ(child_->Wait(absl::Seconds(60)), 0);
+  RunOnBothRanks("ddp_two_precisions", RunTwoPrecisions);
 }
 
 }  // namespace

@@ -17,6 +17,15 @@ std::unique_ptr<ddp::ProcessGroup> TwoRankGlooTest::Start(const std::string& sce
   return group.ok() ? *std::move(group) : nullptr;
 }
 
+void TwoRankGlooTest::RunOnBothRanks(const std::string& scenario,
+                                     absl::Status (*check)(ddp::ProcessGroup&)) {
+  auto group = Start(scenario);
+  ASSERT_NE(group, nullptr);
+  const absl::Status status = check(*group);
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(child_->Wait(absl::Seconds(120)), 0);
+}
+
 int RunOnRank1(absl::Status (*check)(ddp::ProcessGroup&)) {
   auto env = ddp::CreateGlooProcessGroupFromEnv();
   if (!env.ok()) {

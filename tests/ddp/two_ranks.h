@@ -22,6 +22,9 @@ class TwoRankGlooTest : public ::testing::Test {
   // Starts rank 1 on `scenario` and returns rank 0's group (null on failure,
   // which is also reported).
   std::unique_ptr<ddp::ProcessGroup> Start(const std::string& scenario);
+  // A check both ranks run: rank 1 as `scenario` (RunOnRank1(check)), rank
+  // 0 here; both must pass.
+  void RunOnBothRanks(const std::string& scenario, absl::Status (*check)(ddp::ProcessGroup&));
 
   std::unique_ptr<store::StoreServer> server_;
   std::unique_ptr<store::StoreClient> store_;

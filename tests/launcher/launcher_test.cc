@@ -182,21 +182,37 @@ std::vector<std::string> TwoNodeArgs(const std::string& node_rank, const std::st
   return args;
 }
 
-void PrepareTwoNodes(const std::string& marker_name) {
-  const std::string marker = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", marker_name);
+// A fresh FAILED_ONCE_MARKER for launched_rpc_rank1_fails_first.
+void FreshMarker(const std::string& name) {
+  const std::string marker = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
   unlink(marker.c_str());
   setenv("FAILED_ONCE_MARKER", marker.c_str(), 1);
-  setenv("TESSERA_JOB_SECRET", "the two nodes' secret", 1);  // both launchers inherit it
 }
 
+// Two launchers on this machine, node 0 and node 1, meeting on a free port
+// with a shared job secret (set for them, unset again at the end).
+struct TwoNodes {
+  explicit TwoNodes(int max_restarts, const std::vector<std::string>& command = {})
+      : port(SetSecretAndPickPort()),
+        node0(TwoNodeArgs("0", port, max_restarts, command)),
+        node1(TwoNodeArgs("1", port, max_restarts, command)) {}
+  ~TwoNodes() { unsetenv("TESSERA_JOB_SECRET"); }
+  static std::string SetSecretAndPickPort() {
+    setenv("TESSERA_JOB_SECRET", "the two nodes' secret", 1);  // both launchers inherit it
+    return std::to_string(FreePort());
+  }
+  const std::string port;
+  Launcher node0;
+  Launcher node1;
+};
+
 TEST(LauncherTest, AFailureOnOneNodeRestartsEveryNode) {
-  PrepareTwoNodes("rank1_failed_once");
-  const std::string port = std::to_string(FreePort());
-  Launcher node0(TwoNodeArgs("0", port, 1));
-  Launcher node1(TwoNodeArgs("1", port, 1));
+  FreshMarker("rank1_failed_once");
+  TwoNodes nodes(/*max_restarts=*/1);
+  Launcher& node0 = nodes.node0;
+  Launcher& node1 = nodes.node1;
   EXPECT_EQ(node1.Finish(absl::Seconds(120)), 0) << node1.output();
   EXPECT_EQ(node0.Finish(absl::Seconds(120)), 0) << node0.output();
-  unsetenv("TESSERA_JOB_SECRET");
   EXPECT_TRUE(absl::StrContains(node0.output(),
                                 "another node reported: node 1: rank 1 exited with code 5"))
       << node0.output();
@@ -212,31 +228,27 @@ TEST(LauncherTest, AFailureOnOneNodeRestartsEveryNode) {
 // Without restarts, both nodes give up at once, node 0 naming the failure
 // on node 1 (before, its worker waited out the RPC rendezvous timeout).
 TEST(LauncherTest, AFailureOnOneNodeStopsEveryNode) {
-  PrepareTwoNodes("rank1_failed_no_restart");
-  const std::string port = std::to_string(FreePort());
-  Launcher node0(TwoNodeArgs("0", port, 0));
-  Launcher node1(TwoNodeArgs("1", port, 0));
-  EXPECT_EQ(node1.Finish(absl::Seconds(120)), 5) << node1.output();
-  EXPECT_EQ(node0.Finish(absl::Seconds(120)), 1) << node0.output();
-  unsetenv("TESSERA_JOB_SECRET");
-  EXPECT_TRUE(absl::StrContains(node0.output(), "giving up: node 1: rank 1 exited with code 5"))
-      << node0.output();
+  FreshMarker("rank1_failed_no_restart");
+  TwoNodes nodes(/*max_restarts=*/0);
+  EXPECT_EQ(nodes.node1.Finish(absl::Seconds(120)), 5) << nodes.node1.output();
+  EXPECT_EQ(nodes.node0.Finish(absl::Seconds(120)), 1) << nodes.node0.output();
+  EXPECT_TRUE(
+      absl::StrContains(nodes.node0.output(), "giving up: node 1: rank 1 exited with code 5"))
+      << nodes.node0.output();
 }
 
 // Node 1's launcher is interrupted: node 0 stops its workers at once and
 // does not restart without node 1, saying why.
 TEST(LauncherTest, AnInterruptedNodeStopsTheOthersForGood) {
-  setenv("TESSERA_JOB_SECRET", "the two nodes' secret", 1);
-  const std::string port = std::to_string(FreePort());
-  const std::vector<std::string> idle = {"/bin/sh", "-c", "echo ready; while :; do sleep 1; done"};
-  Launcher node0(TwoNodeArgs("0", port, 1, idle));
-  Launcher node1(TwoNodeArgs("1", port, 1, idle));
+  TwoNodes nodes(/*max_restarts=*/1,
+                 {"/bin/sh", "-c", "echo ready; while :; do sleep 1; done"});
+  Launcher& node0 = nodes.node0;
+  Launcher& node1 = nodes.node1;
   ASSERT_TRUE(node0.WaitFor("ready")) << node0.output();
   ASSERT_TRUE(node1.WaitFor("ready")) << node1.output();
   ::kill(node1.pid(), SIGTERM);
   EXPECT_EQ(node1.Finish(absl::Seconds(60)), 128 + SIGTERM) << node1.output();
   EXPECT_EQ(node0.Finish(absl::Seconds(60)), 1) << node0.output();
-  unsetenv("TESSERA_JOB_SECRET");
   EXPECT_TRUE(absl::StrContains(node0.output(), "node 1: interrupted by signal 15"))
       << node0.output();
   EXPECT_TRUE(absl::StrContains(node0.output(), "node 1 was interrupted in attempt 0"))

@@ -29,6 +29,11 @@ class StoreAuthTest : public ::testing::Test {
     EXPECT_EQ(*member_->Get("address", absl::Seconds(1)), "10.0.0.1:1234");
     EXPECT_FALSE(*member_->Delete("planted"));
   }
+  // A bare gRPC stub, to send signatures the way an attacker could.
+  std::unique_ptr<proto::Store::Stub> RawStub() const {
+    return proto::Store::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+  }
   std::unique_ptr<StoreServer> server_;
   std::unique_ptr<StoreClient> member_;
 };
@@ -72,8 +77,7 @@ TEST_F(StoreAuthTest, AnswersOfAStoreWithoutTheSecretAreNotBelieved) {
 // A signature is for one request: the same nonce and MAC on another request
 // (another key or value) is refused.
 TEST_F(StoreAuthTest, SignatureDoesNotCoverAnotherRequest) {
-  auto stub = proto::Store::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+  auto stub = RawStub();
   const StoreAuth auth(kSecret);
   proto::SetRequest signed_request;
   signed_request.set_key("harmless");
@@ -107,8 +111,7 @@ TEST_F(StoreAuthTest, SignatureDoesNotCoverAnotherRequest) {
 // A captured request resent verbatim (same nonce, same MAC) is refused, so
 // an add is not counted twice; the next genuine call goes through.
 TEST_F(StoreAuthTest, AReplayedRequestIsRefused) {
-  auto stub = proto::Store::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+  auto stub = RawStub();
   const StoreAuth auth(kSecret);
   proto::AddRequest add;
   add.set_key("barrier");
