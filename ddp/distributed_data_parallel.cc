@@ -1,5 +1,9 @@
 #include "ddp/distributed_data_parallel.h"
 
+#include <exception>
+#include <stdexcept>
+
+#include "common/logging.h"
 #include "common/status.h"
 #include "ddp/replica_sync.h"
 
@@ -23,7 +27,7 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
   }
   TESSERA_RETURN_IF_ERROR(CheckReplicasAgree(group, names, parameters, options.timeout));
   // Rank 0's initial state everywhere.
-  TESSERA_RETURN_IF_ERROR(BroadcastFromRankZero(group, parameters, options.timeout));
+  TESSERA_RETURN_IF_ERROR(BroadcastFrom(group, parameters, /*root=*/0, options.timeout));
   TESSERA_RETURN_IF_ERROR(ddp->SyncBuffers());
   ReducerOptions reducer;
   reducer.limits.first_cap_bytes = static_cast<size_t>(options.first_bucket_cap_mb * (1 << 20));
@@ -32,16 +36,87 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
   reducer.comm_hook = options.comm_hook;
   reducer.find_unused_parameters = options.find_unused_parameters;
   reducer.gradient_as_bucket_view = options.gradient_as_bucket_view;
-  ddp->reducer_ = std::make_unique<Reducer>(parameters, group, reducer);
+  ddp->parameters_ = parameters;
+  ddp->reducer_ = std::make_unique<Reducer>(std::move(parameters), group, reducer);
   return ddp;
 }
 
-absl::Status DistributedDataParallel::SyncBuffers() {
+std::vector<at::Tensor> DistributedDataParallel::Buffers() {
   std::vector<at::Tensor> buffers;
   for (auto& buffer : module_->buffers()) {
     if (buffer.defined()) buffers.push_back(buffer);
   }
-  return BroadcastFromRankZero(group_, buffers, options_.timeout);
+  return buffers;
+}
+
+absl::Status DistributedDataParallel::SyncBuffers() {
+  int root = 0;
+  if (join_ != nullptr) {
+    TESSERA_RETURN_IF_ERROR(join_->Stopped());
+    JoinAnnouncement announcement(group_, JoinStep::kSyncBuffers);
+    TESSERA_ASSIGN_OR_RETURN(const JoinRound round, announcement.Wait(options_.timeout));
+    TESSERA_RETURN_IF_ERROR(join_->Observe(round));
+    root = join_->Authority();
+  }
+  return BroadcastFrom(group_, Buffers(), root, options_.timeout);
+}
+
+DistributedDataParallel::JoinGuard DistributedDataParallel::Join(JoinOptions options) {
+  if (join_ != nullptr) {
+    throw std::logic_error("DistributedDataParallel::Join: already inside a Join (one at a time)");
+  }
+  join_ = std::make_shared<JoinTracker>(group_->rank(), group_->size(), options);
+  reducer_->set_join(join_);
+  return JoinGuard(this);
+}
+
+// Note [Joining with uneven inputs].
+absl::Status DistributedDataParallel::ShadowUntilAllJoined() {
+  TESSERA_RETURN_IF_ERROR(join_->Stopped());
+  while (true) {
+    JoinAnnouncement announcement(group_, /*step=*/std::nullopt);
+    TESSERA_ASSIGN_OR_RETURN(const JoinRound round, announcement.Wait(options_.timeout));
+    if (!round.step.has_value()) break;
+    TESSERA_RETURN_IF_ERROR(join_->Observe(round));
+    if (*round.step == JoinStep::kBackward) {
+      TESSERA_RETURN_IF_ERROR(reducer_->ShadowPass());
+    } else {
+      TESSERA_RETURN_IF_ERROR(BroadcastFrom(group_, Buffers(), join_->Authority(), options_.timeout));
+    }
+  }
+  std::vector<at::Tensor> model = parameters_;
+  for (auto& buffer : Buffers()) model.push_back(buffer);
+  return BroadcastFrom(group_, model, join_->Authority(), options_.timeout);
+}
+
+void DistributedDataParallel::LeaveJoin() {
+  reducer_->set_join(nullptr);
+  join_ = nullptr;
+}
+
+DistributedDataParallel::JoinGuard::JoinGuard(DistributedDataParallel* ddp)
+    : ddp_(ddp), exceptions_at_entry_(std::uncaught_exceptions()) {}
+
+absl::Status DistributedDataParallel::JoinGuard::Finish() {
+  if (finished_) {
+    return absl::FailedPreconditionError("DistributedDataParallel::Join: Finish() called twice");
+  }
+  finished_ = true;
+  const absl::Status status = ddp_->ShadowUntilAllJoined();
+  ddp_->LeaveJoin();
+  return status;
+}
+
+DistributedDataParallel::JoinGuard::~JoinGuard() {
+  if (finished_) return;
+  if (std::uncaught_exceptions() > exceptions_at_entry_) {
+    ddp_->LeaveJoin();
+    return;
+  }
+  const absl::Status status = Finish();
+  if (!status.ok()) {
+    TESSERA_LOG(ERROR) << status;
+  }
 }
 
 }  // namespace tessera::ddp

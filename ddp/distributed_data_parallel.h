@@ -15,14 +15,27 @@
 // copied to all. See Reducer for how gradients are averaged; NoSync()
 // accumulates gradients locally until the guard is destroyed, and the next
 // synchronised backward averages the sum.
+//
+// Uneven inputs (ranks with different numbers of batches) need a Join, or
+// the ranks still training wait for the missing one until the timeout:
+//
+//   {
+//     auto join = ddp->Join();
+//     for (auto& batch : my_shard) { ...forward, backward, step... }
+//     TESSERA_RETURN_IF_ERROR(join.Finish());  // shadows the others' steps
+//   }
+//
+// See ddp/join.h, Note [Joining with uneven inputs].
 #pragma once
 
 #include <torch/nn/module.h>
 
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "ddp/join.h"
 #include "ddp/process_group.h"
 #include "ddp/reducer.h"
 
@@ -51,7 +64,8 @@ class DistributedDataParallel {
   size_t num_buckets() const { return reducer_->num_buckets(); }
   ReducerPassStats last_pass() const { return reducer_->last_pass(); }
 
-  // Copies rank 0's buffers (e.g. batch-norm statistics) to every rank.
+  // Copies rank 0's buffers (e.g. batch-norm statistics) to every rank
+  // (inside a Join: the highest rank's still training).
   absl::Status SyncBuffers();
 
   // Gradient accumulation without communication, while the guard lives.
@@ -67,14 +81,47 @@ class DistributedDataParallel {
   };
   NoSyncGuard NoSync() { return NoSyncGuard(reducer_.get()); }
 
+  // Training with uneven inputs while the guard lives: every rank enters
+  // the Join at the same point, and calls Finish() when it runs out of
+  // inputs. One Join at a time.
+  class JoinGuard {
+   public:
+    // This rank is out of inputs: takes part in the other ranks' remaining
+    // steps until every rank has joined, then every rank leaves with the
+    // parameters and buffers of the last ones to train. The Join ends here,
+    // also when it fails (a failed collective, or a rank out of inputs
+    // under throw_on_early_termination: FailedPrecondition naming it).
+    absl::Status Finish();
+    // Without Finish(): finishes (logging a failure), unless an exception is
+    // unwinding — then it only ends the Join, as PyTorch's `with` block.
+    ~JoinGuard();
+    JoinGuard(const JoinGuard&) = delete;
+    JoinGuard& operator=(const JoinGuard&) = delete;
+
+   private:
+    friend class DistributedDataParallel;
+    explicit JoinGuard(DistributedDataParallel* ddp);
+    DistributedDataParallel* const ddp_;
+    const int exceptions_at_entry_;
+    bool finished_ = false;
+  };
+  JoinGuard Join(JoinOptions options = {});
+
  private:
   DistributedDataParallel(std::shared_ptr<torch::nn::Module> module, ProcessGroup* group,
                           DdpOptions options);
 
+  std::vector<at::Tensor> Buffers();
+  // The joined rank's loop (Note [Joining with uneven inputs]).
+  absl::Status ShadowUntilAllJoined();
+  void LeaveJoin();
+
   std::shared_ptr<torch::nn::Module> module_;
   ProcessGroup* const group_;
   const DdpOptions options_;
+  std::vector<at::Tensor> parameters_;  // the ones with gradients, as the Reducer's
   std::unique_ptr<Reducer> reducer_;
+  std::shared_ptr<JoinTracker> join_;  // inside a Join
 };
 
 }  // namespace tessera::ddp

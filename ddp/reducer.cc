@@ -36,16 +36,21 @@ struct Reducer::State {
   // gradients arrived.
   bool rebuilt ABSL_GUARDED_BY(mu) = false;
   std::vector<size_t> arrival_order ABSL_GUARDED_BY(mu);
+  // Inside a Join: the tracker, and this pass's announcement until settled.
+  std::shared_ptr<JoinTracker> join ABSL_GUARDED_BY(mu);
+  std::optional<JoinAnnouncement> announcement ABSL_GUARDED_BY(mu);
 
   void OnGradReady(size_t parameter);
   void StartPass() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void Announce() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status SettleAnnouncement() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void MarkUnusedReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   bool MarkReady(size_t parameter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void LaunchReady() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void Launch(Bucket& bucket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void Finalize();
   void WriteBack(Bucket& bucket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  void RebuildBuckets() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status RebuildBuckets() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 };
 
 namespace {
@@ -142,7 +147,36 @@ void Reducer::State::OnGradReady(size_t parameter) {
   LaunchReady();
 }
 
+void Reducer::set_join(std::shared_ptr<JoinTracker> join) {
+  MutexLock lock(&state_->mu);
+  state_->join = std::move(join);
+  state_->announcement.reset();
+}
+
+absl::Status Reducer::ShadowPass() {
+  MutexLock lock(&state_->mu);
+  std::vector<Work> works;
+  for (const auto& bucket : buckets_) {
+    const at::ScalarType wire = options_.comm_hook == CommHook::kFp16Compress
+                                    ? at::kHalf
+                                    : bucket.flat.scalar_type();
+    works.push_back(group_->Allreduce(at::zeros({bucket.flat.numel()}, wire), ReduceOp::kAverage));
+  }
+  for (size_t b = 0; b < works.size(); ++b) {
+    auto done = works[b].Wait(options_.timeout);
+    if (!done.ok()) {
+      return absl::Status(done.status().code(),
+                          absl::StrCat("DistributedDataParallel::Join: shadowing gradient bucket ",
+                                       b, " failed: ", done.status().message()));
+    }
+  }
+  if (state_->rebuilt) return absl::OkStatus();
+  state_->arrival_order.clear();  // rank 0's order decides; this rank's, if it is rank 0
+  return state_->RebuildBuckets();
+}
+
 void Reducer::State::StartPass() {
+  if (join != nullptr) Announce();
   in_backward = true;
   next_to_launch = 0;
   ready.assign(ready.size(), false);
@@ -158,6 +192,26 @@ void Reducer::State::StartPass() {
     torch::autograd::Engine::get_default_engine().queue_callback([this] { Finalize(); });
     if (reducer->options_.find_unused_parameters) MarkUnusedReady();
   }
+}
+
+// Note [Joining with uneven inputs]. Under throw_on_early_termination the
+// round is settled before any bucket is sent, so a failure leaves nothing in
+// flight; otherwise the buckets queue behind it and Finalize settles it.
+void Reducer::State::Announce() {
+  absl::Status stopped = join->Stopped();
+  if (stopped.ok()) {
+    announcement.emplace(reducer->group_, JoinStep::kBackward);
+    if (!join->options().throw_on_early_termination) return;
+    stopped = SettleAnnouncement();
+  }
+  if (!stopped.ok()) throw std::runtime_error(stopped.ToString());
+}
+
+absl::Status Reducer::State::SettleAnnouncement() {
+  if (!announcement.has_value()) return absl::OkStatus();
+  auto round = announcement->Wait(reducer->options_.timeout);
+  announcement.reset();
+  return round.ok() ? join->Observe(*round) : round.status();
 }
 
 // Accumulators outside the running graph task's graph will not fire.
@@ -216,6 +270,9 @@ void Reducer::State::Finalize() {
   for (auto& bucket : reducer->buckets_) bucket.pending = 0;
   LaunchReady();
   last_stats = stats;
+  const absl::Status joined = SettleAnnouncement();
+  if (!joined.ok()) throw std::runtime_error(joined.ToString());
+  const double scale = join != nullptr ? join->GradientScale() : 1.0;
   for (size_t b = 0; b < reducer->buckets_.size(); ++b) {
     Bucket& bucket = reducer->buckets_[b];
     auto result = bucket.work->Wait(reducer->options_.timeout);
@@ -224,14 +281,17 @@ void Reducer::State::Finalize() {
                                             b, " failed: ", result.status().ToString()));
     }
     if (bucket.wire.data_ptr() != bucket.flat.data_ptr()) bucket.flat.copy_(bucket.wire);
+    if (scale != 1.0) bucket.flat.mul_(scale);
     WriteBack(bucket);
   }
-  if (!rebuilt) RebuildBuckets();
+  if (rebuilt) return;
+  const absl::Status agreed = RebuildBuckets();
+  if (!agreed.ok()) throw std::runtime_error(agreed.ToString());
 }
 
 // Note [Bucket rebuild]. Every rank gets here after the same pass (the first
 // synchronised one), so the broadcast matches up.
-void Reducer::State::RebuildBuckets() {
+absl::Status Reducer::State::RebuildBuckets() {
   rebuilt = true;
   const size_t n = reducer->parameters_.size();
   std::vector<bool> arrived_this_pass(n, false);
@@ -247,12 +307,15 @@ void Reducer::State::RebuildBuckets() {
   at::Tensor agreed = at::tensor(order);
   auto result = reducer->group_->Broadcast(agreed, 0).Wait(reducer->options_.timeout);
   if (!result.ok()) {
-    throw std::runtime_error(absl::StrCat(
-        "DistributedDataParallel: agreeing on the gradient order for the buckets failed: ",
-        result.status().ToString()));
+    return absl::Status(
+        result.status().code(),
+        absl::StrCat("DistributedDataParallel: agreeing on the gradient order for the buckets "
+                     "failed: ",
+                     result.status().message()));
   }
   const int64_t* rank0 = agreed.data_ptr<int64_t>();
   reducer->AssignBuckets(std::vector<size_t>(rank0, rank0 + n));
+  return absl::OkStatus();
 }
 
 // The averages from `flat` to where the gradients live.

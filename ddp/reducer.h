@@ -39,6 +39,10 @@
 // is deferred with the sink. Hooks then fire after the local pass, so
 // buckets do not overlap that pass's computation.
 //
+// Inside a Join (ddp/join.h) each synchronised pass starts with an
+// announcement round, and a rank that has joined shadows the others' passes
+// with ShadowPass().
+//
 // Thread-safety: hooks may fire on autograd threads; state is locked.
 #pragma once
 
@@ -50,7 +54,9 @@
 
 #include "absl/time/time.h"
 #include "common/mutex.h"
+#include "absl/status/status.h"
 #include "ddp/bucket_assignment.h"
+#include "ddp/join.h"
 #include "ddp/process_group.h"
 
 namespace torch::autograd {
@@ -92,6 +98,12 @@ class Reducer {
 
   // While false, backward passes only accumulate gradients locally (no_sync).
   void set_sync(bool sync);
+  // Inside a Join while set; null leaves it.
+  void set_join(std::shared_ptr<JoinTracker> join);
+  // A joined rank's part in a backward pass of the ranks still training: an
+  // allreduce of zeros per bucket, and the bucket rebuild if they rebuild
+  // now. Leaves this rank's gradients alone.
+  absl::Status ShadowPass();
   size_t num_buckets() const { return buckets_.size(); }
   ReducerPassStats last_pass() const;
 

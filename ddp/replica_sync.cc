@@ -72,8 +72,8 @@ absl::Status CheckReplicasAgree(ProcessGroup* group, const std::vector<std::stri
   return absl::OkStatus();
 }
 
-absl::Status BroadcastFromRankZero(ProcessGroup* group, const std::vector<at::Tensor>& tensors,
-                                   absl::Duration timeout) {
+absl::Status BroadcastFrom(ProcessGroup* group, const std::vector<at::Tensor>& tensors, int root,
+                           absl::Duration timeout) {
   constexpr size_t kCoalesceBytes = size_t{250} << 20;  // PyTorch DDP's choice
   std::vector<size_t> order(tensors.size());
   for (size_t k = 0; k < order.size(); ++k) order[k] = k;
@@ -81,9 +81,9 @@ absl::Status BroadcastFromRankZero(ProcessGroup* group, const std::vector<at::Te
     std::vector<at::Tensor> pieces;
     for (size_t k : members) pieces.push_back(tensors[k].detach().reshape({-1}));
     at::Tensor flat = at::cat(pieces);
-    auto done = group->Broadcast(flat, 0).Wait(timeout);
+    auto done = group->Broadcast(flat, root).Wait(timeout);
     if (!done.ok()) return done.status();
-    if (group->rank() == 0) continue;
+    if (group->rank() == root) continue;
     int64_t offset = 0;
     for (size_t k : members) {
       const at::Tensor& t = tensors[k];

@@ -27,12 +27,13 @@ absl::Status CheckReplicasAgree(ProcessGroup* group, const std::vector<std::stri
                                 const std::vector<at::Tensor>& parameters,
                                 absl::Duration timeout);
 
-// Copies rank 0's `tensors` (parameters, buffers) into every rank's, in
-// place. Coalesced: tensors of one dtype travel together in flat buffers of
+// Copies `root`'s `tensors` (parameters, buffers) into every rank's, in
+// place (rank 0's at creation; while ranks join, the last one still
+// training's — ddp/join.h). Coalesced: tensors of one dtype travel together in flat buffers of
 // up to 250 MiB, so a model of hundreds of small tensors costs a few
 // collectives, not hundreds. A collective; every rank passes tensors of the
 // same dtypes and shapes.
-absl::Status BroadcastFromRankZero(ProcessGroup* group, const std::vector<at::Tensor>& tensors,
-                                   absl::Duration timeout);
+absl::Status BroadcastFrom(ProcessGroup* group, const std::vector<at::Tensor>& tensors, int root,
+                           absl::Duration timeout);
 
 }  // namespace tessera::ddp
