@@ -3,7 +3,9 @@
 // the rendezvous store (store/store_auth.h), so no member ever learns its
 // address; the connection handshake (rpc/auth/handshake.h) refuses anyone
 // who reaches a worker's port directly (tensorpipe_wire_test and
-// grpc_external_client_test test it with raw peers on both backends).
+// grpc_external_client_test test it with raw peers on both backends), and a
+// worker refuses a peer at a known address that cannot prove the secret
+// (tensorpipe_wire_test, grpc_impostor_test).
 #include <gtest/gtest.h>
 
 #include <ATen/ops/zeros.h>

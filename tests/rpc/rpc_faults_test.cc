@@ -1,6 +1,6 @@
 // Fault tests with real processes: dead peers, timeouts and shutdown, for
 // every RPC backend (hostile bytes on the wire: tensorpipe_wire_test,
-// grpc_wire_test).
+// grpc_external_client_test).
 #include <gtest/gtest.h>
 
 #include <ATen/TensorOperators.h>

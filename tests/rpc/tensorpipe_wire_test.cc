@@ -1,6 +1,7 @@
 // The TensorPipe agent's wire, attacked with real processes: garbage on
-// the listening port, and authenticated peers sending frames that lie.
-// (The gRPC agent's counterpart is grpc_wire_test.)
+// the listening port, authenticated peers sending frames that lie, replayed
+// handshakes, and a listener that cannot prove the job secret. (The gRPC
+// agent's counterparts: grpc_external_client_test, grpc_impostor_test.)
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -10,6 +11,9 @@
 #include <tensorpipe/tensorpipe.h>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "rpc/auth/handshake.h"
+#include "store/store_client.h"
 #include "tests/testing/raw_tensorpipe_peer.h"
 #include "tests/testing/rpc_world.h"
 #include "tests/testing/test_functions.h"
@@ -198,6 +202,46 @@ TEST_F(TensorPipeWireTest, ReplayedHandshakeAndMissingSecretAreRefused) {
   EXPECT_EQ(rt().RpcSync<int64_t>("worker1", "echo", int64_t{3}), 3);
   // The replayed request never ran ("block" marks its start in the store).
   EXPECT_FALSE(rt().store().Get("replayed/started", absl::ZeroDuration()).ok());
+}
+
+// The other direction: the address a worker learned for "worker1" leads to
+// a process without the job secret (in a real job: someone who took over a
+// dead worker's port, or a redirected connection). The caller's half of the
+// handshake must refuse it: the call fails as Unauthenticated naming the
+// peer, and the impostor never receives the request or the caller's proof.
+TEST_F(TensorPipeWireTest, WorkerRefusesAPeerThatCannotProveTheSecret) {
+  auto store = store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
+  ASSERT_TRUE(store.ok()) << store.status();
+  store_ = *std::move(store);
+  RawTensorPipePeer impostor;
+  const std::string address = impostor.Listen();
+  store::StoreClient registrar("127.0.0.1", store_port(), absl::Seconds(10), TestJobSecret());
+  ASSERT_TRUE(registrar.Set("tessera/workers/1", absl::StrCat("worker1\n", address, "\n")).ok());
+  rpc::RpcOptions options = InProcessOptions("worker0", 0, 2, store_port());
+  options.backend = rpc::Backend::kTensorPipe;
+  auto runtime = rpc::Runtime::Init(options, MakeTestRegistry());
+  ASSERT_TRUE(runtime.ok()) << runtime.status();
+
+  auto call = (*runtime)->RpcAsync<int64_t>("worker1", "echo", int64_t{5});
+  auto pipe = impostor.Accept();
+  ASSERT_TRUE(pipe.ok()) << pipe.status();
+  auto hello = RawTensorPipePeer::Read(*pipe);
+  ASSERT_TRUE(hello.ok()) << hello.status();
+  rpc::ServerHandshake pretender(rpc::JobSecret("a guess at the secret"));
+  auto challenge = pretender.OnHello(hello->envelope);
+  ASSERT_TRUE(challenge.ok()) << challenge.status();
+  rpc::Message challenge_message;
+  challenge_message.envelope = *challenge;
+  ASSERT_TRUE(RawTensorPipePeer::Write(*pipe, challenge_message).ok());
+
+  auto result = call.Wait(absl::Seconds(30));
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnauthenticated) << result.status();
+  EXPECT_NE(result.status().message().find("worker1"), std::string::npos) << result.status();
+  auto next = RawTensorPipePeer::Read(*pipe);
+  EXPECT_FALSE(next.ok()) << "the impostor received envelope kind "
+                          << next->envelope.kind();
+  EXPECT_TRUE((*runtime)->Shutdown(/*graceful=*/false).ok());
 }
 
 }  // namespace

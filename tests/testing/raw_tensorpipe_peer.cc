@@ -20,12 +20,30 @@ RawTensorPipePeer::RawTensorPipePeer() : context_(std::make_shared<tp::Context>(
 }
 
 RawTensorPipePeer::~RawTensorPipePeer() {
+  if (listener_ != nullptr) listener_->close();
   context_->close();
   context_->join();
 }
 
 std::shared_ptr<tp::Pipe> RawTensorPipePeer::Connect(const std::string& address) {
   return context_->connect(address);
+}
+
+std::string RawTensorPipePeer::Listen() {
+  listener_ = context_->listen({"tcp://127.0.0.1:0"});
+  return listener_->url("tcp");
+}
+
+absl::StatusOr<std::shared_ptr<tp::Pipe>> RawTensorPipePeer::Accept() {
+  Promise<std::shared_ptr<tp::Pipe>> accepted;
+  listener_->accept([accepted](const tp::Error& error, std::shared_ptr<tp::Pipe> pipe) {
+    if (error) {
+      accepted.Set(absl::UnavailableError(error.what()));
+    } else {
+      accepted.Set(std::move(pipe));
+    }
+  });
+  return accepted.GetFuture().Wait(kWait);
 }
 
 absl::Status RawTensorPipePeer::Write(const std::shared_ptr<tp::Pipe>& pipe,

@@ -20,6 +20,10 @@ class RawTensorPipePeer {
   ~RawTensorPipePeer();
 
   std::shared_ptr<tensorpipe::Pipe> Connect(const std::string& address);
+  // Listens on a free port of 127.0.0.1; returns the address to connect to.
+  std::string Listen();
+  // The next pipe a worker opens to Listen()'s address.
+  absl::StatusOr<std::shared_ptr<tensorpipe::Pipe>> Accept();
 
   // Writes one frame (Tessera's layout) and waits until it is written.
   static absl::Status Write(const std::shared_ptr<tensorpipe::Pipe>& pipe, rpc::Message message);
@@ -32,6 +36,7 @@ class RawTensorPipePeer {
 
  private:
   std::shared_ptr<tensorpipe::Context> context_;
+  std::shared_ptr<tensorpipe::Listener> listener_;
 };
 
 // A request (CALL of `target`, id `request_id`, no arguments yet) to send
