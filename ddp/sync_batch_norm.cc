@@ -1,0 +1,191 @@
+#include "ddp/sync_batch_norm.h"
+
+#include <ATen/ops/batch_norm.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/zeros.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <stdexcept>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera::ddp {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// What the autograd function needs besides its differentiable inputs.
+struct Settings {
+  ProcessGroup* group;
+  double eps;
+  double momentum;
+  absl::Duration timeout;
+  at::Tensor running_mean;  // updated in place when defined
+  at::Tensor running_var;
+};
+
+void Check(Work work, const char* what, absl::Duration timeout) {
+  auto done = work.Wait(timeout);
+  if (!done.ok()) {
+    throw std::runtime_error(absl::StrCat("SyncBatchNorm: ", what, " failed: ",
+                                          done.status().ToString()));
+  }
+}
+
+// Dimensions reduced per channel: all but 1.
+std::vector<int64_t> ReducedDims(const at::Tensor& input) {
+  std::vector<int64_t> dims = {0};
+  for (int64_t d = 2; d < input.dim(); ++d) dims.push_back(d);
+  return dims;
+}
+
+// A per-channel vector shaped to broadcast against (N, C, *).
+at::Tensor PerChannel(const at::Tensor& v, const at::Tensor& input) {
+  std::vector<int64_t> shape(input.dim(), 1);
+  shape[1] = v.numel();
+  return v.view(shape);
+}
+
+struct GlobalStats {
+  at::Tensor mean;
+  at::Tensor biased_var;
+  double count;
+};
+
+// Count, mean and sum of squared deviations of every rank's shard, combined
+// (Chan et al.): M2 = sum over shards of (m2_r + n_r (mean_r - mean)^2).
+GlobalStats GatherStats(const at::Tensor& input, const Settings& settings) {
+  const int64_t channels = input.size(1);
+  const std::vector<int64_t> dims = ReducedDims(input);
+  const double count = static_cast<double>(input.numel() / std::max<int64_t>(channels, 1));
+  const auto compute = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::Tensor x = input.to(compute);
+  at::Tensor mean = at::zeros({channels}, x.options());
+  at::Tensor m2 = at::zeros({channels}, x.options());
+  if (count > 0) {
+    mean = x.mean(dims);
+    m2 = (x - PerChannel(mean, x)).pow(2).sum(dims);
+  }
+  const at::Tensor mine = at::cat({at::full({1}, count, x.options()), mean, m2});
+  const int world = settings.group->size();
+  at::Tensor all = at::empty({world * mine.numel()}, x.options());
+  Check(settings.group->Allgather(mine, all), "gathering batch statistics", settings.timeout);
+  const at::Tensor rows = all.view({world, mine.numel()});
+  const at::Tensor counts = rows.select(1, 0).unsqueeze(1);               // [world, 1]
+  const at::Tensor means = rows.narrow(1, 1, channels);                   // [world, C]
+  const at::Tensor m2s = rows.narrow(1, 1 + channels, channels);          // [world, C]
+  const double total = counts.sum().item<double>();
+  if (total == 0) throw std::invalid_argument("SyncBatchNorm: every rank's batch is empty");
+  GlobalStats stats;
+  stats.count = total;
+  stats.mean = (means * counts).sum(0) / total;
+  stats.biased_var = (m2s + counts * (means - stats.mean).pow(2)).sum(0) / total;
+  return stats;
+}
+
+class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight,
+                            const at::Tensor& bias, const Settings& settings) {
+    const GlobalStats stats = GatherStats(input, settings);
+    if (settings.running_mean.defined()) {
+      const at::Tensor& running_mean = settings.running_mean;
+      const at::Tensor& running_var = settings.running_var;
+      const double unbiased = stats.count > 1 ? stats.count / (stats.count - 1) : 1.0;
+      running_mean.mul_(1 - settings.momentum).add_(stats.mean.to(running_mean.scalar_type()),
+                                                    settings.momentum);
+      running_var.mul_(1 - settings.momentum)
+          .add_((stats.biased_var * unbiased).to(running_var.scalar_type()), settings.momentum);
+    }
+    const at::Tensor mean = stats.mean.to(input.scalar_type());
+    const at::Tensor invstd = (stats.biased_var + settings.eps).rsqrt().to(input.scalar_type());
+    at::Tensor output = (input - PerChannel(mean, input)) * PerChannel(invstd, input);
+    if (weight.defined()) output = output * PerChannel(weight, input) + PerChannel(bias, input);
+    ctx->save_for_backward({input, weight, mean, invstd});
+    // The group travels as an integer: saved_data holds only IValues.
+    ctx->saved_data["group"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(settings.group));
+    ctx->saved_data["timeout_us"] = absl::ToInt64Microseconds(settings.timeout);
+    ctx->saved_data["count"] = stats.count;
+    return output;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& input = saved[0];
+    const at::Tensor& weight = saved[1];
+    const at::Tensor& mean = saved[2];
+    const at::Tensor& invstd = saved[3];
+    auto* group = reinterpret_cast<ProcessGroup*>(
+        static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
+    const absl::Duration timeout = absl::Microseconds(ctx->saved_data["timeout_us"].toInt());
+    const double count = ctx->saved_data["count"].toDouble();
+
+    const at::Tensor dy = grad_outputs[0].contiguous();
+    const std::vector<int64_t> dims = ReducedDims(input);
+    const at::Tensor xmu = input - PerChannel(mean, input);
+    const at::Tensor sum_dy = dy.sum(dims);
+    const at::Tensor sum_dy_xmu = (dy * xmu).sum(dims);
+    at::Tensor grad_weight;
+    at::Tensor grad_bias;
+    if (weight.defined()) {
+      grad_weight = sum_dy_xmu * invstd;  // local: DDP averages it
+      grad_bias = sum_dy;
+    }
+    at::Tensor sums = at::cat({sum_dy, sum_dy_xmu});
+    Check(group->Allreduce(sums, ReduceOp::kSum), "reducing gradients", timeout);
+    const int64_t channels = mean.numel();
+    const at::Tensor mean_dy = sums.narrow(0, 0, channels) / count;
+    const at::Tensor mean_dy_xmu = sums.narrow(0, channels, channels) / count;
+    at::Tensor scale = weight.defined() ? invstd * weight : invstd;
+    const at::Tensor grad_input =
+        (dy - PerChannel(mean_dy, input) -
+         xmu * PerChannel(invstd * invstd * mean_dy_xmu, input)) *
+        PerChannel(scale, input);
+    return {grad_input, grad_weight, grad_bias, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+SyncBatchNormImpl::SyncBatchNormImpl(SyncBatchNormOptions options, ProcessGroup* group)
+    : options_(options), group_(group) {
+  const int64_t c = options_.num_features;
+  if (options_.affine) {
+    weight = register_parameter("weight", at::ones({c}));
+    bias = register_parameter("bias", at::zeros({c}));
+  }
+  if (options_.track_running_stats) {
+    running_mean = register_buffer("running_mean", at::zeros({c}));
+    running_var = register_buffer("running_var", at::ones({c}));
+    num_batches_tracked = register_buffer("num_batches_tracked", at::zeros({}, at::kLong));
+  }
+}
+
+at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
+  if (input.dim() < 2 || input.size(1) != options_.num_features) {
+    throw std::invalid_argument(absl::StrCat(
+        "SyncBatchNorm: expected an input of shape (N, ", options_.num_features,
+        ", *), got ", input.dim(), " dimensions", input.dim() >= 2
+                                                     ? absl::StrCat(" with ", input.size(1),
+                                                                    " channels")
+                                                     : ""));
+  }
+  if (!is_training() && options_.track_running_stats) {
+    return at::batch_norm(input, weight, bias, running_mean, running_var, /*training=*/false,
+                          options_.momentum, options_.eps, /*cudnn_enabled=*/false);
+  }
+  const bool update_running = is_training() && options_.track_running_stats;
+  if (update_running) num_batches_tracked.add_(1);
+  return SyncBatchNormFunction::apply(
+      input, weight, bias,
+      Settings{group_, options_.eps, options_.momentum, options_.timeout,
+               update_running ? running_mean : at::Tensor(),
+               update_running ? running_var : at::Tensor()});
+}
+
+}  // namespace tessera::ddp
