@@ -58,12 +58,11 @@ int RunRank(int rank, int port, const std::vector<std::string>&) {
   if (!group.ok()) return 1;
   std::string json;
   // (batch, channels, height, width) per rank: early, middle and late layers of a small CNN.
-  for (const auto& shape : std::vector<std::vector<int64_t>>{
-           {32, 16, 32, 32}, {32, 64, 16, 16}, {32, 256, 4, 4}}) {
+  for (const auto& shape :
+       std::vector<std::vector<int64_t>>{{32, 16, 32, 32}, {32, 64, 16, 16}, {32, 256, 4, 4}}) {
     const int64_t channels = shape[1];
     torch::nn::BatchNorm2d local(channels);
-    tessera::ddp::SyncBatchNorm synced(tessera::ddp::SyncBatchNormOptions(channels),
-                                       group->get());
+    tessera::ddp::SyncBatchNorm synced(tessera::ddp::SyncBatchNormOptions(channels), group->get());
     const torch::Tensor x = torch::randn(shape);
     const torch::Tensor g = torch::randn(shape);
     std::vector<double> local_us, sync_us, ratios, bare_us;

@@ -81,7 +81,8 @@ absl::Status DistributedDataParallel::ShadowUntilAllJoined() {
     if (*round.step == JoinStep::kBackward) {
       TESSERA_RETURN_IF_ERROR(reducer_->ShadowPass());
     } else {
-      TESSERA_RETURN_IF_ERROR(BroadcastFrom(group_, Buffers(), join_->Authority(), options_.timeout));
+      TESSERA_RETURN_IF_ERROR(
+          BroadcastFrom(group_, Buffers(), join_->Authority(), options_.timeout));
     }
   }
   std::vector<at::Tensor> model = parameters_;

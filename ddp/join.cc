@@ -46,10 +46,10 @@ absl::StatusOr<JoinRound> JoinAnnouncement::Wait(absl::Duration timeout) {
   const int64_t backward = counts[kBackwardCount];
   const int64_t sync_buffers = counts[kSyncBuffersCount];
   if (backward > 0 && sync_buffers > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DistributedDataParallel::Join: ranks disagree on the next step: ", backward,
-        " run a backward pass while ", sync_buffers,
-        " sync buffers (every rank still training must run the same steps)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("DistributedDataParallel::Join: ranks disagree on the next step: ", backward,
+                     " run a backward pass while ", sync_buffers,
+                     " sync buffers (every rank still training must run the same steps)"));
   }
   if (backward > 0) round.step = JoinStep::kBackward;
   if (sync_buffers > 0) round.step = JoinStep::kSyncBuffers;
@@ -69,12 +69,13 @@ absl::Status JoinTracker::Observe(const JoinRound& round) {
   for (int r = 0; r < world_size_; ++r) {
     if (!std::binary_search(round.training.begin(), round.training.end(), r)) joined.push_back(r);
   }
-  const bool still_training = std::binary_search(round.training.begin(), round.training.end(), rank_);
+  const bool still_training =
+      std::binary_search(round.training.begin(), round.training.end(), rank_);
   terminated_ = absl::FailedPreconditionError(absl::StrCat(
-      "DistributedDataParallel::Join: rank(s) ", absl::StrJoin(joined, ", "),
-      " ran out of inputs", still_training ? "" : absl::StrCat(" while rank(s) ",
-                                                               absl::StrJoin(round.training, ", "),
-                                                               " still had some"),
+      "DistributedDataParallel::Join: rank(s) ", absl::StrJoin(joined, ", "), " ran out of inputs",
+      still_training
+          ? ""
+          : absl::StrCat(" while rank(s) ", absl::StrJoin(round.training, ", "), " still had some"),
       "; stopping every rank (JoinOptions::throw_on_early_termination)"));
   return terminated_;
 }

@@ -75,15 +75,13 @@ class GradReadyHook final : public torch::autograd::FunctionPostHook {
 // Optimizer::zero_grad() detaches .grad in place, which views refuse.
 at::Tensor AliasOf(const at::Tensor& flat, int64_t offset, at::IntArrayRef sizes) {
   at::Tensor alias = at::empty({0}, flat.options());
-  alias.set_(flat.storage(), flat.storage_offset() + offset, sizes,
-             c10::contiguous_strides(sizes));
+  alias.set_(flat.storage(), flat.storage_offset() + offset, sizes, c10::contiguous_strides(sizes));
   return alias;
 }
 
 }  // namespace
 
-Reducer::Reducer(std::vector<at::Tensor> parameters, ProcessGroup* group,
-                 ReducerOptions options)
+Reducer::Reducer(std::vector<at::Tensor> parameters, ProcessGroup* group, ReducerOptions options)
     : parameters_(std::move(parameters)),
       state_(std::make_shared<State>()),
       group_(group),
@@ -157,9 +155,8 @@ absl::Status Reducer::ShadowPass() {
   MutexLock lock(&state_->mu);
   std::vector<Work> works;
   for (const auto& bucket : buckets_) {
-    const at::ScalarType wire = options_.comm_hook == CommHook::kFp16Compress
-                                    ? at::kHalf
-                                    : bucket.flat.scalar_type();
+    const at::ScalarType wire =
+        options_.comm_hook == CommHook::kFp16Compress ? at::kHalf : bucket.flat.scalar_type();
     works.push_back(group_->Allreduce(at::zeros({bucket.flat.numel()}, wire), ReduceOp::kAverage));
   }
   for (size_t b = 0; b < works.size(); ++b) {

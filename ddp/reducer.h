@@ -52,9 +52,9 @@
 #include <optional>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/mutex.h"
-#include "absl/status/status.h"
 #include "ddp/bucket_assignment.h"
 #include "ddp/join.h"
 #include "ddp/process_group.h"

@@ -39,15 +39,14 @@ std::string Describe(const at::Tensor& p) {
 // of another length would be a mismatched collective): the count; then each
 // parameter's dtype and number of dimensions; then all the sizes.
 absl::Status CheckReplicasAgree(ProcessGroup* group, const std::vector<std::string>& names,
-                                const std::vector<at::Tensor>& parameters,
-                                absl::Duration timeout) {
+                                const std::vector<at::Tensor>& parameters, absl::Duration timeout) {
   TESSERA_ASSIGN_OR_RETURN(
       const int64_t count,
       FirstDifference(group, {static_cast<int64_t>(parameters.size())}, timeout));
   if (count >= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DistributedDataParallel: ranks hold different numbers of parameters (rank ",
-        group->rank(), ": ", parameters.size(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("DistributedDataParallel: ranks hold different numbers of parameters (rank ",
+                     group->rank(), ": ", parameters.size(), ")"));
   }
   std::vector<int64_t> kinds;
   std::vector<int64_t> sizes;

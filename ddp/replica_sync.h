@@ -24,8 +24,7 @@ namespace tessera::ddp {
 // dtype and shape of it) on every rank if they do not agree; the group's
 // error if a collective fails.
 absl::Status CheckReplicasAgree(ProcessGroup* group, const std::vector<std::string>& names,
-                                const std::vector<at::Tensor>& parameters,
-                                absl::Duration timeout);
+                                const std::vector<at::Tensor>& parameters, absl::Duration timeout);
 
 // Copies `root`'s `tensors` (parameters, buffers) into every rank's, in
 // place (rank 0's at creation; while ranks join, the last one still

@@ -1,10 +1,10 @@
 #include "ddp/sync_batch_norm.h"
 
 #include <ATen/ops/batch_norm.h>
-#include <ATen/ops/native_batch_norm_backward.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/native_batch_norm_backward.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -33,8 +33,8 @@ struct Settings {
 void Check(Work work, const char* what, absl::Duration timeout) {
   auto done = work.Wait(timeout);
   if (!done.ok()) {
-    throw std::runtime_error(absl::StrCat("SyncBatchNorm: ", what, " failed: ",
-                                          done.status().ToString()));
+    throw std::runtime_error(
+        absl::StrCat("SyncBatchNorm: ", what, " failed: ", done.status().ToString()));
   }
 }
 
@@ -142,8 +142,8 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     const at::Tensor& weight = saved[1];
     const at::Tensor& mean = saved[2];
     const at::Tensor& invstd = saved[3];
-    auto* group = reinterpret_cast<ProcessGroup*>(
-        static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
+    auto* group =
+        reinterpret_cast<ProcessGroup*>(static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
     const absl::Duration timeout = absl::Microseconds(ctx->saved_data["timeout_us"].toInt());
     const double count = ctx->saved_data["count"].toDouble();
 
@@ -186,12 +186,10 @@ SyncBatchNormImpl::SyncBatchNormImpl(SyncBatchNormOptions options, ProcessGroup*
 
 at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
   if (input.dim() < 2 || input.size(1) != options_.num_features) {
-    throw std::invalid_argument(absl::StrCat(
-        "SyncBatchNorm: expected an input of shape (N, ", options_.num_features,
-        ", *), got ", input.dim(), " dimensions", input.dim() >= 2
-                                                     ? absl::StrCat(" with ", input.size(1),
-                                                                    " channels")
-                                                     : ""));
+    throw std::invalid_argument(
+        absl::StrCat("SyncBatchNorm: expected an input of shape (N, ", options_.num_features,
+                     ", *), got ", input.dim(), " dimensions",
+                     input.dim() >= 2 ? absl::StrCat(" with ", input.size(1), " channels") : ""));
   }
   if (!is_training() && options_.track_running_stats) {
     return at::batch_norm(input, weight, bias, running_mean, running_var, /*training=*/false,

@@ -3,6 +3,8 @@
 // running statistics — also when the shards differ in size, and train like
 // it under DDP. Rank 0 is this process, rank 1 a child; each checks its own
 // side against its own single-process reference.
+#include "ddp/sync_batch_norm.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -10,8 +12,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "ddp/distributed_data_parallel.h"
-#include "ddp/sync_batch_norm.h"
 #include "tests/ddp/two_ranks.h"
 
 namespace tessera::testing {
@@ -23,16 +25,9 @@ absl::Status Close(const torch::Tensor& got, const torch::Tensor& want, const st
   }
   return absl::InternalError(absl::StrCat(
       what, " differs from one BatchNorm on the whole batch",
-      got.sizes() == want.sizes()
-          ? absl::StrCat(" by ", (got - want).abs().max().item<double>())
-          : " in shape"));
+      got.sizes() == want.sizes() ? absl::StrCat(" by ", (got - want).abs().max().item<double>())
+                                  : " in shape"));
 }
-
-#define RETURN_IF_ERROR(expr)             \
-  do {                                    \
-    absl::Status status_ = (expr);        \
-    if (!status_.ok()) return status_;    \
-  } while (false)
 
 // Shards of 3 and 5 rows, for inputs (8, 3, 4, 4) and (8, 3); eval mode
 // afterwards uses the running statistics and communicates nothing (rank 0
@@ -66,30 +61,29 @@ absl::Status RunShards(ddp::ProcessGroup& group) {
     const torch::Tensor ref_out = reference(as_1d(whole)).view(shape);
     (ref_out * g).sum().backward();
 
-    RETURN_IF_ERROR(Close(out, ref_out.index_select(0, rows), what + "output"));
-    RETURN_IF_ERROR(Close(mine.grad(), whole.grad().index_select(0, rows), what + "input gradient"));
+    TESSERA_RETURN_IF_ERROR(Close(out, ref_out.index_select(0, rows), what + "output"));
+    TESSERA_RETURN_IF_ERROR(
+        Close(mine.grad(), whole.grad().index_select(0, rows), what + "input gradient"));
     // Weight and bias gradients are this shard's part: summed over ranks.
     torch::Tensor affine_grads = torch::cat({sync->weight.grad(), sync->bias.grad()});
     auto summed = group.Allreduce(affine_grads).Wait(absl::Seconds(20));
     if (!summed.ok()) return summed.status();
-    RETURN_IF_ERROR(Close(affine_grads,
-                          torch::cat({reference->weight.grad(), reference->bias.grad()}),
-                          what + "weight and bias gradients, summed"));
-    RETURN_IF_ERROR(Close(sync->running_mean, reference->running_mean, what + "running mean"));
-    RETURN_IF_ERROR(Close(sync->running_var, reference->running_var, what + "running variance"));
+    TESSERA_RETURN_IF_ERROR(Close(affine_grads,
+                                  torch::cat({reference->weight.grad(), reference->bias.grad()}),
+                                  what + "weight and bias gradients, summed"));
+    TESSERA_RETURN_IF_ERROR(
+        Close(sync->running_mean, reference->running_mean, what + "running mean"));
+    TESSERA_RETURN_IF_ERROR(
+        Close(sync->running_var, reference->running_var, what + "running variance"));
 
     sync->eval();
     reference->eval();
     for (int k = 0; k < (r == 0 ? 2 : 0); ++k) {
       torch::NoGradGuard no_grad;
-      RETURN_IF_ERROR(Close(sync(mine), reference(as_1d(x)).view(shape).index_select(0, rows),
-                            what + "eval output"));
+      TESSERA_RETURN_IF_ERROR(Close(
+          sync(mine), reference(as_1d(x)).view(shape).index_select(0, rows), what + "eval output"));
     }
-    torch::Tensor one = torch::ones({1});
-    auto after = group.Allreduce(one).Wait(absl::Seconds(20));
-    if (!after.ok() || one.item<float>() != 2) {
-      return absl::InternalError(what + "the group is out of step after eval forwards");
-    }
+    TESSERA_RETURN_IF_ERROR(GroupStillInStep(group, what + "eval forwards"));
   }
   return absl::OkStatus();
 }
@@ -136,8 +130,7 @@ absl::Status RunDdpTraining(ddp::ProcessGroup& group) {
   torch::optim::SGD ref_opt(reference->parameters(), 0.1);
   for (int step = 0; step < 3; ++step) {
     opt.zero_grad();
-    torch::mse_loss(replica->forward(x.index_select(0, half)), y.index_select(0, half))
-        .backward();
+    torch::mse_loss(replica->forward(x.index_select(0, half)), y.index_select(0, half)).backward();
     opt.step();
     ref_opt.zero_grad();
     torch::mse_loss(reference->forward(x), y).backward();
@@ -145,12 +138,12 @@ absl::Status RunDdpTraining(ddp::ProcessGroup& group) {
   }
   auto got = replica->named_parameters();
   for (const auto& want : reference->named_parameters()) {
-    RETURN_IF_ERROR(Close(got[want.key()], want.value(), "parameter " + want.key()));
+    TESSERA_RETURN_IF_ERROR(Close(got[want.key()], want.value(), "parameter " + want.key()));
   }
   auto got_buffers = replica->named_buffers();
   for (const auto& want : reference->named_buffers()) {
-    RETURN_IF_ERROR(Close(got_buffers[want.key()].to(torch::kDouble),
-                          want.value().to(torch::kDouble), "buffer " + want.key()));
+    TESSERA_RETURN_IF_ERROR(Close(got_buffers[want.key()].to(torch::kDouble),
+                                  want.value().to(torch::kDouble), "buffer " + want.key()));
   }
   return absl::OkStatus();
 }

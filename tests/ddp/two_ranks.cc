@@ -1,5 +1,7 @@
 #include "tests/ddp/two_ranks.h"
 
+#include <ATen/ops/ones.h>
+
 #include <cstdio>
 
 namespace tessera::testing {
@@ -24,6 +26,15 @@ void TwoRankGlooTest::RunOnBothRanks(const std::string& scenario,
   const absl::Status status = check(*group);
   EXPECT_TRUE(status.ok()) << status;
   EXPECT_EQ(child_->Wait(absl::Seconds(120)), 0);
+}
+
+absl::Status GroupStillInStep(ddp::ProcessGroup& group, const std::string& after) {
+  at::Tensor ones = at::ones({1});
+  auto done = group.Allreduce(ones).Wait(absl::Seconds(60));
+  if (!done.ok()) return done.status();
+  return ones.item<float>() == group.size()
+             ? absl::OkStatus()
+             : absl::InternalError("the group is out of step after " + after);
 }
 
 int RunOnRank1(absl::Status (*check)(ddp::ProcessGroup&)) {

@@ -31,6 +31,10 @@ class TwoRankGlooTest : public ::testing::Test {
   std::unique_ptr<WorkerProcess> child_;
 };
 
+// One allreduce of ones, both ranks: OK if it sums to the world size — no
+// collective of an earlier step is left half-matched. `after` names the step.
+absl::Status GroupStillInStep(ddp::ProcessGroup& group, const std::string& after);
+
 // Rank 1's side of a check both ranks run, in a scenario: joins the group
 // from the environment, runs `check`, returns 0 if it passed (else prints why).
 int RunOnRank1(absl::Status (*check)(ddp::ProcessGroup&));

@@ -64,8 +64,7 @@ TEST(GrpcImpostorTest, WorkerRefusesAPeerThatCannotProveTheSecret) {
 
   auto store = store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
   ASSERT_TRUE(store.ok()) << store.status();
-  store::StoreClient registrar("127.0.0.1", (*store)->port(), absl::Seconds(10),
-                               TestJobSecret());
+  store::StoreClient registrar("127.0.0.1", (*store)->port(), absl::Seconds(10), TestJobSecret());
   ASSERT_TRUE(
       registrar.Set("tessera/workers/1", absl::StrCat("worker1\n127.0.0.1:", port, "\n")).ok());
   rpc::RpcOptions options = InProcessOptions("worker0", 0, 2, (*store)->port());
