@@ -9,6 +9,7 @@
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
