@@ -18,9 +18,12 @@
 
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/gloo/gloo_process_group.h"
+#include "bench/median.h"
 #include "bench/two_processes.h"
 
 namespace {
+
+using tessera::bench::Median;
 
 using Clock = std::chrono::steady_clock;
 constexpr int kWarmUp = 2;
@@ -48,11 +51,6 @@ struct Stepper {
   std::shared_ptr<torch::nn::SequentialImpl> model;
   torch::optim::SGD optimizer;
 };
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
 
 int RunRank(int rank, int port, const std::vector<std::string>&) {
   torch::set_num_threads(1);

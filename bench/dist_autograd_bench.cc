@@ -29,6 +29,7 @@
 #include <map>
 #include <vector>
 
+#include "bench/median.h"
 #include "bench/two_processes.h"
 #include "bench/worker_options.h"
 #include "common/status.h"
@@ -40,6 +41,8 @@
 
 namespace {
 
+using tessera::bench::Median;
+
 using Clock = std::chrono::steady_clock;
 using namespace tessera;
 
@@ -48,11 +51,6 @@ constexpr int kWidth = 64;
 constexpr int kBatch = 64;
 
 double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // A model held by the parameter server: parameters and a forward function.
 struct Model {

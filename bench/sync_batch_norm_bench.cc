@@ -15,11 +15,14 @@
 #include <string>
 #include <vector>
 
+#include "bench/median.h"
 #include "bench/two_processes.h"
 #include "ddp/gloo/gloo_process_group.h"
 #include "ddp/sync_batch_norm.h"
 
 namespace {
+
+using tessera::bench::Median;
 
 using Clock = std::chrono::steady_clock;
 constexpr int kWarmUp = 5;
@@ -43,11 +46,6 @@ double BareCollectivesUs(tessera::ddp::ProcessGroup& group, int64_t channels) {
   if (!group.Allgather(stats, all).Wait(absl::Seconds(60)).ok()) std::abort();
   if (!group.Allreduce(sums).Wait(absl::Seconds(60)).ok()) std::abort();
   return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-}
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
 }
 
 int RunRank(int rank, int port, const std::vector<std::string>&) {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status.h"
 
 namespace tessera::ddp {
 namespace {
@@ -34,9 +35,7 @@ JoinAnnouncement::JoinAnnouncement(ProcessGroup* group, std::optional<JoinStep> 
 absl::StatusOr<JoinRound> JoinAnnouncement::Wait(absl::Duration timeout) {
   auto done = work_.Wait(timeout);
   if (!done.ok()) {
-    return absl::Status(done.status().code(),
-                        absl::StrCat("DistributedDataParallel::Join: announcement round failed: ",
-                                     done.status().message()));
+    return Annotate(done.status(), "DistributedDataParallel::Join: announcement round failed");
   }
   const int64_t* counts = counts_.data_ptr<int64_t>();
   JoinRound round;

@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "ddp/bucket_assignment.h"
 #include "dist_autograd/gradient_sink.h"
 
@@ -162,9 +163,9 @@ absl::Status Reducer::ShadowPass() {
   for (size_t b = 0; b < works.size(); ++b) {
     auto done = works[b].Wait(options_.timeout);
     if (!done.ok()) {
-      return absl::Status(done.status().code(),
-                          absl::StrCat("DistributedDataParallel::Join: shadowing gradient bucket ",
-                                       b, " failed: ", done.status().message()));
+      return Annotate(
+          done.status(),
+          absl::StrCat("DistributedDataParallel::Join: shadowing gradient bucket ", b, " failed"));
     }
   }
   if (state_->rebuilt) return absl::OkStatus();
@@ -201,7 +202,7 @@ void Reducer::State::Announce() {
     if (!join->options().throw_on_early_termination) return;
     stopped = SettleAnnouncement();
   }
-  if (!stopped.ok()) throw std::runtime_error(stopped.ToString());
+  ThrowIfError(stopped);
 }
 
 absl::Status Reducer::State::SettleAnnouncement() {
@@ -268,7 +269,7 @@ void Reducer::State::Finalize() {
   LaunchReady();
   last_stats = stats;
   const absl::Status joined = SettleAnnouncement();
-  if (!joined.ok()) throw std::runtime_error(joined.ToString());
+  ThrowIfError(joined);
   const double scale = join != nullptr ? join->GradientScale() : 1.0;
   for (size_t b = 0; b < reducer->buckets_.size(); ++b) {
     Bucket& bucket = reducer->buckets_[b];
@@ -283,7 +284,7 @@ void Reducer::State::Finalize() {
   }
   if (rebuilt) return;
   const absl::Status agreed = RebuildBuckets();
-  if (!agreed.ok()) throw std::runtime_error(agreed.ToString());
+  ThrowIfError(agreed);
 }
 
 // Note [Bucket rebuild]. Every rank gets here after the same pass (the first
@@ -304,11 +305,9 @@ absl::Status Reducer::State::RebuildBuckets() {
   at::Tensor agreed = at::tensor(order);
   auto result = reducer->group_->Broadcast(agreed, 0).Wait(reducer->options_.timeout);
   if (!result.ok()) {
-    return absl::Status(
-        result.status().code(),
-        absl::StrCat("DistributedDataParallel: agreeing on the gradient order for the buckets "
-                     "failed: ",
-                     result.status().message()));
+    return Annotate(
+        result.status(),
+        "DistributedDataParallel: agreeing on the gradient order for the buckets failed");
   }
   const int64_t* rank0 = agreed.data_ptr<int64_t>();
   reducer->AssignBuckets(std::vector<size_t>(rank0, rank0 + n));

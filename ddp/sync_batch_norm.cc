@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace tessera::ddp {
 namespace {
@@ -32,11 +33,8 @@ struct Settings {
 };
 
 void Check(Work work, const char* what, absl::Duration timeout) {
-  auto done = work.Wait(timeout);
-  if (!done.ok()) {
-    throw std::runtime_error(
-        absl::StrCat("SyncBatchNorm: ", what, " failed: ", done.status().ToString()));
-  }
+  ThrowIfError(
+      Annotate(work.Wait(timeout).status(), absl::StrCat("SyncBatchNorm: ", what, " failed")));
 }
 
 // Dimensions reduced per channel: all but 1.
