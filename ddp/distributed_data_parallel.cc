@@ -36,7 +36,6 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
   reducer.comm_hook = options.comm_hook;
   reducer.find_unused_parameters = options.find_unused_parameters;
   reducer.gradient_as_bucket_view = options.gradient_as_bucket_view;
-  ddp->parameters_ = parameters;
   ddp->reducer_ = std::make_unique<Reducer>(std::move(parameters), group, reducer);
   return ddp;
 }
@@ -85,7 +84,7 @@ absl::Status DistributedDataParallel::ShadowUntilAllJoined() {
           BroadcastFrom(group_, Buffers(), join_->Authority(), options_.timeout));
     }
   }
-  std::vector<at::Tensor> model = parameters_;
+  std::vector<at::Tensor> model = reducer_->parameters();
   for (auto& buffer : Buffers()) model.push_back(buffer);
   return BroadcastFrom(group_, model, join_->Authority(), options_.timeout);
 }

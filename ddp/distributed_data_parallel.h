@@ -119,7 +119,6 @@ class DistributedDataParallel {
   std::shared_ptr<torch::nn::Module> module_;
   ProcessGroup* const group_;
   const DdpOptions options_;
-  std::vector<at::Tensor> parameters_;  // the ones with gradients, as the Reducer's
   std::unique_ptr<Reducer> reducer_;
   std::shared_ptr<JoinTracker> join_;  // inside a Join
 };

@@ -105,6 +105,7 @@ class Reducer {
   // now. Leaves this rank's gradients alone.
   absl::Status ShadowPass();
   size_t num_buckets() const { return buckets_.size(); }
+  const std::vector<at::Tensor>& parameters() const { return parameters_; }
   ReducerPassStats last_pass() const;
 
   // Shared with the gradient hooks, which may outlive the Reducer.
