@@ -36,6 +36,9 @@ class HybridTrainer {
   double Accuracy(const at::Tensor& images, const at::Tensor& labels);
 
   torch::nn::Sequential& dense() { return dense_; }
+  // The dense part's DDP wrapper (e.g. for a Join when trainers have
+  // different numbers of batches).
+  ddp::DistributedDataParallel& ddp() { return *ddp_; }
   rref::RRef<EmbeddingTable>& table() { return table_; }
 
  private:

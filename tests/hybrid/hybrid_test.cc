@@ -3,16 +3,21 @@
 // with DDP replicas of the dense part. After every step the trainers' dense
 // parameters are identical, their dense gradients (averaged by DDP inside
 // the distributed backward) are identical and live only in the autograd
-// context; and the table moves by exactly both trainers' gradients.
+// context; and the table moves by exactly both trainers' gradients. Then the
+// same with uneven inputs inside a DDP Join.
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/allclose.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/rand.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <cstdio>
+#include <optional>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/mutex.h"
@@ -57,12 +62,82 @@ at::Tensor Flat(const std::vector<at::Tensor>& tensors) {
   return at::cat(flat);
 }
 
-absl::Status Train(int rank) {
+// The dense gradients this trainer alone would get from a batch: the same
+// lookup and forward, differentiated locally (torch::autograd::grad leaves
+// .grad and the reducer's hooks alone).
+std::vector<at::Tensor> LocalDenseGradients(examples::HybridTrainer& trainer,
+                                            const at::Tensor& images, const at::Tensor& labels) {
+  at::Tensor embedded =
+      trainer.table().RpcSync<at::Tensor>("lookup", examples::PatchWords(images)).detach();
+  at::Tensor loss = at::cross_entropy_loss(trainer.dense()->forward(embedded), labels);
+  return torch::autograd::grad({loss}, trainer.dense()->parameters());
+}
+
+// How a trainer runs: `steps` batches; inside a DDP Join when `join` is set
+// (the trainers then may have different numbers of steps).
+struct TrainerPlan {
+  int steps = kSteps;
+  std::optional<ddp::JoinOptions> join;
+  // Steps (0-based) before this one both trainers train (and compare their
+  // gradients and parameters); from `alone_from` on the other trainer has
+  // joined and made its last table update, so this one trains alone.
+  int together = kSteps;
+  int alone_from = kSteps;
+};
+
+// The plan's steps, checking each step's dense gradients (and parameters,
+// while both train); adds the table's gradients to `table_gradients`.
+absl::Status RunSteps(int rank, const TrainerPlan& plan, examples::HybridTrainer& trainer,
+                      ddp::ProcessGroup& group, dist_autograd::DistAutograd& autograd,
+                      at::Tensor& table_gradients) {
+  absl::Status checks;
+  for (int step = 0; step < plan.steps; ++step) {
+    at::manual_seed(100 * rank + step);  // each trainer its own data
+    at::Tensor images = at::rand({16, 1, 28, 28});
+    at::Tensor labels = at::randint(10, {16}, at::kLong);
+    const bool together = step < plan.together;
+    const bool alone = step >= plan.alone_from;
+    trainer.Step(images, labels, [&](int64_t context_id) {
+      auto grads = ValueOrThrow(autograd.GetGradients(context_id));
+      std::vector<at::Tensor> dense_grads;
+      for (const auto& p : trainer.dense()->parameters()) {
+        if (!grads.contains(p)) checks.Update(absl::InternalError("a dense gradient is missing"));
+        if (p.grad().defined()) checks.Update(absl::InternalError(".grad was written"));
+        dense_grads.push_back(grads.contains(p) ? grads.at(p) : at::zeros_like(p));
+      }
+      if (alone) {
+        // The joined trainer shadowed this pass with zeros: the average is
+        // half this trainer's gradient, or all of it when dividing by the
+        // trainers still training.
+        const double share = plan.join->divide_by_initial_world_size ? 0.5 : 1.0;
+        if (!at::allclose(Flat(dense_grads),
+                          Flat(LocalDenseGradients(trainer, images, labels)) * share, 1e-4, 1e-6)) {
+          checks.Update(absl::InternalError(absl::StrCat(
+              "step ", step, ": dense gradients are not ", share, " x this trainer's own")));
+        }
+      } else if (together) {
+        auto same = SameEverywhere(group, Flat(dense_grads));
+        if (!same.ok() || !*same) {
+          checks.Update(
+              absl::InternalError(absl::StrCat("step ", step, ": dense gradients differ")));
+        }
+      }
+      table_gradients += trainer.table().RpcSync<at::Tensor>("gradient", context_id);
+    });
+    TESSERA_RETURN_IF_ERROR(checks);
+    if (!together) continue;
+    TESSERA_ASSIGN_OR_RETURN(const bool same,
+                             SameEverywhere(group, Flat(trainer.dense()->parameters())));
+    if (!same) return absl::InternalError(absl::StrCat("step ", step, ": dense parameters differ"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Train(int rank, const TrainerPlan& plan) {
   auto rrefs = MakeRRefContext();
   auto autograd = dist_autograd::DistAutograd::Create();
-  TESSERA_ASSIGN_OR_RETURN(auto runtime,
-                           rpc::Runtime::Init(TestWorkerOptions(), rpc::Registry(),
-                                              {rrefs, autograd}));
+  TESSERA_ASSIGN_OR_RETURN(
+      auto runtime, rpc::Runtime::Init(TestWorkerOptions(), rpc::Registry(), {rrefs, autograd}));
   TESSERA_RETURN_IF_ERROR(runtime->store().Wait({kTableKey}, absl::Seconds(60)));
   auto table = runtime->RpcSync<rref::RRef<EmbeddingTable>>("worker0", "table");
   ddp::GlooOptions gloo;
@@ -71,53 +146,60 @@ absl::Status Train(int rank) {
                            ddp::CreateGlooProcessGroup(&runtime->store(), rank - 1, 2, gloo));
   dist_optim::SgdOptions sgd;
   sgd.lr = kLr;
-  TESSERA_ASSIGN_OR_RETURN(auto trainer, examples::HybridTrainer::Create(
-                                             *rrefs, *autograd, group.get(), table, sgd));
+  TESSERA_ASSIGN_OR_RETURN(
+      auto trainer, examples::HybridTrainer::Create(*rrefs, *autograd, group.get(), table, sgd));
   at::Tensor table_gradients = at::zeros({examples::kVocabulary, examples::kEmbeddingDim});
-  absl::Status checks;
-  for (int step = 0; step < kSteps; ++step) {
-    at::manual_seed(100 * rank + step);  // each trainer its own data
-    at::Tensor images = at::rand({16, 1, 28, 28});
-    at::Tensor labels = at::randint(10, {16}, at::kLong);
-    trainer->Step(images, labels, [&](int64_t context_id) {
-      auto grads = ValueOrThrow(autograd->GetGradients(context_id));
-      std::vector<at::Tensor> dense_grads;
-      for (const auto& p : trainer->dense()->parameters()) {
-        if (!grads.contains(p)) checks.Update(absl::InternalError("a dense gradient is missing"));
-        if (p.grad().defined()) checks.Update(absl::InternalError(".grad was written"));
-        dense_grads.push_back(grads.contains(p) ? grads.at(p) : at::zeros_like(p));
-      }
-      auto same = SameEverywhere(*group, Flat(dense_grads));
-      if (!same.ok() || !*same) {
-        checks.Update(absl::InternalError(absl::StrCat("step ", step,
-                                                       ": dense gradients differ")));
-      }
-      table_gradients += table.RpcSync<at::Tensor>("gradient", context_id);
-    });
-    TESSERA_RETURN_IF_ERROR(checks);
-    auto same = SameEverywhere(*group, Flat(trainer->dense()->parameters()));
-    if (!same.ok()) return same.status();
-    if (!*same) return absl::InternalError(absl::StrCat("step ", step, ": dense parameters differ"));
+  if (plan.join.has_value()) {
+    auto join = trainer->ddp().Join(*plan.join);
+    TESSERA_RETURN_IF_ERROR(RunSteps(rank, plan, *trainer, *group, *autograd, table_gradients));
+    TESSERA_RETURN_IF_ERROR(join.Finish());
+  } else {
+    TESSERA_RETURN_IF_ERROR(RunSteps(rank, plan, *trainer, *group, *autograd, table_gradients));
   }
+  // Both trainers leave with the same dense model (from a Join: the last
+  // one to train's).
+  TESSERA_ASSIGN_OR_RETURN(const bool same,
+                           SameEverywhere(*group, Flat(trainer->dense()->parameters())));
+  if (!same) return absl::InternalError("the trainers ended with different dense parameters");
   runtime->RpcSync<void>("worker0", "report", table_gradients);
   TESSERA_RETURN_IF_ERROR(runtime->store().Set(absl::StrCat("hybrid_test/reported/", rank), "1"));
   trainer.reset();
   return runtime->Shutdown();
 }
 
-TESSERA_WORKER_SCENARIO(hybrid_trainer) {
+int RunTrainer(const TrainerPlan& plan) {
   const char* rank = std::getenv("RANK");
-  auto status = Train(std::atoi(rank));
+  auto status = Train(std::atoi(rank), plan);
   if (!status.ok()) std::fprintf(stderr, "trainer %s: %s\n", rank, status.ToString().c_str());
   return status.ok() ? 0 : 1;
 }
 
-TEST(HybridTest, DenseReplicasStayEqualAndTheTableGetsBothTrainersGradients) {
+TESSERA_WORKER_SCENARIO(hybrid_trainer) { return RunTrainer(TrainerPlan{}); }
+
+// Uneven inputs: trainer 1 has 2 batches, trainer 2 has 5. From trainer 2's
+// step 3 on, trainer 1 has joined and its last table update is done (it
+// shadowed trainer 2's step 2 after its own optimizer step).
+TrainerPlan JoiningPlan(bool divide_by_initial_world_size) {
+  TrainerPlan plan;
+  const bool first = std::string(std::getenv("RANK")) == "1";
+  plan.steps = first ? 2 : 5;
+  plan.together = 2;
+  plan.alone_from = first ? plan.steps : 3;
+  plan.join.emplace();
+  plan.join->divide_by_initial_world_size = divide_by_initial_world_size;
+  return plan;
+}
+TESSERA_WORKER_SCENARIO(hybrid_joining_trainer) { return RunTrainer(JoiningPlan(true)); }
+TESSERA_WORKER_SCENARIO(hybrid_joining_trainer_rescaled) { return RunTrainer(JoiningPlan(false)); }
+
+// This process is the parameter server for two trainers running `scenario`:
+// checks that the table moved by exactly the gradients they report.
+void ServeTwoTrainers(const std::string& scenario) {
   auto store = ValueOrThrow(store::StoreServer::Start("127.0.0.1", 0, TestJobSecret()));
   std::vector<std::unique_ptr<WorkerProcess>> trainers;
   for (int rank = 1; rank <= 2; ++rank) {
-    trainers.push_back(std::make_unique<WorkerProcess>("hybrid_trainer",
-                                                       WorkerEnv(rank, 3, store->port())));
+    trainers.push_back(
+        std::make_unique<WorkerProcess>(scenario, WorkerEnv(rank, 3, store->port())));
   }
   auto table = std::make_shared<examples::TableHandle>();
   Mutex mu;
@@ -130,8 +212,8 @@ TEST(HybridTest, DenseReplicasStayEqualAndTheTableGetsBothTrainersGradients) {
   }));
   auto rrefs = MakeRRefContext();
   auto autograd = dist_autograd::DistAutograd::Create();
-  auto runtime = ValueOrThrow(rpc::Runtime::Init(
-      InProcessOptions("worker0", 0, 3, store->port()), std::move(registry), {rrefs, autograd}));
+  auto runtime = ValueOrThrow(rpc::Runtime::Init(InProcessOptions("worker0", 0, 3, store->port()),
+                                                 std::move(registry), {rrefs, autograd}));
   table->Set(rref::RemoteObject<EmbeddingTable>(*rrefs, "worker0", examples::kVocabulary,
                                                 examples::kEmbeddingDim, int64_t{7}));
   const at::Tensor initial = table->Get().RpcSync<at::Tensor>("values");
@@ -153,6 +235,19 @@ TEST(HybridTest, DenseReplicasStayEqualAndTheTableGetsBothTrainersGradients) {
   table->Set(rref::RRef<EmbeddingTable>());
   EXPECT_TRUE(runtime->Shutdown().ok());
   for (auto& trainer : trainers) EXPECT_EQ(trainer->Wait(absl::Seconds(60)), 0);
+}
+
+TEST(HybridTest, DenseReplicasStayEqualAndTheTableGetsBothTrainersGradients) {
+  ServeTwoTrainers("hybrid_trainer");
+}
+
+// A Join inside the distributed backward: the trainer with more batches is
+// not left waiting, its passes alone average with the joined trainer's
+// zeros, and both end with the same dense model.
+TEST(HybridTest, TrainersWithUnevenInputsJoin) { ServeTwoTrainers("hybrid_joining_trainer"); }
+
+TEST(HybridTest, TrainersWithUnevenInputsJoinAveragingOverTheRanksStillTraining) {
+  ServeTwoTrainers("hybrid_joining_trainer_rescaled");
 }
 
 }  // namespace
