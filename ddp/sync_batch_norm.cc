@@ -54,10 +54,12 @@ at::Tensor PerChannel(const at::Tensor& v, const at::Tensor& input) {
 // x * scale + shift per channel, in one pass of LibTorch's fused
 // inference-mode batch-norm kernel (mean 0, variance 1, eps 0) — several
 // times faster here than broadcasting element-wise operators.
+// The statistics take scale's dtype: a bfloat16 x with float scale and
+// shift is the kernel's mixed-precision mode.
 at::Tensor ChannelAffine(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& shift) {
   const int64_t channels = x.size(1);
-  return at::batch_norm(x, scale, shift, at::zeros({channels}, x.options()),
-                        at::ones({channels}, x.options()), /*training=*/false, /*momentum=*/0,
+  return at::batch_norm(x, scale, shift, at::zeros({channels}, scale.options()),
+                        at::ones({channels}, scale.options()), /*training=*/false, /*momentum=*/0,
                         /*eps=*/0, /*cudnn_enabled=*/false);
 }
 
@@ -119,8 +121,11 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
       running_var.mul_(1 - settings.momentum)
           .add_((stats.biased_var * unbiased).to(running_var.scalar_type()), settings.momentum);
     }
-    const at::Tensor mean = stats.mean.to(input.scalar_type());
-    const at::Tensor var = stats.biased_var.to(input.scalar_type());
+    // LibTorch's CPU kernel takes statistics in the parameters' dtype (float
+    // with a bfloat16 input is its mixed-precision mode), else the input's.
+    const auto stats_type = weight.defined() ? weight.scalar_type() : input.scalar_type();
+    const at::Tensor mean = stats.mean.to(stats_type);
+    const at::Tensor var = stats.biased_var.to(stats_type);
     const at::Tensor invstd = (var + settings.eps).rsqrt();
     at::Tensor output = at::batch_norm(input, weight, bias, mean, var, /*training=*/false,
                                        /*momentum=*/0, settings.eps, /*cudnn_enabled=*/false);
@@ -151,16 +156,20 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     auto [unused, local_grad_weight, sum_dy] = at::native_batch_norm_backward(
         dy, input, weight, /*running_mean=*/{}, /*running_var=*/{}, mean, invstd,
         /*train=*/true, ctx->saved_data["eps"].toDouble(), {false, true, true});
-    at::Tensor sums = at::cat({sum_dy, local_grad_weight / invstd});
+    // Summed across ranks in float at least (bfloat16 sums would lose digits).
+    const auto sum_type = invstd.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    at::Tensor sums = at::cat({sum_dy, local_grad_weight / invstd}).to(sum_type);
     Check(group->Allreduce(sums, ReduceOp::kSum), "reducing gradients", timeout);
     const int64_t channels = mean.numel();
     const at::Tensor mean_dy = sums.narrow(0, 0, channels) / count;
     const at::Tensor mean_dy_xmu = sums.narrow(0, channels, channels) / count;
-    const at::Tensor a = weight.defined() ? invstd * weight : invstd;
-    const at::Tensor b = -a * invstd * invstd * mean_dy_xmu;
-    const at::Tensor c = -a * mean_dy - b * mean;
+    const at::Tensor invstd_wide = invstd.to(sum_type);
+    const at::Tensor a = weight.defined() ? invstd_wide * weight.to(sum_type) : invstd_wide;
+    const at::Tensor b = -a * invstd_wide * invstd_wide * mean_dy_xmu;
+    const at::Tensor c = -a * mean_dy - b * mean.to(sum_type);
     at::Tensor grad_input = ChannelAffine(input, b, c);
-    grad_input.addcmul_(dy, PerChannel(a, input));
+    // (addcmul_ takes one dtype: a in grad_input's.)
+    grad_input.addcmul_(dy, PerChannel(a.to(grad_input.scalar_type()), input));
     // Weight and bias gradients stay this shard's: DDP averages them.
     if (!weight.defined()) return {grad_input, at::Tensor(), at::Tensor(), at::Tensor()};
     return {grad_input, local_grad_weight, sum_dy, at::Tensor()};
@@ -190,9 +199,24 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
                      ", *), got ", input.dim(), " dimensions",
                      input.dim() >= 2 ? absl::StrCat(" with ", input.size(1), " channels") : ""));
   }
+  if (input.scalar_type() == at::kHalf && input.device().is_cpu()) {
+    // LibTorch 1.13's CPU batch_norm has no Half kernel (its own BatchNorm
+    // refuses Half there): compute in float, differentiably, and return Half.
+    auto up = [](const at::Tensor& t) { return t.defined() ? t.to(at::kFloat) : t; };
+    return Normalise(up(input), up(weight), up(bias)).to(at::kHalf);
+  }
+  return Normalise(input, weight, bias);
+}
+
+at::Tensor SyncBatchNormImpl::Normalise(const at::Tensor& input, const at::Tensor& weight,
+                                        const at::Tensor& bias) {
   if (!is_training() && options_.track_running_stats) {
-    return at::batch_norm(input, weight, bias, running_mean, running_var, /*training=*/false,
-                          options_.momentum, options_.eps, /*cudnn_enabled=*/false);
+    // Running statistics in the parameters' dtype (or the input's), as the
+    // kernel wants them; a copy only when the module's dtype differs.
+    const auto stats_type = weight.defined() ? weight.scalar_type() : input.scalar_type();
+    return at::batch_norm(input, weight, bias, running_mean.to(stats_type),
+                          running_var.to(stats_type), /*training=*/false, options_.momentum,
+                          options_.eps, /*cudnn_enabled=*/false);
   }
   const bool update_running = is_training() && options_.track_running_stats;
   if (update_running) num_batches_tracked.add_(1);

@@ -22,7 +22,10 @@
 // group must run them in the same order (as with DDP's own allreduces).
 //
 // Use it where the model would use BatchNorm1d/2d/3d: it takes inputs of
-// shape (N, C, *). A failed collective (a dead rank, the timeout) throws
+// shape (N, C, *) in float, double, bfloat16 (also with float parameters,
+// the kernel's mixed-precision mode) or Half (computed in float on CPU,
+// where LibTorch has no Half batch_norm); statistics are combined and
+// gradients summed in float at least. A failed collective (a dead rank, the timeout) throws
 // std::runtime_error naming it, from forward or from backward().
 #pragma once
 
@@ -60,6 +63,9 @@ class SyncBatchNormImpl : public torch::nn::Module {
   at::Tensor num_batches_tracked;
 
  private:
+  // forward() once Half inputs are widened.
+  at::Tensor Normalise(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias);
+
   const SyncBatchNormOptions options_;
   ProcessGroup* const group_;
 };

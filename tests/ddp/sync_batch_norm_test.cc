@@ -19,8 +19,10 @@
 namespace tessera::testing {
 namespace {
 
-absl::Status Close(const torch::Tensor& got, const torch::Tensor& want, const std::string& what) {
-  if (got.sizes() == want.sizes() && torch::allclose(got, want, 1e-4, 1e-5)) {
+absl::Status Close(const torch::Tensor& got, const torch::Tensor& want, const std::string& what,
+                   double rtol = 1e-4, double atol = 1e-5) {
+  if (got.sizes() == want.sizes() &&
+      torch::allclose(got.to(want.scalar_type()), want, rtol, atol)) {
     return absl::OkStatus();
   }
   return absl::InternalError(absl::StrCat(
@@ -88,6 +90,67 @@ absl::Status RunShards(ddp::ProcessGroup& group) {
   return absl::OkStatus();
 }
 
+// bfloat16 and Half inputs, with float parameters (mixed precision) or the
+// module converted to the input's dtype: outputs keep the input's dtype and
+// match one float BatchNorm on the whole (rounded) batch within the dtype's
+// precision, gradients likewise; the running statistics too.
+absl::Status RunReducedPrecision(ddp::ProcessGroup& group) {
+  const torch::Tensor rows = group.rank() == 0 ? torch::arange(0, 3) : torch::arange(3, 8);
+  struct Case {
+    torch::Dtype input;
+    torch::Dtype module;
+  };
+  for (const Case& c : {Case{torch::kBFloat16, torch::kFloat},
+                        {torch::kBFloat16, torch::kBFloat16},
+                        {torch::kHalf, torch::kFloat},
+                        {torch::kHalf, torch::kHalf}}) {
+    const std::string what =
+        absl::StrCat(c10::toString(c.input), " input, ", c10::toString(c.module), " module: ");
+    torch::manual_seed(12);
+    const torch::Tensor x = (torch::randn({8, 3, 4, 4}) * 3 + 1).to(c.input);
+    const torch::Tensor g = torch::randn({8, 3, 4, 4}).to(c.input);
+    const torch::Tensor gamma = (torch::rand({3}) + 0.5).to(c.module);
+    const torch::Tensor beta = torch::randn({3}).to(c.module);
+
+    ddp::SyncBatchNormOptions options(3);
+    options.timeout = absl::Seconds(20);
+    ddp::SyncBatchNorm sync(options, &group);
+    sync->to(c.module);
+    torch::nn::BatchNorm2d reference(3);
+    {
+      torch::NoGradGuard no_grad;
+      sync->weight.copy_(gamma);
+      sync->bias.copy_(beta);
+      reference->weight.copy_(gamma);
+      reference->bias.copy_(beta);
+    }
+    const torch::Tensor mine = x.index_select(0, rows).requires_grad_();
+    const torch::Tensor out = sync(mine);
+    if (out.scalar_type() != c.input) {
+      return absl::InternalError(what + "output dtype " + c10::toString(out.scalar_type()));
+    }
+    (out * g.index_select(0, rows)).sum().backward();
+    const torch::Tensor whole = x.to(torch::kFloat).requires_grad_();
+    const torch::Tensor ref_out = reference(whole);
+    (ref_out * g.to(torch::kFloat)).sum().backward();
+    // bfloat16 keeps 8 significant bits, Half 11.
+    const double tol = c.input == torch::kBFloat16 ? 3e-2 : 5e-3;
+    TESSERA_RETURN_IF_ERROR(Close(out, ref_out.index_select(0, rows), what + "output", tol, tol));
+    TESSERA_RETURN_IF_ERROR(
+        Close(mine.grad(), whole.grad().index_select(0, rows), what + "input gradient", tol, tol));
+    TESSERA_RETURN_IF_ERROR(
+        Close(sync->running_mean, reference->running_mean, what + "running mean", tol, tol));
+    TESSERA_RETURN_IF_ERROR(
+        Close(sync->running_var, reference->running_var, what + "running variance", tol, tol));
+    sync->eval();
+    reference->eval();
+    torch::NoGradGuard no_grad;
+    TESSERA_RETURN_IF_ERROR(
+        Close(sync(mine), reference(whole).index_select(0, rows), what + "eval output", tol, tol));
+  }
+  return absl::OkStatus();
+}
+
 // A small CNN whose normalisation is a SyncBatchNorm (replicas) or a
 // BatchNorm2d (the one-process reference).
 struct NetImpl : torch::nn::Module {
@@ -150,11 +213,16 @@ absl::Status RunDdpTraining(ddp::ProcessGroup& group) {
 
 TESSERA_WORKER_SCENARIO(sync_bn_shards) { return RunOnRank1(RunShards); }
 TESSERA_WORKER_SCENARIO(sync_bn_ddp) { return RunOnRank1(RunDdpTraining); }
+TESSERA_WORKER_SCENARIO(sync_bn_reduced_precision) { return RunOnRank1(RunReducedPrecision); }
 
 using SyncBatchNormTest = TwoRankGlooTest;
 
 TEST_F(SyncBatchNormTest, UnevenShardsNormaliseLikeTheWholeBatch) {
   RunOnBothRanks("sync_bn_shards", RunShards);
+}
+
+TEST_F(SyncBatchNormTest, BFloat16AndHalfInputsNormaliseLikeTheWholeBatch) {
+  RunOnBothRanks("sync_bn_reduced_precision", RunReducedPrecision);
 }
 
 TEST_F(SyncBatchNormTest, DdpWithSyncBatchNormTrainsLikeOneProcess) {
