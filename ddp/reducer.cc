@@ -56,6 +56,19 @@ struct Reducer::State {
 
 namespace {
 
+// The dtype a bucket of `flat` travels in.
+at::ScalarType WireType(CommHook hook, at::ScalarType flat) {
+  switch (hook) {
+    case CommHook::kFp16Compress:
+      return at::kHalf;
+    case CommHook::kBf16Compress:
+      return at::kBFloat16;
+    case CommHook::kAllreduce:
+      break;
+  }
+  return flat;
+}
+
 class GradReadyHook final : public torch::autograd::FunctionPostHook {
  public:
   GradReadyHook(std::weak_ptr<Reducer::State> state, size_t parameter)
@@ -156,8 +169,7 @@ absl::Status Reducer::ShadowPass() {
   MutexLock lock(&state_->mu);
   std::vector<Work> works;
   for (const auto& bucket : buckets_) {
-    const at::ScalarType wire =
-        options_.comm_hook == CommHook::kFp16Compress ? at::kHalf : bucket.flat.scalar_type();
+    const at::ScalarType wire = WireType(options_.comm_hook, bucket.flat.scalar_type());
     works.push_back(group_->Allreduce(at::zeros({bucket.flat.numel()}, wire), ReduceOp::kAverage));
   }
   for (size_t b = 0; b < works.size(); ++b) {
@@ -256,8 +268,7 @@ void Reducer::State::Launch(Bucket& bucket) {
     if (as_view) p.mutable_grad() = AliasOf(bucket.flat, bucket.offsets[i], p.sizes());
   }
   if (in_backward) ++stats.launched_during_backward;
-  bucket.wire = reducer->options_.comm_hook == CommHook::kFp16Compress ? bucket.flat.to(at::kHalf)
-                                                                       : bucket.flat;
+  bucket.wire = bucket.flat.to(WireType(reducer->options_.comm_hook, bucket.flat.scalar_type()));
   bucket.work = reducer->group_->Allreduce(bucket.wire, ReduceOp::kAverage);
 }
 

@@ -65,9 +65,12 @@ struct Node;
 
 namespace tessera::ddp {
 
-// How a bucket travels: as is, or compressed to fp16 (half the bytes; the
-// average is computed in fp16 and decompressed into the gradients).
-enum class CommHook { kAllreduce, kFp16Compress };
+// How a bucket travels: as is, or compressed to 16 bits (half the bytes of
+// float; the average is computed in the 16-bit type and decompressed into
+// the gradients) — fp16 (11 significant bits, range to 65504; PyTorch's
+// fp16_compress_hook) or bfloat16 (8 significant bits, float's range, so
+// large gradients do not overflow; PyTorch's bf16_compress_hook).
+enum class CommHook { kAllreduce, kFp16Compress, kBf16Compress };
 
 struct ReducerOptions {
   BucketLimits limits;
@@ -116,7 +119,7 @@ class Reducer {
     std::vector<size_t> parameters;  // indices into parameters_
     std::vector<int64_t> offsets;    // of each parameter in `flat`
     at::Tensor flat;
-    at::Tensor wire;  // what is reduced: `flat`, or its fp16 copy
+    at::Tensor wire;  // what is reduced: `flat`, or its 16-bit copy
     size_t pending = 0;
     std::optional<Work> work;
   };
