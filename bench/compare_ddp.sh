@@ -3,6 +3,7 @@
 # PyTorch 1.13 (Gloo) in the same run. Overhead = DDP step / local step - 1,
 # the median over rounds that each pair a local step (both ranks computing,
 # no communication) with a DDP step (bench/ddp_bench.cc says why).
+# DDP_COMM_HOOK=fp16 or bf16: both sides send compressed buckets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bazel build //bench:ddp_bench 2>/dev/null
@@ -16,6 +17,11 @@ print(f"{'bucket':>8}{'tessera local':>15}{'ddp':>8}{'overhead':>10}{'pytorch lo
 for mb in (1, 5, 25, 100):
     row = f"{mb:>6}MB"
     for r in (ours, theirs):
+        if "unsupported" in r:
+            row += f"{'unsupported':>33}"
+            continue
         row += f"{r[f'local_{mb}mb_ms']:>15.1f}{r[f'ddp_{mb}mb_ms']:>8.1f}{r[f'overhead_{mb}mb']:>10.3f}"
     print(row)
+if "unsupported" in theirs:
+    print("pytorch:", theirs["unsupported"])
 PY

@@ -7,12 +7,14 @@
 // drifting by tens of percent over a run. Rank 0 reports, per bucket size,
 // the median local step, the median DDP step and the median of the rounds'
 // DDP/local ratios minus one (the overhead), as JSON. bench/compare_ddp.sh
-// runs the same with PyTorch's DDP (Gloo) in the same run.
+// runs the same with PyTorch's DDP (Gloo) in the same run. DDP_COMM_HOOK=fp16
+// or bf16 sends the buckets compressed (CommHook), as both scripts do.
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -52,6 +54,14 @@ struct Stepper {
   torch::optim::SGD optimizer;
 };
 
+tessera::ddp::CommHook CommHookFromEnv() {
+  const char* hook = std::getenv("DDP_COMM_HOOK");
+  const std::string name = hook == nullptr ? "" : hook;
+  if (name == "fp16") return tessera::ddp::CommHook::kFp16Compress;
+  if (name == "bf16") return tessera::ddp::CommHook::kBf16Compress;
+  return tessera::ddp::CommHook::kAllreduce;
+}
+
 int RunRank(int rank, int port, const std::vector<std::string>&) {
   torch::set_num_threads(1);
   tessera::store::StoreClient store("127.0.0.1", port, absl::Seconds(60),
@@ -66,6 +76,7 @@ int RunRank(int rank, int port, const std::vector<std::string>&) {
     Stepper replicated(Mlp());
     tessera::ddp::DdpOptions options;
     options.bucket_cap_mb = mb;
+    options.comm_hook = CommHookFromEnv();
     auto ddp = tessera::ddp::DistributedDataParallel::Create(replicated.model, group->get(),
                                                              options);
     if (!ddp.ok()) return 1;

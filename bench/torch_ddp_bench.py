@@ -1,12 +1,16 @@
 """The workload of bench/ddp_bench.cc with PyTorch 1.13's DDP (Gloo): a
 4-layer 1024-wide MLP, batch 64, one thread per process, world size 2; each
 round a local step on both ranks (a replica without DDP), then a DDP step.
-Prints one JSON object with the same keys. Run with /usr/bin/python3."""
+Prints one JSON object with the same keys. DDP_COMM_HOOK=fp16 or bf16
+registers PyTorch's fp16_compress_hook or bf16_compress_hook. Run with
+/usr/bin/python3."""
 import json
+import os
 import time
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch_two_processes import run_two_processes
 
@@ -47,7 +51,15 @@ def run(rank, port, out):
     result = {}
     for mb in (1, 5, 25, 100):
         local = Stepper(mlp())
-        replicated = Stepper(DDP(mlp(), bucket_cap_mb=mb))
+        model = DDP(mlp(), bucket_cap_mb=mb)
+        hook = os.environ.get("DDP_COMM_HOOK", "")
+        if hook in ("fp16", "bf16"):
+            try:
+                model.register_comm_hook(None, getattr(default_hooks, f"{hook}_compress_hook"))
+            except TypeError as e:  # 1.13's bf16 hook: "required CUDA 11+ and NCCL 2.10+"
+                result = {"unsupported": str(e)}
+                break
+        replicated = Stepper(model)
         local_ms, ddp_ms, ratios = [], [], []
         for round_ in range(WARM_UP + ROUNDS):
             l, d = local.step(x, y), replicated.step(x, y)

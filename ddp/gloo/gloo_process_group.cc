@@ -11,12 +11,14 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <chrono>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "common/serial_queue.h"
 #include "common/thread_pool.h"
 #include "common/status.h"
 #include "ddp/gloo/gloo_store.h"
+#include "ddp/gloo/half_sum.h"
 #include "ddp/gloo/ring_reduce_scatter.h"
 
 namespace tessera::ddp {
@@ -28,6 +30,8 @@ GlooReduceFn ReduceFunction(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:  // summed, then divided
+      // fp16 sums: ours, several times faster than Gloo's (ddp/gloo/half_sum.h).
+      if constexpr (std::is_same_v<T, gloo::float16>) return &SumHalf;
       return static_cast<GlooReduceFn>(&gloo::sum<T>);
     case ReduceOp::kProduct:
       return static_cast<GlooReduceFn>(&gloo::product<T>);

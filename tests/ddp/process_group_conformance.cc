@@ -72,6 +72,16 @@ absl::Status RunConformance(ddp::ProcessGroup& pg) {
   at::Tensor half = at::full({8}, 1.0, at::kHalf);
   TESSERA_RETURN_IF_ERROR(Done(pg.Allreduce(half, ReduceOp::kSum)));
   TESSERA_RETURN_IF_ERROR(Check(at::equal(half, at::full({8}, n, at::kHalf)), "half sum"));
+  // Varied values, a length that is no multiple of 8 and spans ring segments;
+  // every sum exact in fp16 (multiples of 1/4 below 256).
+  for (int64_t numel : {int64_t{1003}, (int64_t{1} << 20) + 5}) {
+    const at::Tensor values = (at::arange(numel, at::kFloat).remainder(64) * 0.25f);
+    at::Tensor halves = (values * (r + 1)).to(at::kHalf);
+    TESSERA_RETURN_IF_ERROR(Done(pg.Allreduce(halves, ReduceOp::kAverage)));
+    TESSERA_RETURN_IF_ERROR(
+        Check(at::equal(halves, (values * ((n + 1) / 2.0f)).to(at::kHalf)),
+              absl::StrCat("half average of ", numel)));
+  }
   at::Tensor bf16 = at::full({8}, 1.5, at::kBFloat16) * (r + 1);
   TESSERA_RETURN_IF_ERROR(Done(pg.Allreduce(bf16, ReduceOp::kMax)));
   TESSERA_RETURN_IF_ERROR(
