@@ -53,9 +53,9 @@ at::Tensor PerChannel(const at::Tensor& v, const at::Tensor& input) {
 
 // x * scale + shift per channel, in one pass of LibTorch's fused
 // inference-mode batch-norm kernel (mean 0, variance 1, eps 0) — several
-// times faster here than broadcasting element-wise operators.
-// The statistics take scale's dtype: a bfloat16 x with float scale and
-// shift is the kernel's mixed-precision mode.
+// times faster here than broadcasting element-wise operators. The
+// statistics take scale's dtype: a bfloat16 x with float scale and shift is
+// the kernel's mixed-precision mode.
 at::Tensor ChannelAffine(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& shift) {
   const int64_t channels = x.size(1);
   return at::batch_norm(x, scale, shift, at::zeros({channels}, scale.options()),
