@@ -78,9 +78,9 @@ std::vector<at::Tensor> LocalDenseGradients(examples::HybridTrainer& trainer,
 struct TrainerPlan {
   int steps = kSteps;
   std::optional<ddp::JoinOptions> join;
-  // Steps (0-based) before this one both trainers train (and compare their
-  // gradients and parameters); from `alone_from` on the other trainer has
-  // joined and made its last table update, so this one trains alone.
+  // In steps before `together` (0-based) both trainers train, and compare
+  // their gradients and parameters; from `alone_from` on the other trainer
+  // has joined and made its last table update, so this one trains alone.
   int together = kSteps;
   int alone_from = kSteps;
 };
