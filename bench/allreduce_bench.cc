@@ -21,7 +21,7 @@
 
 #include "ddp/collective_checks.h"
 #include "ddp/env_rendezvous.h"
-#include "ddp/gloo/gloo_process_group.h"
+#include "bench/gloo_group.h"
 #include "bench/two_processes.h"
 
 namespace {
@@ -55,21 +55,20 @@ int RunRank(int rank, int port, const std::vector<std::string>& args) {
     options.bcube_min_bytes = std::stoull(args[1]);
     options.bcube_max_bytes = std::stoull(args[2]);
   }
-  tessera::store::StoreClient store("127.0.0.1", port, absl::Seconds(60),
-                                    tessera::bench::BenchJobSecret());
-  auto group = tessera::ddp::CreateGlooProcessGroup(&store, rank, world, options);
+  auto connected = tessera::bench::ConnectGlooGroup(rank, port, world, options);
   auto checked = tessera::ddp::CollectiveChecksFromEnv();
-  if (!group.ok() || !checked.ok()) return 1;
-  if (*checked) *group = tessera::ddp::WithCollectiveChecks(*std::move(group), options.timeout);
+  if (!connected.ok() || !checked.ok()) return 1;
+  std::unique_ptr<tessera::ddp::ProcessGroup>& group = connected->group;
+  if (*checked) group = tessera::ddp::WithCollectiveChecks(std::move(group), options.timeout);
   std::string json = "{";
   for (int64_t bytes : Sizes()) {
     at::Tensor t = at::ones({bytes / 4});
-    (void)(*group)->Allreduce(t).Wait(absl::Seconds(120));
+    (void)group->Allreduce(t).Wait(absl::Seconds(120));
     std::vector<double> us;
     for (int i = 0; i < Iterations(bytes); ++i) {
-      (void)(*group)->Barrier().Wait(absl::Seconds(60));
+      (void)group->Barrier().Wait(absl::Seconds(60));
       const auto start = Clock::now();
-      (void)(*group)->Allreduce(t).Wait(absl::Seconds(120));
+      (void)group->Allreduce(t).Wait(absl::Seconds(120));
       us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
     }
     std::sort(us.begin(), us.end());

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "ddp/distributed_data_parallel.h"
-#include "ddp/gloo/gloo_process_group.h"
+#include "bench/gloo_group.h"
 #include "bench/median.h"
 #include "bench/two_processes.h"
 
@@ -64,10 +64,9 @@ tessera::ddp::CommHook CommHookFromEnv() {
 
 int RunRank(int rank, int port, const std::vector<std::string>&) {
   torch::set_num_threads(1);
-  tessera::store::StoreClient store("127.0.0.1", port, absl::Seconds(60),
-                                    tessera::bench::BenchJobSecret());
-  auto group = tessera::ddp::CreateGlooProcessGroup(&store, rank, 2);
-  if (!group.ok()) return 1;
+  auto connected = tessera::bench::ConnectGlooGroup(rank, port, 2);
+  if (!connected.ok()) return 1;
+  std::unique_ptr<tessera::ddp::ProcessGroup>& group = connected->group;
   const torch::Tensor x = torch::randn({64, 1024});
   const torch::Tensor y = torch::randn({64, 1024});
   std::string json;
@@ -77,7 +76,7 @@ int RunRank(int rank, int port, const std::vector<std::string>&) {
     tessera::ddp::DdpOptions options;
     options.bucket_cap_mb = mb;
     options.comm_hook = CommHookFromEnv();
-    auto ddp = tessera::ddp::DistributedDataParallel::Create(replicated.model, group->get(),
+    auto ddp = tessera::ddp::DistributedDataParallel::Create(replicated.model, group.get(),
                                                              options);
     if (!ddp.ok()) return 1;
     std::vector<double> local_ms, ddp_ms, ratios;

@@ -17,7 +17,7 @@
 
 #include "bench/median.h"
 #include "bench/two_processes.h"
-#include "ddp/gloo/gloo_process_group.h"
+#include "bench/gloo_group.h"
 #include "ddp/sync_batch_norm.h"
 
 namespace {
@@ -50,24 +50,23 @@ double BareCollectivesUs(tessera::ddp::ProcessGroup& group, int64_t channels) {
 
 int RunRank(int rank, int port, const std::vector<std::string>&) {
   torch::set_num_threads(1);
-  tessera::store::StoreClient store("127.0.0.1", port, absl::Seconds(60),
-                                    tessera::bench::BenchJobSecret());
-  auto group = tessera::ddp::CreateGlooProcessGroup(&store, rank, 2);
-  if (!group.ok()) return 1;
+  auto connected = tessera::bench::ConnectGlooGroup(rank, port, 2);
+  if (!connected.ok()) return 1;
+  std::unique_ptr<tessera::ddp::ProcessGroup>& group = connected->group;
   std::string json;
   // (batch, channels, height, width) per rank: early, middle and late layers of a small CNN.
   for (const auto& shape :
        std::vector<std::vector<int64_t>>{{32, 16, 32, 32}, {32, 64, 16, 16}, {32, 256, 4, 4}}) {
     const int64_t channels = shape[1];
     torch::nn::BatchNorm2d local(channels);
-    tessera::ddp::SyncBatchNorm synced(tessera::ddp::SyncBatchNormOptions(channels), group->get());
+    tessera::ddp::SyncBatchNorm synced(tessera::ddp::SyncBatchNormOptions(channels), group.get());
     const torch::Tensor x = torch::randn(shape);
     const torch::Tensor g = torch::randn(shape);
     std::vector<double> local_us, sync_us, ratios, bare_us;
     for (int round = 0; round < kWarmUp + kRounds; ++round) {
       const double l = ForwardBackwardUs(local, x, g);
       const double s = ForwardBackwardUs(synced, x, g);
-      const double b = BareCollectivesUs(**group, channels);
+      const double b = BareCollectivesUs(*group, channels);
       if (round < kWarmUp) continue;
       bare_us.push_back(b);
       local_us.push_back(l);

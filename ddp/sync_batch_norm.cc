@@ -63,6 +63,12 @@ at::Tensor ChannelAffine(const at::Tensor& x, const at::Tensor& scale, const at:
                         /*eps=*/0, /*cudnn_enabled=*/false);
 }
 
+// The dtype LibTorch's CPU batch_norm takes statistics in: the parameters'
+// (float with a bfloat16 input is its mixed-precision mode), else the input's.
+at::ScalarType StatsType(const at::Tensor& input, const at::Tensor& weight) {
+  return weight.defined() ? weight.scalar_type() : input.scalar_type();
+}
+
 struct GlobalStats {
   at::Tensor mean;
   at::Tensor biased_var;
@@ -121,9 +127,7 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
       running_var.mul_(1 - settings.momentum)
           .add_((stats.biased_var * unbiased).to(running_var.scalar_type()), settings.momentum);
     }
-    // LibTorch's CPU kernel takes statistics in the parameters' dtype (float
-    // with a bfloat16 input is its mixed-precision mode), else the input's.
-    const auto stats_type = weight.defined() ? weight.scalar_type() : input.scalar_type();
+    const auto stats_type = StatsType(input, weight);
     const at::Tensor mean = stats.mean.to(stats_type);
     const at::Tensor var = stats.biased_var.to(stats_type);
     const at::Tensor invstd = (var + settings.eps).rsqrt();
@@ -211,9 +215,8 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
 at::Tensor SyncBatchNormImpl::Normalise(const at::Tensor& input, const at::Tensor& weight,
                                         const at::Tensor& bias) {
   if (!is_training() && options_.track_running_stats) {
-    // Running statistics in the parameters' dtype (or the input's), as the
-    // kernel wants them; a copy only when the module's dtype differs.
-    const auto stats_type = weight.defined() ? weight.scalar_type() : input.scalar_type();
+    // A copy of the running statistics only when the module's dtype differs.
+    const auto stats_type = StatsType(input, weight);
     return at::batch_norm(input, weight, bias, running_mean.to(stats_type),
                           running_var.to(stats_type), /*training=*/false, options_.momentum,
                           options_.eps, /*cudnn_enabled=*/false);
