@@ -46,11 +46,7 @@ void ThreadPool::StartThread() {
 void ThreadPool::Post(std::function<void()> task) {
   MutexLock lock(&mu_);
   tasks_.push_back(std::move(task));
-  if (idle_ > 0) {
-    cv_.Signal();
-  } else {
-    UseSpareCapacity();
-  }
+  UseSpareCapacity();
 }
 
 bool ThreadPool::InPool() const { return current_pool == this; }
