@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "rpc/auth/job_secret.h"
 #include "absl/time/clock.h"
+#include "common/subprocess.h"
 #include "launcher/node_coordinator.h"
 #include "store/store_client.h"
 #include "store/store_server.h"
@@ -54,37 +55,42 @@ void Emit(Worker& worker, const char* data, size_t size, bool flush) {
   }
 }
 
-// Starts one worker with its environment; its output goes to a pipe.
+// Starts one worker with its environment; its output goes to a pipe. A
+// worker that cannot be started is reported and counts as having exited
+// with 127, as a shell's "command not found".
 Worker Spawn(const LaunchOptions& options, int local_rank, int port,
              const sigset_t& original_mask) {
   Worker worker;
   worker.rank = options.node_rank * options.nproc_per_node + local_rank;
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return worker;
-  const pid_t pid = fork();
-  if (pid == 0) {
-    // Workers start with default signal handling, whatever the launcher
-    // inherited (an ignored SIGTERM would defeat stopping them).
-    for (int signal : {SIGINT, SIGTERM, SIGPIPE, SIGCHLD}) ::signal(signal, SIG_DFL);
-    sigprocmask(SIG_SETMASK, &original_mask, nullptr);
-    dup2(fds[1], 1);
-    dup2(fds[1], 2);
-    setenv("RANK", std::to_string(worker.rank).c_str(), 1);
-    setenv("LOCAL_RANK", std::to_string(local_rank).c_str(), 1);
-    setenv("WORLD_SIZE", std::to_string(options.nnodes * options.nproc_per_node).c_str(), 1);
-    setenv("LOCAL_WORLD_SIZE", std::to_string(options.nproc_per_node).c_str(), 1);
-    setenv("MASTER_ADDR", options.master_addr.c_str(), 1);
-    setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-    setenv("TESSERA_STORE_HOSTED", "1", 1);
-    std::vector<char*> argv;
-    for (const auto& arg : options.command) argv.push_back(const_cast<char*>(arg.c_str()));
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
-    _exit(127);
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    Say(absl::StrCat("cannot start rank ", worker.rank, ": pipe: ", std::strerror(errno)));
+    worker.exit = 127;
+    return worker;
   }
+  SpawnOptions spawn;
+  spawn.argv = options.command;
+  spawn.env = {{"RANK", std::to_string(worker.rank)},
+               {"LOCAL_RANK", std::to_string(local_rank)},
+               {"WORLD_SIZE", std::to_string(options.nnodes * options.nproc_per_node)},
+               {"LOCAL_WORLD_SIZE", std::to_string(options.nproc_per_node)},
+               {"MASTER_ADDR", options.master_addr},
+               {"MASTER_PORT", std::to_string(port)},
+               {"TESSERA_STORE_HOSTED", "1"}};
+  spawn.output_fd = fds[1];
+  // Workers start with default signal handling, whatever the launcher
+  // inherited (an ignored SIGTERM would defeat stopping them).
+  spawn.default_signals = {SIGINT, SIGTERM, SIGPIPE, SIGCHLD};
+  spawn.signal_mask = &original_mask;
+  absl::StatusOr<pid_t> pid = tessera::Spawn(spawn);
   close(fds[1]);
-  worker.pid = pid;
+  if (!pid.ok()) {
+    Say(absl::StrCat("cannot start rank ", worker.rank, ": ", pid.status().message()));
+    close(fds[0]);
+    worker.exit = 127;
+    return worker;
+  }
+  worker.pid = *pid;
   worker.output_fd = fds[0];
   return worker;
 }
@@ -108,6 +114,22 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd,
     }
     if (!kill_at.has_value()) kill_at = absl::Now() + grace;
   };
+  // The first worker to fail (of this node, before any interruption) stops
+  // the others.
+  auto exited = [&](const Worker& w) {
+    if (*w.exit == 0 || outcome.failed_rank.has_value() || outcome.interrupted_by != 0 ||
+        outcome.failed_elsewhere) {
+      return;
+    }
+    outcome.failed_rank = w.rank;
+    outcome.failed_code = *w.exit;
+    Say(absl::StrCat("rank ", w.rank, " failed with exit code ", *w.exit,
+                     "; stopping the other workers"));
+    stop_all(SIGTERM);
+  };
+  for (const auto& w : workers) {
+    if (w.exit.has_value()) exited(w);  // could not be started
+  }
   while (true) {
     bool running = false;
     std::vector<pollfd> fds = {{signal_fd, POLLIN, 0},
@@ -146,14 +168,7 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd,
         for (auto& w : workers) {
           if (w.pid != pid) continue;
           w.exit = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-          if (*w.exit != 0 && !outcome.failed_rank.has_value() && outcome.interrupted_by == 0 &&
-              !outcome.failed_elsewhere) {
-            outcome.failed_rank = w.rank;
-            outcome.failed_code = *w.exit;
-            Say(absl::StrCat("rank ", w.rank, " failed with exit code ", *w.exit,
-                             "; stopping the other workers"));
-            stop_all(SIGTERM);
-          }
+          exited(w);
         }
       }
     }
@@ -194,6 +209,12 @@ void EnsureJobSecret(const LaunchOptions& options) {
 }  // namespace
 
 int Run(const LaunchOptions& options) {
+  // Restarting would not help a command that is not there.
+  if (auto program = FindProgram(options.command.empty() ? "" : options.command[0]);
+      !program.ok()) {
+    Say(std::string(program.status().message()));
+    return 127;
+  }
   EnsureJobSecret(options);
   // The store serves only the job's processes (store/store_auth.h).
   auto secret = rpc::JobSecret::FromEnv();

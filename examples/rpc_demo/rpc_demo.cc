@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/subprocess.h"
 #include "rpc/runtime.h"
 #include "store/store_server.h"
 
@@ -139,13 +140,15 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   std::vector<pid_t> children;
   for (int rank = 0; rank < kWorldSize; ++rank) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      std::string r = std::to_string(rank), p = std::to_string((*store)->port());
-      execl("/proc/self/exe", argv[0], "--worker", r.c_str(), p.c_str(), nullptr);
-      _exit(127);
+    tessera::SpawnOptions spawn;
+    spawn.argv = {"/proc/self/exe", "--worker", std::to_string(rank),
+                  std::to_string((*store)->port())};
+    auto pid = tessera::Spawn(spawn);
+    if (!pid.ok()) {
+      std::fprintf(stderr, "cannot start worker %d: %s\n", rank, pid.status().ToString().c_str());
+      return 1;
     }
-    children.push_back(pid);
+    children.push_back(*pid);
   }
   int failures = 0;
   for (pid_t pid : children) {

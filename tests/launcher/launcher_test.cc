@@ -46,6 +46,18 @@ TEST(LauncherTest, AFailedWorkerStopsTheOthersAndIsNamed) {
       << launcher.output();
 }
 
+// Restarts would not help: the launcher says what is missing and exits 127
+// at once, as a shell would, without starting anything.
+TEST(LauncherTest, AMissingProgramIsNamedAndNotRestarted) {
+  Launcher launcher({"--nproc_per_node", "2", "--standalone", "--max_restarts", "3",
+                     "tessera-no-such-program", "--flag"});
+  EXPECT_EQ(launcher.Finish(), 127) << launcher.output();
+  EXPECT_TRUE(absl::StrContains(launcher.output(),
+                                "cannot run 'tessera-no-such-program': not found in PATH"))
+      << launcher.output();
+  EXPECT_FALSE(absl::StrContains(launcher.output(), "restarting")) << launcher.output();
+}
+
 TEST(LauncherTest, MaxRestartsRestartsTheGroup) {
   const std::string marker = absl::StrCat(std::getenv("TEST_TMPDIR"), "/failed_once");
   unlink(marker.c_str());

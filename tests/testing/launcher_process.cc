@@ -1,6 +1,7 @@
 #include "tests/testing/launcher_process.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -11,6 +12,7 @@
 #include <climits>
 
 #include "absl/time/clock.h"
+#include "common/subprocess.h"
 
 namespace tessera::testing {
 
@@ -18,17 +20,17 @@ Launcher::Launcher(std::vector<std::string> args) {
   args.insert(args.begin(), "launcher/tessera-run");
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return;
-  pid_ = fork();
-  if (pid_ == 0) {
-    dup2(fds[1], 1);
-    dup2(fds[1], 2);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
+  SpawnOptions spawn;
+  spawn.argv = std::move(args);
+  spawn.output_fd = fds[1];
+  absl::StatusOr<pid_t> pid = Spawn(spawn);
   close(fds[1]);
+  if (!pid.ok()) {
+    ADD_FAILURE() << pid.status();
+    close(fds[0]);
+    return;
+  }
+  pid_ = *pid;
   fd_ = fds[0];
 }
 

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "common/subprocess.h"
 
 namespace tessera::testing {
 namespace {
@@ -34,17 +34,16 @@ bool RegisterScenario(const std::string& name, Scenario scenario) {
 
 WorkerProcess::WorkerProcess(const std::string& scenario,
                              const std::map<std::string, std::string>& env) {
-  const std::string flag = std::string(kFlag) + scenario;
-  pid_ = fork();
-  if (pid_ == 0) {
-    for (const auto& [key, value] : env) setenv(key.c_str(), value.c_str(), 1);
-    // Die with the test, so a crashed test never leaves workers behind.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    char self[] = "/proc/self/exe";
-    execl(self, self, flag.c_str(), static_cast<char*>(nullptr));
-    std::perror("execl");
-    _exit(127);
+  SpawnOptions spawn;
+  spawn.argv = {"/proc/self/exe", std::string(kFlag) + scenario};
+  spawn.env.assign(env.begin(), env.end());
+  spawn.die_with_parent = true;  // a crashed test never leaves workers behind
+  absl::StatusOr<pid_t> pid = Spawn(spawn);
+  if (!pid.ok()) {
+    ADD_FAILURE() << "cannot start worker scenario " << scenario << ": " << pid.status();
+    return;
   }
+  pid_ = *pid;
   pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
 }
 
