@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -26,6 +27,7 @@
 #include "dist_optim/local_optimizer.h"
 #include "examples/hybrid_ddp_rpc/hybrid_trainer.h"
 #include "rref/remote.h"
+#include "store/store_client.h"
 #include "store/store_server.h"
 #include "tests/testing/multiprocess.h"
 #include "tests/testing/test_functions.h"
@@ -192,6 +194,25 @@ TrainerPlan JoiningPlan(bool divide_by_initial_world_size) {
 TESSERA_WORKER_SCENARIO(hybrid_joining_trainer) { return RunTrainer(JoiningPlan(true)); }
 TESSERA_WORKER_SCENARIO(hybrid_joining_trainer_rescaled) { return RunTrainer(JoiningPlan(false)); }
 
+// Waits until every trainer has reported (`keys` in the store), failing as
+// soon as one exits with an error instead: a failed trainer never reports.
+absl::Status WaitForReports(store::StoreClient& store, const std::vector<std::string>& keys,
+                            const std::vector<std::unique_ptr<WorkerProcess>>& trainers,
+                            absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    const absl::Duration slice = std::min(absl::Seconds(1), deadline - absl::Now());
+    absl::Status waited = store.Wait(keys, std::max(slice, absl::ZeroDuration()));
+    if (!absl::IsDeadlineExceeded(waited) || absl::Now() >= deadline) return waited;
+    for (size_t i = 0; i < trainers.size(); ++i) {
+      if (const int code = trainers[i]->Wait(absl::ZeroDuration()); code > 0) {
+        return absl::AbortedError(
+            absl::StrCat("trainer ", i + 1, " exited with code ", code, " before reporting"));
+      }
+    }
+  }
+}
+
 // This process is the parameter server for two trainers running `scenario`:
 // checks that the table moved by exactly the gradients they report.
 void ServeTwoTrainers(const std::string& scenario) {
@@ -219,9 +240,10 @@ void ServeTwoTrainers(const std::string& scenario) {
   const at::Tensor initial = table->Get().RpcSync<at::Tensor>("values");
   ThrowIfError(runtime->store().Set(kTableKey, "1"));
   // Shutdown is collective: check while the trainers wait in theirs.
-  ASSERT_TRUE(runtime->store()
-                  .Wait({"hybrid_test/reported/1", "hybrid_test/reported/2"}, absl::Seconds(120))
-                  .ok());
+  const absl::Status reported =
+      WaitForReports(runtime->store(), {"hybrid_test/reported/1", "hybrid_test/reported/2"},
+                     trainers, absl::Seconds(120));
+  ASSERT_TRUE(reported.ok()) << reported;
   {
     MutexLock lock(&mu);
     ASSERT_EQ(reports.size(), 2u);
