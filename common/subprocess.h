@@ -34,7 +34,8 @@ struct SpawnOptions {
   // The child's stdout and stderr both go here when >= 0 (else inherited).
   int output_fd = -1;
   // SIGKILL the child when this process dies (PR_SET_PDEATHSIG), so a
-  // crashed parent never leaves children behind.
+  // crashed parent never leaves children behind. The kernel ties it to the
+  // spawning thread: spawn from a thread that outlives the child.
   bool die_with_parent = false;
   // Signals whose handling the child resets to the default (an inherited
   // SIG_IGN would otherwise survive exec).

@@ -14,7 +14,12 @@ void TwoRankGlooTest::SetUp() {
 
 std::unique_ptr<ddp::ProcessGroup> TwoRankGlooTest::Start(const std::string& scenario) {
   child_ = std::make_unique<WorkerProcess>(scenario, WorkerEnv(1, 2, server_->port()));
-  auto group = ddp::CreateGlooProcessGroup(store_.get(), 0, 2);
+  // A child that dies before joining fails the test in a minute, not after
+  // the default connect timeout (5 minutes); starting takes ~1 s, more
+  // under sanitizers.
+  ddp::GlooOptions options;
+  options.connect_timeout = absl::Seconds(60);
+  auto group = ddp::CreateGlooProcessGroup(store_.get(), 0, 2, options);
   EXPECT_TRUE(group.ok()) << group.status();
   return group.ok() ? *std::move(group) : nullptr;
 }
