@@ -53,8 +53,7 @@ absl::Status DistributedDataParallel::SyncBuffers() {
   if (join_ != nullptr) {
     TESSERA_RETURN_IF_ERROR(join_->Stopped());
     JoinAnnouncement announcement(group_, JoinStep::kSyncBuffers);
-    TESSERA_ASSIGN_OR_RETURN(const JoinRound round, announcement.Wait(options_.timeout));
-    TESSERA_RETURN_IF_ERROR(join_->Observe(round));
+    TESSERA_RETURN_IF_ERROR(join_->Settle(announcement, options_.timeout).status());
     root = join_->Authority();
   }
   return BroadcastFrom(group_, Buffers(), root, options_.timeout);
@@ -74,9 +73,8 @@ absl::Status DistributedDataParallel::ShadowUntilAllJoined() {
   TESSERA_RETURN_IF_ERROR(join_->Stopped());
   while (true) {
     JoinAnnouncement announcement(group_, /*step=*/std::nullopt);
-    TESSERA_ASSIGN_OR_RETURN(const JoinRound round, announcement.Wait(options_.timeout));
+    TESSERA_ASSIGN_OR_RETURN(const JoinRound round, join_->Settle(announcement, options_.timeout));
     if (!round.step.has_value()) break;
-    TESSERA_RETURN_IF_ERROR(join_->Observe(round));
     if (*round.step == JoinStep::kBackward) {
       TESSERA_RETURN_IF_ERROR(reducer_->ShadowPass());
     } else {

@@ -55,6 +55,13 @@ absl::StatusOr<JoinRound> JoinAnnouncement::Wait(absl::Duration timeout) {
   return round;
 }
 
+absl::StatusOr<JoinRound> JoinTracker::Settle(JoinAnnouncement& announcement,
+                                              absl::Duration timeout) {
+  TESSERA_ASSIGN_OR_RETURN(JoinRound round, announcement.Wait(timeout));
+  TESSERA_RETURN_IF_ERROR(Observe(round));
+  return round;
+}
+
 absl::Status JoinTracker::Observe(const JoinRound& round) {
   MutexLock lock(&mu_);
   if (!terminated_.ok()) return terminated_;

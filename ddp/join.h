@@ -86,9 +86,10 @@ class JoinTracker {
   // that knows it must not start another round.
   absl::Status Stopped() const;
 
-  // Takes in a round every rank saw. FailedPrecondition under
+  // Waits for `announcement` and takes in the round every rank saw: the
+  // round, or the group's error, or FailedPrecondition under
   // throw_on_early_termination once some rank has joined — and from then on.
-  absl::Status Observe(const JoinRound& round);
+  absl::StatusOr<JoinRound> Settle(JoinAnnouncement& announcement, absl::Duration timeout);
   // Where broadcasts come from: the highest rank of the last round in which
   // any rank trained (rank 0 before any such round).
   int Authority() const;
@@ -97,6 +98,8 @@ class JoinTracker {
   double GradientScale() const;
 
  private:
+  absl::Status Observe(const JoinRound& round);
+
   const int rank_;
   const int world_size_;
   const JoinOptions options_;

@@ -219,9 +219,9 @@ void Reducer::State::Announce() {
 
 absl::Status Reducer::State::SettleAnnouncement() {
   if (!announcement.has_value()) return absl::OkStatus();
-  auto round = announcement->Wait(reducer->options_.timeout);
+  const absl::Status settled = join->Settle(*announcement, reducer->options_.timeout).status();
   announcement.reset();
-  return round.ok() ? join->Observe(*round) : round.status();
+  return settled;
 }
 
 // Accumulators outside the running graph task's graph will not fire.
