@@ -28,10 +28,10 @@ absl::Status CheckReplicasAgree(ProcessGroup* group, const std::vector<std::stri
 
 // Copies `root`'s `tensors` (parameters, buffers) into every rank's, in
 // place (rank 0's at creation; while ranks join, the last one still
-// training's — ddp/join.h). Coalesced: tensors of one dtype travel together in flat buffers of
-// up to 250 MiB, so a model of hundreds of small tensors costs a few
-// collectives, not hundreds. A collective; every rank passes tensors of the
-// same dtypes and shapes.
+// training's — ddp/join.h). Coalesced: tensors of one dtype travel together
+// in flat buffers of up to 250 MiB, so a model of hundreds of small tensors
+// costs a few collectives, not hundreds. A collective; every rank passes
+// tensors of the same dtypes and shapes.
 absl::Status BroadcastFrom(ProcessGroup* group, const std::vector<at::Tensor>& tensors, int root,
                            absl::Duration timeout);
 

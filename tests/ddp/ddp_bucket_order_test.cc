@@ -82,11 +82,8 @@ absl::Status RunShuffled(ddp::ProcessGroup& group) {
   return absl::OkStatus();
 }
 
-TESSERA_WORKER_SCENARIO(ddp_shuffled) { return RunOnRank1(RunShuffled); }
-
-TEST_F(TwoRankGlooTest, BucketsFollowRankZerosGradientOrderAfterTheFirstPass) {
-  RunOnBothRanks("ddp_shuffled", RunShuffled);
-}
+TESSERA_TWO_RANK_TEST(TwoRankGlooTest, BucketsFollowRankZerosGradientOrderAfterTheFirstPass,
+                      RunShuffled)
 
 }  // namespace
 }  // namespace tessera::testing

@@ -207,23 +207,12 @@ absl::Status RunThrowOnEarlyTermination(ddp::ProcessGroup& group) {
   return GroupStillInStep(group, "the Join");
 }
 
-TESSERA_WORKER_SCENARIO(ddp_join_uneven) { return RunOnRank1(RunUneven); }
-TESSERA_WORKER_SCENARIO(ddp_join_buffers) { return RunOnRank1(RunBuffers); }
-TESSERA_WORKER_SCENARIO(ddp_join_throw) { return RunOnRank1(RunThrowOnEarlyTermination); }
-
 using DdpJoinTest = TwoRankGlooTest;
 
-TEST_F(DdpJoinTest, UnevenInputsTrainLikeOneProcess) {
-  RunOnBothRanks("ddp_join_uneven", RunUneven);
-}
-
-TEST_F(DdpJoinTest, BuffersComeFromTheLastRankTraining) {
-  RunOnBothRanks("ddp_join_buffers", RunBuffers);
-}
-
-TEST_F(DdpJoinTest, ThrowOnEarlyTerminationStopsEveryRank) {
-  RunOnBothRanks("ddp_join_throw", RunThrowOnEarlyTermination);
-}
+TESSERA_TWO_RANK_TEST(DdpJoinTest, UnevenInputsTrainLikeOneProcess, RunUneven)
+TESSERA_TWO_RANK_TEST(DdpJoinTest, BuffersComeFromTheLastRankTraining, RunBuffers)
+TESSERA_TWO_RANK_TEST(DdpJoinTest, ThrowOnEarlyTerminationStopsEveryRank,
+                      RunThrowOnEarlyTermination)
 
 }  // namespace
 }  // namespace tessera::testing

@@ -239,9 +239,6 @@ absl::Status RunUnused(ddp::ProcessGroup& group) {
   return absl::OkStatus();
 }
 
-TESSERA_WORKER_SCENARIO(ddp_parity) { return RunOnRank1(RunParity); }
-TESSERA_WORKER_SCENARIO(ddp_unused) { return RunOnRank1(RunUnused); }
-
 // A replica of another shape: creation fails on every rank, naming it.
 TESSERA_WORKER_SCENARIO(ddp_mismatch) {
   auto env = ddp::CreateGlooProcessGroupFromEnv();
@@ -252,11 +249,8 @@ TESSERA_WORKER_SCENARIO(ddp_mismatch) {
 
 using DdpTest = TwoRankGlooTest;
 
-TEST_F(DdpTest, TwoHalvesTrainLikeTheWholeBatch) { RunOnBothRanks("ddp_parity", RunParity); }
-
-TEST_F(DdpTest, UnusedParametersAverageAndAreFoundDuringBackward) {
-  RunOnBothRanks("ddp_unused", RunUnused);
-}
+TESSERA_TWO_RANK_TEST(DdpTest, TwoHalvesTrainLikeTheWholeBatch, RunParity)
+TESSERA_TWO_RANK_TEST(DdpTest, UnusedParametersAverageAndAreFoundDuringBackward, RunUnused)
 
 TEST_F(DdpTest, MismatchedReplicasAreRefusedNamingTheParameter) {
   auto group = Start("ddp_mismatch");

@@ -103,14 +103,6 @@ absl::Status RunTwoPrecisions(ddp::ProcessGroup& group) {
   return absl::OkStatus();
 }
 
-TESSERA_WORKER_SCENARIO(ddp_two_precisions) {
-  auto env = ddp::CreateGlooProcessGroupFromEnv();
-  if (!env.ok()) return 1;
-  auto status = RunTwoPrecisions(*env->group);
-  if (!status.ok()) std::fprintf(stderr, "rank 1: %s\n", status.ToString().c_str());
-  return status.ok() ? 0 : 1;
-}
-
 class DdpReplicaTest : public TwoRankGlooTest {
  protected:
   // Rank 1 runs `scenario` (a replica unlike rank 0's Float [2, 5]); both
@@ -128,9 +120,8 @@ TEST_F(DdpReplicaTest, TransposedWeightIsRefusedOnEveryRank) {
 
 TEST_F(DdpReplicaTest, OtherDtypeIsRefusedOnEveryRank) { ExpectRefusedOnBothRanks("ddp_other_dtype"); }
 
-TEST_F(DdpReplicaTest, FloatAndDoubleParametersAverageEachInItsOwnPrecision) {
-  RunOnBothRanks("ddp_two_precisions", RunTwoPrecisions);
-}
+TESSERA_TWO_RANK_TEST(DdpReplicaTest, FloatAndDoubleParametersAverageEachInItsOwnPrecision,
+                      RunTwoPrecisions)
 
 }  // namespace
 }  // namespace tessera::testing

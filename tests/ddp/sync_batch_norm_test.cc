@@ -211,23 +211,12 @@ absl::Status RunDdpTraining(ddp::ProcessGroup& group) {
   return absl::OkStatus();
 }
 
-TESSERA_WORKER_SCENARIO(sync_bn_shards) { return RunOnRank1(RunShards); }
-TESSERA_WORKER_SCENARIO(sync_bn_ddp) { return RunOnRank1(RunDdpTraining); }
-TESSERA_WORKER_SCENARIO(sync_bn_reduced_precision) { return RunOnRank1(RunReducedPrecision); }
-
 using SyncBatchNormTest = TwoRankGlooTest;
 
-TEST_F(SyncBatchNormTest, UnevenShardsNormaliseLikeTheWholeBatch) {
-  RunOnBothRanks("sync_bn_shards", RunShards);
-}
-
-TEST_F(SyncBatchNormTest, BFloat16AndHalfInputsNormaliseLikeTheWholeBatch) {
-  RunOnBothRanks("sync_bn_reduced_precision", RunReducedPrecision);
-}
-
-TEST_F(SyncBatchNormTest, DdpWithSyncBatchNormTrainsLikeOneProcess) {
-  RunOnBothRanks("sync_bn_ddp", RunDdpTraining);
-}
+TESSERA_TWO_RANK_TEST(SyncBatchNormTest, UnevenShardsNormaliseLikeTheWholeBatch, RunShards)
+TESSERA_TWO_RANK_TEST(SyncBatchNormTest, BFloat16AndHalfInputsNormaliseLikeTheWholeBatch,
+                      RunReducedPrecision)
+TESSERA_TWO_RANK_TEST(SyncBatchNormTest, DdpWithSyncBatchNormTrainsLikeOneProcess, RunDdpTraining)
 
 TEST(SyncBatchNormShapeTest, WrongChannelCountIsAClearError) {
   // Checked before any collective, so no group is needed to see it.

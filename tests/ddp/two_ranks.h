@@ -31,6 +31,12 @@ class TwoRankGlooTest : public ::testing::Test {
   std::unique_ptr<WorkerProcess> child_;
 };
 
+// A test of `fixture` (a TwoRankGlooTest) named `name` that runs `check` on
+// both ranks, and rank 1's scenario for it (named fixture_name).
+#define TESSERA_TWO_RANK_TEST(fixture, name, check)                                           \
+  TESSERA_WORKER_SCENARIO(fixture##_##name) { return ::tessera::testing::RunOnRank1(check); } \
+  TEST_F(fixture, name) { RunOnBothRanks(#fixture "_" #name, check); }
+
 // One allreduce of ones, both ranks: OK if it sums to the world size — no
 // collective of an earlier step is left half-matched. `after` names the step.
 absl::Status GroupStillInStep(ddp::ProcessGroup& group, const std::string& after);

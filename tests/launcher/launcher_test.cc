@@ -177,10 +177,6 @@ int FreePort() {
   return port;
 }
 
-// Two nodes on this machine, one worker each (Note [Restarting every
-// node]): rank 1 on node 1 fails while rank 0 on node 0 waits for it. Node 0
-// stops its worker too, both start the second attempt together on a cleared
-// store, and it completes on both.
 // tessera-run's arguments for node `node_rank` of two on this machine, one
 // worker each, running `command` (by default launched_rpc_rank1_fails_first).
 std::vector<std::string> TwoNodeArgs(const std::string& node_rank, const std::string& port,
@@ -218,6 +214,10 @@ struct TwoNodes {
   Launcher node1;
 };
 
+// Two nodes on this machine, one worker each (Note [Restarting every
+// node]): rank 1 on node 1 fails while rank 0 on node 0 waits for it. Node 0
+// stops its worker too, both start the second attempt together on a cleared
+// store, and it completes on both.
 TEST(LauncherTest, AFailureOnOneNodeRestartsEveryNode) {
   FreshMarker("rank1_failed_once");
   TwoNodes nodes(/*max_restarts=*/1);
