@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/host_address.h"
 #include "ddp/collective_checks.h"
 
 namespace tessera::ddp {
@@ -26,6 +27,14 @@ absl::StatusOr<EnvProcessGroup> CreateProcessGroupFromEnv(const ProcessGroupFact
   auto secret = rpc::JobSecret::FromEnv();
   if (!secret.ok()) return secret.status();
   EnvProcessGroup result;
+  const char* hosted = std::getenv("TESSERA_STORE_HOSTED");
+  if (env->rank == 0 && (hosted == nullptr || std::string(hosted) != "1")) {
+    auto listen = StoreListenHost(env->master_addr);
+    if (!listen.ok()) return listen.status();
+    auto server = store::StoreServer::Start(*listen, env->master_port, *secret);
+    if (!server.ok()) return server.status();
+    result.store_server = *std::move(server);
+  }
   result.store = std::make_unique<store::StoreClient>(env->master_addr, env->master_port,
                                                       absl::Seconds(60), *std::move(secret));
   auto group = create(result.store.get(), *env);

@@ -11,11 +11,15 @@
 #include "store/rendezvous_env.h"
 #include "rpc/auth/job_secret.h"
 #include "store/store_client.h"
+#include "store/store_server.h"
 
 namespace tessera::ddp {
 
 // A group and the store connection it was made with (keep both alive).
 struct EnvProcessGroup {
+  // Rank 0's store, when no launcher hosts one (TESSERA_STORE_HOSTED unset:
+  // ranks started by Kubernetes or Slurm directly, as torch's env:// does).
+  std::unique_ptr<store::StoreServer> store_server;
   std::unique_ptr<store::StoreClient> store;
   std::unique_ptr<ProcessGroup> group;
 };

@@ -1,11 +1,41 @@
+#include <cstdlib>
+#include <set>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "launcher/launcher.h"
+#include "store/slurm_env.h"
 
 namespace tessera::launcher {
 
+namespace {
+
+// Inside a Slurm allocation (one tessera-run per node, e.g. `srun
+// --ntasks-per-node 1 tessera-run ...`), what the command line leaves out
+// comes from Slurm: the node count, this node's index, and the first node
+// of the allocation as the master.
+absl::Status ApplySlurmDefaults(const std::set<std::string>& given, LaunchOptions* options) {
+  if (options->standalone || std::getenv("SLURM_JOB_ID") == nullptr) return absl::OkStatus();
+  if (!given.count("--nnodes")) {
+    if (auto nodes = store::SlurmInt("SLURM_JOB_NUM_NODES")) options->nnodes = *nodes;
+    if (auto nodes = store::SlurmInt("SLURM_NNODES")) options->nnodes = *nodes;
+  }
+  if (!given.count("--node_rank")) {
+    if (auto node = store::SlurmInt("SLURM_NODEID")) options->node_rank = *node;
+  }
+  if (!given.count("--master_addr")) {
+    auto master = store::SlurmMasterHost();
+    if (!master.ok()) return master.status();
+    if (master->has_value()) options->master_addr = **master;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args) {
   LaunchOptions options;
+  std::set<std::string> given;
   size_t i = 0;
   auto int_value = [&](const std::string& flag, int* out) -> absl::Status {
     if (i + 1 >= args.size() || !absl::SimpleAtoi(args[i + 1], out)) {
@@ -16,6 +46,7 @@ absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args) {
   };
   for (; i < args.size(); ++i) {
     const std::string& arg = args[i];
+    given.insert(arg);
     absl::Status status;
     if (arg == "--nproc_per_node") {
       status = int_value(arg, &options.nproc_per_node);
@@ -45,6 +76,7 @@ absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args) {
     if (!status.ok()) return status;
   }
   if (options.command.empty()) return absl::InvalidArgumentError("no program to run");
+  if (auto slurm = ApplySlurmDefaults(given, &options); !slurm.ok()) return slurm;
   if (options.nproc_per_node < 1 || options.nnodes < 1 || options.node_rank < 0 ||
       options.node_rank >= options.nnodes || options.max_restarts < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

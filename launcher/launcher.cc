@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "rpc/auth/job_secret.h"
 #include "absl/time/clock.h"
+#include "common/host_address.h"
 #include "common/subprocess.h"
 #include "launcher/node_coordinator.h"
 #include "store/store_client.h"
@@ -238,10 +239,15 @@ int Run(const LaunchOptions& options) {
   std::unique_ptr<store::StoreServer> store;
   int port = options.master_port;
   if (options.node_rank == 0) {
-    const std::string host = options.standalone ? "127.0.0.1" : options.master_addr;
-    auto server = store::StoreServer::Start(host, options.standalone ? 0 : port, *secret);
+    // Reached at --master_addr by the other nodes (common/host_address.h).
+    absl::StatusOr<std::string> host =
+        options.standalone ? "127.0.0.1" : StoreListenHost(options.master_addr);
+    absl::StatusOr<std::unique_ptr<store::StoreServer>> server =
+        host.ok() ? store::StoreServer::Start(*host, options.standalone ? 0 : port, *secret)
+                  : host.status();
     if (!server.ok()) {
-      Say("cannot host the rendezvous store: " + server.status().ToString());
+      Say(absl::StrCat("cannot host the rendezvous store at --master_addr ", options.master_addr,
+                       ": ", server.status().ToString()));
       close(signal_fd);
       sigprocmask(SIG_SETMASK, &original, nullptr);
       return 1;

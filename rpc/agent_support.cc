@@ -40,6 +40,14 @@ std::string DescribeWorker(int rank, const std::vector<WorkerInfo>& workers) {
   return absl::StrCat("rank ", rank);
 }
 
+std::string DescribeWorkerAt(int rank, const std::vector<WorkerInfo>& workers) {
+  if (rank >= 0 && rank < static_cast<int>(workers.size())) {
+    return absl::StrCat(DescribeWorker(rank, workers), " at ", workers[rank].address,
+                        " (the address it published at rendezvous)");
+  }
+  return DescribeWorker(rank, workers);
+}
+
 absl::Status ConnectionEnded(const std::string& peer, const absl::Status& why) {
   if (absl::IsUnauthenticated(why)) {
     return absl::UnauthenticatedError(

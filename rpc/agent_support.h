@@ -30,6 +30,11 @@ Message ResponseTo(uint64_t request_id, const absl::StatusOr<Message>& result,
 // "'name' (rank r)", or "rank r" for a rank outside `workers`.
 std::string DescribeWorker(int rank, const std::vector<WorkerInfo>& workers);
 
+// DescribeWorker with the address peers dial and where that came from, for
+// connection errors: "'ps' (rank 0) at tcp://10.0.0.1:4000 (the address it
+// published at rendezvous)".
+std::string DescribeWorkerAt(int rank, const std::vector<WorkerInfo>& workers);
+
 // The error for calls on a connection to `peer` (DescribeWorker) that
 // ended with `why`: a refused handshake stays Unauthenticated, anything else
 // means the peer is Unavailable.

@@ -14,7 +14,9 @@ namespace tessera::rpc {
 
 // Publishes `self` and returns all `world_size` workers, indexed by rank.
 // Fails with DeadlineExceeded naming the ranks that did not show up within
-// `timeout`, or InvalidArgument on duplicate names.
+// `timeout`, InvalidArgument on duplicate names, or FailedPrecondition when
+// some workers advertise loopback and others do not (they are on other
+// hosts, and cannot dial loopback).
 absl::StatusOr<std::vector<WorkerInfo>> Rendezvous(store::StoreClient& store,
                                                    const std::string& prefix,
                                                    const WorkerInfo& self,

@@ -37,6 +37,9 @@ struct WorkerInfo {
   // Where peers connect (backend-specific URL).
   std::string address;
   std::string role;  // RpcOptions::role
+  // What peers compare to tell whether same-host fast paths can reach this
+  // worker (TensorPipe: its shm and cma domain descriptors); backend-specific.
+  std::string locality;
 };
 
 // The rank a connection's peer is served as: its claimed rank if the name

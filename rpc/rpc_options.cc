@@ -40,6 +40,8 @@ absl::StatusOr<RpcOptions> RpcOptions::FromEnv() {
     if (!parsed.ok()) return Annotate(parsed.status(), "TESSERA_RPC_BACKEND");
     options.backend = *parsed;
   }
+  options.address = AddressOptions::FromEnv(
+      options.backend == Backend::kTensorPipe ? "TP_SOCKET_IFNAME" : nullptr);
   options.grpc.tls = GrpcTlsOptions::FromEnv();
   const char* reflection = std::getenv("TESSERA_GRPC_REFLECTION");
   options.grpc.reflection = reflection != nullptr && std::string(reflection) == "1";

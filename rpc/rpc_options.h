@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "common/deadline_timer.h"
 #include "common/executor.h"
+#include "common/host_address.h"
 #include "rpc/auth/job_secret.h"
 #include "rpc/grpc/grpc_agent.h"
 #include "rpc/rpc_agent.h"
@@ -61,6 +62,12 @@ struct RpcOptions {
   // allow-lists that name roles rather than workers (rpc/registry.h).
   std::string role;
 
+  // Where this worker listens and what it advertises (Note [Choosing the
+  // host address], common/host_address.h): by default the address of the
+  // interface that routes to master_addr, loopback when that is loopback.
+  // The rendezvous store, when this worker hosts it, listens at master_addr.
+  AddressOptions address;
+
   Backend backend = Backend::kTensorPipe;
   TensorPipeOptions tensorpipe;
   GrpcOptions grpc;
@@ -83,7 +90,9 @@ struct RpcOptions {
   // TESSERA_WORKER_NAME (default "worker<rank>"), the role from
   // TESSERA_WORKER_ROLE, the backend from TESSERA_RPC_BACKEND and the job
   // secret from TESSERA_JOB_SECRET or TESSERA_JOB_SECRET_FILE, gRPC's TLS
-  // files from TESSERA_TLS_* (GrpcTlsOptions::FromEnv).
+  // files from TESSERA_TLS_* (GrpcTlsOptions::FromEnv), the address from
+  // TESSERA_ADDRESS, TESSERA_ADVERTISE_ADDRESS and TESSERA_SOCKET_IFNAME
+  // (TP_SOCKET_IFNAME first on TensorPipe, as PyTorch's RPC reads it).
   static absl::StatusOr<RpcOptions> FromEnv();
 };
 

@@ -1,6 +1,7 @@
 #include "rpc/runtime.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/host_address.h"
 #include "common/logging.h"
 #include "rpc/codec.h"
 #include "rpc/quiescence.h"
@@ -86,9 +87,13 @@ absl::Status Runtime::Start() {
   if (options_.backend == Backend::kGrpc) PrepareProcessForGrpcAgent();
   const bool host_store = options_.store_role == StoreRole::kHost ||
                           (options_.store_role == StoreRole::kAuto && options_.rank == 0);
+  auto host = ChooseHostAddress(options_.master_addr, options_.address);
+  if (!host.ok()) return Annotate(host.status(), options_.name + " cannot choose its address");
   int port = options_.master_port;
   if (host_store) {
-    auto server = store::StoreServer::Start(options_.master_addr, port, options_.job_secret);
+    auto store_host = StoreListenHost(options_.master_addr);
+    if (!store_host.ok()) return store_host.status();
+    auto server = store::StoreServer::Start(*store_host, port, options_.job_secret);
     if (!server.ok()) return server.status();
     store_server_ = *std::move(server);
     port = store_server_->port();
@@ -107,7 +112,7 @@ absl::Status Runtime::Start() {
                          << ": no job secret (TESSERA_JOB_SECRET): anyone who can reach this "
                             "worker's port can call its registered functions";
   }
-  auto agent = CreateAgent(std::move(handler));
+  auto agent = CreateAgent(*host, std::move(handler));
   if (!agent.ok()) return agent.status();
   agent_ = *std::move(agent);
   agent_->SetPeerFailureHandler([this](int rank) { OnPeerFailure(rank); });
@@ -119,11 +124,13 @@ absl::Status Runtime::Start() {
   if (!workers.ok()) return workers.status();
   workers_ = *std::move(workers);
   agent_->SetWorkers(workers_);
-  TESSERA_LOG(INFO) << options_.name << ": joined a world of " << options_.world_size;
+  TESSERA_LOG(INFO) << options_.name << ": joined a world of " << options_.world_size << " at "
+                    << host->Describe();
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<RpcAgent>> Runtime::CreateAgent(RequestHandler handler) {
+absl::StatusOr<std::unique_ptr<RpcAgent>> Runtime::CreateAgent(const HostAddress& host,
+                                                               RequestHandler handler) {
   if (options_.agent_factory) {
     return options_.agent_factory(options_.name, options_.rank, std::move(handler), pool_.get(),
                                   timer_.get());
@@ -131,11 +138,15 @@ absl::StatusOr<std::unique_ptr<RpcAgent>> Runtime::CreateAgent(RequestHandler ha
   if (options_.backend == Backend::kGrpc) {
     GrpcOptions grpc = options_.grpc;
     grpc.limits = options_.limits;
+    grpc.listen_host = host.bind;
+    grpc.advertise_host = host.advertise;
     return CreateGrpcAgent(grpc, options_.job_secret, options_.name, options_.rank,
                            std::move(handler), pool_.get(), timer_.get());
   }
   TensorPipeOptions tensorpipe = options_.tensorpipe;
   tensorpipe.limits = options_.limits;
+  tensorpipe.listen_host = host.bind;
+  tensorpipe.advertise_host = host.advertise;
   return CreateTensorPipeAgent(tensorpipe, options_.job_secret, options_.name, options_.rank,
                                std::move(handler), pool_.get(), timer_.get());
 }

@@ -149,7 +149,8 @@ class Runtime {
   Runtime(RpcOptions options, Registry registry,
           std::vector<std::shared_ptr<RuntimeExtension>> extensions);
   absl::Status Start();
-  absl::StatusOr<std::unique_ptr<RpcAgent>> CreateAgent(RequestHandler handler);
+  absl::StatusOr<std::unique_ptr<RpcAgent>> CreateAgent(const HostAddress& host,
+                                                        RequestHandler handler);
   // Sends a call; the returned future's callbacks run on `executor`
   // (nullptr: inline on the completing thread — internal use only).
   Future<c10::IValue> Call(int to_rank, const std::string& function,

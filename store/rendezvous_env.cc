@@ -5,15 +5,19 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "store/slurm_env.h"
 
 namespace tessera::store {
 namespace {
 
-absl::Status ReadInt(const char* name, int* parsed) {
+// Reads `name`, or else Slurm's `slurm_name` (srun with one process per
+// task sets those, and nothing else).
+absl::Status ReadInt(const char* name, int* parsed, const char* slurm_name = nullptr) {
   const char* value = std::getenv(name);
+  if (value == nullptr && slurm_name != nullptr) value = std::getenv(slurm_name);
   if (value == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("environment variable ", name, " is not set (run under tessera-run)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "environment variable ", name, " is not set (run under tessera-run, or srun)"));
   }
   if (!absl::SimpleAtoi(value, parsed)) {
     return absl::InvalidArgumentError(
@@ -26,15 +30,24 @@ absl::Status ReadInt(const char* name, int* parsed) {
 
 absl::StatusOr<RendezvousEnv> ReadRendezvousEnv() {
   RendezvousEnv env;
-  for (auto [name, value] : {std::pair{"RANK", &env.rank}, std::pair{"WORLD_SIZE", &env.world_size},
-                             std::pair{"MASTER_PORT", &env.master_port}}) {
-    if (auto status = ReadInt(name, value); !status.ok()) return status;
+  if (auto status = ReadInt("RANK", &env.rank, "SLURM_PROCID"); !status.ok()) return status;
+  if (auto status = ReadInt("WORLD_SIZE", &env.world_size, "SLURM_NTASKS"); !status.ok()) {
+    return status;
   }
+  if (auto status = ReadInt("MASTER_PORT", &env.master_port); !status.ok()) return status;
   env.local_rank = env.rank;
-  if (std::getenv("LOCAL_RANK") != nullptr) {
-    if (auto status = ReadInt("LOCAL_RANK", &env.local_rank); !status.ok()) return status;
+  if (std::getenv("LOCAL_RANK") != nullptr || std::getenv("SLURM_LOCALID") != nullptr) {
+    if (auto status = ReadInt("LOCAL_RANK", &env.local_rank, "SLURM_LOCALID"); !status.ok()) {
+      return status;
+    }
   }
-  if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr) env.master_addr = addr;
+  if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr) {
+    env.master_addr = addr;
+  } else {
+    auto slurm = SlurmMasterHost();
+    if (!slurm.ok()) return slurm.status();
+    if (slurm->has_value()) env.master_addr = **slurm;
+  }
   return env;
 }
 

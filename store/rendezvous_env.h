@@ -19,6 +19,9 @@ struct RendezvousEnv {
 };
 
 // Reads the variables; a missing or non-integer one is an error naming it.
+// Under srun (one process per task, no launcher), Slurm's stand in for
+// those not set: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, and the first
+// host of SLURM_JOB_NODELIST as MASTER_ADDR (store/slurm_env.h).
 absl::StatusOr<RendezvousEnv> ReadRendezvousEnv();
 
 }  // namespace tessera::store

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/host_address.h"
 #include "proto/store.grpc.pb.h"
 #include "store/store_auth.h"
 
@@ -53,7 +54,8 @@ class StoreClient::Stub {
 
 StoreClient::StoreClient(const std::string& host, int port, absl::Duration default_timeout,
                          rpc::JobSecret secret)
-    : target_(host + ":" + std::to_string(port)),
+    : host_(host),
+      target_(JoinHostPort(host, port)),
       default_timeout_(default_timeout),
       stub_(std::make_unique<Stub>(target_, std::move(secret))) {}
 

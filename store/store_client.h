@@ -45,10 +45,13 @@ class StoreClient {
   absl::StatusOr<bool> Delete(const std::string& key);
 
   const std::string& target() const { return target_; }
+  // The store's host as given (MASTER_ADDR): what other layers route to.
+  const std::string& host() const { return host_; }
   absl::Duration default_timeout() const { return default_timeout_; }
 
  private:
   class Stub;
+  const std::string host_;
   const std::string target_;
   const absl::Duration default_timeout_;
   std::unique_ptr<Stub> stub_;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
+#include "common/host_address.h"
 #include "common/mutex.h"
 #include "proto/store.grpc.pb.h"
 #include "store/store_auth.h"
@@ -161,13 +162,12 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::strin
   server->service_ = std::make_unique<StoreServiceImpl>(std::move(secret));
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(host + ":" + std::to_string(port),
+  builder.AddListeningPort(JoinHostPort(host, port),
                            grpc::InsecureServerCredentials(), &bound_port);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || bound_port == 0) {
-    return absl::UnavailableError("store: cannot listen on " + host + ":" +
-                                  std::to_string(port));
+    return absl::UnavailableError("store: cannot listen on " + JoinHostPort(host, port));
   }
   server->port_ = bound_port;
   return server;

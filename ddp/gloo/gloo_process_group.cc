@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/serial_queue.h"
 #include "common/thread_pool.h"
 #include "common/status.h"
@@ -294,9 +295,16 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(
   if (size <= 0 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("invalid rank ", rank, " of ", size));
   }
+  auto host = ChooseHostAddress(
+      store->host(), AddressOptions::Merge(options.address,
+                                           AddressOptions::FromEnv("GLOO_SOCKET_IFNAME")));
+  if (!host.ok()) {
+    return Annotate(host.status(), absl::StrCat("Gloo process group of rank ", rank, " of ", size));
+  }
+  TESSERA_LOG(INFO) << "Gloo rank " << rank << " of " << size << " at " << host->Describe();
   try {
     gloo::transport::tcp::attr attr;
-    attr.hostname = options.hostname;
+    attr.hostname = IsWildcardAddress(host->bind) ? host->advertise : host->bind;
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     context->setTimeout(
@@ -310,7 +318,8 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(
     return absl::DeadlineExceededError(absl::StrCat(
         "Gloo process group of rank ", rank, " of ", size, " could not connect within ",
         absl::ToInt64Milliseconds(options.connect_timeout),
-        " ms (GlooOptions::connect_timeout): ", e.what()));
+        " ms (GlooOptions::connect_timeout), each rank dialling the address the other "
+        "published in the store at ", store->target(), ": ", e.what()));
   }
 }
 

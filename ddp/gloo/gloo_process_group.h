@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/host_address.h"
 #include "ddp/env_rendezvous.h"
 #include "ddp/process_group.h"
 #include "store/store_client.h"
@@ -14,8 +15,12 @@
 namespace tessera::ddp {
 
 struct GlooOptions {
-  // Address this rank's Gloo device binds and advertises.
-  std::string hostname = "127.0.0.1";
+  // Where this rank's Gloo device listens, by Note [Choosing the host
+  // address] (common/host_address.h) towards the store's host; settings left
+  // empty come from GLOO_SOCKET_IFNAME, TESSERA_SOCKET_IFNAME, TESSERA_ADDRESS.
+  // Gloo advertises the address it listens on: `advertise` is used only as
+  // what a wildcard `address` listens on for (no NAT for Gloo, as PyTorch).
+  AddressOptions address;
   // Bound on every collective and point-to-point wait.
   absl::Duration timeout = absl::Seconds(30);
   // Bound on meeting the other ranks (store waits and Gloo's full mesh).

@@ -1,10 +1,14 @@
 #include "ddp/nccl/nccl_communicator.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/host_address.h"
+#include "common/logging.h"
 #include "common/status.h"
 #include "ddp/nccl/nccl_status.h"
 #include "ddp/process_group.h"
@@ -34,6 +38,22 @@ absl::Status PollUntil(absl::Time deadline, Poll poll) {
       pause = std::min(pause * 2, absl::Microseconds(200));
     }
   }
+}
+
+// NCCL picks its own bootstrap and socket interface (the first non-loopback
+// one) unless NCCL_SOCKET_IFNAME names one; a multi-homed host may then
+// advertise an address the other hosts cannot reach. So, unless the user set
+// it, NCCL gets the interface that Note [Choosing the host address] picks
+// for every other layer. NCCL reads it once per process, at its first use.
+void SteerNcclInterface(const store::StoreClient& store) {
+  static std::once_flag once;
+  std::call_once(once, [&store] {
+    if (std::getenv("NCCL_SOCKET_IFNAME") != nullptr) return;
+    auto host = ChooseHostAddress(store.host(), AddressOptions::FromEnv());
+    if (!host.ok() || host->interface.empty()) return;  // NCCL's own choice then
+    TESSERA_LOG(INFO) << "NCCL_SOCKET_IFNAME=" << host->interface << " for " << host->Describe();
+    setenv("NCCL_SOCKET_IFNAME", ("=" + host->interface).c_str(), 0);
+  });
 }
 
 absl::StatusOr<ncclUniqueId> ExchangeUniqueId(store::StoreClient& store, const std::string& key,
@@ -67,6 +87,7 @@ absl::StatusOr<ncclUniqueId> ExchangeUniqueId(store::StoreClient& store, const s
 absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     store::StoreClient& store, const std::string& key, int rank, int size, int device,
     absl::Time deadline) {
+  SteerNcclInterface(store);
   TESSERA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device),
                                absl::StrCat("selecting CUDA device ", device));
   auto id = ExchangeUniqueId(store, key, rank, deadline);

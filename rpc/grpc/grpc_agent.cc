@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/host_address.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/mutex.h"
@@ -124,6 +125,7 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
   absl::StatusOr<std::shared_ptr<ClientStream>> StreamTo(int rank);
   std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() const;
   std::string PeerName(int rank) const;
+  std::string PeerAt(int rank) const;  // with its address, for connection errors
 
   const GrpcOptions options_;
   WorkerInfo self_;
@@ -181,7 +183,7 @@ absl::Status GrpcAgent::Start() {
   }
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options_.listen_host + ":0", credentials, &port);
+  builder.AddListeningPort(JoinHostPort(options_.listen_host, 0), credentials, &port);
   builder.RegisterAsyncGenericService(&service_);
   std::unique_ptr<grpc::ServerCompletionQueue> queue = builder.AddCompletionQueue();
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<size_t>(options_.max_message_bytes, INT_MAX)));
@@ -191,7 +193,8 @@ absl::Status GrpcAgent::Start() {
     return absl::UnavailableError(
         absl::StrCat("gRPC agent of '", self_.name, "' cannot listen on ", options_.listen_host));
   }
-  self_.address = absl::StrCat(options_.listen_host, ":", port);
+  self_.address = JoinHostPort(
+      options_.advertise_host.empty() ? options_.listen_host : options_.advertise_host, port);
   loop_ = std::make_unique<CompletionLoop>(std::move(queue),
                                            std::max(1, options_.completion_threads));
   ListenForNextStream();
@@ -217,6 +220,11 @@ std::shared_ptr<grpc::ChannelCredentials> GrpcAgent::ChannelCredentials() const 
 std::string GrpcAgent::PeerName(int rank) const {
   MutexLock lock(&mu_);
   return DescribeWorker(rank, workers_);
+}
+
+std::string GrpcAgent::PeerAt(int rank) const {
+  MutexLock lock(&mu_);
+  return DescribeWorkerAt(rank, workers_);
 }
 
 absl::StatusOr<std::shared_ptr<ClientStream>> GrpcAgent::StreamTo(int rank) {
@@ -297,7 +305,7 @@ void GrpcAgent::OnClientStreamDone(ClientStream* stream, const absl::Status& why
     if (it != streams_.end() && it->second.get() == stream) streams_.erase(it);
     closed = closed_;
   }
-  const absl::Status status = ConnectionEnded(PeerName(stream->peer_rank()), why);
+  const absl::Status status = ConnectionEnded(PeerAt(stream->peer_rank()), why);
   pending_.FailConnectionAndWarn(stream->id(), status, self_.name, /*warn=*/!closed);
   peer_failures_.Notify(stream->peer_rank());
   MutexLock lock(&mu_);

@@ -45,7 +45,10 @@ struct GrpcTlsOptions {
 };
 
 struct GrpcOptions {
+  // As TensorPipeOptions: where to listen, and what peers dial (empty: the
+  // same); the runtime sets both (common/host_address.h).
   std::string listen_host = "127.0.0.1";
+  std::string advertise_host;
   // Set from RpcOptions::limits by the runtime.
   CodecLimits limits;
   // Largest frame sent or accepted, envelope plus tensor bytes; gRPC's own

@@ -13,6 +13,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/host_address.h"
 #include "common/mutex.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -90,7 +94,13 @@ class TensorPipeAgent final : public RpcAgent {
     } else {
       context_->registerTransport(0, tcp_name, tp::transport::uv::create());
     }
-    std::vector<std::string> urls = {tcp_name + "://" + options_.listen_host + ":0"};
+    std::vector<std::string> urls = {tcp_name + "://" + JoinHostPort(options_.listen_host, 0)};
+    // Note [Same-host fast paths]: TensorPipe picks shm (and cma) for a peer
+    // only when the peer's domain descriptor equals ours — the same kernel
+    // and network namespace (and, for cma, PID and user namespace). We
+    // publish ours as the worker's locality, so that each worker can say
+    // which transport a peer will get before the first call.
+    std::vector<std::string> locality;
     std::string transport_choice = tcp_name;
     // TESSERA_TENSORPIPE_SHM=0 turns the shared-memory transport off (e.g.
     // under ThreadSanitizer, whose slowdown upsets TensorPipe's shm handshake).
@@ -100,6 +110,7 @@ class TensorPipeAgent final : public RpcAgent {
       auto shm = tp::transport::shm::create();
       if (shm->isViable()) {
         context_->registerTransport(10, "shm", shm);
+        locality.push_back("shm=" + shm->domainDescriptor());
         urls.push_back("shm://" + UniqueShmAddress(self_.name));
         transport_choice = "shm (same host), " + tcp_name;
       }
@@ -110,19 +121,33 @@ class TensorPipeAgent final : public RpcAgent {
       auto cma = tp::channel::cma::create();
       if (cma->isViable()) {
         context_->registerChannel(10, "cma", cma);
+        const auto& descriptors = cma->deviceDescriptors();
+        if (auto cpu = descriptors.find(tp::Device{tp::kCpuDeviceType, 0});
+            cpu != descriptors.end()) {
+          locality.push_back("cma=" + cpu->second);
+        }
         channel_choice = "cma (same host), basic";
       }
     }
     std::shared_ptr<tp::Listener> listener;
     try {
       listener = context_->listen(urls);
-      self_.address = listener->url(tcp_name);
+      listen_url_ = listener->url(tcp_name);
     } catch (const std::exception& e) {
       return absl::UnavailableError(absl::StrCat(
           "cannot listen on ", options_.listen_host, ": ", e.what()));
     }
-    TESSERA_LOG(INFO) << self_.name << ": TensorPipe listening at "
-                      << self_.address << "; transports: " << transport_choice
+    self_.address = listen_url_;
+    std::string host;
+    int port = 0;
+    if (!options_.advertise_host.empty() &&
+        SplitHostPort(listen_url_.substr(listen_url_.find("://") + 3), &host, &port)) {
+      self_.address = tcp_name + "://" + JoinHostPort(options_.advertise_host, port);
+    }
+    self_.locality = absl::StrJoin(locality, "\t");
+    TESSERA_LOG(INFO) << self_.name << ": TensorPipe listening at " << listen_url_
+                      << (self_.address != listen_url_ ? ", advertised as " + self_.address : "")
+                      << "; transports: " << transport_choice
                       << "; channels: " << channel_choice;
     {
       MutexLock lock(&mu_);
@@ -166,6 +191,7 @@ class TensorPipeAgent final : public RpcAgent {
   void WriteRequest(const std::shared_ptr<ClientPipe>& client, std::shared_ptr<Message> request);
   void FailPipe(const std::shared_ptr<ClientPipe>& client, const absl::Status& why);
   std::string PeerName(int rank) const;
+  std::string PeerAt(int rank) const;  // with its address, for connection errors
 
   const TensorPipeOptions options_;
   const JobSecret secret_;
@@ -175,6 +201,7 @@ class TensorPipeAgent final : public RpcAgent {
   DeadlineTimer* const timer_;
   std::shared_ptr<tp::Context> context_;
   std::shared_ptr<tp::Listener> listener_ ABSL_GUARDED_BY(mu_);  // see Relisten()
+  std::string listen_url_;  // the TCP listener's; self_.address is what peers dial
   const std::shared_ptr<BufferPool> buffers_ = BufferPool::Create();
   absl::Duration relisten_backoff_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(1);
   DeadlineTimer::Id relisten_timer_ ABSL_GUARDED_BY(mu_) = 0;
@@ -200,6 +227,29 @@ std::string TensorPipeAgent::PeerName(int rank) const {
   return DescribeWorker(rank, workers_);
 }
 
+std::string TensorPipeAgent::PeerAt(int rank) const {
+  MutexLock lock(&mu_);
+  return DescribeWorkerAt(rank, workers_);
+}
+
+// Which transport and channel TensorPipe will choose for `peer`, by the
+// rule of Note [Same-host fast paths].
+std::string TransportFor(const WorkerInfo& self, const WorkerInfo& peer) {
+  auto find = [](const std::string& locality, const std::string& key) {
+    for (absl::string_view entry : absl::StrSplit(locality, '\t')) {
+      if (absl::ConsumePrefix(&entry, key + "=")) return std::string(entry);
+    }
+    return std::string();
+  };
+  auto same = [&](const std::string& key) {
+    const std::string mine = find(self.locality, key);
+    return !mine.empty() && mine == find(peer.locality, key);
+  };
+  const std::string tcp = peer.address.substr(0, peer.address.find("://"));
+  return absl::StrCat(same("shm") ? "shm" : tcp, " transport, ", same("cma") ? "cma" : "basic",
+                      " channel", same("shm") || same("cma") ? " (same host)" : " (another host)");
+}
+
 Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
                                       absl::Time deadline) {
   // No executor: the runtime's own continuation (decoding) runs inline on
@@ -211,7 +261,7 @@ Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
   // inline in the calling thread (e.g. a connect refused at once), and they
   // take mu_; so pipes are connected and read outside the lock.
   std::shared_ptr<ClientPipe> client;
-  std::string address, peer_name;
+  std::string address, peer_name, transport;
   {
     MutexLock lock(&mu_);
     if (closed_) {
@@ -229,6 +279,7 @@ Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
     if (it != client_pipes_.end()) client = it->second;
     address = workers_[to_rank].address;
     peer_name = workers_[to_rank].name;
+    transport = TransportFor(self_, workers_[to_rank]);
   }
   if (client == nullptr) {
     // Note [One connect at a time]: two threads connecting to one peer at
@@ -243,6 +294,8 @@ Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
       if (it != client_pipes_.end()) client = it->second;
     }
     if (client == nullptr) {
+      TESSERA_LOG(INFO) << self_.name << ": connecting to '" << peer_name << "' (rank " << to_rank
+                        << ") at " << address << ": " << transport;
       auto fresh = std::make_shared<ClientPipe>(secret_, PeerIdentity{self_.name, self_.rank});
       fresh->rank = to_rank;
       fresh->pipe = context_->connect(address, tp::PipeOptions().remoteName(peer_name));
@@ -282,7 +335,7 @@ void TensorPipeAgent::WriteRequest(const std::shared_ptr<ClientPipe>& client,
   if (failed) {
     // The pipe broke before this call was registered on it.
     pending_.Complete(request->envelope.request_id(),
-                      ConnectionEnded(PeerName(client->rank),
+                      ConnectionEnded(PeerAt(client->rank),
                                       absl::UnavailableError("the connection failed")));
     return;
   }
@@ -305,7 +358,7 @@ void TensorPipeAgent::FailPipe(const std::shared_ptr<ClientPipe>& client,
     client->waiting.clear();
   }
   peer_failures_.Notify(client->rank);
-  const absl::Status status = ConnectionEnded(PeerName(client->rank), why);
+  const absl::Status status = ConnectionEnded(PeerAt(client->rank), why);
   pending_.FailConnectionAndWarn(client->id, status, self_.name, /*warn=*/true);
   client->pipe->close();
 }
@@ -423,7 +476,7 @@ void TensorPipeAgent::Relisten() {
   {
     MutexLock lock(&mu_);
     if (closed_) return;
-    urls.push_back(self_.address);
+    urls.push_back(listen_url_);
   }
   if (options_.enable_shm) urls.push_back("shm://" + UniqueShmAddress(self_.name));
   std::shared_ptr<tp::Listener> listener;

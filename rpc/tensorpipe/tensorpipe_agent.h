@@ -26,8 +26,11 @@ enum class TcpTransport {
 };
 
 struct TensorPipeOptions {
-  // Interface address to listen on and advertise to peers.
+  // Numeric address to listen on (a wildcard listens on every interface)
+  // and the one peers dial; the runtime sets both by Note [Choosing the host
+  // address] (common/host_address.h). An empty advertise_host is listen_host.
   std::string listen_host = "127.0.0.1";
+  std::string advertise_host;
   // Allow the shared-memory transport / cma channel when viable.
   bool enable_shm = true;
   bool enable_cma = true;

@@ -16,8 +16,9 @@
 
 namespace tessera::testing {
 
-Launcher::Launcher(std::vector<std::string> args) {
+Launcher::Launcher(std::vector<std::string> args, std::vector<std::string> wrapper) {
   args.insert(args.begin(), "launcher/tessera-run");
+  args.insert(args.begin(), wrapper.begin(), wrapper.end());
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return;
   SpawnOptions spawn;

@@ -14,8 +14,9 @@ namespace tessera::testing {
 
 class Launcher {
  public:
-  // Runs tessera-run with `args`.
-  explicit Launcher(std::vector<std::string> args);
+  // Runs tessera-run with `args`, through `wrapper` when given (e.g.
+  // NetworkHosts::On, to run it on another host).
+  explicit Launcher(std::vector<std::string> args, std::vector<std::string> wrapper = {});
   ~Launcher();
   Launcher(const Launcher&) = delete;
   Launcher& operator=(const Launcher&) = delete;

@@ -86,7 +86,8 @@ std::map<std::string, std::string> WorkerEnv(int rank, int world_size, int store
           {"WORLD_SIZE", std::to_string(world_size)},
           {"MASTER_ADDR", "127.0.0.1"},
           {"MASTER_PORT", std::to_string(store_port)},
-          {"TESSERA_JOB_SECRET", TestJobSecret().value()}};
+          {"TESSERA_JOB_SECRET", TestJobSecret().value()},
+          {"TESSERA_STORE_HOSTED", "1"}};  // the test hosts it
 }
 
 int TestMain(int argc, char** argv) {
