@@ -294,6 +294,7 @@ int Run(const LaunchOptions& options) {
     const bool succeeded = outcome.interrupted_by == 0 && !outcome.failed_rank.has_value() &&
                            !outcome.failed_elsewhere;
     std::string failure;
+    std::optional<std::string> lost;  // a node, or the store, went silent
     if (outcome.failed_rank.has_value()) {
       failure = absl::StrCat("rank ", *outcome.failed_rank, " exited with code ",
                              outcome.failed_code);
@@ -309,16 +310,21 @@ int Run(const LaunchOptions& options) {
                           : outcome.interrupted_by != 0 ? Ending::kInterrupted
                                                         : Ending::kStopped);
       if (outcome.failed_elsewhere) {
-        failure = nodes->ReportedFailure(attempt).value_or("a worker on another node failed");
-        Say("another node reported: " + failure);
+        lost = nodes->LostNode();
+        failure = lost.has_value()
+                      ? *lost
+                      : nodes->ReportedFailure(attempt).value_or("a worker on another node failed");
+        Say((lost.has_value() ? "" : "another node reported: ") + failure);
       }
     }
-    const bool last = succeeded || outcome.interrupted_by != 0 || attempt == options.max_restarts;
+    // A lost node cannot be restarted with the others: give up at once.
+    const bool last = succeeded || outcome.interrupted_by != 0 || lost.has_value() ||
+                      attempt == options.max_restarts;
     if (succeeded) {
       exit_code = 0;
     } else if (outcome.interrupted_by != 0) {
       exit_code = 128 + outcome.interrupted_by;
-    } else if (attempt == options.max_restarts) {
+    } else if (attempt == options.max_restarts || lost.has_value()) {
       Say("giving up: " + failure);
       exit_code = outcome.failed_code != 0 ? outcome.failed_code : 1;
     }
@@ -327,8 +333,9 @@ int Run(const LaunchOptions& options) {
       // until they have stopped using it (briefly, if interrupted).
       nodes->Close(attempt + 1);
       absl::Status all = nodes->AwaitAllEnded(
-          attempt, outcome.interrupted_by == 0 ? options.rendezvous_timeout
-                                               : options.stop_grace + absl::Seconds(10));
+          attempt, outcome.interrupted_by == 0 && !lost.has_value()
+                       ? options.rendezvous_timeout
+                       : options.stop_grace + absl::Seconds(10));
       if (!all.ok()) Say("warning: not every node reported its end: " + all.ToString());
     }
     if (last) break;

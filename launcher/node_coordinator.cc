@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -70,12 +71,48 @@ int NodeCoordinator::WatchFailures(int round) {
   StopWatching();
   if (pipe2(wake_, O_CLOEXEC) != 0) return -1;
   stop_watching_ = false;
-  watcher_ = std::thread([this, key = Key(round, "failed")] {
-    // Short waits, so StopWatching is prompt; the store paces the loop.
-    while (!stop_watching_) {
-      if (store_->Get(key, absl::Seconds(1)).ok()) {
-        [[maybe_unused]] ssize_t n = write(wake_[1], "!", 1);
-        return;
+  {
+    MutexLock lock(&mu_);
+    lost_.reset();
+  }
+  watcher_ = std::thread([this, round] {
+    const std::string failed = Key(round, "failed");
+    auto wake = [this](std::optional<std::string> lost) {
+      if (lost.has_value()) {
+        MutexLock lock(&mu_);
+        lost_ = std::move(lost);
+      }
+      [[maybe_unused]] ssize_t n = write(wake_[1], "!", 1);
+    };
+    // Note [Node heartbeats]: a node whose launcher is killed (or whose link
+    // is cut) reports nothing, so failures alone would leave the others
+    // waiting for ever. Each node beats once a round of this loop; node 0
+    // gives up on a node silent for `timeout_`, and a node that cannot reach
+    // the store for that long gives up on the job.
+    absl::Time last_contact = absl::Now();
+    std::vector<std::pair<std::string, absl::Time>> beats(nnodes_, {"", absl::Now()});
+    for (int64_t beat = 1; !stop_watching_; ++beat) {
+      // Short waits, so StopWatching is prompt; the store paces the loop.
+      if (store_->Get(failed, absl::Seconds(1)).ok()) return wake(std::nullopt);
+      const absl::Time now = absl::Now();
+      if (store_->Set(Key(round, absl::StrCat("alive/", node_rank_)), absl::StrCat(beat)).ok()) {
+        last_contact = now;
+      } else if (now - last_contact > timeout_) {
+        return wake(absl::StrCat("node ", node_rank_, " lost contact with the rendezvous store at ",
+                                 store_->target(), " for ", absl::FormatDuration(timeout_),
+                                 " (--rdzv_timeout): node 0's launcher is gone or the link "
+                                 "to it is down"));
+      }
+      if (node_rank_ != 0) continue;
+      for (int node = 1; node < nnodes_; ++node) {
+        auto value = store_->Get(Key(round, absl::StrCat("alive/", node)), absl::ZeroDuration());
+        if (value.ok() && *value != beats[node].first) {
+          beats[node] = {*value, now};
+        } else if (now - beats[node].second > timeout_) {
+          return wake(absl::StrCat("node ", node, " has not been heard from for ",
+                                   absl::FormatDuration(timeout_),
+                                   " (--rdzv_timeout): its launcher is gone or its link is down"));
+        }
       }
     }
   });
@@ -93,6 +130,11 @@ void NodeCoordinator::StopWatching() {
 
 void NodeCoordinator::ReportFailure(int round, const std::string& what) {
   (void)store_->CompareSet(Key(round, "failed"), "", absl::StrCat("node ", node_rank_, ": ", what));
+}
+
+std::optional<std::string> NodeCoordinator::LostNode() const {
+  MutexLock lock(&mu_);
+  return lost_;
 }
 
 std::optional<std::string> NodeCoordinator::ReportedFailure(int round) {

@@ -12,6 +12,8 @@
 //      tessera-run/r/open; the other nodes wait for that key to start theirs;
 //   2. run: a node whose worker fails sets tessera-run/r/failed; every node
 //      watches that key and stops its workers when it appears;
+//   (while running, every node beats under tessera-run/r/alive/<node>; a
+//   silent node, or an unreachable store, ends the job: Note [Node heartbeats])
 //   3. end: each node sets tessera-run/r/ended/<node> once its workers are
 //      gone: "stopped" (after a failure), "finished" (all succeeded) or
 //      "interrupted" (its launcher got SIGINT/SIGTERM, and reports that as a
@@ -35,6 +37,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/mutex.h"
 #include "store/store_client.h"
 #include "store/store_server.h"
 
@@ -57,6 +60,10 @@ class NodeCoordinator {
   void StopWatching();
   // Step 2, this node's side: `what` names the failed worker.
   void ReportFailure(int round, const std::string& what);
+  // Why the watcher of WatchFailures woke when no node reported a failure:
+  // a node (or node 0's store) went silent (Note [Node heartbeats]). No
+  // restart can include it.
+  std::optional<std::string> LostNode() const;
   // What another node reported for `round`, if anything.
   std::optional<std::string> ReportedFailure(int round);
   // Step 3, with how this node's round ended: only a node that stopped its
@@ -81,6 +88,8 @@ class NodeCoordinator {
   int wake_[2] = {-1, -1};  // the watcher writes to [1]; the launcher polls [0]
   std::atomic<bool> stop_watching_{false};
   std::thread watcher_;
+  mutable Mutex mu_;
+  std::optional<std::string> lost_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera::launcher

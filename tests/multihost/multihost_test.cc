@@ -1,0 +1,513 @@
+// Every job shape across separate network hosts (tests/testing/network_hosts.h):
+// one tessera-run per host, in its own network and PID namespace, meeting at
+// host 0's address as a user's job on several machines would. Results are
+// checked against the same training in one process, not just exit codes.
+//
+// Worker programs are this binary (--tessera_worker=<scenario>) or the
+// examples; each test runs as root (CI does) and skips elsewhere.
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/allclose.h>
+#include <ATen/ops/mse_loss.h>
+#include <ATen/ops/randn.h>
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/optim/sgd.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status.h"
+#include "ddp/distributed_data_parallel.h"
+#include "ddp/gloo/gloo_process_group.h"
+#include "dist_autograd/dist_autograd.h"
+#include "dist_optim/distributed_optimizer.h"
+#include "pipeline/pipeline_driver.h"
+#include "pipeline/stage.h"
+#include "rpc/runtime.h"
+#include "rref/remote.h"
+#include "tests/dist_autograd/dist_autograd_world.h"
+#include "tests/pipeline/test_stages.h"
+#include "tests/testing/launcher_process.h"
+#include "tests/testing/multiprocess.h"
+#include "tests/testing/network_hosts.h"
+#include "tests/testing/test_functions.h"
+
+namespace tessera::testing {
+namespace {
+
+using dist_autograd::ContextGuard;
+using rref::RRef;
+
+// A failed check in a worker: printed (the test shows it) and the worker
+// exits non-zero.
+#define WORKER_CHECK(condition, what)                              \
+  if (!(condition)) {                                              \
+    std::printf("CHECK FAILED: %s (%s)\n", what, #condition);      \
+    std::fflush(stdout);                                           \
+    return 1;                                                      \
+  }
+
+bool AllClose(const at::Tensor& a, const at::Tensor& b) {
+  return at::allclose(a, b, 1e-5, 1e-6);
+}
+
+// The job's driver (rank 1, on a host that is neither the store's nor the
+// parameters'): plain calls, an RRef forked to a third host, parameter-server
+// training with distributed autograd and the DistributedOptimizer, and a
+// pipeline with a stage on each other host — each against the same
+// computation here.
+int DriveRpcJob(rpc::Runtime& rt, rref::RRefContext& rrefs, dist_autograd::DistAutograd& autograd) {
+  WORKER_CHECK(rt.RpcSync<int64_t>("worker0", "echo", int64_t{41}) == 41, "echo from host 0");
+  WORKER_CHECK(rt.RpcSync<int64_t>("worker2", "echo", int64_t{42}) == 42, "echo from host 2");
+  {
+    // Created here (host 1), owned by worker0 (host 0), used by worker2 (host 2).
+    const at::Tensor local = ParamFor(3).detach();
+    at::Tensor flat = local.to(at::kDouble).flatten();
+    std::vector<double> values(flat.data_ptr<double>(), flat.data_ptr<double>() + flat.numel());
+    RRef<at::Tensor> w = rref::Remote<at::Tensor>(rrefs, "worker0", "new_param", values,
+                                                  local.sizes().vec());
+    const at::Tensor sum = rt.RpcSync<at::Tensor>("worker2", "fetch_sum", w);
+    WORKER_CHECK(AllClose(sum, local.sum()), "an RRef forked to a third host");
+  }
+  std::printf("driver: calls and RRef forks across hosts ok\n");
+
+  // Parameter server: w1 on host 0, w2 on host 2.
+  at::Tensor w1_local = ParamFor(1), w2_local = ParamFor(2);
+  torch::optim::SGD local_optimizer({w1_local, w2_local},
+                                    torch::optim::SGDOptions(0.1).momentum(0.9));
+  auto remote_param = [&](const std::string& owner, const at::Tensor& value) {
+    at::Tensor flat = value.detach().to(at::kDouble).flatten();
+    std::vector<double> values(flat.data_ptr<double>(), flat.data_ptr<double>() + flat.numel());
+    return rref::Remote<at::Tensor>(rrefs, owner, "new_param", values, value.sizes().vec());
+  };
+  {
+    RRef<at::Tensor> w1 = remote_param("worker0", w1_local), w2 = remote_param("worker2", w2_local);
+    dist_optim::SgdOptions sgd;
+    sgd.lr = 0.1;
+    sgd.momentum = 0.9;
+    auto optimizer = ValueOrThrow(dist_optim::DistributedOptimizer::Create(rrefs, {w1, w2}, sgd));
+    for (int step = 0; step < 3; ++step) {
+      at::manual_seed(100 + step);
+      const at::Tensor x = at::randn({5, 4}), target = at::randn({5, 4});
+      local_optimizer.zero_grad();
+      torch::autograd::backward({(Stage(Stage(x, w1_local), w2_local) - target).pow(2).mean()});
+      local_optimizer.step();
+      ContextGuard context(autograd);
+      at::Tensor h = rt.RpcSync<at::Tensor>("worker0", "apply_stage", x, w1);
+      at::Tensor y = rt.RpcSync<at::Tensor>("worker2", "apply_stage", h, w2);
+      ThrowIfError(autograd.Backward(context.id(), {(y - target).pow(2).mean()}));
+      ThrowIfError(optimizer.Step(context.id()));
+    }
+    WORKER_CHECK(AllClose(w1.to_here(), w1_local), "parameters on host 0 after training");
+    WORKER_CHECK(AllClose(w2.to_here(), w2_local), "parameters on host 2 after training");
+  }
+  std::printf("driver: parameter-server training across hosts matches one process\n");
+
+  // Pipeline: stage 1 on host 0, stage 2 on host 2, micro-batches from here.
+  {
+    auto front = rref::RemoteObject<pipeline::Stage>(rrefs, "worker0", std::string("front"),
+                                                     int64_t{1});
+    auto back = rref::RemoteObject<pipeline::Stage>(rrefs, "worker2", std::string("back"),
+                                                    int64_t{2});
+    pipeline::PipelineDriver driver(rrefs, {front, back}, /*micro_batches=*/4);
+    dist_optim::SgdOptions sgd;
+    sgd.lr = 0.1;
+    auto optimizer =
+        ValueOrThrow(dist_optim::DistributedOptimizer::Create(rrefs, driver.ParameterRRefs(), sgd));
+    auto factories = TestStageFactories();
+    pipeline::StageModel local_front = factories["front"](1), local_back = factories["back"](2);
+    std::vector<at::Tensor> local_params = local_front.parameters;
+    local_params.insert(local_params.end(), local_back.parameters.begin(),
+                        local_back.parameters.end());
+    torch::optim::SGD local_sgd(local_params, torch::optim::SGDOptions(0.1));
+    for (int step = 0; step < 2; ++step) {
+      at::manual_seed(50 + step);
+      const at::Tensor x = at::randn({10, 6}), y = at::randn({10, 3});
+      local_sgd.zero_grad();
+      at::Tensor local_loss = at::mse_loss(local_back.forward(local_front.forward(x)), y);
+      torch::autograd::backward({local_loss});
+      local_sgd.step();
+      ContextGuard context(autograd);
+      at::Tensor loss = at::mse_loss(driver.Forward(x), y);
+      WORKER_CHECK(AllClose(loss, local_loss), "pipeline loss");
+      ThrowIfError(autograd.Backward(context.id(), {loss}));
+      ThrowIfError(optimizer.Step(context.id()));
+    }
+    auto values = front.RpcSync<std::vector<at::Tensor>>("parameter_values");
+    auto back_values = back.RpcSync<std::vector<at::Tensor>>("parameter_values");
+    values.insert(values.end(), back_values.begin(), back_values.end());
+    WORKER_CHECK(values.size() == local_params.size(), "pipeline parameter count");
+    for (size_t i = 0; i < values.size(); ++i) {
+      WORKER_CHECK(AllClose(values[i], local_params[i]), "pipeline parameters after training");
+    }
+  }
+  std::printf("driver: pipeline across hosts matches one process\n");
+
+  // Nothing left behind: every RRef released, every autograd context too.
+  for (const char* owner : {"worker0", "worker2"}) {
+    WORKER_CHECK(rt.RpcSync<bool>(owner, "await_no_rrefs", int64_t{30000}), "RRefs released");
+    WORKER_CHECK(rt.RpcSync<bool>(owner, "await_contexts", int64_t{0}, int64_t{30000}),
+                 "autograd contexts released");
+  }
+  WORKER_CHECK(autograd.WaitForContexts(0, absl::Seconds(30)), "driver's contexts released");
+  std::printf("driver: nothing leaked\n");
+  return 0;
+}
+
+// Three workers (worker0..2), one per host; rank 1 drives, the others serve.
+TESSERA_WORKER_SCENARIO(multihost_rpc_job) {
+  auto rrefs = rref::RRefContext::Create(MakeDistAutogradClasses());
+  auto autograd = dist_autograd::DistAutograd::Create();
+  rpc::Registry registry = MakeDistAutogradRegistry(autograd);
+  ThrowIfError(registry.Register("fetch_sum", [](RRef<at::Tensor> w) { return w.to_here().sum(); }));
+  std::weak_ptr<rref::RRefContext> weak = rrefs;
+  ThrowIfError(registry.Register("await_no_rrefs", [weak](int64_t timeout_ms) {
+    auto context = weak.lock();
+    return context != nullptr &&
+           context->WaitForOwnedValues(0, absl::Milliseconds(timeout_ms));
+  }));
+  auto runtime = rpc::Runtime::Init(TestWorkerOptions(), std::move(registry), {rrefs, autograd});
+  if (!runtime.ok()) {
+    std::printf("cannot start: %s\n", runtime.status().ToString().c_str());
+    return 2;
+  }
+  int code = 0;
+  if ((*runtime)->self().rank == 1) {
+    try {
+      code = DriveRpcJob(**runtime, *rrefs, *autograd);
+    } catch (const std::exception& e) {
+      std::printf("driver failed: %s\n", e.what());
+      code = 3;
+    }
+  }
+  std::fflush(stdout);
+  const absl::Status shutdown = (*runtime)->Shutdown();
+  if (!shutdown.ok()) std::printf("shutdown: %s\n", shutdown.ToString().c_str());
+  return code != 0 ? code : shutdown.ok() ? 0 : 4;
+}
+
+// Rank 1 calls both others until a call fails, then names the failure
+// (the link-cut test).
+TESSERA_WORKER_SCENARIO(multihost_until_failure) {
+  auto runtime = rpc::Runtime::Init(TestWorkerOptions(), MakeTestRegistry());
+  if (!runtime.ok()) return 2;
+  rpc::Runtime& rt = **runtime;
+  if (rt.self().rank != 1) {
+    // Serve until the launcher stops this worker.
+    for (;;) absl::SleepFor(absl::Seconds(1));
+  }
+  for (int64_t round = 0;; ++round) {
+    for (const char* peer : {"worker0", "worker2"}) {
+      auto got = rt.RpcAsync<int64_t>(peer, "echo", round).Wait(absl::Seconds(5));
+      if (!got.ok()) {
+        std::printf("call failed: %s\n", got.status().ToString().c_str());
+        std::fflush(stdout);
+        return 3;
+      }
+    }
+    if (round == 10) {
+      std::printf("calls flowing\n");
+      std::fflush(stdout);
+    }
+  }
+}
+
+// A small model of the DDP tutorial's shape, the same on every rank.
+torch::nn::Sequential DdpModel() {
+  torch::manual_seed(7);
+  return torch::nn::Sequential(torch::nn::Linear(6, 8), torch::nn::ReLU(), torch::nn::Linear(8, 3));
+}
+
+// Rank r's batch at `step`, known to every rank (for the reference).
+std::pair<at::Tensor, at::Tensor> DdpBatch(int rank, int step) {
+  at::manual_seed(1000 * step + rank);
+  return {at::randn({4, 6}), at::randn({4, 3})};
+}
+
+// Every rank trains its replica under DDP on its own batches, and a local
+// model on every rank's batches at once; after the steps they must agree.
+TESSERA_WORKER_SCENARIO(multihost_ddp) {
+  auto env = ddp::CreateGlooProcessGroupFromEnv();
+  if (!env.ok()) {
+    std::printf("no process group: %s\n", env.status().ToString().c_str());
+    return 2;
+  }
+  ddp::ProcessGroup& group = *env->group;
+  auto replica = DdpModel();
+  auto reference = DdpModel();
+  auto ddp = ddp::DistributedDataParallel::Create(replica.ptr(), &group);
+  if (!ddp.ok()) {
+    std::printf("no DDP: %s\n", ddp.status().ToString().c_str());
+    return 2;
+  }
+  torch::optim::SGD optimizer(replica->parameters(), torch::optim::SGDOptions(0.05));
+  torch::optim::SGD reference_optimizer(reference->parameters(), torch::optim::SGDOptions(0.05));
+  for (int step = 0; step < 5; ++step) {
+    auto [x, y] = DdpBatch(group.rank(), step);
+    optimizer.zero_grad();
+    torch::autograd::backward({at::mse_loss(replica->forward(x), y)});
+    optimizer.step();
+    std::vector<at::Tensor> xs, ys;
+    for (int r = 0; r < group.size(); ++r) {
+      auto [rx, ry] = DdpBatch(r, step);
+      xs.push_back(rx);
+      ys.push_back(ry);
+    }
+    reference_optimizer.zero_grad();
+    torch::autograd::backward({at::mse_loss(reference->forward(at::cat(xs)), at::cat(ys))});
+    reference_optimizer.step();
+  }
+  const auto got = replica->parameters(), want = reference->parameters();
+  for (size_t i = 0; i < got.size(); ++i) {
+    WORKER_CHECK(at::allclose(got[i], want[i], 1e-5, 1e-6), "DDP parameters vs one process");
+  }
+  std::printf("ddp rank %d of %d matches one process\n", group.rank(), group.size());
+  return 0;
+}
+
+// A port free on this machine now; the hosts' namespaces are new, so it is
+// free there too.
+std::string FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return std::to_string(port);
+}
+
+std::string SelfPath() {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  return n > 0 ? std::string(self, n) : std::string();
+}
+
+using Env = std::vector<std::pair<std::string, std::string>>;
+
+// One tessera-run per host (node rank = host index), `nproc` workers each,
+// meeting at `master` (host 0's address by default).
+class Job {
+ public:
+  Job(NetworkHosts& hosts, int nproc, std::vector<std::string> command, Env env = {},
+      std::string master = "", std::vector<std::string> extra_args = {}) {
+    if (master.empty()) master = hosts.address(0);
+    env.push_back({"TESSERA_JOB_SECRET", "the job's secret across hosts"});
+    env.push_back({"TESSERA_LOG_LEVEL", "INFO"});
+    const std::string port = FreePort();
+    for (int host = 0; host < hosts.size(); ++host) {
+      std::vector<std::string> args = {"--nnodes", std::to_string(hosts.size()), "--node_rank",
+                                       std::to_string(host), "--nproc_per_node",
+                                       std::to_string(nproc), "--master_addr", master,
+                                       "--master_port", port};
+      args.insert(args.end(), extra_args.begin(), extra_args.end());
+      args.insert(args.end(), command.begin(), command.end());
+      launchers_.push_back(std::make_unique<Launcher>(args, hosts.On(host, env)));
+    }
+  }
+  // Every launcher's exit code, waiting up to `timeout` in all.
+  std::vector<int> Finish(absl::Duration timeout = absl::Seconds(240)) {
+    const absl::Time deadline = absl::Now() + timeout;
+    std::vector<int> codes;
+    for (auto& launcher : launchers_) {
+      codes.push_back(launcher->Finish(std::max(deadline - absl::Now(), absl::Seconds(1))));
+    }
+    return codes;
+  }
+  Launcher& on(int host) { return *launchers_[host]; }
+  std::string output() const {
+    std::string all;
+    for (size_t host = 0; host < launchers_.size(); ++host) {
+      absl::StrAppend(&all, "---- host ", host, " ----\n", launchers_[host]->output());
+    }
+    return all;
+  }
+
+ private:
+  std::vector<std::unique_ptr<Launcher>> launchers_;
+};
+
+// The checks of DriveRpcJob passed, every launcher exited 0, and every peer
+// of every worker was reached over TCP, not a same-host transport.
+void ExpectRpcJobPassed(Job& job, int hosts) {
+  EXPECT_EQ(job.Finish(), std::vector<int>(hosts, 0)) << job.output();
+  const std::string& driver = job.on(1).output();
+  for (const char* line : {"driver: calls and RRef forks across hosts ok",
+                           "driver: parameter-server training across hosts matches one process",
+                           "driver: pipeline across hosts matches one process",
+                           "driver: nothing leaked"}) {
+    EXPECT_TRUE(absl::StrContains(driver, line)) << line << "\n" << job.output();
+  }
+  EXPECT_FALSE(absl::StrContains(job.output(), "channel (same host)")) << job.output();
+}
+
+class MultiHostRpcTest : public ::testing::TestWithParam<std::string> {};
+
+// Three hosts, one worker each, over the backend named by the parameter.
+TEST_P(MultiHostRpcTest, EveryRpcJobShapeRunsAcrossThreeHosts) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  Env env;
+  std::string master;
+  if (GetParam() == "tensorpipe") {
+    env = {{"TESSERA_RPC_BACKEND", "tensorpipe"}};
+  } else if (GetParam() == "tensorpipe_by_host_name") {
+    env = {{"TESSERA_RPC_BACKEND", "tensorpipe"}};
+    master = hosts.name(0);
+  } else if (GetParam() == "grpc_ipv6") {
+    env = {{"TESSERA_RPC_BACKEND", "grpc"}};
+    master = hosts.address6(0);
+  } else {
+    ASSERT_EQ(GetParam(), "grpc_mutual_tls");
+    // One certificate for every host's address, signed by the job's CA.
+    const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/tls");
+    const std::string script = absl::StrCat(
+        "set -e; mkdir -p ", dir, "; cd ", dir, "; ",
+        "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 "
+        "-subj /CN=tessera-test-ca 2>/dev/null; ",
+        "openssl req -newkey rsa:2048 -nodes -keyout worker.key -out worker.csr "
+        "-subj /CN=tessera-worker 2>/dev/null; ",
+        "printf 'subjectAltName=IP:", hosts.address(0), ",IP:", hosts.address(1), ",IP:",
+        hosts.address(2), "\\nextendedKeyUsage=serverAuth,clientAuth\\n' > ext.cnf; ",
+        "openssl x509 -req -in worker.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+        "-out worker.pem -days 2 -extfile ext.cnf 2>/dev/null");
+    ASSERT_EQ(std::system(script.c_str()), 0) << "openssl failed";
+    env = {{"TESSERA_RPC_BACKEND", "grpc"},
+           {"TESSERA_TLS_CERT_FILE", dir + "/worker.pem"},
+           {"TESSERA_TLS_KEY_FILE", dir + "/worker.key"},
+           {"TESSERA_TLS_CA_FILE", dir + "/ca.pem"},
+           {"TESSERA_TLS_MUTUAL", "1"}};
+  }
+  Job job(hosts, 1, {SelfPath(), "--tessera_worker=multihost_rpc_job"}, env, master);
+  ExpectRpcJobPassed(job, 3);
+  if (absl::StartsWith(GetParam(), "tensorpipe")) {
+    // The driver logged the transport it chose for each peer.
+    EXPECT_TRUE(absl::StrContains(
+        job.on(1).output(), absl::StrCat("connecting to 'worker0' (rank 0) at tcp://",
+                                         hosts.address(0), ":")))
+        << job.output();
+    EXPECT_TRUE(absl::StrContains(job.on(1).output(),
+                                  "tcp transport, basic channel (another host)"))
+        << job.output();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, MultiHostRpcTest,
+                         ::testing::Values("tensorpipe", "tensorpipe_by_host_name", "grpc_ipv6",
+                                           "grpc_mutual_tls"));
+
+// 2 hosts x 2 ranks of DDP over Gloo train exactly like one process on all
+// four ranks' batches.
+TEST(MultiHostTest, DdpOverGlooAcrossTwoHostsMatchesOneProcess) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 2);
+  Job job(hosts, 2, {SelfPath(), "--tessera_worker=multihost_ddp"});
+  EXPECT_EQ(job.Finish(), std::vector<int>(2, 0)) << job.output();
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_TRUE(absl::StrContains(job.output(),
+                                  absl::StrCat("ddp rank ", rank, " of 4 matches one process")))
+        << job.output();
+  }
+  // Each host's ranks listened on that host's address.
+  EXPECT_TRUE(absl::StrContains(job.on(1).output(), absl::StrCat("at ", hosts.address(1), " (eth0")))
+      << job.output();
+}
+
+// The examples, as a user runs them across hosts: the parameter server
+// (server on host 0, a trainer on each other host) and the hybrid DDP + RPC
+// job (the table on host 0, trainers on hosts 1 and 2). Both must learn.
+double AccuracyIn(const std::string& output) {
+  const auto at = output.find("test accuracy ");
+  return at == std::string::npos ? -1 : std::atof(output.c_str() + at + 14);
+}
+
+TEST(MultiHostTest, TheParameterServerExampleTrainsAcrossThreeHosts) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  Job job(hosts, 1,
+          {"examples/parameter_server/parameter_server", "--epochs", "1", "--max_steps", "120"});
+  EXPECT_EQ(job.Finish(absl::Seconds(400)), std::vector<int>(3, 0)) << job.output();
+  EXPECT_GT(AccuracyIn(job.on(0).output()), 60.0) << job.output();
+}
+
+TEST(MultiHostTest, TheHybridExampleTrainsAcrossThreeHosts) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  Job job(hosts, 1, {"examples/hybrid_ddp_rpc/hybrid_ddp_rpc", "--epochs", "1"});
+  EXPECT_EQ(job.Finish(absl::Seconds(400)), std::vector<int>(3, 0)) << job.output();
+  EXPECT_GT(AccuracyIn(job.on(1).output()), 60.0) << job.output();
+}
+
+// Host 1 forces loopback while the master is host 0: its worker fails at
+// start naming the address, the interface and the setting, at once.
+TEST(MultiHostTest, AdvertisingLoopbackToOtherHostsFailsAtOnceNamingTheSetting) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 2);
+  const absl::Time start = absl::Now();
+  Job job(hosts, 1, {SelfPath(), "--tessera_worker=multihost_rpc_job"},
+          {{"TESSERA_SOCKET_IFNAME", "lo"}}, "", {"--rdzv_timeout", "20"});
+  const std::vector<int> codes = job.Finish(absl::Seconds(120));
+  EXPECT_NE(codes[0], 0) << job.output();
+  EXPECT_NE(codes[1], 0) << job.output();
+  EXPECT_TRUE(absl::StrContains(job.on(1).output(),
+                                "would advertise the loopback address 127.0.0.1 (lo, "
+                                "TESSERA_SOCKET_IFNAME)"))
+      << job.output();
+  EXPECT_TRUE(absl::StrContains(job.on(1).output(), absl::StrCat("but MASTER_ADDR ", hosts.address(0),
+                                                                 " is another host")))
+      << job.output();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(60)) << job.output();
+}
+
+// The link of host 2 is cut while calls flow: the caller names the peer,
+// its address and the deadline; every launcher exits non-zero within
+// --rdzv_timeout, and nothing is left running on any host.
+TEST(MultiHostTest, ACutLinkFailsEveryHostWithANamedCause) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  Job job(hosts, 1, {SelfPath(), "--tessera_worker=multihost_until_failure"}, {}, "",
+          {"--rdzv_timeout", "15"});
+  ASSERT_TRUE(job.on(1).WaitFor("calls flowing")) << job.output();
+  ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
+  const std::vector<int> codes = job.Finish(absl::Seconds(120));
+  for (int host = 0; host < 3; ++host) EXPECT_NE(codes[host], 0) << job.output();
+  const std::string& driver = job.on(1).output();
+  EXPECT_TRUE(absl::StrContains(driver, "call failed: DEADLINE_EXCEEDED")) << job.output();
+  EXPECT_TRUE(absl::StrContains(driver, "worker2")) << job.output();
+  EXPECT_TRUE(absl::StrContains(job.on(2).output(), "lost contact with the rendezvous store at " +
+                                                        hosts.address(0)))
+      << job.output();
+}
+
+// Host 1's launcher is killed (SIGKILL: a machine gone, with its workers):
+// the other hosts notice within --rdzv_timeout and stop.
+TEST(MultiHostTest, AKilledLauncherStopsTheOtherHosts) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 2);
+  Job job(hosts, 1, {"/bin/sh", "-c", "echo ready; while :; do sleep 1; done"}, {}, "",
+          {"--rdzv_timeout", "10"});
+  ASSERT_TRUE(job.on(0).WaitFor("ready")) << job.output();
+  ASSERT_TRUE(job.on(1).WaitFor("ready")) << job.output();
+  ::kill(job.on(1).pid(), SIGKILL);
+  const absl::Time killed = absl::Now();
+  EXPECT_EQ(job.on(0).Finish(absl::Seconds(60)), 1) << job.output();
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(40)) << job.output();
+  EXPECT_TRUE(absl::StrContains(job.on(0).output(), "node 1 has not been heard from for 10s"))
+      << job.output();
+}
+
+}  // namespace
+}  // namespace tessera::testing
