@@ -76,7 +76,7 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
         handler_(std::move(handler)),
         executor_(executor),
         timer_(timer),
-        pending_(timer, [this](int rank) { return PeerName(rank); }) {
+        pending_(timer, [this](int rank) { return PeerAt(rank); }) {
     settings_.self = PeerIdentity{self_.name, self_.rank};
     settings_.secret = secret;
     settings_.limits = options.limits;

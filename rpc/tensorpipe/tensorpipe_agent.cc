@@ -77,7 +77,7 @@ class TensorPipeAgent final : public RpcAgent {
         timer_(timer),
         context_(std::make_shared<tp::Context>(
             tp::ContextOptions().name(self_.name))),
-        pending_(timer, [this](int rank) { return PeerName(rank); }) {}
+        pending_(timer, [this](int rank) { return PeerAt(rank); }) {}
 
   ~TensorPipeAgent() override {
     Close(absl::CancelledError("RPC agent destroyed"));
@@ -88,10 +88,19 @@ class TensorPipeAgent final : public RpcAgent {
     if (options_.tcp == TcpTransport::kGuarded) {
       tcp_name = "tcp";
       GuardedTcpOptions tcp_options;
+      tcp_options.advertise_host = options_.advertise_host;
       // A descriptor frame is the envelope plus TensorPipe's small header.
       tcp_options.max_frame_bytes = options_.limits.max_envelope_bytes + (64 << 10);
       context_->registerTransport(0, tcp_name, CreateGuardedTcpTransport(tcp_options));
     } else {
+      const std::string& advertise =
+          options_.advertise_host.empty() ? options_.listen_host : options_.advertise_host;
+      if (advertise != options_.listen_host || IsWildcardAddress(options_.listen_host)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "TensorPipe's uv transport tells peers the address it listens on, so it cannot "
+            "listen on ", options_.listen_host, " and advertise ", advertise,
+            ": use the guarded TCP transport (the default)"));
+      }
       context_->registerTransport(0, tcp_name, tp::transport::uv::create());
     }
     std::vector<std::string> urls = {tcp_name + "://" + JoinHostPort(options_.listen_host, 0)};
@@ -132,18 +141,16 @@ class TensorPipeAgent final : public RpcAgent {
     std::shared_ptr<tp::Listener> listener;
     try {
       listener = context_->listen(urls);
-      listen_url_ = listener->url(tcp_name);
+      // The advertised host with the bound port (GuardedTcpOptions).
+      self_.address = listener->url(tcp_name);
     } catch (const std::exception& e) {
       return absl::UnavailableError(absl::StrCat(
           "cannot listen on ", options_.listen_host, ": ", e.what()));
     }
-    self_.address = listen_url_;
     std::string host;
     int port = 0;
-    if (!options_.advertise_host.empty() &&
-        SplitHostPort(listen_url_.substr(listen_url_.find("://") + 3), &host, &port)) {
-      self_.address = tcp_name + "://" + JoinHostPort(options_.advertise_host, port);
-    }
+    SplitHostPort(self_.address.substr(self_.address.find("://") + 3), &host, &port);
+    listen_url_ = tcp_name + "://" + JoinHostPort(options_.listen_host, port);
     self_.locality = absl::StrJoin(locality, "\t");
     TESSERA_LOG(INFO) << self_.name << ": TensorPipe listening at " << listen_url_
                       << (self_.address != listen_url_ ? ", advertised as " + self_.address : "")

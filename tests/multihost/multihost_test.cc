@@ -10,6 +10,7 @@
 #include <ATen/ops/mse_loss.h>
 #include <ATen/ops/randn.h>
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -24,6 +25,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -181,7 +183,23 @@ TESSERA_WORKER_SCENARIO(multihost_rpc_job) {
     return context != nullptr &&
            context->WaitForOwnedValues(0, absl::Milliseconds(timeout_ms));
   }));
-  auto runtime = rpc::Runtime::Init(TestWorkerOptions(), std::move(registry), {rrefs, autograd});
+  // RpcOptions::FromEnv as a user's program: under tessera-run the launcher
+  // hosts the store, started directly (Kubernetes, srun) rank 0 does.
+  auto options = rpc::RpcOptions::FromEnv();
+  if (!options.ok()) {
+    std::printf("bad environment: %s\n", options.status().ToString().c_str());
+    return 2;
+  }
+  options->shutdown_timeout = absl::Seconds(120);
+  // Rank 1 fails once, before meeting anyone, when FAILED_ONCE_MARKER names
+  // a file that does not exist yet (the restart test).
+  if (const char* marker = std::getenv("FAILED_ONCE_MARKER");
+      marker != nullptr && options->rank == 1 && access(marker, F_OK) != 0) {
+    close(open(marker, O_CREAT | O_WRONLY, 0600));
+    std::printf("failing once on purpose\n");
+    return 5;
+  }
+  auto runtime = rpc::Runtime::Init(*options, std::move(registry), {rrefs, autograd});
   if (!runtime.ok()) {
     std::printf("cannot start: %s\n", runtime.status().ToString().c_str());
     return 2;
@@ -213,7 +231,9 @@ TESSERA_WORKER_SCENARIO(multihost_until_failure) {
   }
   for (int64_t round = 0;; ++round) {
     for (const char* peer : {"worker0", "worker2"}) {
-      auto got = rt.RpcAsync<int64_t>(peer, "echo", round).Wait(absl::Seconds(5));
+      // The call's own deadline fires first; Wait's is a backstop.
+      auto got = rt.RpcAsync<int64_t>(rpc::CallOptions{absl::Seconds(5)}, peer, "echo", round)
+                     .Wait(absl::Seconds(30));
       if (!got.ok()) {
         std::printf("call failed: %s\n", got.status().ToString().c_str());
         std::fflush(stdout);
@@ -307,14 +327,29 @@ using Env = std::vector<std::pair<std::string, std::string>>;
 
 // One tessera-run per host (node rank = host index), `nproc` workers each,
 // meeting at `master` (host 0's address by default).
+// What every process of a test job gets: the job's secret, and INFO logs
+// (addresses and transport choices are logged there).
+Env JobEnv(Env env) {
+  env.push_back({"TESSERA_JOB_SECRET", "the job's secret across hosts"});
+  env.push_back({"TESSERA_LOG_LEVEL", "INFO"});
+  return env;
+}
+
+// One process per host: tessera-run (Job::Launched) or the worker itself
+// (Job::Direct, as Kubernetes or srun start them).
 class Job {
  public:
-  Job(NetworkHosts& hosts, int nproc, std::vector<std::string> command, Env env = {},
-      std::string master = "", std::vector<std::string> extra_args = {}) {
+  // tessera-run on every host (node rank = host index), `nproc` workers
+  // each, meeting at `master` (host 0's address when empty).
+  static std::unique_ptr<Job> Launched(NetworkHosts& hosts, int nproc,
+                                       std::vector<std::string> command, Env env = {},
+                                       std::string master = "",
+                                       std::vector<std::string> extra_args = {},
+                                       std::function<Env(int host)> host_env = nullptr) {
     if (master.empty()) master = hosts.address(0);
-    env.push_back({"TESSERA_JOB_SECRET", "the job's secret across hosts"});
-    env.push_back({"TESSERA_LOG_LEVEL", "INFO"});
+    env = JobEnv(std::move(env));
     const std::string port = FreePort();
+    auto job = std::unique_ptr<Job>(new Job);
     for (int host = 0; host < hosts.size(); ++host) {
       std::vector<std::string> args = {"--nnodes", std::to_string(hosts.size()), "--node_rank",
                                        std::to_string(host), "--nproc_per_node",
@@ -322,29 +357,49 @@ class Job {
                                        "--master_port", port};
       args.insert(args.end(), extra_args.begin(), extra_args.end());
       args.insert(args.end(), command.begin(), command.end());
-      launchers_.push_back(std::make_unique<Launcher>(args, hosts.On(host, env)));
+      Env own = env;
+      if (host_env) {
+        for (auto& entry : host_env(host)) own.push_back(entry);
+      }
+      job->processes_.push_back(std::make_unique<Launcher>(args, hosts.On(host, own)));
     }
+    return job;
   }
-  // Every launcher's exit code, waiting up to `timeout` in all.
+  // `command` started directly on every host, with `env_of(host, port)`;
+  // `port` is a free one for the store, also put where "{port}" is in `command`.
+  static std::unique_ptr<Job> Direct(NetworkHosts& hosts, std::vector<std::string> command,
+                                     const std::function<Env(int, const std::string&)>& env_of) {
+    const std::string port = FreePort();
+    auto job = std::unique_ptr<Job>(new Job);
+    for (int host = 0; host < hosts.size(); ++host) {
+      std::vector<std::string> argv = hosts.On(host, JobEnv(env_of(host, port)));
+      for (const auto& arg : command) argv.push_back(arg == "{port}" ? port : arg);
+      job->processes_.push_back(std::make_unique<ObservedProcess>(argv));
+    }
+    return job;
+  }
+
+  // Every process's exit code, waiting up to `timeout` in all.
   std::vector<int> Finish(absl::Duration timeout = absl::Seconds(240)) {
     const absl::Time deadline = absl::Now() + timeout;
     std::vector<int> codes;
-    for (auto& launcher : launchers_) {
-      codes.push_back(launcher->Finish(std::max(deadline - absl::Now(), absl::Seconds(1))));
+    for (auto& process : processes_) {
+      codes.push_back(process->Finish(std::max(deadline - absl::Now(), absl::Seconds(1))));
     }
     return codes;
   }
-  Launcher& on(int host) { return *launchers_[host]; }
+  ObservedProcess& on(int host) { return *processes_[host]; }
   std::string output() const {
     std::string all;
-    for (size_t host = 0; host < launchers_.size(); ++host) {
-      absl::StrAppend(&all, "---- host ", host, " ----\n", launchers_[host]->output());
+    for (size_t host = 0; host < processes_.size(); ++host) {
+      absl::StrAppend(&all, "---- host ", host, " ----\n", processes_[host]->output());
     }
     return all;
   }
 
  private:
-  std::vector<std::unique_ptr<Launcher>> launchers_;
+  Job() = default;
+  std::vector<std::unique_ptr<ObservedProcess>> processes_;
 };
 
 // The checks of DriveRpcJob passed, every launcher exited 0, and every peer
@@ -397,17 +452,17 @@ TEST_P(MultiHostRpcTest, EveryRpcJobShapeRunsAcrossThreeHosts) {
            {"TESSERA_TLS_CA_FILE", dir + "/ca.pem"},
            {"TESSERA_TLS_MUTUAL", "1"}};
   }
-  Job job(hosts, 1, {SelfPath(), "--tessera_worker=multihost_rpc_job"}, env, master);
-  ExpectRpcJobPassed(job, 3);
+  auto job = Job::Launched(hosts, 1, {SelfPath(), "--tessera_worker=multihost_rpc_job"}, env, master);
+  ExpectRpcJobPassed(*job, 3);
   if (absl::StartsWith(GetParam(), "tensorpipe")) {
     // The driver logged the transport it chose for each peer.
     EXPECT_TRUE(absl::StrContains(
-        job.on(1).output(), absl::StrCat("connecting to 'worker0' (rank 0) at tcp://",
+        job->on(1).output(), absl::StrCat("connecting to 'worker0' (rank 0) at tcp://",
                                          hosts.address(0), ":")))
-        << job.output();
-    EXPECT_TRUE(absl::StrContains(job.on(1).output(),
+        << job->output();
+    EXPECT_TRUE(absl::StrContains(job->on(1).output(),
                                   "tcp transport, basic channel (another host)"))
-        << job.output();
+        << job->output();
   }
 }
 
@@ -419,16 +474,109 @@ INSTANTIATE_TEST_SUITE_P(Backends, MultiHostRpcTest,
 // four ranks' batches.
 TEST(MultiHostTest, DdpOverGlooAcrossTwoHostsMatchesOneProcess) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 2);
-  Job job(hosts, 2, {SelfPath(), "--tessera_worker=multihost_ddp"});
-  EXPECT_EQ(job.Finish(), std::vector<int>(2, 0)) << job.output();
+  auto job = Job::Launched(hosts, 2, {SelfPath(), "--tessera_worker=multihost_ddp"});
+  EXPECT_EQ(job->Finish(), std::vector<int>(2, 0)) << job->output();
   for (int rank = 0; rank < 4; ++rank) {
-    EXPECT_TRUE(absl::StrContains(job.output(),
+    EXPECT_TRUE(absl::StrContains(job->output(),
                                   absl::StrCat("ddp rank ", rank, " of 4 matches one process")))
-        << job.output();
+        << job->output();
   }
   // Each host's ranks listened on that host's address.
-  EXPECT_TRUE(absl::StrContains(job.on(1).output(), absl::StrCat("at ", hosts.address(1), " (eth0")))
-      << job.output();
+  EXPECT_TRUE(absl::StrContains(job->on(1).output(), absl::StrCat("at ", hosts.address(1), " (eth0")))
+      << job->output();
+}
+
+// Kubernetes' PyTorchJob operator sets MASTER_ADDR (the master pod's name),
+// MASTER_PORT, WORLD_SIZE and RANK in each pod and starts the program
+// itself: no launcher. Rank 0 hosts the store; RPC and DDP jobs run as is.
+TEST(MultiHostTest, AKubernetesStyleEnvironmentNeedsNoLauncher) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  auto pod_env = [&](int world_size) {
+    return [&, world_size](int host, const std::string& port) {
+      return Env{{"MASTER_ADDR", hosts.name(0)},
+                 {"MASTER_PORT", port},
+                 {"WORLD_SIZE", std::to_string(world_size)},
+                 {"RANK", std::to_string(host)}};
+    };
+  };
+  auto rpc_job = Job::Direct(hosts, {SelfPath(), "--tessera_worker=multihost_rpc_job"}, pod_env(3));
+  ExpectRpcJobPassed(*rpc_job, 3);
+  auto ddp_job = Job::Direct(hosts, {SelfPath(), "--tessera_worker=multihost_ddp"}, pod_env(3));
+  EXPECT_EQ(ddp_job->Finish(), std::vector<int>(3, 0)) << ddp_job->output();
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_TRUE(absl::StrContains(ddp_job->output(),
+                                  absl::StrCat("ddp rank ", rank, " of 3 matches one process")))
+        << ddp_job->output();
+  }
+}
+
+// srun with one task per process and no launcher: ranks, world size and the
+// master come from Slurm's variables (the first host of the node list).
+TEST(MultiHostTest, SrunTasksFindTheirRanksAndMasterInSlurmsVariables) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 2);
+  auto job = Job::Direct(hosts, {SelfPath(), "--tessera_worker=multihost_ddp"},
+                         [](int host, const std::string& port) {
+                           return Env{{"SLURM_JOB_ID", "4242"},
+                                      {"SLURM_PROCID", std::to_string(host)},
+                                      {"SLURM_NTASKS", "2"},
+                                      {"SLURM_LOCALID", "0"},
+                                      {"SLURM_JOB_NODELIST", "host[0-1]"},
+                                      {"MASTER_PORT", port}};
+                         });
+  EXPECT_EQ(job->Finish(), std::vector<int>(2, 0)) << job->output();
+  EXPECT_EQ(absl::StrContains(job->output(), "ddp rank 1 of 2 matches one process"), true)
+      << job->output();
+}
+
+// One tessera-run per node inside a Slurm allocation (`srun --ntasks-per-node
+// 1 tessera-run --nproc_per_node 1 --master_port P ...`): node count, node
+// rank and master come from Slurm.
+TEST(MultiHostTest, TesseraRunTakesItsNodesFromSlurm) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  auto job = Job::Direct(hosts,
+                         {"launcher/tessera-run", "--nproc_per_node", "1", "--master_port",
+                          "{port}", SelfPath(), "--tessera_worker=multihost_rpc_job"},
+                         [](int host, const std::string&) {
+                           return Env{{"SLURM_JOB_ID", "4243"},
+                                      {"SLURM_NNODES", "3"},
+                                      {"SLURM_NODEID", std::to_string(host)},
+                                      {"SLURM_JOB_NODELIST", "host[0-2]"}};
+                         });
+  ExpectRpcJobPassed(*job, 3);
+  EXPECT_TRUE(absl::StrContains(job->on(2).output(), "the route to MASTER_ADDR host0 (10.88.0.1)"))
+      << job->output();
+}
+
+// A failure on one host restarts the workers of every host (--max_restarts),
+// and the second attempt completes across hosts.
+TEST(MultiHostTest, AFailureOnOneHostRestartsEveryHost) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  const std::string marker = absl::StrCat(std::getenv("TEST_TMPDIR"), "/rank1_failed_once");
+  unlink(marker.c_str());
+  auto job = Job::Launched(hosts, 1, {SelfPath(), "--tessera_worker=multihost_rpc_job"},
+                           {{"FAILED_ONCE_MARKER", marker}}, "", {"--max_restarts", "1"});
+  ExpectRpcJobPassed(*job, 3);
+  for (int host = 0; host < 3; ++host) {
+    EXPECT_TRUE(absl::StrContains(job->on(host).output(), "restarting the group (1/1)"))
+        << job->output();
+  }
+  EXPECT_EQ(job->on(1).Count("failing once on purpose"), 1) << job->output();
+}
+
+// A worker that listens on every interface (TESSERA_ADDRESS=0.0.0.0) and
+// advertises its host name, as one behind NAT advertises what others dial.
+TEST(MultiHostTest, AWorkerMayAdvertiseAnotherAddressThanItListensOn) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  auto job = Job::Launched(hosts, 1, {SelfPath(), "--tessera_worker=multihost_rpc_job"}, {}, "",
+                           {}, [&](int host) {
+                             return host != 1 ? Env{}
+                                              : Env{{"TESSERA_ADDRESS", "0.0.0.0"},
+                                                    {"TESSERA_ADVERTISE_ADDRESS", hosts.name(1)}};
+                           });
+  ExpectRpcJobPassed(*job, 3);
+  EXPECT_TRUE(absl::StrContains(job->on(1).output(),
+                                absl::StrCat("advertised as tcp://", hosts.address(1), ":")))
+      << job->output();
 }
 
 // The examples, as a user runs them across hosts: the parameter server
@@ -441,17 +589,17 @@ double AccuracyIn(const std::string& output) {
 
 TEST(MultiHostTest, TheParameterServerExampleTrainsAcrossThreeHosts) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
-  Job job(hosts, 1,
+  auto job = Job::Launched(hosts, 1,
           {"examples/parameter_server/parameter_server", "--epochs", "1", "--max_steps", "120"});
-  EXPECT_EQ(job.Finish(absl::Seconds(400)), std::vector<int>(3, 0)) << job.output();
-  EXPECT_GT(AccuracyIn(job.on(0).output()), 60.0) << job.output();
+  EXPECT_EQ(job->Finish(absl::Seconds(400)), std::vector<int>(3, 0)) << job->output();
+  EXPECT_GT(AccuracyIn(job->on(0).output()), 60.0) << job->output();
 }
 
 TEST(MultiHostTest, TheHybridExampleTrainsAcrossThreeHosts) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
-  Job job(hosts, 1, {"examples/hybrid_ddp_rpc/hybrid_ddp_rpc", "--epochs", "1"});
-  EXPECT_EQ(job.Finish(absl::Seconds(400)), std::vector<int>(3, 0)) << job.output();
-  EXPECT_GT(AccuracyIn(job.on(1).output()), 60.0) << job.output();
+  auto job = Job::Launched(hosts, 1, {"examples/hybrid_ddp_rpc/hybrid_ddp_rpc", "--epochs", "1"});
+  EXPECT_EQ(job->Finish(absl::Seconds(400)), std::vector<int>(3, 0)) << job->output();
+  EXPECT_GT(AccuracyIn(job->on(1).output()), 60.0) << job->output();
 }
 
 // Host 1 forces loopback while the master is host 0: its worker fails at
@@ -459,19 +607,20 @@ TEST(MultiHostTest, TheHybridExampleTrainsAcrossThreeHosts) {
 TEST(MultiHostTest, AdvertisingLoopbackToOtherHostsFailsAtOnceNamingTheSetting) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 2);
   const absl::Time start = absl::Now();
-  Job job(hosts, 1, {SelfPath(), "--tessera_worker=multihost_rpc_job"},
+  auto job = Job::Launched(hosts, 1, {SelfPath(), "--tessera_worker=multihost_rpc_job"},
           {{"TESSERA_SOCKET_IFNAME", "lo"}}, "", {"--rdzv_timeout", "20"});
-  const std::vector<int> codes = job.Finish(absl::Seconds(120));
-  EXPECT_NE(codes[0], 0) << job.output();
-  EXPECT_NE(codes[1], 0) << job.output();
-  EXPECT_TRUE(absl::StrContains(job.on(1).output(),
+  const std::vector<int> codes = job->Finish(absl::Seconds(120));
+  EXPECT_NE(codes[0], 0) << job->output();
+  EXPECT_NE(codes[1], 0) << job->output();
+  EXPECT_TRUE(absl::StrContains(job->on(1).output(),
                                 "would advertise the loopback address 127.0.0.1 (lo, "
                                 "TESSERA_SOCKET_IFNAME)"))
-      << job.output();
-  EXPECT_TRUE(absl::StrContains(job.on(1).output(), absl::StrCat("but MASTER_ADDR ", hosts.address(0),
+      << job->output();
+  EXPECT_TRUE(absl::StrContains(job->on(1).output(), absl::StrCat("but MASTER_ADDR ", hosts.address(0),
                                                                  " is another host")))
-      << job.output();
-  EXPECT_LT(absl::Now() - start, absl::Seconds(60)) << job.output();
+      << job->output();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(60)) << job->output();
+  std::printf("what the user saw:\n%s", job->output().c_str());
 }
 
 // The link of host 2 is cut while calls flow: the caller names the peer,
@@ -479,34 +628,39 @@ TEST(MultiHostTest, AdvertisingLoopbackToOtherHostsFailsAtOnceNamingTheSetting) 
 // --rdzv_timeout, and nothing is left running on any host.
 TEST(MultiHostTest, ACutLinkFailsEveryHostWithANamedCause) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
-  Job job(hosts, 1, {SelfPath(), "--tessera_worker=multihost_until_failure"}, {}, "",
+  auto job = Job::Launched(hosts, 1, {SelfPath(), "--tessera_worker=multihost_until_failure"}, {}, "",
           {"--rdzv_timeout", "15"});
-  ASSERT_TRUE(job.on(1).WaitFor("calls flowing")) << job.output();
+  ASSERT_TRUE(job->on(1).WaitFor("calls flowing")) << job->output();
   ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
-  const std::vector<int> codes = job.Finish(absl::Seconds(120));
-  for (int host = 0; host < 3; ++host) EXPECT_NE(codes[host], 0) << job.output();
-  const std::string& driver = job.on(1).output();
-  EXPECT_TRUE(absl::StrContains(driver, "call failed: DEADLINE_EXCEEDED")) << job.output();
-  EXPECT_TRUE(absl::StrContains(driver, "worker2")) << job.output();
-  EXPECT_TRUE(absl::StrContains(job.on(2).output(), "lost contact with the rendezvous store at " +
+  const std::vector<int> codes = job->Finish(absl::Seconds(120));
+  for (int host = 0; host < 3; ++host) EXPECT_NE(codes[host], 0) << job->output();
+  const std::string& driver = job->on(1).output();
+  EXPECT_TRUE(absl::StrContains(
+      driver, absl::StrCat("call failed: DEADLINE_EXCEEDED: call to worker 'worker2' (rank 2) at "
+                           "tcp://", hosts.address(2))))
+      << job->output();
+  EXPECT_TRUE(absl::StrContains(driver, "'echo' got no response within 5")) << job->output();
+  EXPECT_TRUE(absl::StrContains(job->on(2).output(), "lost contact with the rendezvous store at " +
                                                         hosts.address(0)))
-      << job.output();
+      << job->output();
+  std::printf("what the user saw:\n%s", job->output().c_str());
 }
 
 // Host 1's launcher is killed (SIGKILL: a machine gone, with its workers):
 // the other hosts notice within --rdzv_timeout and stop.
 TEST(MultiHostTest, AKilledLauncherStopsTheOtherHosts) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 2);
-  Job job(hosts, 1, {"/bin/sh", "-c", "echo ready; while :; do sleep 1; done"}, {}, "",
+  auto job = Job::Launched(hosts, 1, {"/bin/sh", "-c", "echo ready; while :; do sleep 1; done"}, {}, "",
           {"--rdzv_timeout", "10"});
-  ASSERT_TRUE(job.on(0).WaitFor("ready")) << job.output();
-  ASSERT_TRUE(job.on(1).WaitFor("ready")) << job.output();
-  ::kill(job.on(1).pid(), SIGKILL);
+  ASSERT_TRUE(job->on(0).WaitFor("ready")) << job->output();
+  ASSERT_TRUE(job->on(1).WaitFor("ready")) << job->output();
+  ::kill(job->on(1).pid(), SIGKILL);
   const absl::Time killed = absl::Now();
-  EXPECT_EQ(job.on(0).Finish(absl::Seconds(60)), 1) << job.output();
-  EXPECT_LT(absl::Now() - killed, absl::Seconds(40)) << job.output();
-  EXPECT_TRUE(absl::StrContains(job.on(0).output(), "node 1 has not been heard from for 10s"))
-      << job.output();
+  EXPECT_EQ(job->on(0).Finish(absl::Seconds(60)), 1) << job->output();
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(40)) << job->output();
+  EXPECT_TRUE(absl::StrContains(job->on(0).output(), "node 1 has not been heard from for 10s"))
+      << job->output();
+  std::printf("what the user saw:\n%s", job->output().c_str());
 }
 
 }  // namespace

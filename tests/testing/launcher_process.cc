@@ -16,13 +16,25 @@
 
 namespace tessera::testing {
 
-Launcher::Launcher(std::vector<std::string> args, std::vector<std::string> wrapper) {
+namespace {
+
+std::vector<std::string> TesseraRun(std::vector<std::string> args,
+                                    const std::vector<std::string>& wrapper) {
   args.insert(args.begin(), "launcher/tessera-run");
   args.insert(args.begin(), wrapper.begin(), wrapper.end());
+  return args;
+}
+
+}  // namespace
+
+Launcher::Launcher(std::vector<std::string> args, std::vector<std::string> wrapper)
+    : ObservedProcess(TesseraRun(std::move(args), wrapper)) {}
+
+ObservedProcess::ObservedProcess(std::vector<std::string> argv) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return;
   SpawnOptions spawn;
-  spawn.argv = std::move(args);
+  spawn.argv = std::move(argv);
   spawn.output_fd = fds[1];
   absl::StatusOr<pid_t> pid = Spawn(spawn);
   close(fds[1]);
@@ -35,7 +47,7 @@ Launcher::Launcher(std::vector<std::string> args, std::vector<std::string> wrapp
   fd_ = fds[0];
 }
 
-Launcher::~Launcher() {
+ObservedProcess::~ObservedProcess() {
   if (exit_code_ < 0 && pid_ > 0) {
     ::kill(pid_, SIGKILL);
     Finish(absl::Seconds(10));
@@ -43,7 +55,7 @@ Launcher::~Launcher() {
   if (fd_ >= 0) close(fd_);
 }
 
-bool Launcher::WaitFor(const std::string& text, int count, absl::Duration timeout) {
+bool ObservedProcess::WaitFor(const std::string& text, int count, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   while (Count(text) < count) {
     if (!ReadSome(deadline)) return false;
@@ -51,7 +63,7 @@ bool Launcher::WaitFor(const std::string& text, int count, absl::Duration timeou
   return true;
 }
 
-int Launcher::Finish(absl::Duration timeout) {
+int ObservedProcess::Finish(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   while (ReadSome(deadline)) {
   }
@@ -68,7 +80,7 @@ int Launcher::Finish(absl::Duration timeout) {
   return exit_code_;
 }
 
-int Launcher::Count(const std::string& text) const {
+int ObservedProcess::Count(const std::string& text) const {
   int n = 0;
   for (size_t at = output_.find(text); at != std::string::npos; at = output_.find(text, at + 1)) {
     ++n;
@@ -76,7 +88,7 @@ int Launcher::Count(const std::string& text) const {
   return n;
 }
 
-bool Launcher::ReadSome(absl::Time deadline) {
+bool ObservedProcess::ReadSome(absl::Time deadline) {
   if (fd_ < 0) return false;
   pollfd pfd{fd_, POLLIN, 0};
   const int64_t ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now()));

@@ -1,6 +1,7 @@
-// Launcher: a tessera-run process (launcher/tessera-run, a data dependency
-// of the test) whose combined stdout and stderr the test reads, with bounded
-// waits. Killed if the test did not reap it.
+// ObservedProcess: a process whose combined stdout and stderr the test
+// reads, with bounded waits. Killed if the test did not reap it. Launcher:
+// one running tessera-run (launcher/tessera-run, a data dependency of the
+// test).
 #pragma once
 
 #include <sys/types.h>
@@ -12,14 +13,13 @@
 
 namespace tessera::testing {
 
-class Launcher {
+class ObservedProcess {
  public:
-  // Runs tessera-run with `args`, through `wrapper` when given (e.g.
-  // NetworkHosts::On, to run it on another host).
-  explicit Launcher(std::vector<std::string> args, std::vector<std::string> wrapper = {});
-  ~Launcher();
-  Launcher(const Launcher&) = delete;
-  Launcher& operator=(const Launcher&) = delete;
+  // Runs `argv`.
+  explicit ObservedProcess(std::vector<std::string> argv);
+  ~ObservedProcess();
+  ObservedProcess(const ObservedProcess&) = delete;
+  ObservedProcess& operator=(const ObservedProcess&) = delete;
 
   // Reads output until `text` appears `count` times (true) or the deadline (false).
   bool WaitFor(const std::string& text, int count = 1, absl::Duration timeout = absl::Seconds(60));
@@ -36,6 +36,13 @@ class Launcher {
   int fd_ = -1;
   int exit_code_ = -1;
   std::string output_;
+};
+
+class Launcher : public ObservedProcess {
+ public:
+  // Runs tessera-run with `args`, through `wrapper` when given (e.g.
+  // NetworkHosts::On, to run it on another host).
+  explicit Launcher(std::vector<std::string> args, std::vector<std::string> wrapper = {});
 };
 
 }  // namespace tessera::testing

@@ -36,6 +36,7 @@ class ContextImpl final
   void unregisterDescriptor(int fd) { loop_.unregisterDescriptor(fd); }
 
   size_t max_frame_bytes() const { return options_.max_frame_bytes; }
+  const std::string& advertise_host() const { return options_.advertise_host; }
 
  protected:
   void handleErrorImpl() override { loop_.close(); }

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 namespace tessera::rpc {
 
@@ -24,6 +25,12 @@ struct GuardedTcpOptions {
   // envelope, so this bounds it too). Tensor payloads are read into buffers
   // the reader sized from validated metadata, so they are not limited here.
   size_t max_frame_bytes = size_t{64} << 20;
+  // The host a listener reports as its address (with its bound port), when
+  // not the one it listens on. TensorPipe sends a listener's address to its
+  // peers inside the pipe handshake, and they open the channels' extra
+  // connections to it: a wildcard (0.0.0.0) or a NAT-private address there
+  // would send them to the wrong host.
+  std::string advertise_host;
 };
 
 std::shared_ptr<tensorpipe::transport::Context> CreateGuardedTcpTransport(

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/host_address.h"
 #include "common/logging.h"
 #include "rpc/tensorpipe/guarded_tcp/connection_impl.h"
 #include "rpc/tensorpipe/guarded_tcp/context_impl.h"
@@ -150,7 +151,13 @@ void ListenerImpl::OnHelloEvent(int fd, int events) {
 }
 
 std::string ListenerImpl::addrImplFromLoop() const {
-  return sockaddr_.has_value() ? sockaddr_->str() : requested_addr_;
+  if (!sockaddr_.has_value()) return requested_addr_;
+  std::string host;
+  int port = 0;
+  if (!context_->advertise_host().empty() && SplitHostPort(sockaddr_->str(), &host, &port)) {
+    return JoinHostPort(context_->advertise_host(), port);
+  }
+  return sockaddr_->str();
 }
 
 void ListenerImpl::handleEventsFromLoop(int events) {
