@@ -425,6 +425,9 @@ TEST_P(MultiHostRpcTest, EveryRpcJobShapeRunsAcrossThreeHosts) {
   std::string master;
   if (GetParam() == "tensorpipe") {
     env = {{"TESSERA_RPC_BACKEND", "tensorpipe"}};
+  } else if (GetParam() == "tensorpipe_ipv6") {
+    env = {{"TESSERA_RPC_BACKEND", "tensorpipe"}};
+    master = hosts.address6(0);
   } else if (GetParam() == "tensorpipe_by_host_name") {
     env = {{"TESSERA_RPC_BACKEND", "tensorpipe"}};
     master = hosts.name(0);
@@ -457,8 +460,11 @@ TEST_P(MultiHostRpcTest, EveryRpcJobShapeRunsAcrossThreeHosts) {
   if (absl::StartsWith(GetParam(), "tensorpipe")) {
     // The driver logged the transport it chose for each peer.
     EXPECT_TRUE(absl::StrContains(
-        job->on(1).output(), absl::StrCat("connecting to 'worker0' (rank 0) at tcp://",
-                                         hosts.address(0), ":")))
+        job->on(1).output(),
+        absl::StrCat("connecting to 'worker0' (rank 0) at tcp://",
+                     GetParam() == "tensorpipe_ipv6" ? "[" + hosts.address6(0) + "]"
+                                                     : hosts.address(0),
+                     ":")))
         << job->output();
     EXPECT_TRUE(absl::StrContains(job->on(1).output(),
                                   "tcp transport, basic channel (another host)"))
@@ -467,14 +473,19 @@ TEST_P(MultiHostRpcTest, EveryRpcJobShapeRunsAcrossThreeHosts) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, MultiHostRpcTest,
-                         ::testing::Values("tensorpipe", "tensorpipe_by_host_name", "grpc_ipv6",
+                         ::testing::Values("tensorpipe", "tensorpipe_ipv6",
+                                           "tensorpipe_by_host_name", "grpc_ipv6",
                                            "grpc_mutual_tls"));
 
 // 2 hosts x 2 ranks of DDP over Gloo train exactly like one process on all
-// four ranks' batches.
-TEST(MultiHostTest, DdpOverGlooAcrossTwoHostsMatchesOneProcess) {
+// four ranks' batches, over IPv4 and over IPv6.
+class MultiHostDdpTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(MultiHostDdpTest, DdpOverGlooAcrossTwoHostsMatchesOneProcess) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 2);
-  auto job = Job::Launched(hosts, 2, {SelfPath(), "--tessera_worker=multihost_ddp"});
+  const bool ipv6 = GetParam();
+  auto job = Job::Launched(hosts, 2, {SelfPath(), "--tessera_worker=multihost_ddp"}, {},
+                           ipv6 ? hosts.address6(0) : hosts.address(0));
   EXPECT_EQ(job->Finish(), std::vector<int>(2, 0)) << job->output();
   for (int rank = 0; rank < 4; ++rank) {
     EXPECT_TRUE(absl::StrContains(job->output(),
@@ -482,9 +493,14 @@ TEST(MultiHostTest, DdpOverGlooAcrossTwoHostsMatchesOneProcess) {
         << job->output();
   }
   // Each host's ranks listened on that host's address.
-  EXPECT_TRUE(absl::StrContains(job->on(1).output(), absl::StrCat("at ", hosts.address(1), " (eth0")))
+  EXPECT_TRUE(absl::StrContains(
+      job->on(1).output(),
+      absl::StrCat("Gloo rank 2 of 4 at ", ipv6 ? hosts.address6(1) : hosts.address(1), " (eth0")))
       << job->output();
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, MultiHostDdpTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "ipv6" : "ipv4"; });
 
 // Kubernetes' PyTorchJob operator sets MASTER_ADDR (the master pod's name),
 // MASTER_PORT, WORLD_SIZE and RANK in each pod and starts the program
@@ -621,6 +637,32 @@ TEST(MultiHostTest, AdvertisingLoopbackToOtherHostsFailsAtOnceNamingTheSetting) 
       << job->output();
   EXPECT_LT(absl::Now() - start, absl::Seconds(60)) << job->output();
   std::printf("what the user saw:\n%s", job->output().c_str());
+}
+
+// Host 0 (the master's own host) forces loopback: nothing can tell at its
+// start, but at rendezvous every worker sees the mixed table and fails at
+// once, naming the worker on loopback and those on other hosts.
+TEST(MultiHostTest, AMixOfLoopbackAndOtherHostsFailsAtRendezvous) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 2);
+  const absl::Time start = absl::Now();
+  auto job = Job::Launched(hosts, 1, {SelfPath(), "--tessera_worker=multihost_rpc_job"}, {}, "",
+                           {"--rdzv_timeout", "20"}, [](int host) {
+                             return host == 0 ? Env{{"TP_SOCKET_IFNAME", "lo"}} : Env{};
+                           });
+  const std::vector<int> codes = job->Finish(absl::Seconds(120));
+  EXPECT_NE(codes[0], 0) << job->output();
+  EXPECT_NE(codes[1], 0) << job->output();
+  for (int host = 0; host < 2; ++host) {
+    EXPECT_TRUE(absl::StrContains(
+        job->on(host).output(),
+        absl::StrCat("worker(s) 'worker0' (rank 0) at tcp://127.0.0.1:")))
+        << job->output();
+    EXPECT_TRUE(absl::StrContains(job->on(host).output(),
+                                  absl::StrCat("cannot dial: on their hosts, set "
+                                               "TESSERA_SOCKET_IFNAME")))
+        << job->output();
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(60)) << job->output();
 }
 
 // The link of host 2 is cut while calls flow: the caller names the peer,
