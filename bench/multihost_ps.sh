@@ -6,7 +6,7 @@
 #   bench/multihost_ps.sh [example flags, e.g. --epochs 1]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bazel build //launcher:tessera-run //examples/parameter_server >/dev/null
+bazel build //launcher:tessera-run //examples/parameter_server >/dev/null 2>&1
 RUN=bazel-bin/launcher/tessera-run
 PS=bazel-bin/examples/parameter_server/parameter_server
 P=tsrbench$$
