@@ -1,11 +1,8 @@
 // tessera-run, run as a real process on real workers.
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -114,12 +111,6 @@ TESSERA_WORKER_SCENARIO(launched_rpc_failing_once) {
   return code;
 }
 
-std::string SelfPath() {
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  return n > 0 ? std::string(self, n) : std::string();
-}
-
 TEST(LauncherTest, RunsATesseraJob) {
   Launcher launcher(
       {"--nproc_per_node", "3", "--standalone", SelfPath(), "--tessera_worker=launched_rpc"});
@@ -160,23 +151,6 @@ TESSERA_WORKER_SCENARIO(launched_rpc_rank1_fails_first) {
   return RunLaunchedRpcWorker();
 }
 
-// A port no one listens on now, for node 0's store (the nodes must be told
-// it in advance, as on real machines).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
 // tessera-run's arguments for node `node_rank` of two on this machine, one
 // worker each, running `command` (by default launched_rpc_rank1_fails_first).
 std::vector<std::string> TwoNodeArgs(const std::string& node_rank, const std::string& port,
@@ -207,7 +181,7 @@ struct TwoNodes {
   ~TwoNodes() { unsetenv("TESSERA_JOB_SECRET"); }
   static std::string SetSecretAndPickPort() {
     setenv("TESSERA_JOB_SECRET", "the two nodes' secret", 1);  // both launchers inherit it
-    return std::to_string(FreePort());
+    return std::to_string(FreeLoopbackPort());
   }
   const std::string port;
   Launcher node0;

@@ -9,11 +9,8 @@
 #include <ATen/ops/allclose.h>
 #include <ATen/ops/mse_loss.h>
 #include <ATen/ops/randn.h>
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
@@ -47,6 +44,7 @@
 #include "tests/testing/launcher_process.h"
 #include "tests/testing/multiprocess.h"
 #include "tests/testing/network_hosts.h"
+#include "tests/testing/test_certificates.h"
 #include "tests/testing/test_functions.h"
 
 namespace tessera::testing {
@@ -300,29 +298,6 @@ TESSERA_WORKER_SCENARIO(multihost_ddp) {
   return 0;
 }
 
-// A port free on this machine now; the hosts' namespaces are new, so it is
-// free there too.
-std::string FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  close(fd);
-  return std::to_string(port);
-}
-
-std::string SelfPath() {
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  return n > 0 ? std::string(self, n) : std::string();
-}
-
 using Env = std::vector<std::pair<std::string, std::string>>;
 
 // One tessera-run per host (node rank = host index), `nproc` workers each,
@@ -348,7 +323,7 @@ class Job {
                                        std::function<Env(int host)> host_env = nullptr) {
     if (master.empty()) master = hosts.address(0);
     env = JobEnv(std::move(env));
-    const std::string port = FreePort();
+    const std::string port = std::to_string(FreeLoopbackPort());
     auto job = std::unique_ptr<Job>(new Job);
     for (int host = 0; host < hosts.size(); ++host) {
       std::vector<std::string> args = {"--nnodes", std::to_string(hosts.size()), "--node_rank",
@@ -369,7 +344,7 @@ class Job {
   // `port` is a free one for the store, also put where "{port}" is in `command`.
   static std::unique_ptr<Job> Direct(NetworkHosts& hosts, std::vector<std::string> command,
                                      const std::function<Env(int, const std::string&)>& env_of) {
-    const std::string port = FreePort();
+    const std::string port = std::to_string(FreeLoopbackPort());
     auto job = std::unique_ptr<Job>(new Job);
     for (int host = 0; host < hosts.size(); ++host) {
       std::vector<std::string> argv = hosts.On(host, JobEnv(env_of(host, port)));
@@ -438,22 +413,11 @@ TEST_P(MultiHostRpcTest, EveryRpcJobShapeRunsAcrossThreeHosts) {
     ASSERT_EQ(GetParam(), "grpc_mutual_tls");
     // One certificate for every host's address, signed by the job's CA.
     const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/tls");
-    const std::string script = absl::StrCat(
-        "set -e; mkdir -p ", dir, "; cd ", dir, "; ",
-        "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 "
-        "-subj /CN=tessera-test-ca 2>/dev/null; ",
-        "openssl req -newkey rsa:2048 -nodes -keyout worker.key -out worker.csr "
-        "-subj /CN=tessera-worker 2>/dev/null; ",
-        "printf 'subjectAltName=IP:", hosts.address(0), ",IP:", hosts.address(1), ",IP:",
-        hosts.address(2), "\\nextendedKeyUsage=serverAuth,clientAuth\\n' > ext.cnf; ",
-        "openssl x509 -req -in worker.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
-        "-out worker.pem -days 2 -extfile ext.cnf 2>/dev/null");
-    ASSERT_EQ(std::system(script.c_str()), 0) << "openssl failed";
-    env = {{"TESSERA_RPC_BACKEND", "grpc"},
-           {"TESSERA_TLS_CERT_FILE", dir + "/worker.pem"},
-           {"TESSERA_TLS_KEY_FILE", dir + "/worker.key"},
-           {"TESSERA_TLS_CA_FILE", dir + "/ca.pem"},
-           {"TESSERA_TLS_MUTUAL", "1"}};
+    ASSERT_TRUE(MakeTestCertificates(dir, {"IP:" + hosts.address(0), "IP:" + hosts.address(1),
+                                           "IP:" + hosts.address(2)})
+                    .ok());
+    env = MutualTlsEnv(dir);
+    env.push_back({"TESSERA_RPC_BACKEND", "grpc"});
   }
   auto job = Job::Launched(hosts, 1, {SelfPath(), "--tessera_worker=multihost_rpc_job"}, env, master);
   ExpectRpcJobPassed(*job, 3);

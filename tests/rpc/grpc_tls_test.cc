@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "tests/testing/test_certificates.h"
 #include "tests/testing/rpc_world.h"
 #include "tests/testing/test_functions.h"
 
@@ -30,23 +31,9 @@ class GrpcTlsTest : public RpcWorld {
  protected:
   void SetUp() override {
     dir_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/tls");
-    const std::string script = absl::StrCat(
-        "set -e; mkdir -p ", dir_, "; cd ", dir_, "; ",
-        "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 "
-        "-subj /CN=tessera-test-ca 2>/dev/null; ",
-        "openssl req -newkey rsa:2048 -nodes -keyout worker.key -out worker.csr "
-        "-subj /CN=tessera-worker 2>/dev/null; ",
-        "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n"
-        "extendedKeyUsage=serverAuth,clientAuth\\n' > ext.cnf; ",
-        "openssl x509 -req -in worker.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
-        "-out worker.pem -days 2 -extfile ext.cnf 2>/dev/null");
-    const int status = std::system(script.c_str());
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "openssl failed";
+    ASSERT_TRUE(MakeTestCertificates(dir_, {"IP:127.0.0.1", "DNS:localhost"}).ok());
     // Children inherit these; rank 0 reads them in InProcessOptions.
-    setenv("TESSERA_TLS_CERT_FILE", (dir_ + "/worker.pem").c_str(), 1);
-    setenv("TESSERA_TLS_KEY_FILE", (dir_ + "/worker.key").c_str(), 1);
-    setenv("TESSERA_TLS_CA_FILE", (dir_ + "/ca.pem").c_str(), 1);
-    setenv("TESSERA_TLS_MUTUAL", "1", 1);
+    for (const auto& [name, value] : MutualTlsEnv(dir_)) setenv(name.c_str(), value.c_str(), 1);
   }
 
   // Whether a channel with `credentials` gets connected to worker1 within

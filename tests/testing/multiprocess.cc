@@ -1,8 +1,11 @@
 #include "tests/testing/multiprocess.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -88,6 +91,27 @@ std::map<std::string, std::string> WorkerEnv(int rank, int world_size, int store
           {"MASTER_PORT", std::to_string(store_port)},
           {"TESSERA_JOB_SECRET", TestJobSecret().value()},
           {"TESSERA_STORE_HOSTED", "1"}};  // the test hosts it
+}
+
+std::string SelfPath() {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  return n > 0 ? std::string(self, n) : std::string();
+}
+
+int FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
 }
 
 int TestMain(int argc, char** argv) {

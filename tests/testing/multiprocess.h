@@ -57,6 +57,14 @@ const rpc::JobSecret& TestJobSecret();
 // RPC backend is inherited: TESSERA_RPC_BACKEND, set per test target.
 std::map<std::string, std::string> WorkerEnv(int rank, int world_size, int store_port);
 
+// This test binary's path, to run it as a worker program (e.g. under
+// tessera-run with --tessera_worker=<scenario>).
+std::string SelfPath();
+
+// A TCP port free on 127.0.0.1 now, for a store the test's processes must
+// be told in advance (a new network namespace has it free as well).
+int FreeLoopbackPort();
+
 // Entry point for test binaries: dispatches worker scenarios, else runs gtest.
 int TestMain(int argc, char** argv);
 
