@@ -1,8 +1,17 @@
 #include "rpc/tensorpipe/frame_io.h"
 
+#include "rpc/tensorpipe/guarded_tcp/frame_error.h"
+
 #include <tensorpipe/tensorpipe.h>
 
 namespace tessera::rpc {
+
+absl::Status StatusFromPipeError(const tensorpipe::Error& error, const std::string& context) {
+  if (error.isOfType<guarded_tcp::GateRefused>()) {
+    return absl::UnauthenticatedError(context + error.what());
+  }
+  return absl::UnavailableError(context + error.what());
+}
 
 namespace tp = tensorpipe;
 
@@ -29,7 +38,7 @@ void ReadFrame(std::shared_ptr<tp::Pipe> pipe, const CodecLimits& limits, Buffer
   pipe->readDescriptor([pipe, limits, buffers, done = std::move(done)](
                            const tp::Error& error, tp::Descriptor descriptor) {
     if (error) {
-      done(absl::UnavailableError(error.what()));
+      done(StatusFromPipeError(error, ""));
       return;
     }
     if (!descriptor.payloads.empty()) {
@@ -67,7 +76,7 @@ void ReadFrame(std::shared_ptr<tp::Pipe> pipe, const CodecLimits& limits, Buffer
     pipe->read(std::move(allocation),
                [message, done](const tp::Error& error) {
                  if (error) {
-                   done(absl::UnavailableError(error.what()));
+                   done(StatusFromPipeError(error, ""));
                  } else {
                    done(std::move(*message));
                  }

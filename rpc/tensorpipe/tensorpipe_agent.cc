@@ -89,6 +89,7 @@ class TensorPipeAgent final : public RpcAgent {
       tcp_name = "tcp";
       GuardedTcpOptions tcp_options;
       tcp_options.advertise_host = options_.advertise_host;
+      tcp_options.secret = secret_;
       // A descriptor frame is the envelope plus TensorPipe's small header.
       tcp_options.max_frame_bytes = options_.limits.max_envelope_bytes + (64 << 10);
       context_->registerTransport(0, tcp_name, CreateGuardedTcpTransport(tcp_options));
@@ -315,7 +316,7 @@ Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
       auto hello = std::make_shared<Message>();
       hello->envelope = client->handshake.Hello();
       WriteMessage(client->pipe, std::move(hello), [this, client](const tp::Error& error) {
-        if (error) FailPipe(client, absl::UnavailableError("write failed: " + error.what()));
+        if (error) FailPipe(client, StatusFromPipeError(error, "write failed: "));
       });
       ReadResponse(client);
     }
@@ -347,7 +348,7 @@ void TensorPipeAgent::WriteRequest(const std::shared_ptr<ClientPipe>& client,
     return;
   }
   WriteMessage(client->pipe, std::move(request), [this, client](const tp::Error& error) {
-    if (error) FailPipe(client, absl::UnavailableError("write failed: " + error.what()));
+    if (error) FailPipe(client, StatusFromPipeError(error, "write failed: "));
   });
 }
 
@@ -407,7 +408,7 @@ absl::Status TensorPipeAgent::HandleClientHandshake(const std::shared_ptr<Client
     reply->envelope = *std::move(proof);
     client->proof_sent = true;
     WriteMessage(client->pipe, std::move(reply), [this, client](const tp::Error& error) {
-      if (error) FailPipe(client, absl::UnavailableError("write failed: " + error.what()));
+      if (error) FailPipe(client, StatusFromPipeError(error, "write failed: "));
     });
     return absl::OkStatus();
   }
@@ -427,7 +428,7 @@ absl::Status TensorPipeAgent::HandleClientHandshake(const std::shared_ptr<Client
     }
     for (auto& request : batch) {
       WriteMessage(client->pipe, std::move(request), [this, client](const tp::Error& error) {
-        if (error) FailPipe(client, absl::UnavailableError("write failed: " + error.what()));
+        if (error) FailPipe(client, StatusFromPipeError(error, "write failed: "));
       });
     }
   }

@@ -59,6 +59,11 @@ TEST_F(TensorPipeWireTest, GarbageOnTheListeningPortLeavesTheWorkerServing) {
   SendRawBytes(host, port, std::string("\x10\x00\x00\x00\x00\x00\x00\x00garbage", 15));
   SendRawBytes(host, port, std::string(3, '\xff'));  // truncated length prefix
   SendRawBytes(host, port, std::string("\x04\x00\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff", 12));
+  // Zeros: a zero-length first frame killed the worker with SIGSEGV before
+  // the transport gate (Note [Transport gate], Note [Bounded nop reads]).
+  for (size_t zeros : {1, 8, 16, 40, 100, 10000}) SendRawBytes(host, port, std::string(zeros, '\0'));
+  // A greeting with the right magic but no proof of the secret after it.
+  SendRawBytes(host, port, std::string("TSRGATE1") + std::string(32, 'n') + std::string(32, 'p'));
   // None of it reaches TensorPipe's listener (Note [Hello gate]), so a new
   // peer connects at once — here worker0's first call to worker1.
   EXPECT_EQ(rt().RpcSync<int64_t>("worker1", "echo", int64_t{11}), 11);
@@ -71,7 +76,7 @@ TEST_F(TensorPipeWireTest, GarbageOnTheListeningPortLeavesTheWorkerServing) {
 TEST_F(TensorPipeWireTest, MalformedFramesCloseOnlyThatConnection) {
   StartWorld(2);
   namespace tp = tensorpipe;
-  RawTensorPipePeer peer;
+  RawTensorPipePeer peer(TestJobSecret());
   const rpc::PeerIdentity self{"worker0", 0};
   std::vector<float> four_floats(4, 1.0f);
 
@@ -157,7 +162,7 @@ TEST_F(TensorPipeWireTest, MalformedFramesCloseOnlyThatConnection) {
 // refused too. The worker serves on.
 TEST_F(TensorPipeWireTest, ReplayedHandshakeAndMissingSecretAreRefused) {
   StartWorld(2);
-  RawTensorPipePeer peer;
+  RawTensorPipePeer peer(TestJobSecret());  // past the transport gate: a job member
   const std::string address = rt().workers()[1].address;
   const rpc::PeerIdentity self{"worker0", 0};
 
@@ -194,10 +199,12 @@ TEST_F(TensorPipeWireTest, ReplayedHandshakeAndMissingSecretAreRefused) {
   EXPECT_NE(verdict->envelope.status().message().find("job secret"), std::string::npos);
   EXPECT_FALSE(RawTensorPipePeer::Read(replay).ok()) << "connection left open";
 
-  // No secret at all.
-  auto stranger = peer.Connect(address);
+  // No secret at all: the transport gate refuses it before TensorPipe.
+  RawTensorPipePeer outsider;
+  auto stranger = outsider.Connect(address);
   auto refused = RawTensorPipePeer::Authenticate(stranger, rpc::JobSecret(), self);
-  EXPECT_EQ(refused.code(), absl::StatusCode::kUnauthenticated) << refused;
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("did not prove the job secret"), std::string::npos) << refused;
 
   EXPECT_EQ(rt().RpcSync<int64_t>("worker1", "echo", int64_t{3}), 3);
   // The replayed request never ran ("block" marks its start in the store).
@@ -207,13 +214,36 @@ TEST_F(TensorPipeWireTest, ReplayedHandshakeAndMissingSecretAreRefused) {
 // The other direction: the address a worker learned for "worker1" leads to
 // a process without the job secret (in a real job: someone who took over a
 // dead worker's port, or a redirected connection). The caller's half of the
-// handshake must refuse it: the call fails as Unauthenticated naming the
-// peer, and the impostor never receives the request or the caller's proof.
+// transport gate refuses it: the call fails as Unauthenticated naming the
+// peer, and the impostor never gets a pipe, let alone the request.
+TEST_F(TensorPipeWireTest, WorkerRefusesAListenerThatCannotProveTheSecret) {
+  auto store = store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
+  ASSERT_TRUE(store.ok()) << store.status();
+  store_ = *std::move(store);
+  RawTensorPipePeer impostor(rpc::JobSecret("a guess at the secret"));
+  const std::string address = impostor.Listen();
+  store::StoreClient registrar("127.0.0.1", store_port(), absl::Seconds(10), TestJobSecret());
+  ASSERT_TRUE(registrar.Set("tessera/workers/1", absl::StrCat("worker1\n", address, "\n")).ok());
+  rpc::RpcOptions options = InProcessOptions("worker0", 0, 2, store_port());
+  options.backend = rpc::Backend::kTensorPipe;
+  auto runtime = rpc::Runtime::Init(options, MakeTestRegistry());
+  ASSERT_TRUE(runtime.ok()) << runtime.status();
+
+  auto result = (*runtime)->RpcAsync<int64_t>("worker1", "echo", int64_t{5}).Wait(absl::Seconds(30));
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnauthenticated) << result.status();
+  EXPECT_NE(result.status().message().find("worker1"), std::string::npos) << result.status();
+  EXPECT_FALSE(impostor.Accept(absl::Seconds(1)).ok()) << "the impostor got a pipe";
+  EXPECT_TRUE((*runtime)->Shutdown(/*graceful=*/false).ok());
+}
+
+// Past the transport gate (a process holding the secret but not a worker's
+// agent), the agent's own handshake still checks the listener's proof.
 TEST_F(TensorPipeWireTest, WorkerRefusesAPeerThatCannotProveTheSecret) {
   auto store = store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
   ASSERT_TRUE(store.ok()) << store.status();
   store_ = *std::move(store);
-  RawTensorPipePeer impostor;
+  RawTensorPipePeer impostor(TestJobSecret());
   const std::string address = impostor.Listen();
   store::StoreClient registrar("127.0.0.1", store_port(), absl::Seconds(10), TestJobSecret());
   ASSERT_TRUE(registrar.Set("tessera/workers/1", absl::StrCat("worker1\n", address, "\n")).ok());

@@ -14,8 +14,11 @@ namespace {
 constexpr absl::Duration kWait = absl::Seconds(30);
 }  // namespace
 
-RawTensorPipePeer::RawTensorPipePeer() : context_(std::make_shared<tp::Context>()) {
-  context_->registerTransport(0, "tcp", rpc::CreateGuardedTcpTransport({}));
+RawTensorPipePeer::RawTensorPipePeer(rpc::JobSecret gate_secret)
+    : context_(std::make_shared<tp::Context>()) {
+  rpc::GuardedTcpOptions options;
+  options.secret = std::move(gate_secret);
+  context_->registerTransport(0, "tcp", rpc::CreateGuardedTcpTransport(options));
   context_->registerChannel(0, "basic", tp::channel::basic::create());
 }
 
@@ -34,7 +37,7 @@ std::string RawTensorPipePeer::Listen() {
   return listener_->url("tcp");
 }
 
-absl::StatusOr<std::shared_ptr<tp::Pipe>> RawTensorPipePeer::Accept() {
+absl::StatusOr<std::shared_ptr<tp::Pipe>> RawTensorPipePeer::Accept(absl::Duration wait) {
   Promise<std::shared_ptr<tp::Pipe>> accepted;
   listener_->accept([accepted](const tp::Error& error, std::shared_ptr<tp::Pipe> pipe) {
     if (error) {
@@ -43,7 +46,7 @@ absl::StatusOr<std::shared_ptr<tp::Pipe>> RawTensorPipePeer::Accept() {
       accepted.Set(std::move(pipe));
     }
   });
-  return accepted.GetFuture().Wait(kWait);
+  return accepted.GetFuture().Wait(wait);
 }
 
 absl::Status RawTensorPipePeer::Write(const std::shared_ptr<tp::Pipe>& pipe,

@@ -16,14 +16,17 @@ namespace tessera::testing {
 
 class RawTensorPipePeer {
  public:
-  RawTensorPipePeer();
+  // `gate_secret` is what it proves at the transport gate (Note [Transport
+  // gate]): the job's secret to get through to a worker's TensorPipe.
+  explicit RawTensorPipePeer(rpc::JobSecret gate_secret = {});
   ~RawTensorPipePeer();
 
   std::shared_ptr<tensorpipe::Pipe> Connect(const std::string& address);
   // Listens on a free port of 127.0.0.1; returns the address to connect to.
   std::string Listen();
-  // The next pipe a worker opens to Listen()'s address.
-  absl::StatusOr<std::shared_ptr<tensorpipe::Pipe>> Accept();
+  // The next pipe a worker opens to Listen()'s address, within `wait`.
+  absl::StatusOr<std::shared_ptr<tensorpipe::Pipe>> Accept(
+      absl::Duration wait = absl::Seconds(30));
 
   // Writes one frame (Tessera's layout) and waits until it is written.
   static absl::Status Write(const std::shared_ptr<tensorpipe::Pipe>& pipe, rpc::Message message);

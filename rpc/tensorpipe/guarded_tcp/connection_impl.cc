@@ -7,7 +7,9 @@
 #include <sys/uio.h>
 
 #include <cerrno>
+#include <cstring>
 
+#include "rpc/tensorpipe/guarded_tcp/bounded_nop.h"
 #include "rpc/tensorpipe/guarded_tcp/context_impl.h"
 #include "rpc/tensorpipe/guarded_tcp/frame_error.h"
 #include "rpc/tensorpipe/guarded_tcp/listener_impl.h"
@@ -51,6 +53,9 @@ void ConnectionImpl::initImplFromLoop() {
       return;
     }
     connecting_ = true;
+    gate_.emplace(context_->secret());
+    gate_out_ = gate_->greeting();
+    gate_open_ = false;
   } else {
     error = socket_.block(false);
     if (error) {
@@ -68,7 +73,7 @@ void ConnectionImpl::readImplFromLoop(read_callback_fn fn) {
   ReadOp op;
   op.fn = std::move(fn);
   reads_.push_back(std::move(op));
-  if (!connecting_) ProcessReads();
+  if (!connecting_ && gate_open_) ProcessReads();
   if (!error_) UpdateInterest();
 }
 
@@ -78,19 +83,19 @@ void ConnectionImpl::readImplFromLoop(void* ptr, size_t length, read_callback_fn
   op.data = static_cast<char*>(ptr);
   op.fn = std::move(fn);
   reads_.push_back(std::move(op));
-  if (!connecting_) ProcessReads();
+  if (!connecting_ && gate_open_) ProcessReads();
   if (!error_) UpdateInterest();
 }
 
 // The boilerplate's version throws on the event loop when a control object
-// does not parse; here that only fails this connection.
+// does not parse, and reads past a truncated one (Note [Bounded nop reads]);
+// here either only fails this connection.
 void ConnectionImpl::readImplFromLoop(tensorpipe::AbstractNopHolder& object,
                                       read_nop_callback_fn fn) {
   readImplFromLoop([this, &object, fn = std::move(fn)](const tensorpipe::Error& error,
                                                       const void* ptr, size_t length) {
     if (!error) {
-      tensorpipe::NopReader reader(static_cast<const uint8_t*>(ptr), length);
-      nop::Status<void> status = object.read(reader);
+      nop::Status<void> status = ReadNopBounded(object, ptr, length);
       if (status.has_error()) {
         setError(MakeFrameError("malformed control message (" +
                                     std::string(status.GetErrorMessage()) + ")",
@@ -109,7 +114,7 @@ void ConnectionImpl::writeImplFromLoop(const void* ptr, size_t length, write_cal
   op.data = static_cast<const char*>(ptr);
   op.fn = std::move(fn);
   writes_.push_back(std::move(op));
-  if (!connecting_) ProcessWrites();
+  if (!connecting_ && gate_open_) ProcessWrites();
   if (!error_) UpdateInterest();
 }
 
@@ -124,6 +129,10 @@ void ConnectionImpl::handleEventsFromLoop(int events) {
     }
     connecting_ = false;
   }
+  if (!gate_open_ && !PassGate()) {
+    if (!error_) UpdateInterest();
+    return;
+  }
   if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) ProcessReads();
   if (error_) return;
   if (events & (EPOLLHUP | EPOLLERR)) {
@@ -133,6 +142,41 @@ void ConnectionImpl::handleEventsFromLoop(int events) {
   }
   ProcessWrites();
   if (!error_) UpdateInterest();
+}
+
+bool ConnectionImpl::PassGate() {
+  while (true) {
+    if (!gate_out_.empty()) {
+      const ssize_t n = ::send(socket_.fd(), gate_out_.data(), gate_out_.size(), MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+          setError(SystemErrorAt("send", errno, __LINE__));
+        }
+        return false;
+      }
+      gate_out_.erase(0, n);
+      if (!gate_out_.empty()) return false;
+    }
+    if (!gate_.has_value()) break;  // the proof went out: open
+    // Exactly the challenge: what follows it is TensorPipe's.
+    char buffer[kChallengeBytes];
+    size_t done = gate_in_.size();
+    std::memcpy(buffer, gate_in_.data(), done);
+    const bool complete = ReceiveInto(buffer, kChallengeBytes, &done);
+    gate_in_.assign(buffer, done);
+    if (!complete) return false;
+    auto proof = gate_->OnChallenge(gate_in_);
+    if (!proof.ok()) {
+      setError(tensorpipe::Error(
+          std::make_shared<GateRefused>(std::string(proof.status().message())), __FILE__,
+          __LINE__));
+      return false;
+    }
+    gate_.reset();
+    gate_out_ = *std::move(proof);
+  }
+  gate_open_ = true;
+  return true;
 }
 
 bool ConnectionImpl::ReceiveInto(char* data, size_t wanted, size_t* done) {
@@ -225,6 +269,8 @@ void ConnectionImpl::UpdateInterest() {
   int events = 0;
   if (connecting_) {
     events = EPOLLOUT;
+  } else if (!gate_open_) {
+    events = gate_out_.empty() ? EPOLLIN : EPOLLOUT;
   } else {
     if (!reads_.empty()) events |= EPOLLIN;
     if (!writes_.empty()) events |= EPOLLOUT;

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "rpc/tensorpipe/guarded_tcp/inet_sockaddr.h"
+#include "rpc/tensorpipe/guarded_tcp/secret_gate.h"
 
 namespace tessera::rpc::guarded_tcp {
 
@@ -67,10 +68,20 @@ class ConnectionImpl final
   void ProcessWrites();
   // Registers for exactly the events the queued operations need.
   void UpdateInterest();
+  // The connecting side's half of Note [Transport gate]: sends the greeting
+  // and the proof, checks the challenge. True once TensorPipe's traffic may
+  // flow; false while waiting, or with the error set.
+  bool PassGate();
 
   std::string addr_;
   tensorpipe::Socket socket_;
   bool connecting_ = false;
+  // Note [Transport gate]: TensorPipe's reads and writes wait until it is
+  // open. An accepted connection passed it in the listener.
+  std::optional<GateClient> gate_;
+  bool gate_open_ = true;
+  std::string gate_out_;  // raw gate bytes still to send
+  std::string gate_in_;   // the challenge, as it arrives
   int registered_events_ = 0;
   std::deque<ReadOp> reads_;
   std::deque<WriteOp> writes_;

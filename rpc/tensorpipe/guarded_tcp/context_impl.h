@@ -37,6 +37,7 @@ class ContextImpl final
 
   size_t max_frame_bytes() const { return options_.max_frame_bytes; }
   const std::string& advertise_host() const { return options_.advertise_host; }
+  const JobSecret& secret() const { return options_.secret; }
 
  protected:
   void handleErrorImpl() override { loop_.close(); }

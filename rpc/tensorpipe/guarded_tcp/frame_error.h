@@ -1,4 +1,5 @@
-// A TensorPipe error for a frame this transport refused.
+// TensorPipe errors of the guarded TCP transport: a frame it refused, a
+// peer that failed the transport gate.
 #pragma once
 
 #include <tensorpipe/common/error.h>
@@ -12,6 +13,17 @@ class FrameError final : public tensorpipe::BaseError {
  public:
   explicit FrameError(std::string message) : message_(std::move(message)) {}
   std::string what() const override { return "bad frame: " + message_; }
+
+ private:
+  std::string message_;
+};
+
+// The peer did not prove the job secret (Note [Transport gate]): callers
+// report it as Unauthenticated, not as a peer that is down.
+class GateRefused final : public tensorpipe::BaseError {
+ public:
+  explicit GateRefused(std::string message) : message_(std::move(message)) {}
+  std::string what() const override { return message_; }
 
  private:
   std::string message_;

@@ -5,9 +5,11 @@
 // error for that connection instead of an allocation of whatever the peer
 // claimed; a frame read into a caller's buffer must have exactly the
 // expected length (uv only DCHECKs it, so a peer could overrun the buffer);
-// an unparsable control object fails the connection instead of throwing on
-// the event loop; and the listener keeps accepting after a bad connection.
-// See docs/security.md.
+// an unparsable or truncated control object fails the connection instead of
+// throwing on the event loop or reading past its frame (bounded_nop.h); the
+// listener keeps accepting after a bad connection; and both ends prove the
+// job secret before TensorPipe sees a byte (secret_gate.h). See
+// docs/security.md.
 //
 // Registered by the TensorPipe agent under the name "tcp" in place of "uv".
 #pragma once
@@ -17,6 +19,8 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+
+#include "rpc/auth/job_secret.h"
 
 namespace tessera::rpc {
 
@@ -31,6 +35,9 @@ struct GuardedTcpOptions {
   // connections to it: a wildcard (0.0.0.0) or a NAT-private address there
   // would send them to the wrong host.
   std::string advertise_host;
+  // Proved by both ends of every connection before TensorPipe reads a byte
+  // of it (Note [Transport gate], secret_gate.h). Empty: proves nothing.
+  JobSecret secret;
 };
 
 std::shared_ptr<tensorpipe::transport::Context> CreateGuardedTcpTransport(

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "common/host_address.h"
 #include "common/logging.h"
+#include "rpc/tensorpipe/guarded_tcp/bounded_nop.h"
 #include "rpc/tensorpipe/guarded_tcp/connection_impl.h"
 #include "rpc/tensorpipe/guarded_tcp/context_impl.h"
 #include "rpc/tensorpipe/guarded_tcp/frame_error.h"
@@ -115,8 +116,53 @@ void ListenerImpl::DropStaleHellos() {
   for (int fd : stale) Drop(fd, "no hello within " + absl::FormatDuration(kHelloTimeout));
 }
 
+bool ListenerImpl::PassGate(int fd, PendingHello& pending, bool closed) {
+  while (pending.stage != Stage::kHello) {
+    const size_t wanted = pending.stage == Stage::kGreeting ? kGreetingBytes : kProofBytes;
+    char buffer[kGreetingBytes];
+    // Never more than the message: what follows the proof is TensorPipe's.
+    const ssize_t n = ::recv(fd, buffer, wanted - pending.received.size(), MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      if (closed) Drop(fd, "closed before the transport gate");
+      return false;
+    }
+    if (n <= 0) {
+      Drop(fd, n == 0 ? "closed before the transport gate" : std::string("recv: ") + std::strerror(errno));
+      return false;
+    }
+    pending.received.append(buffer, n);
+    if (pending.received.size() < wanted) continue;
+    if (pending.stage == Stage::kGreeting) {
+      auto challenge = pending.gate.OnGreeting(pending.received);
+      if (!challenge.ok()) {
+        Drop(fd, std::string(challenge.status().message()));
+        return false;
+      }
+      // A fresh socket's buffer takes 64 bytes at once; a peer that does
+      // not read them is not a peer.
+      if (::send(fd, challenge->data(), challenge->size(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+          static_cast<ssize_t>(challenge->size())) {
+        Drop(fd, "cannot send the transport challenge");
+        return false;
+      }
+      pending.stage = Stage::kProof;
+    } else {
+      if (auto proof = pending.gate.OnProof(pending.received); !proof.ok()) {
+        Drop(fd, std::string(proof.message()));
+        return false;
+      }
+      pending.stage = Stage::kHello;
+    }
+    pending.received.clear();
+  }
+  return true;
+}
+
 void ListenerImpl::OnHelloEvent(int fd, int events) {
-  if (pending_.count(fd) == 0) return;
+  auto it = pending_.find(fd);
+  if (it == pending_.end()) return;
+  const bool closed = events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP);
+  if (!PassGate(fd, it->second, closed)) return;
   std::vector<char> buffer(sizeof(uint64_t) + kMaxHelloBytes);
   const ssize_t n = ::recv(fd, buffer.data(), buffer.size(), MSG_PEEK | MSG_DONTWAIT);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
@@ -124,7 +170,6 @@ void ListenerImpl::OnHelloEvent(int fd, int events) {
     Drop(fd, n == 0 ? "closed before its hello" : std::string("recv: ") + std::strerror(errno));
     return;
   }
-  const bool closed = events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP);
   uint64_t length = 0;
   if (static_cast<size_t>(n) >= sizeof(length)) {
     std::memcpy(&length, buffer.data(), sizeof(length));
@@ -138,14 +183,13 @@ void ListenerImpl::OnHelloEvent(int fd, int events) {
     return;  // wait for the rest (edge-triggered: the next arrival wakes us)
   }
   tensorpipe::NopHolder<tensorpipe::Packet> hello;
-  tensorpipe::NopReader reader(reinterpret_cast<const uint8_t*>(buffer.data()) + sizeof(length),
-                               length);
-  if (hello.read(reader).has_error()) {
+  if (!ReadNopBounded(hello, buffer.data() + sizeof(length), length) ||
+      hello.getObject().empty()) {
     Drop(fd, "first frame is not a TensorPipe hello");
     return;
   }
   context_->unregisterDescriptor(fd);
-  tensorpipe::Socket socket = std::move(pending_[fd].socket);
+  tensorpipe::Socket socket = std::move(it->second.socket);
   pending_.erase(fd);
   Deliver(std::move(socket));
 }
@@ -179,7 +223,7 @@ void ListenerImpl::handleEventsFromLoop(int events) {
                          << PeerOf(fd);
     return;  // `socket` closes it
   }
-  pending_.emplace(fd, PendingHello{std::move(socket), absl::Now()});
+  pending_.emplace(fd, PendingHello{std::move(socket), absl::Now(), GateServer(context_->secret())});
   context_->registerDescriptor(fd, EPOLLIN | EPOLLRDHUP | EPOLLET,
                                std::make_shared<HelloGate>(
                                    std::static_pointer_cast<ListenerImpl>(shared_from_this()), fd));

@@ -1,14 +1,17 @@
 // Listener of the guarded TCP transport.
 //
-// Note [Hello gate]: TensorPipe's core listener fails as a whole when one
-// accepted connection does not deliver a valid hello (its first frame), so
-// a port scan or a stray client would stop a worker from accepting peers.
-// This listener therefore hands a connection over only once its first frame
-// has fully arrived, is no larger than kMaxHelloBytes, and parses as a
-// TensorPipe hello — it only peeks, so the core still reads the frame
-// itself. Anything else is closed here with a logged reason. At most
-// kMaxPendingHellos connections may be waiting, each for at most
-// kHelloTimeout. Transient accept errors do not end the listener either.
+// Note [Hello gate]: an accepted connection first passes the job-secret
+// gate (Note [Transport gate], secret_gate.h), read here in fixed-size
+// pieces, so nothing of TensorPipe runs for a peer that does not hold the
+// secret. Then, because TensorPipe's core listener fails as a whole when
+// one accepted connection does not deliver a valid hello (its first frame),
+// the listener hands a connection over only once that frame has fully
+// arrived, is no larger than kMaxHelloBytes, and parses (bounded:
+// Note [Bounded nop reads]) as a TensorPipe hello — it only peeks, so the
+// core still reads the frame itself. Anything else is closed here with a
+// logged reason. At most kMaxPendingHellos connections may be waiting, each
+// for at most kHelloTimeout. Transient accept errors do not end the
+// listener either.
 #pragma once
 
 #include <tensorpipe/common/epoll_loop.h>
@@ -23,6 +26,7 @@
 #include "absl/time/time.h"
 
 #include "rpc/tensorpipe/guarded_tcp/inet_sockaddr.h"
+#include "rpc/tensorpipe/guarded_tcp/secret_gate.h"
 
 namespace tessera::rpc::guarded_tcp {
 
@@ -59,10 +63,17 @@ class ListenerImpl final
   void DropStaleHellos();
   void Deliver(tensorpipe::Socket socket);
 
+  // How far an accepted connection has come (Note [Hello gate]).
+  enum class Stage { kGreeting, kProof, kHello };
   struct PendingHello {
     tensorpipe::Socket socket;
     absl::Time since;
+    GateServer gate;
+    Stage stage = Stage::kGreeting;
+    std::string received;  // of the current gate message
   };
+  // Reads the gate's messages; true once the peer proved the secret.
+  bool PassGate(int fd, PendingHello& pending, bool closed);
 
   std::deque<accept_callback_fn> fns_;
   std::map<int, PendingHello> pending_;       // waiting for a full hello
