@@ -92,8 +92,14 @@ grpc::Status StoreAuth::CheckRequest(const grpc::ServerContext& context, std::st
                                      const google::protobuf::Message& request) const {
   if (!enabled()) return grpc::Status::OK;
   const auto& metadata = context.client_metadata();
-  const std::string_view nonce = OnlyValue(metadata, kNonceKey);
-  const std::string_view mac = OnlyValue(metadata, kRequestMacKey);
+  return CheckRequest(OnlyValue(metadata, kNonceKey), OnlyValue(metadata, kRequestMacKey), method,
+                      request);
+}
+
+grpc::Status StoreAuth::CheckRequest(std::string_view nonce, std::string_view mac,
+                                     std::string_view method,
+                                     const google::protobuf::Message& request) const {
+  if (!enabled()) return grpc::Status::OK;
   if (nonce.size() != kNonceBytes || !rpc::SameMac(mac, RequestMac(method, nonce, request))) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "the store refused a caller that did not prove it knows the job secret "

@@ -70,6 +70,9 @@ class StoreAuth {
   // Server, before serving: OK, or UNAUTHENTICATED to return to the caller.
   grpc::Status CheckRequest(const grpc::ServerContext& context, std::string_view method,
                             const google::protobuf::Message& request) const;
+  // The same, given the nonce and MAC the caller sent (its metadata).
+  grpc::Status CheckRequest(std::string_view nonce, std::string_view mac, std::string_view method,
+                            const google::protobuf::Message& request) const;
   // Server, after serving a checked request: signs `response`.
   void SignResponse(grpc::ServerContext* context, std::string_view method,
                     const google::protobuf::Message& response) const;

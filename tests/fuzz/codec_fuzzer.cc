@@ -13,11 +13,6 @@
 
 #include "rpc/codec.h"
 
-// gcc's trace-cmp also instruments floating-point compares, which clang's
-// libFuzzer runtime does not hook; they carry no useful signal here.
-extern "C" void __sanitizer_cov_trace_cmpf(float, float) {}
-extern "C" void __sanitizer_cov_trace_cmpd(double, double) {}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera::rpc;
   if (size < 1) return 0;

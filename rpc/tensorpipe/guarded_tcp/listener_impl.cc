@@ -2,8 +2,6 @@
 
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <tensorpipe/common/nop.h>
-#include <tensorpipe/core/nop_types.h>
 
 #include <cerrno>
 #include <cstring>
@@ -12,10 +10,10 @@
 #include "absl/time/clock.h"
 #include "common/host_address.h"
 #include "common/logging.h"
-#include "rpc/tensorpipe/guarded_tcp/bounded_nop.h"
 #include "rpc/tensorpipe/guarded_tcp/connection_impl.h"
 #include "rpc/tensorpipe/guarded_tcp/context_impl.h"
 #include "rpc/tensorpipe/guarded_tcp/frame_error.h"
+#include "rpc/tensorpipe/guarded_tcp/hello_frame.h"
 
 namespace tessera::rpc::guarded_tcp {
 namespace {
@@ -170,23 +168,16 @@ void ListenerImpl::OnHelloEvent(int fd, int events) {
     Drop(fd, n == 0 ? "closed before its hello" : std::string("recv: ") + std::strerror(errno));
     return;
   }
-  uint64_t length = 0;
-  if (static_cast<size_t>(n) >= sizeof(length)) {
-    std::memcpy(&length, buffer.data(), sizeof(length));
-    if (length > kMaxHelloBytes) {
-      Drop(fd, "first frame announces " + std::to_string(length) + " bytes (not a peer)");
+  std::string why;
+  switch (CheckHelloFrame(std::string_view(buffer.data(), n), &why)) {
+    case HelloCheck::kInvalid:
+      Drop(fd, why);
       return;
-    }
-  }
-  if (static_cast<size_t>(n) < sizeof(length) + length || n < static_cast<ssize_t>(sizeof(length))) {
-    if (closed) Drop(fd, "closed before its hello was complete");
-    return;  // wait for the rest (edge-triggered: the next arrival wakes us)
-  }
-  tensorpipe::NopHolder<tensorpipe::Packet> hello;
-  if (!ReadNopBounded(hello, buffer.data() + sizeof(length), length) ||
-      hello.getObject().empty()) {
-    Drop(fd, "first frame is not a TensorPipe hello");
-    return;
+    case HelloCheck::kIncomplete:
+      if (closed) Drop(fd, "closed before its hello was complete");
+      return;  // wait for the rest (edge-triggered: the next arrival wakes us)
+    case HelloCheck::kValid:
+      break;
   }
   context_->unregisterDescriptor(fd);
   tensorpipe::Socket socket = std::move(it->second.socket);

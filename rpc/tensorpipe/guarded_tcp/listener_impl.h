@@ -25,6 +25,7 @@
 
 #include "absl/time/time.h"
 
+#include "rpc/tensorpipe/guarded_tcp/hello_frame.h"
 #include "rpc/tensorpipe/guarded_tcp/inet_sockaddr.h"
 #include "rpc/tensorpipe/guarded_tcp/secret_gate.h"
 
@@ -45,7 +46,6 @@ class ListenerImpl final
   // A pending connection's socket became readable (or closed).
   void OnHelloEvent(int fd, int events);
 
-  static constexpr size_t kMaxHelloBytes = 64 << 10;
   static constexpr size_t kMaxPendingHellos = 256;
   static constexpr absl::Duration kHelloTimeout = absl::Seconds(10);
 
