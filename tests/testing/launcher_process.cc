@@ -80,6 +80,11 @@ int ObservedProcess::Finish(absl::Duration timeout) {
   return exit_code_;
 }
 
+void ObservedProcess::Drain() {
+  while (ReadSome(absl::Now())) {
+  }
+}
+
 int ObservedProcess::Count(const std::string& text) const {
   int n = 0;
   for (size_t at = output_.find(text); at != std::string::npos; at = output_.find(text, at + 1)) {

@@ -26,6 +26,9 @@ class ObservedProcess {
   // Reads everything, then reaps the launcher: its exit code, -1 on timeout.
   int Finish(absl::Duration timeout = absl::Seconds(60));
   int Count(const std::string& text) const;
+  // Reads what the process has written so far, without waiting, so that
+  // its pipe never fills while the test is busy elsewhere.
+  void Drain();
   pid_t pid() const { return pid_; }
   const std::string& output() const { return output_; }
 

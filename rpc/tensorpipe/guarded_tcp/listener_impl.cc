@@ -32,6 +32,13 @@ class HelloGate final : public tensorpipe::EpollLoop::EventHandler {
   const int fd_;
 };
 
+// What a rate-limited line adds about the lines it stands for.
+std::string MoreSince(int64_t held_back) {
+  return held_back > 0 ? " (and " + std::to_string(held_back) +
+                             " more connections since the last such line)"
+                       : "";
+}
+
 std::string PeerOf(int fd) {
   struct sockaddr_storage addr;
   socklen_t len = sizeof(addr);
@@ -99,8 +106,11 @@ void ListenerImpl::Deliver(tensorpipe::Socket socket) {
 }
 
 void ListenerImpl::Drop(int fd, const std::string& why) {
-  TESSERA_LOG(WARNING) << "listener " << addrImplFromLoop() << ": closing connection from "
-                       << PeerOf(fd) << ": " << why;
+  if (int64_t held_back = 0; drops_logged_.Allow(&held_back)) {
+    TESSERA_LOG(WARNING) << "listener " << addrImplFromLoop() << ": closing connection from "
+                         << PeerOf(fd) << ": " << why
+                         << MoreSince(held_back);
+  }
   context_->unregisterDescriptor(fd);
   pending_.erase(fd);  // closes the socket
 }
@@ -209,9 +219,12 @@ void ListenerImpl::handleEventsFromLoop(int events) {
   tensorpipe::Socket socket(fd);
   DropStaleHellos();
   if (pending_.size() >= kMaxPendingHellos) {
-    TESSERA_LOG(WARNING) << "listener " << addrImplFromLoop() << ": " << pending_.size()
-                         << " connections already await their hello; refusing "
-                         << PeerOf(fd);
+    if (int64_t held_back = 0; drops_logged_.Allow(&held_back)) {
+      TESSERA_LOG(WARNING) << "listener " << addrImplFromLoop() << ": " << pending_.size()
+                           << " connections already await their hello; refusing "
+                           << PeerOf(fd)
+                           << MoreSince(held_back);
+    }
     return;  // `socket` closes it
   }
   pending_.emplace(fd, PendingHello{std::move(socket), absl::Now(), GateServer(context_->secret())});

@@ -24,6 +24,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "common/log_rate_limiter.h"
 
 #include "rpc/tensorpipe/guarded_tcp/hello_frame.h"
 #include "rpc/tensorpipe/guarded_tcp/inet_sockaddr.h"
@@ -79,6 +80,8 @@ class ListenerImpl final
   std::map<int, PendingHello> pending_;       // waiting for a full hello
   std::deque<tensorpipe::Socket> ready_;       // hello complete, not yet taken
   bool listening_registered_ = false;
+  // Closed connections are logged, but not one line each in a flood.
+  LogRateLimiter drops_logged_{10, absl::Seconds(10)};
 };
 
 }  // namespace tessera::rpc::guarded_tcp
