@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "proto/store.pb.h"
 #include "rpc/auth/handshake.h"
 #include "rpc/codec.h"
@@ -78,7 +79,14 @@ std::vector<std::string> GateSeeds() {
   descriptor.tensors.push_back(tensor);
   tp::DescriptorReply reply;
   reply.targetDevices = {tp::Device{tp::kCpuDeviceType, 0}};
-  return {std::string(1, '\0') + Piece(client.greeting()) + Piece(proof) + Frame(Nop(hello)),
+  // Inputs that crashed an earlier ReadNopBounded (kept as regressions): a
+  // BrochureAnswer whose map count outruns its entries, and a truncated
+  // Descriptor (found with the unguarded reader in a second).
+  const std::string map_count_overrun =
+      absl::HexStringToBytes("04b907bd03746370bd0d31312e302e302e313a34303135bb83bd01bb7e");
+  const std::string truncated_descriptor = absl::HexStringToBytes("05b903bd08656e7600656c6f28");
+  return {map_count_overrun, truncated_descriptor,
+          std::string(1, '\0') + Piece(client.greeting()) + Piece(proof) + Frame(Nop(hello)),
           std::string(1, '\1') + challenge,
           std::string(1, '\2') + Nop(requested),
           std::string(1, '\3') + Nop(brochure),

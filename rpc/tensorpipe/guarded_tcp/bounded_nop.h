@@ -3,24 +3,35 @@
 //
 // Note [Bounded nop reads]: TensorPipe's NopReader checks a length before
 // reading a run of bytes, but not before reading a single byte (an encoding
-// prefix): past the end of its buffer it switches to a second buffer, which
-// is null for a one-buffer reader. A frame that ends where the encoding says
-// more follows — eight zero bytes, a truncated hello — made it dereference
-// null and killed the worker. ReadNopBounded gives the reader a second
-// buffer of zeros to run into instead (no nop aggregate starts with a zero
-// byte, so a parse that reaches it fails at the next aggregate, and runs of
-// primitives are bounded by the guard), then refuses any parse that used it.
+// prefix): past the end of its buffer it moves to a second one, null for a
+// one-buffer reader. So a frame that ends where its encoding says more
+// follows — eight zero bytes, a truncated hello, a map whose count exceeds
+// its entries — made it dereference null and killed the worker. nop's
+// encoding describes itself (each value's first byte says what follows), so
+// ReadNopBounded first walks the frame's structure with bounds checks of
+// its own and refuses any frame whose encoding does not fit in it, is deeper
+// than kMaxNopDepth, or uses encodings TensorPipe never sends (tables,
+// handles, errors, extensions); only then does it let NopReader parse the
+// typed object, which reads the same structure and so stays within it.
 #pragma once
 
 #include <tensorpipe/common/nop.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace tessera::rpc::guarded_tcp {
 
-// Reads `object` from exactly `data[0, length)`: an error (never a crash)
-// if the bytes are not a complete encoding of it.
+inline constexpr int kMaxNopDepth = 32;
+
+// Reads `object` from `data[0, length)`: an error (never a crash, never an
+// allocation beyond what the frame holds) if the bytes are not an encoding
+// of it.
 nop::Status<void> ReadNopBounded(tensorpipe::AbstractNopHolder& object, const void* data,
                                  size_t length);
+
+// The walk alone: true when one whole nop value starts at data[0] and ends
+// within `length` bytes (its size in `*consumed`).
+bool NopValueFits(const uint8_t* data, size_t length, size_t* consumed);
 
 }  // namespace tessera::rpc::guarded_tcp
