@@ -44,6 +44,7 @@ struct ClientPipe {
   Mutex mu;
   bool ready ABSL_GUARDED_BY(mu) = false;
   bool failed ABSL_GUARDED_BY(mu) = false;
+  absl::Status failure ABSL_GUARDED_BY(mu);  // why, once failed
   std::vector<std::shared_ptr<Message>> waiting ABSL_GUARDED_BY(mu);
 };
 
@@ -331,10 +332,12 @@ Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
 void TensorPipeAgent::WriteRequest(const std::shared_ptr<ClientPipe>& client,
                                    std::shared_ptr<Message> request) {
   bool failed = false;
+  absl::Status failure;
   {
     // Until the peer accepted us, requests wait (in order) for the handshake.
     MutexLock lock(&client->mu);
     failed = client->failed;
+    failure = client->failure;
     if (!failed && !client->ready) {
       client->waiting.push_back(std::move(request));
       return;
@@ -342,9 +345,7 @@ void TensorPipeAgent::WriteRequest(const std::shared_ptr<ClientPipe>& client,
   }
   if (failed) {
     // The pipe broke before this call was registered on it.
-    pending_.Complete(request->envelope.request_id(),
-                      ConnectionEnded(PeerAt(client->rank),
-                                      absl::UnavailableError("the connection failed")));
+    pending_.Complete(request->envelope.request_id(), ConnectionEnded(PeerAt(client->rank), failure));
     return;
   }
   WriteMessage(client->pipe, std::move(request), [this, client](const tp::Error& error) {
@@ -363,6 +364,7 @@ void TensorPipeAgent::FailPipe(const std::shared_ptr<ClientPipe>& client,
   {
     MutexLock lock(&client->mu);
     client->failed = true;
+    client->failure = why;
     client->waiting.clear();
   }
   peer_failures_.Notify(client->rank);

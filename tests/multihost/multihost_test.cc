@@ -86,7 +86,8 @@ int DriveRpcJob(rpc::Runtime& rt, rref::RRefContext& rrefs, dist_autograd::DistA
   }
   std::printf("driver: calls and RRef forks across hosts ok\n");
 
-  // Parameter server: w1 on host 0, w2 on host 2.
+  // Parameter server: both parameters on the server (host 0), this trainer
+  // on host 1.
   at::Tensor w1_local = ParamFor(1), w2_local = ParamFor(2);
   torch::optim::SGD local_optimizer({w1_local, w2_local},
                                     torch::optim::SGDOptions(0.1).momentum(0.9));
@@ -96,7 +97,7 @@ int DriveRpcJob(rpc::Runtime& rt, rref::RRefContext& rrefs, dist_autograd::DistA
     return rref::Remote<at::Tensor>(rrefs, owner, "new_param", values, value.sizes().vec());
   };
   {
-    RRef<at::Tensor> w1 = remote_param("worker0", w1_local), w2 = remote_param("worker2", w2_local);
+    RRef<at::Tensor> w1 = remote_param("worker0", w1_local), w2 = remote_param("worker0", w2_local);
     dist_optim::SgdOptions sgd;
     sgd.lr = 0.1;
     sgd.momentum = 0.9;
@@ -109,12 +110,12 @@ int DriveRpcJob(rpc::Runtime& rt, rref::RRefContext& rrefs, dist_autograd::DistA
       local_optimizer.step();
       ContextGuard context(autograd);
       at::Tensor h = rt.RpcSync<at::Tensor>("worker0", "apply_stage", x, w1);
-      at::Tensor y = rt.RpcSync<at::Tensor>("worker2", "apply_stage", h, w2);
+      at::Tensor y = rt.RpcSync<at::Tensor>("worker0", "apply_stage", h, w2);
       ThrowIfError(autograd.Backward(context.id(), {(y - target).pow(2).mean()}));
       ThrowIfError(optimizer.Step(context.id()));
     }
-    WORKER_CHECK(AllClose(w1.to_here(), w1_local), "parameters on host 0 after training");
-    WORKER_CHECK(AllClose(w2.to_here(), w2_local), "parameters on host 2 after training");
+    WORKER_CHECK(AllClose(w1.to_here(), w1_local), "first parameter after training");
+    WORKER_CHECK(AllClose(w2.to_here(), w2_local), "second parameter after training");
   }
   std::printf("driver: parameter-server training across hosts matches one process\n");
 

@@ -21,7 +21,33 @@
 namespace tessera::testing {
 namespace {
 
-class TensorPipeWireTest : public RpcWorld {};
+class TensorPipeWireTest : public RpcWorld {
+ protected:
+  // worker0, here, in a world whose "worker1" is `impostor` (listening).
+  std::unique_ptr<rpc::Runtime> StartFacing(RawTensorPipePeer& impostor) {
+    auto store = store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
+    if (!store.ok()) {
+      ADD_FAILURE() << store.status();
+      return nullptr;
+    }
+    store_ = *std::move(store);
+    const std::string address = impostor.Listen();
+    store::StoreClient registrar("127.0.0.1", store_port(), absl::Seconds(10), TestJobSecret());
+    if (auto set = registrar.Set("tessera/workers/1", absl::StrCat("worker1\n", address, "\n"));
+        !set.ok()) {
+      ADD_FAILURE() << set;
+      return nullptr;
+    }
+    rpc::RpcOptions options = InProcessOptions("worker0", 0, 2, store_port());
+    options.backend = rpc::Backend::kTensorPipe;
+    auto runtime = rpc::Runtime::Init(options, MakeTestRegistry());
+    if (!runtime.ok()) {
+      ADD_FAILURE() << runtime.status();
+      return nullptr;
+    }
+    return *std::move(runtime);
+  }
+};
 
 // Host and port of a worker's TensorPipe listener, from the rendezvous.
 std::pair<std::string, int> ListenerOf(rpc::Runtime& rt, int rank) {
@@ -217,42 +243,26 @@ TEST_F(TensorPipeWireTest, ReplayedHandshakeAndMissingSecretAreRefused) {
 // transport gate refuses it: the call fails as Unauthenticated naming the
 // peer, and the impostor never gets a pipe, let alone the request.
 TEST_F(TensorPipeWireTest, WorkerRefusesAListenerThatCannotProveTheSecret) {
-  auto store = store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
-  ASSERT_TRUE(store.ok()) << store.status();
-  store_ = *std::move(store);
   RawTensorPipePeer impostor(rpc::JobSecret("a guess at the secret"));
-  const std::string address = impostor.Listen();
-  store::StoreClient registrar("127.0.0.1", store_port(), absl::Seconds(10), TestJobSecret());
-  ASSERT_TRUE(registrar.Set("tessera/workers/1", absl::StrCat("worker1\n", address, "\n")).ok());
-  rpc::RpcOptions options = InProcessOptions("worker0", 0, 2, store_port());
-  options.backend = rpc::Backend::kTensorPipe;
-  auto runtime = rpc::Runtime::Init(options, MakeTestRegistry());
-  ASSERT_TRUE(runtime.ok()) << runtime.status();
+  auto runtime = StartFacing(impostor);
+  ASSERT_NE(runtime, nullptr);
 
-  auto result = (*runtime)->RpcAsync<int64_t>("worker1", "echo", int64_t{5}).Wait(absl::Seconds(30));
+  auto result = runtime->RpcAsync<int64_t>("worker1", "echo", int64_t{5}).Wait(absl::Seconds(30));
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().code(), absl::StatusCode::kUnauthenticated) << result.status();
   EXPECT_NE(result.status().message().find("worker1"), std::string::npos) << result.status();
   EXPECT_FALSE(impostor.Accept(absl::Seconds(1)).ok()) << "the impostor got a pipe";
-  EXPECT_TRUE((*runtime)->Shutdown(/*graceful=*/false).ok());
+  EXPECT_TRUE(runtime->Shutdown(/*graceful=*/false).ok());
 }
 
 // Past the transport gate (a process holding the secret but not a worker's
 // agent), the agent's own handshake still checks the listener's proof.
 TEST_F(TensorPipeWireTest, WorkerRefusesAPeerThatCannotProveTheSecret) {
-  auto store = store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
-  ASSERT_TRUE(store.ok()) << store.status();
-  store_ = *std::move(store);
   RawTensorPipePeer impostor(TestJobSecret());
-  const std::string address = impostor.Listen();
-  store::StoreClient registrar("127.0.0.1", store_port(), absl::Seconds(10), TestJobSecret());
-  ASSERT_TRUE(registrar.Set("tessera/workers/1", absl::StrCat("worker1\n", address, "\n")).ok());
-  rpc::RpcOptions options = InProcessOptions("worker0", 0, 2, store_port());
-  options.backend = rpc::Backend::kTensorPipe;
-  auto runtime = rpc::Runtime::Init(options, MakeTestRegistry());
-  ASSERT_TRUE(runtime.ok()) << runtime.status();
+  auto runtime = StartFacing(impostor);
+  ASSERT_NE(runtime, nullptr);
 
-  auto call = (*runtime)->RpcAsync<int64_t>("worker1", "echo", int64_t{5});
+  auto call = runtime->RpcAsync<int64_t>("worker1", "echo", int64_t{5});
   auto pipe = impostor.Accept();
   ASSERT_TRUE(pipe.ok()) << pipe.status();
   auto hello = RawTensorPipePeer::Read(*pipe);
@@ -271,7 +281,7 @@ TEST_F(TensorPipeWireTest, WorkerRefusesAPeerThatCannotProveTheSecret) {
   auto next = RawTensorPipePeer::Read(*pipe);
   EXPECT_FALSE(next.ok()) << "the impostor received envelope kind "
                           << next->envelope.kind();
-  EXPECT_TRUE((*runtime)->Shutdown(/*graceful=*/false).ok());
+  EXPECT_TRUE(runtime->Shutdown(/*graceful=*/false).ok());
 }
 
 }  // namespace
