@@ -8,11 +8,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <algorithm>
 #include <cstring>
-#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -30,23 +29,24 @@ std::string Unbracket(const std::string& host) {
   return host;
 }
 
-// The numeric form of an interface address; nullopt for other families and
-// for IPv6 link-local addresses (they need a scope to be dialled).
-std::optional<std::string> NumericAddress(const sockaddr* address) {
+// The numeric host of an IPv4 or IPv6 socket address; "" for other families.
+std::string NumericHost(const sockaddr* address) {
   char buffer[INET6_ADDRSTRLEN] = {};
-  if (address == nullptr) return std::nullopt;
+  if (address == nullptr) return "";
   if (address->sa_family == AF_INET) {
     inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(address)->sin_addr, buffer,
               sizeof(buffer));
-    return std::string(buffer);
+  } else if (address->sa_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr, buffer,
+              sizeof(buffer));
   }
-  if (address->sa_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(address);
-    if (IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr)) return std::nullopt;
-    inet_ntop(AF_INET6, &in6->sin6_addr, buffer, sizeof(buffer));
-    return std::string(buffer);
-  }
-  return std::nullopt;
+  return buffer;
+}
+
+// IPv6 link-local addresses need a scope to be dialled: never chosen.
+bool IsLinkLocal(const sockaddr* address) {
+  return address->sa_family == AF_INET6 &&
+         IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr);
 }
 
 struct InterfaceAddress {
@@ -59,8 +59,9 @@ std::vector<InterfaceAddress> ListInterfaceAddresses() {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return result;
   for (ifaddrs* entry = list; entry != nullptr; entry = entry->ifa_next) {
-    if (auto numeric = NumericAddress(entry->ifa_addr)) {
-      result.push_back({entry->ifa_name, *numeric});
+    const std::string numeric = NumericHost(entry->ifa_addr);
+    if (!numeric.empty() && !IsLinkLocal(entry->ifa_addr)) {
+      result.push_back({entry->ifa_name, numeric});
     }
   }
   freeifaddrs(list);
@@ -115,13 +116,7 @@ absl::StatusOr<std::string> RouteSource(const std::string& destination) {
   const int got = getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_length);
   close(fd);
   if (got != 0) return absl::InternalError(absl::StrCat("getsockname: ", std::strerror(errno)));
-  char buffer[INET6_ADDRSTRLEN] = {};
-  if (local.ss_family == AF_INET6) {
-    inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr, buffer, sizeof(buffer));
-  } else {
-    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&local)->sin_addr, buffer, sizeof(buffer));
-  }
-  return std::string(buffer);
+  return NumericHost(reinterpret_cast<const sockaddr*>(&local));
 }
 
 // Rule 2: the address of interface `name`, of `family` when it has one.
@@ -293,7 +288,9 @@ std::string JoinHostPort(const std::string& host, int port) {
   return absl::StrCat(host, ":", port);
 }
 
-bool SplitHostPort(const std::string& host_port, std::string* host, int* port) {
+bool SplitHostPort(const std::string& address, std::string* host, int* port) {
+  const auto scheme = address.find("://");
+  const std::string host_port = scheme == std::string::npos ? address : address.substr(scheme + 3);
   const auto colon = host_port.rfind(':');
   if (colon == std::string::npos || colon == 0) return false;
   *host = Unbracket(host_port.substr(0, colon));
@@ -329,16 +326,8 @@ absl::StatusOr<std::vector<std::string>> ResolveHost(const std::string& host) {
   if (error != 0) return absl::NotFoundError(gai_strerror(error));
   std::vector<std::string> v4, v6;
   for (addrinfo* entry = list; entry != nullptr; entry = entry->ai_next) {
-    char buffer[INET6_ADDRSTRLEN] = {};
-    if (entry->ai_family == AF_INET) {
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(entry->ai_addr)->sin_addr, buffer,
-                sizeof(buffer));
-      v4.push_back(buffer);
-    } else if (entry->ai_family == AF_INET6) {
-      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(entry->ai_addr)->sin6_addr, buffer,
-                sizeof(buffer));
-      v6.push_back(buffer);
-    }
+    const std::string numeric = NumericHost(entry->ai_addr);
+    if (!numeric.empty()) (entry->ai_family == AF_INET ? v4 : v6).push_back(numeric);
   }
   freeaddrinfo(list);
   std::vector<std::string> all;

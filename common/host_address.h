@@ -73,7 +73,8 @@ absl::StatusOr<std::string> StoreListenHost(const std::string& master_addr);
 
 // "host:port", with an IPv6 host in brackets.
 std::string JoinHostPort(const std::string& host, int port);
-// Splits "host:port" or "[v6]:port"; false when malformed.
+// Splits "host:port" or "[v6]:port", after any "scheme://" (a worker's
+// address, "tcp://10.0.0.1:4000"); false when malformed.
 bool SplitHostPort(const std::string& host_port, std::string* host, int* port);
 
 // Whether `address` (numeric) is 127.0.0.0/8 or ::1.

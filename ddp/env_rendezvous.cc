@@ -4,7 +4,6 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/host_address.h"
 #include "ddp/collective_checks.h"
 
 namespace tessera::ddp {
@@ -27,11 +26,8 @@ absl::StatusOr<EnvProcessGroup> CreateProcessGroupFromEnv(const ProcessGroupFact
   auto secret = rpc::JobSecret::FromEnv();
   if (!secret.ok()) return secret.status();
   EnvProcessGroup result;
-  const char* hosted = std::getenv("TESSERA_STORE_HOSTED");
-  if (env->rank == 0 && (hosted == nullptr || std::string(hosted) != "1")) {
-    auto listen = StoreListenHost(env->master_addr);
-    if (!listen.ok()) return listen.status();
-    auto server = store::StoreServer::Start(*listen, env->master_port, *secret);
+  if (env->rank == 0 && !env->store_hosted) {
+    auto server = store::StoreServer::StartForMaster(env->master_addr, env->master_port, *secret);
     if (!server.ok()) return server.status();
     result.store_server = *std::move(server);
   }

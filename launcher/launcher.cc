@@ -18,7 +18,6 @@
 #include "absl/strings/str_cat.h"
 #include "rpc/auth/job_secret.h"
 #include "absl/time/clock.h"
-#include "common/host_address.h"
 #include "common/subprocess.h"
 #include "launcher/node_coordinator.h"
 #include "store/store_client.h"
@@ -239,12 +238,10 @@ int Run(const LaunchOptions& options) {
   std::unique_ptr<store::StoreServer> store;
   int port = options.master_port;
   if (options.node_rank == 0) {
-    // Reached at --master_addr by the other nodes (common/host_address.h).
-    absl::StatusOr<std::string> host =
-        options.standalone ? "127.0.0.1" : StoreListenHost(options.master_addr);
-    absl::StatusOr<std::unique_ptr<store::StoreServer>> server =
-        host.ok() ? store::StoreServer::Start(*host, options.standalone ? 0 : port, *secret)
-                  : host.status();
+    // Reached at --master_addr by the other nodes.
+    auto server = options.standalone ? store::StoreServer::Start("127.0.0.1", 0, *secret)
+                                     : store::StoreServer::StartForMaster(options.master_addr,
+                                                                          port, *secret);
     if (!server.ok()) {
       Say(absl::StrCat("cannot host the rendezvous store at --master_addr ", options.master_addr,
                        ": ", server.status().ToString()));

@@ -15,10 +15,9 @@ std::string WorkerKey(const std::string& prefix, int rank) {
 
 // The host part of a worker's address ("tcp://[fd00::1]:4000" -> "fd00::1").
 std::string HostOf(const std::string& address) {
-  const auto scheme = address.find("://");
   std::string host;
   int port = 0;
-  SplitHostPort(scheme == std::string::npos ? address : address.substr(scheme + 3), &host, &port);
+  SplitHostPort(address, &host, &port);
   return host;
 }
 

@@ -28,10 +28,7 @@ absl::StatusOr<RpcOptions> RpcOptions::FromEnv() {
   options.master_addr = env->master_addr;
   options.master_port = env->master_port;
   // Under tessera-run the launcher hosts the store; workers connect to it.
-  if (const char* hosted = std::getenv("TESSERA_STORE_HOSTED");
-      hosted != nullptr && std::string(hosted) == "1") {
-    options.store_role = StoreRole::kConnect;
-  }
+  if (env->store_hosted) options.store_role = StoreRole::kConnect;
   const char* name = std::getenv("TESSERA_WORKER_NAME");
   options.name = name ? name : absl::StrCat("worker", options.rank);
   if (const char* role = std::getenv("TESSERA_WORKER_ROLE")) options.role = role;

@@ -91,9 +91,7 @@ absl::Status Runtime::Start() {
   if (!host.ok()) return Annotate(host.status(), options_.name + " cannot choose its address");
   int port = options_.master_port;
   if (host_store) {
-    auto store_host = StoreListenHost(options_.master_addr);
-    if (!store_host.ok()) return store_host.status();
-    auto server = store::StoreServer::Start(*store_host, port, options_.job_secret);
+    auto server = store::StoreServer::StartForMaster(options_.master_addr, port, options_.job_secret);
     if (!server.ok()) return server.status();
     store_server_ = *std::move(server);
     port = store_server_->port();

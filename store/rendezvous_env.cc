@@ -1,7 +1,7 @@
 #include "store/rendezvous_env.h"
 
 #include <cstdlib>
-#include <utility>
+#include <string>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -41,6 +41,8 @@ absl::StatusOr<RendezvousEnv> ReadRendezvousEnv() {
       return status;
     }
   }
+  const char* hosted = std::getenv("TESSERA_STORE_HOSTED");
+  env.store_hosted = hosted != nullptr && std::string(hosted) == "1";
   if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr) {
     env.master_addr = addr;
   } else {

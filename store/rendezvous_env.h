@@ -16,6 +16,9 @@ struct RendezvousEnv {
   int local_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
+  // TESSERA_STORE_HOSTED=1: a launcher (or test) hosts the store; without
+  // it, rank 0 does, as torch's env:// has it.
+  bool store_hosted = false;
 };
 
 // Reads the variables; a missing or non-integer one is an error naming it.

@@ -173,6 +173,13 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::strin
   return server;
 }
 
+absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::StartForMaster(
+    const std::string& master_addr, int port, rpc::JobSecret secret) {
+  auto host = StoreListenHost(master_addr);
+  if (!host.ok()) return host.status();
+  return Start(*host, port, std::move(secret));
+}
+
 void StoreServer::Clear(const std::string& keep_prefix) { service_->Clear(keep_prefix); }
 
 void StoreServer::Shutdown() {

@@ -151,7 +151,7 @@ class TensorPipeAgent final : public RpcAgent {
     }
     std::string host;
     int port = 0;
-    SplitHostPort(self_.address.substr(self_.address.find("://") + 3), &host, &port);
+    SplitHostPort(self_.address, &host, &port);
     listen_url_ = tcp_name + "://" + JoinHostPort(options_.listen_host, port);
     self_.locality = absl::StrJoin(locality, "\t");
     TESSERA_LOG(INFO) << self_.name << ": TensorPipe listening at " << listen_url_
@@ -288,7 +288,8 @@ Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
     if (it != client_pipes_.end()) client = it->second;
     address = workers_[to_rank].address;
     peer_name = workers_[to_rank].name;
-    transport = TransportFor(self_, workers_[to_rank]);
+    // For the log line of a new connection only: not on every call.
+    if (client == nullptr) transport = TransportFor(self_, workers_[to_rank]);
   }
   if (client == nullptr) {
     // Note [One connect at a time]: two threads connecting to one peer at

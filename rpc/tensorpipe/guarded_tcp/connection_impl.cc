@@ -7,7 +7,6 @@
 #include <sys/uio.h>
 
 #include <cerrno>
-#include <cstring>
 
 #include "rpc/tensorpipe/guarded_tcp/bounded_nop.h"
 #include "rpc/tensorpipe/guarded_tcp/context_impl.h"
@@ -55,7 +54,6 @@ void ConnectionImpl::initImplFromLoop() {
     connecting_ = true;
     gate_.emplace(context_->secret());
     gate_out_ = gate_->greeting();
-    gate_open_ = false;
   } else {
     error = socket_.block(false);
     if (error) {
@@ -73,7 +71,7 @@ void ConnectionImpl::readImplFromLoop(read_callback_fn fn) {
   ReadOp op;
   op.fn = std::move(fn);
   reads_.push_back(std::move(op));
-  if (!connecting_ && gate_open_) ProcessReads();
+  if (!connecting_ && GateOpen()) ProcessReads();
   if (!error_) UpdateInterest();
 }
 
@@ -83,7 +81,7 @@ void ConnectionImpl::readImplFromLoop(void* ptr, size_t length, read_callback_fn
   op.data = static_cast<char*>(ptr);
   op.fn = std::move(fn);
   reads_.push_back(std::move(op));
-  if (!connecting_ && gate_open_) ProcessReads();
+  if (!connecting_ && GateOpen()) ProcessReads();
   if (!error_) UpdateInterest();
 }
 
@@ -114,7 +112,7 @@ void ConnectionImpl::writeImplFromLoop(const void* ptr, size_t length, write_cal
   op.data = static_cast<const char*>(ptr);
   op.fn = std::move(fn);
   writes_.push_back(std::move(op));
-  if (!connecting_ && gate_open_) ProcessWrites();
+  if (!connecting_ && GateOpen()) ProcessWrites();
   if (!error_) UpdateInterest();
 }
 
@@ -129,7 +127,7 @@ void ConnectionImpl::handleEventsFromLoop(int events) {
     }
     connecting_ = false;
   }
-  if (!gate_open_ && !PassGate()) {
+  if (!GateOpen() && !PassGate()) {
     if (!error_) UpdateInterest();
     return;
   }
@@ -145,7 +143,7 @@ void ConnectionImpl::handleEventsFromLoop(int events) {
 }
 
 bool ConnectionImpl::PassGate() {
-  while (true) {
+  while (!GateOpen()) {
     if (!gate_out_.empty()) {
       const ssize_t n = ::send(socket_.fd(), gate_out_.data(), gate_out_.size(), MSG_NOSIGNAL);
       if (n < 0) {
@@ -156,16 +154,11 @@ bool ConnectionImpl::PassGate() {
       }
       gate_out_.erase(0, n);
       if (!gate_out_.empty()) return false;
+      continue;
     }
-    if (!gate_.has_value()) break;  // the proof went out: open
     // Exactly the challenge: what follows it is TensorPipe's.
-    char buffer[kChallengeBytes];
-    size_t done = gate_in_.size();
-    std::memcpy(buffer, gate_in_.data(), done);
-    const bool complete = ReceiveInto(buffer, kChallengeBytes, &done);
-    gate_in_.assign(buffer, done);
-    if (!complete) return false;
-    auto proof = gate_->OnChallenge(gate_in_);
+    if (!ReceiveInto(gate_in_, kChallengeBytes, &gate_in_done_)) return false;
+    auto proof = gate_->OnChallenge(std::string_view(gate_in_, kChallengeBytes));
     if (!proof.ok()) {
       setError(tensorpipe::Error(
           std::make_shared<GateRefused>(std::string(proof.status().message())), __FILE__,
@@ -175,7 +168,6 @@ bool ConnectionImpl::PassGate() {
     gate_.reset();
     gate_out_ = *std::move(proof);
   }
-  gate_open_ = true;
   return true;
 }
 
@@ -269,7 +261,7 @@ void ConnectionImpl::UpdateInterest() {
   int events = 0;
   if (connecting_) {
     events = EPOLLOUT;
-  } else if (!gate_open_) {
+  } else if (!GateOpen()) {
     events = gate_out_.empty() ? EPOLLIN : EPOLLOUT;
   } else {
     if (!reads_.empty()) events |= EPOLLIN;

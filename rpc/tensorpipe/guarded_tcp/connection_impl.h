@@ -77,11 +77,13 @@ class ConnectionImpl final
   tensorpipe::Socket socket_;
   bool connecting_ = false;
   // Note [Transport gate]: TensorPipe's reads and writes wait until it is
-  // open. An accepted connection passed it in the listener.
+  // open: no challenge awaited (gate_) and no gate bytes left to send. An
+  // accepted connection passed it in the listener.
+  bool GateOpen() const { return !gate_.has_value() && gate_out_.empty(); }
   std::optional<GateClient> gate_;
-  bool gate_open_ = true;
-  std::string gate_out_;  // raw gate bytes still to send
-  std::string gate_in_;   // the challenge, as it arrives
+  std::string gate_out_;                // raw gate bytes still to send
+  char gate_in_[kChallengeBytes] = {};  // the challenge, as it arrives
+  size_t gate_in_done_ = 0;
   int registered_events_ = 0;
   std::deque<ReadOp> reads_;
   std::deque<WriteOp> writes_;
