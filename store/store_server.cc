@@ -161,6 +161,9 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::strin
   std::unique_ptr<StoreServer> server(new StoreServer());
   server->service_ = std::make_unique<StoreServiceImpl>(std::move(secret));
   grpc::ServerBuilder builder;
+  // A connection that has not sent HTTP/2's preface and settings by then is
+  // closed (gRPC's default is 120 s): silent strangers do not pile up.
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10'000);
   int bound_port = 0;
   builder.AddListeningPort(JoinHostPort(host, port),
                            grpc::InsecureServerCredentials(), &bound_port);

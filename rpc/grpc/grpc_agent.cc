@@ -188,6 +188,10 @@ absl::Status GrpcAgent::Start() {
   std::unique_ptr<grpc::ServerCompletionQueue> queue = builder.AddCompletionQueue();
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<size_t>(options_.max_message_bytes, INT_MAX)));
   builder.SetMaxSendMessageSize(static_cast<int>(std::min<size_t>(options_.max_message_bytes, INT_MAX)));
+  // A connection that has not sent HTTP/2's preface and settings by then is
+  // closed (gRPC's default is 120 s): silent strangers do not pile up.
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(options_.handshake_timeout)));
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) {
     return absl::UnavailableError(

@@ -54,7 +54,8 @@ struct GrpcOptions {
   // Largest frame sent or accepted, envelope plus tensor bytes; gRPC's own
   // ceiling is 2 GiB - 1. Larger messages fail with ResourceExhausted.
   size_t max_message_bytes = INT_MAX;
-  // How long a connecting peer has to complete the handshake.
+  // How long a connecting peer has to complete the handshake — gRPC's
+  // HTTP/2 set-up as well as Tessera's.
   absl::Duration handshake_timeout = absl::Seconds(10);
   // Threads that run the streams' gRPC completions (decoding frames,
   // handing requests to the executor, which runs the handlers). One is

@@ -199,10 +199,13 @@ TEST(HostileTrafficTest, NoConnectionHurtsAWorkerTheStoreOrTheLaunchers) {
   for (const auto& worker : workers) ports.push_back(worker.port);
 
   // Connections that open and never speak (held to the end), and a flood
-  // of them beyond the listeners' bound on connections awaiting the gate.
+  // of them: twice the TensorPipe gate's bound on connections waiting there.
+  std::vector<int> baseline;
+  for (const auto& worker : workers) baseline.push_back(OpenDescriptors(worker.pid));
+  constexpr int kSilentPerPort = 600;
   std::vector<int> silent;
   for (int target : ports) {
-    for (int i = 0; i < 300; ++i) {
+    for (int i = 0; i < kSilentPerPort; ++i) {
       if (const int fd = Dial(target); fd >= 0) silent.push_back(fd);
     }
   }
@@ -210,6 +213,15 @@ TEST(HostileTrafficTest, NoConnectionHurtsAWorkerTheStoreOrTheLaunchers) {
   for (const auto& worker : workers) descriptors.push_back(OpenDescriptors(worker.pid));
   node0.Drain();
   node1.Drain();
+  // TensorPipe's gate holds at most 256 connections; an acceptor without a
+  // bound would hold all 600.
+  const char* backend = std::getenv("TESSERA_RPC_BACKEND");
+  const bool grpc = backend != nullptr && std::string(backend) == "grpc";
+  if (!grpc) {
+    for (size_t i = 0; i < workers.size(); ++i) {
+      EXPECT_LE(descriptors[i] - baseline[i], 256 + 32) << "worker " << workers[i].pid;
+    }
+  }
 
   // Slow talkers: one byte a second, for five seconds, to every port.
   std::atomic<bool> slow_done{false};
@@ -242,6 +254,19 @@ TEST(HostileTrafficTest, NoConnectionHurtsAWorkerTheStoreOrTheLaunchers) {
   }
   slow.join();
   for (const auto& worker : workers) EXPECT_TRUE(Alive(worker.pid));
+  // gRPC accepts every connection, but closes one that has not set up
+  // HTTP/2 within its handshake timeout (10 s): the silent ones, still open
+  // on this side, are let go by the workers.
+  if (grpc) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    for (size_t i = 0; i < workers.size(); ++i) {
+      while (OpenDescriptors(workers[i].pid) - baseline[i] > 32 && absl::Now() < deadline) {
+        node0.WaitFor("(never printed)", 1, absl::Milliseconds(200));  // drains the output
+        node1.Drain();
+      }
+      EXPECT_LE(OpenDescriptors(workers[i].pid) - baseline[i], 32) << "worker " << workers[i].pid;
+    }
+  }
   for (int fd : silent) close(fd);
 
   store::StoreClient store("127.0.0.1", std::stoi(port), absl::Seconds(10),
@@ -251,12 +276,9 @@ TEST(HostileTrafficTest, NoConnectionHurtsAWorkerTheStoreOrTheLaunchers) {
   EXPECT_EQ(node1.Finish(absl::Seconds(60)), 0) << node1.output();
   EXPECT_TRUE(absl::StrContains(node0.output() + node1.output(), "all correct: yes"))
       << node0.output() << node1.output();
-  // 300 silent connections per port: a worker's descriptors stay bounded.
-  for (size_t i = 0; i < workers.size(); ++i) {
-    EXPECT_LT(descriptors[i], 1000) << "worker " << workers[i].pid;
-  }
-  std::printf("descriptors while 300 silent connections per port were open:");
-  for (int count : descriptors) std::printf(" %d", count);
+  std::printf("descriptors before -> while %d silent connections per port were open:",
+              kSilentPerPort);
+  for (size_t i = 0; i < workers.size(); ++i) std::printf(" %d->%d", baseline[i], descriptors[i]);
   std::printf("\n%s%s", node0.output().c_str(), node1.output().c_str());
   unsetenv("TESSERA_JOB_SECRET");
 }
