@@ -41,7 +41,7 @@ std::unique_ptr<Runtime> Start(int rank, int port, const std::vector<std::string
   tessera::rpc::RpcOptions options = tessera::bench::WorkerOptions(rank, 2, port);
   options.tensorpipe.enable_shm = !HasFlag(args, "--no-shm");
   if (HasFlag(args, "--grpc")) options.backend = tessera::rpc::Backend::kGrpc;
-  auto runtime = Runtime::Init(options, MakeRegistry());
+  auto runtime = Runtime::TryInit(options, MakeRegistry());
   if (!runtime.ok()) {
     std::fprintf(stderr, "init: %s\n", runtime.status().ToString().c_str());
     std::exit(1);
@@ -65,7 +65,7 @@ double Bandwidth(Runtime& rt, int64_t bytes, int iterations) {
 
 int RankMain(int rank, int port, const std::vector<std::string>& args) {
   auto rt = Start(rank, port, args);
-  if (rank == 1) return rt->Shutdown().ok() ? 0 : 1;
+  if (rank == 1) return rt->TryShutdown().ok() ? 0 : 1;
 
   at::Tensor one = at::ones({1});
   for (int i = 0; i < 500; ++i) Echo(*rt, one);
@@ -96,7 +96,7 @@ int RankMain(int rank, int port, const std::vector<std::string>& args) {
               "\"gbps_1mb\": %.2f, \"gbps_64mb\": %.2f}\n",
               rtts[rtts.size() / 2], rtts[rtts.size() * 99 / 100], calls_per_s,
               gbps_1mb, gbps_64mb);
-  return rt->Shutdown().ok() ? 0 : 1;
+  return rt->TryShutdown().ok() ? 0 : 1;
 }
 
 }  // namespace

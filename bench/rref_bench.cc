@@ -51,7 +51,7 @@ std::unique_ptr<tessera::rpc::Runtime> Start(int rank, int port,
     auto c = weak.lock();
     return c && c->WaitForOwnedValues(static_cast<size_t>(n), absl::Seconds(60));
   });
-  auto runtime = tessera::rpc::Runtime::Init(tessera::bench::WorkerOptions(rank, 2, port),
+  auto runtime = tessera::rpc::Runtime::TryInit(tessera::bench::WorkerOptions(rank, 2, port),
                                              std::move(registry), {context});
   if (!runtime.ok()) {
     std::fprintf(stderr, "init: %s\n", runtime.status().ToString().c_str());
@@ -65,7 +65,7 @@ double Micros(Clock::duration d) { return std::chrono::duration<double, std::mic
 int RankMain(int rank, int port, const std::vector<std::string>&) {
   auto context = MakeContext();
   auto runtime = Start(rank, port, context);
-  if (rank == 1) return runtime->Shutdown().ok() ? 0 : 1;
+  if (rank == 1) return runtime->TryShutdown().ok() ? 0 : 1;
 
   auto remote_method = [&] {
     auto counter = tessera::rref::RemoteObject<Counter>(*context, "worker1", int64_t{0});
@@ -100,7 +100,7 @@ int RankMain(int rank, int port, const std::vector<std::string>&) {
               "\"remote_to_here_p50_us\": %.1f, \"rrefs_per_s\": %.0f}\n",
               method_us[method_us.size() / 2], method_us[method_us.size() * 99 / 100],
               fetch_us[fetch_us.size() / 2], rate);
-  return runtime->Shutdown().ok() ? 0 : 1;
+  return runtime->TryShutdown().ok() ? 0 : 1;
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include "common/blocking.h"
 #include "common/executor.h"
 #include "common/mutex.h"
+#include "common/status.h"
 
 namespace tessera {
 
@@ -175,6 +176,10 @@ class Future {
   absl::StatusOr<T> Wait(absl::Duration timeout) const {
     return state_->Wait(absl::Now() + timeout);
   }
+  // The synchronous form of the error rule (README, "Errors"): the value,
+  // or StatusError carrying the failure — DeadlineExceeded when the future
+  // is not complete within `timeout`.
+  T Get(absl::Duration timeout) const { return ValueOrThrow(Wait(timeout)); }
 
   // Runs `callback(result)` once the future completes (see header comment).
   void OnReady(std::function<void(const absl::StatusOr<T>&)> callback) const {

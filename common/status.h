@@ -1,7 +1,12 @@
 // Status helpers shared by every Tessera module.
 //
-// Module boundaries speak absl::Status / absl::StatusOr<T>. Convenience APIs
-// for user code may throw StatusError, which carries the Status unchanged.
+// The error rule (README, "Errors"): user-facing calls that finish before
+// they return throw StatusError, which carries an absl::Status unchanged
+// (code and message naming what failed and where); calls that return a
+// Future never throw, the future carries the status; programming errors
+// (a name registered twice, a bad option) throw at once. Below the user
+// API — agents, transports, codec, store — functions return absl::Status /
+// absl::StatusOr<T>, and nothing throws across threads or the wire.
 #pragma once
 
 #include <stdexcept>
@@ -34,6 +39,18 @@ template <typename T>
 T ValueOrThrow(absl::StatusOr<T> value) {
   if (!value.ok()) throw StatusError(value.status());
   return *std::move(value);
+}
+
+// Runs `fn` and returns the status of the StatusError it threw, or OK: for
+// code that branches on the failure of a throwing call.
+template <typename Fn>
+absl::Status StatusOf(Fn&& fn) {
+  try {
+    fn();
+    return absl::OkStatus();
+  } catch (const StatusError& e) {
+    return e.status();
+  }
 }
 
 // Prefixes a status's message with context, keeping its code.

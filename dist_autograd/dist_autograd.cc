@@ -59,17 +59,14 @@ std::shared_ptr<DistAutograd> DistAutograd::Create() {
 void DistAutograd::Attach(rpc::Runtime* runtime, rpc::Registry* internal) {
   runtime_.store(runtime);
   self_rank_ = runtime->options().rank;
-  auto must = [](absl::Status status) {
-    if (!status.ok()) throw std::logic_error(status.ToString());
-  };
-  must(internal->Register(kBackwardService,
+  internal->Register(kBackwardService,
                           [this](rpc::CallContext& ctx, int64_t context_id, int64_t send_id,
                                  std::vector<at::Tensor> grads) {
                             return RunFromSend(context_id, send_id, std::move(grads),
                                                ctx.deadline);
-                          }));
-  must(internal->Register(kReleaseService,
-                          [this](int64_t context_id) { Release(context_id); }));
+                          });
+  internal->Register(kReleaseService,
+                          [this](int64_t context_id) { Release(context_id); });
 }
 
 void DistAutograd::OnPeerUnavailable(int rank) {
@@ -171,19 +168,18 @@ bool DistAutograd::WaitForContexts(size_t count, absl::Duration timeout) const {
       absl::Now() + timeout);
 }
 
-absl::StatusOr<c10::Dict<at::Tensor, at::Tensor>> DistAutograd::GetGradients(
-    int64_t context_id) const {
+c10::Dict<at::Tensor, at::Tensor> DistAutograd::GetGradients(int64_t context_id) const {
   auto context = Find(context_id);
   if (context == nullptr) {
-    return absl::NotFoundError(absl::StrCat("no distributed autograd context ", context_id,
-                                            " on worker '", self_name(), "'"));
+    throw StatusError(absl::NotFoundError(absl::StrCat(
+        "no distributed autograd context ", context_id, " on worker '", self_name(), "'")));
   }
   return context->gradients();
 }
 
-absl::StatusOr<std::vector<at::Tensor>> DistAutograd::GetGradients(
-    int64_t context_id, const std::vector<at::Tensor>& leaves) const {
-  TESSERA_ASSIGN_OR_RETURN(auto grads, GetGradients(context_id));
+std::vector<at::Tensor> DistAutograd::GetGradients(int64_t context_id,
+                                                   const std::vector<at::Tensor>& leaves) const {
+  auto grads = GetGradients(context_id);
   std::vector<at::Tensor> result;
   for (const auto& leaf : leaves) {
     result.push_back(grads.contains(leaf) ? grads.at(leaf) : at::zeros_like(leaf));
@@ -191,19 +187,24 @@ absl::StatusOr<std::vector<at::Tensor>> DistAutograd::GetGradients(
   return result;
 }
 
-absl::StatusOr<DistAutograd*> DistAutograd::Of(const rpc::Runtime& runtime) {
+DistAutograd& DistAutograd::Of(const rpc::Runtime& runtime) {
   auto* autograd = runtime.FindExtension<DistAutograd>();
   if (autograd == nullptr) {
-    return absl::FailedPreconditionError("worker '" + runtime.self().name +
-                                         "' runs without distributed autograd");
+    throw StatusError(absl::FailedPreconditionError("worker '" + runtime.self().name +
+                                                    "' runs without distributed autograd"));
   }
-  return autograd;
+  return *autograd;
 }
 
 // ---------------------------------------------------------------- backward
 
-absl::Status DistAutograd::Backward(int64_t context_id, const std::vector<at::Tensor>& roots,
-                                    bool retain_graph, absl::Duration timeout) {
+void DistAutograd::Backward(int64_t context_id, const std::vector<at::Tensor>& roots,
+                            bool retain_graph, absl::Duration timeout) {
+  ThrowIfError(TryBackward(context_id, roots, retain_graph, timeout));
+}
+
+absl::Status DistAutograd::TryBackward(int64_t context_id, const std::vector<at::Tensor>& roots,
+                                       bool retain_graph, absl::Duration timeout) {
   rpc::Runtime* runtime = runtime_.load();
   if (runtime == nullptr) return absl::FailedPreconditionError("RPC runtime is closed");
   auto context = Find(context_id);

@@ -78,22 +78,27 @@ class DistAutograd final : public rpc::RuntimeExtension,
 
   // Runs the backward pass from `roots` (tensors that require grad; each is
   // seeded with a gradient of ones) across every worker involved, and
-  // returns when it is complete or failed. `timeout` zero: the runtime's
-  // default call timeout.
-  absl::Status Backward(int64_t context_id, const std::vector<at::Tensor>& roots,
-                        bool retain_graph = false,
-                        absl::Duration timeout = absl::ZeroDuration());
+  // returns when it is complete; throws StatusError naming the worker where
+  // it failed. `timeout` zero: the runtime's default call timeout.
+  void Backward(int64_t context_id, const std::vector<at::Tensor>& roots,
+                bool retain_graph = false, absl::Duration timeout = absl::ZeroDuration());
+  // The same, returning the failure.
+  absl::Status TryBackward(int64_t context_id, const std::vector<at::Tensor>& roots,
+                           bool retain_graph = false,
+                           absl::Duration timeout = absl::ZeroDuration());
 
   // The gradients that backward passes of the context accumulated for this
-  // worker's leaves: leaf tensor -> gradient.
-  absl::StatusOr<c10::Dict<at::Tensor, at::Tensor>> GetGradients(int64_t context_id) const;
+  // worker's leaves: leaf tensor -> gradient. StatusError (NotFound) for an
+  // unknown context.
+  c10::Dict<at::Tensor, at::Tensor> GetGradients(int64_t context_id) const;
   // The gradients of `leaves` in order, zeros for a leaf that got none.
-  absl::StatusOr<std::vector<at::Tensor>> GetGradients(int64_t context_id,
-                                                       const std::vector<at::Tensor>& leaves) const;
+  std::vector<at::Tensor> GetGradients(int64_t context_id,
+                                       const std::vector<at::Tensor>& leaves) const;
 
   // The DistAutograd attached to `runtime` (from a registered function:
-  // CallContext::runtime); FailedPrecondition naming the worker if none.
-  static absl::StatusOr<DistAutograd*> Of(const rpc::Runtime& runtime);
+  // CallContext::runtime); StatusError (FailedPrecondition) naming the
+  // worker if none.
+  static DistAutograd& Of(const rpc::Runtime& runtime);
 
   // The context current on this thread, if any.
   std::optional<int64_t> current_context() const;

@@ -23,21 +23,23 @@ Future<T> OnOwner(Future<T> call, std::string what, std::string owner) {
 
 }  // namespace
 
-absl::StatusOr<DistributedOptimizer> DistributedOptimizer::Create(
+DistributedOptimizer DistributedOptimizer::Create(
     rref::RRefContext& rrefs, const std::vector<rref::RRef<at::Tensor>>& params,
     const OptimizerOptions& options, absl::Duration timeout) {
-  if (params.empty()) return absl::InvalidArgumentError("DistributedOptimizer: no parameters");
+  auto fail = [](absl::Status status) { throw StatusError(std::move(status)); };
+  if (params.empty()) fail(absl::InvalidArgumentError("DistributedOptimizer: no parameters"));
   // Owners in first-appearance order, each with its parameters in order.
   std::vector<std::string> owners;
   std::map<std::string, std::vector<rref::RRef<at::Tensor>>> by_owner;
   for (const auto& param : params) {
-    if (!param.valid()) return absl::InvalidArgumentError("DistributedOptimizer: empty RRef");
+    if (!param.valid()) fail(absl::InvalidArgumentError("DistributedOptimizer: empty RRef"));
     auto& list = by_owner[param.owner_name()];
     if (list.empty()) owners.push_back(param.owner_name());
     list.push_back(param);
   }
   const WireOptions wire = ToWire(options);
   DistributedOptimizer optimizer;
+  optimizer.rrefs_ = &rrefs;
   std::vector<Future<int64_t>> created;
   try {
     for (const auto& owner : owners) {
@@ -47,20 +49,25 @@ absl::StatusOr<DistributedOptimizer> DistributedOptimizer::Create(
                                 "DistributedOptimizer: creating the local optimizer", owner));
     }
   } catch (const StatusError& e) {
-    return Annotate(e.status(), "DistributedOptimizer: register the owner side with "
-                                "dist_optim::RegisterLocalOptimizer(classes)");
+    fail(Annotate(e.status(), "DistributedOptimizer: register the owner side with "
+                              "dist_optim::RegisterLocalOptimizer(classes)"));
   }
-  TESSERA_RETURN_IF_ERROR(WhenAllOk(created).Wait(timeout).status());
+  WhenAllOk(created).Get(rrefs.EffectiveTimeout(timeout) + absl::Seconds(1));
   return optimizer;
 }
 
-absl::Status DistributedOptimizer::Step(int64_t context_id, absl::Duration timeout) const {
+Future<bool> DistributedOptimizer::StepAsync(int64_t context_id, absl::Duration timeout) const {
   const std::string what = absl::StrCat("DistributedOptimizer: step of context ", context_id);
   std::vector<Future<std::monostate>> steps;
   for (const auto& local : optimizers_) {
-    steps.push_back(OnOwner(local.RpcAsync<void>("step", context_id), what, local.owner_name()));
+    steps.push_back(OnOwner(local.RpcAsync<void>(rpc::CallOptions{timeout}, "step", context_id),
+                            what, local.owner_name()));
   }
-  return WhenAllOk(steps).Wait(timeout).status();
+  return WhenAllOk(steps);
+}
+
+void DistributedOptimizer::Step(int64_t context_id, absl::Duration timeout) const {
+  StepAsync(context_id, timeout).Get(rrefs_->EffectiveTimeout(timeout) + absl::Seconds(1));
 }
 
 }  // namespace tessera::dist_optim

@@ -7,13 +7,15 @@
 //   dist_optim::SgdOptions sgd;
 //   sgd.lr = 0.05;
 //   sgd.momentum = 0.9;
-//   auto optimizer = ValueOrThrow(
-//       dist_optim::DistributedOptimizer::Create(*rrefs, params, sgd));
+//   auto optimizer = dist_optim::DistributedOptimizer::Create(worker->rrefs(), params, sgd);
 //   {
-//     dist_autograd::ContextGuard context(*autograd);
-//     ... forward through the owners, autograd->Backward(context.id(), {loss}) ...
-//     ThrowIfError(optimizer.Step(context.id()));
+//     dist_autograd::ContextGuard context(worker->autograd());
+//     ... forward through the owners, worker->autograd().Backward(context.id(), {loss}) ...
+//     optimizer.Step(context.id());
 //   }
+//
+// Both throw StatusError naming the owner that failed. Timeouts: zero means
+// the runtime's default call timeout.
 //
 // Create() groups the parameters by owner and makes one LocalOptimizer per
 // owner (with remote(); each owner must register the class, see
@@ -40,12 +42,14 @@ namespace tessera::dist_optim {
 
 class DistributedOptimizer {
  public:
-  static absl::StatusOr<DistributedOptimizer> Create(
-      rref::RRefContext& rrefs, const std::vector<rref::RRef<at::Tensor>>& params,
-      const OptimizerOptions& options, absl::Duration timeout = rref::kDefaultRRefTimeout);
+  static DistributedOptimizer Create(rref::RRefContext& rrefs,
+                                     const std::vector<rref::RRef<at::Tensor>>& params,
+                                     const OptimizerOptions& options,
+                                     absl::Duration timeout = absl::ZeroDuration());
 
-  absl::Status Step(int64_t context_id,
-                    absl::Duration timeout = rref::kDefaultRRefTimeout) const;
+  void Step(int64_t context_id, absl::Duration timeout = absl::ZeroDuration()) const;
+  // The same, as a future (each owner's failure named in its status).
+  Future<bool> StepAsync(int64_t context_id, absl::Duration timeout = absl::ZeroDuration()) const;
 
   // How many owners the parameters live on.
   size_t num_owners() const { return optimizers_.size(); }
@@ -53,6 +57,7 @@ class DistributedOptimizer {
  private:
   DistributedOptimizer() = default;
   std::vector<rref::RRef<LocalOptimizer>> optimizers_;
+  rref::RRefContext* rrefs_ = nullptr;
 };
 
 }  // namespace tessera::dist_optim

@@ -14,15 +14,17 @@ namespace tessera::dist_optim {
 LocalOptimizer::LocalOptimizer(std::vector<rref::RRef<at::Tensor>> params, std::string kind,
                                std::map<std::string, double> options) {
   for (size_t i = 0; i < params.size(); ++i) {
-    auto value = params[i].local_value();
-    if (!value.ok()) {
-      throw StatusError(Annotate(value.status(), absl::StrCat("parameter ", i)));
+    at::Tensor value;
+    try {
+      value = params[i].local_value();
+    } catch (const StatusError& e) {
+      throw StatusError(Annotate(e.status(), absl::StrCat("parameter ", i)));
     }
-    if (!value->requires_grad() || !value->is_leaf()) {
+    if (!value.requires_grad() || !value.is_leaf()) {
       throw StatusError(absl::InvalidArgumentError(absl::StrCat(
           "parameter ", i, " is not a leaf tensor that requires grad")));
     }
-    params_.push_back(*std::move(value));
+    params_.push_back(std::move(value));
   }
   optimizer_ = ValueOrThrow(MakeOptimizer({std::move(kind), std::move(options)}, params_));
 }
@@ -30,8 +32,7 @@ LocalOptimizer::LocalOptimizer(std::vector<rref::RRef<at::Tensor>> params, std::
 LocalOptimizer::~LocalOptimizer() = default;
 
 absl::Status LocalOptimizer::Step(rpc::CallContext& ctx, int64_t context_id) {
-  TESSERA_ASSIGN_OR_RETURN(auto* autograd, dist_autograd::DistAutograd::Of(*ctx.runtime));
-  TESSERA_ASSIGN_OR_RETURN(auto grads, autograd->GetGradients(context_id));
+  auto grads = dist_autograd::DistAutograd::Of(*ctx.runtime).GetGradients(context_id);
   ParameterGuard guard(params_);
   // LibTorch's optimizers read .grad: lend them the context's gradients for
   // the step only (distributed backward never writes .grad itself).

@@ -22,8 +22,8 @@ std::vector<rref::RRef<at::Tensor>> Stage::ParameterRRefs(rpc::CallContext& ctx)
 }
 
 std::vector<at::Tensor> Stage::Gradients(rpc::CallContext& ctx, int64_t context_id) {
-  auto* autograd = ValueOrThrow(dist_autograd::DistAutograd::Of(*ctx.runtime));
-  return ValueOrThrow(autograd->GetGradients(context_id, model_.parameters));
+  auto* autograd = &dist_autograd::DistAutograd::Of(*ctx.runtime);
+  return autograd->GetGradients(context_id, model_.parameters);
 }
 
 std::vector<at::Tensor> Stage::ParameterValues() {

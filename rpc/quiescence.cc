@@ -7,9 +7,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/status.h"
 
 namespace tessera::rpc {
 namespace {
+
+constexpr absl::Duration kProbeEvery = absl::Seconds(1);
 
 std::string Encode(const AgentCounters& c) {
   return absl::StrCat(c.requests_sent, ",", c.responses_received, ",",
@@ -38,7 +41,7 @@ bool Balanced(const std::vector<AgentCounters>& all) {
 
 absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix,
                             int rank, int world_size, const RpcAgent& agent,
-                            absl::Time deadline) {
+                            absl::Time deadline, const MissingProbe& probe) {
   std::vector<AgentCounters> previous;
   // Rounds back off so a long-running call does not hammer the store.
   absl::Duration pause = absl::Milliseconds(1);
@@ -48,7 +51,23 @@ absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix
     if (!status.ok()) return status;
     std::vector<std::string> keys;
     for (int r = 0; r < world_size; ++r) keys.push_back(round_prefix + std::to_string(r));
-    auto missing = store.WaitForKeys(keys, deadline - absl::Now());
+    auto slice = [deadline] {
+      return std::max(absl::ZeroDuration(), std::min(kProbeEvery, deadline - absl::Now()));
+    };
+    auto missing = store.WaitForKeys(keys, slice());
+    while (missing.ok() && !missing->empty() && absl::Now() < deadline) {
+      if (probe != nullptr) {
+        std::vector<int> ranks;
+        for (const auto& key : *missing) {
+          int missing_rank = -1;
+          if (absl::SimpleAtoi(key.substr(key.rfind('/') + 1), &missing_rank)) {
+            ranks.push_back(missing_rank);
+          }
+        }
+        TESSERA_RETURN_IF_ERROR(probe(ranks));
+      }
+      missing = store.WaitForKeys(*missing, slice());
+    }
     if (!missing.ok()) return missing.status();
     if (!missing->empty()) {
       std::vector<std::string> ranks;

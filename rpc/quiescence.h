@@ -16,7 +16,9 @@
 // same round.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -25,12 +27,17 @@
 
 namespace tessera::rpc {
 
+// Returns the first error of `probe`(ranks that have not published this
+// round), which runs about once a second while some are missing (Note
+// [Shutdown liveness], rpc/runtime.cc).
+using MissingProbe = std::function<absl::Status(const std::vector<int>& missing)>;
+
 // Returns OK once the job is quiescent, or DeadlineExceeded naming the ranks
-// that stopped taking part (or the imbalance) at `deadline`. Rounds are
-// published under "<prefix>/<round>/<rank>"; each agreement needs its own
-// prefix.
+// that stopped taking part (or the imbalance) at `deadline`, or the error
+// `probe` found. Rounds are published under "<prefix>/<round>/<rank>"; each
+// agreement needs its own prefix.
 absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix,
                             int rank, int world_size, const RpcAgent& agent,
-                            absl::Time deadline);
+                            absl::Time deadline, const MissingProbe& probe = nullptr);
 
 }  // namespace tessera::rpc

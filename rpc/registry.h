@@ -1,7 +1,6 @@
 // Registry: functions that peers may call, by name, with their C++ signature.
 //
-//   Registry registry;
-//   registry.Register("add", [](at::Tensor a, at::Tensor b) { return a + b; });
+//   runtime.Register("add", [](at::Tensor a, at::Tensor b) { return a + b; });
 //
 // A function may take `CallContext&` as its first parameter (to call onward,
 // or to learn who called), and may return a value, absl::StatusOr<T>,
@@ -12,8 +11,14 @@
 // signature and the types that arrived. Exceptions thrown by the function
 // become an error with its message. No code travels over the wire.
 //
-// Thread-safety: register everything before the runtime starts; lookups are
-// then lock-free reads of an immutable map.
+// Registering is a programming act: a name registered twice, or an empty
+// name, throws StatusError at once (README, "Errors").
+//
+// Functions may be registered before the runtime starts or at any time
+// after (Note [Late registration], rpc/runtime.h). Functions are never
+// removed, so a looked-up function stays valid for the registry's life.
+//
+// Thread-safety: thread-safe.
 #pragma once
 
 #include <functional>
@@ -24,6 +29,7 @@
 
 #include "absl/status/status.h"
 #include "common/future.h"
+#include "common/mutex.h"
 #include "rpc/allow_list.h"
 #include "rpc/call_context.h"
 #include "rpc/function_adapter.h"
@@ -39,17 +45,26 @@ struct RegisteredFunction {
 
 class Registry {
  public:
+  Registry() = default;
+  Registry(Registry&& other);
+  Registry& operator=(Registry&& other);
+
   // Registers `fn` under `name`, callable by the workers `allowed` lists
-  // (rpc/allow_list.h; default: all); AlreadyExists if the name is taken.
+  // (rpc/allow_list.h; default: all). Throws StatusError (AlreadyExists) if
+  // the name is taken.
   template <typename Fn>
-  absl::Status Register(const std::string& name, Fn fn, AllowList allowed = {}) {
-    return Add(RegisteredFunction{name, Signature<Fn>(), Erase(name, std::move(fn)),
-                                  std::move(allowed)});
+  void Register(const std::string& name, Fn fn, AllowList allowed = {}) {
+    Add(RegisteredFunction{name, Signature<Fn>(), Erase(name, std::move(fn)),
+                           std::move(allowed)});
   }
 
-  // nullptr when no function has that name.
+  // nullptr when no function has that name (yet).
   const RegisteredFunction* Find(const std::string& name) const;
   std::vector<std::string> Names() const;
+  // Completes with true when `name` is registered (at once if it is), or
+  // with false once `Expire` runs for the returned waiter id.
+  Future<bool> WhenRegistered(const std::string& name, uint64_t* waiter);
+  void Expire(const std::string& name, uint64_t waiter);
 
   // Runs the named function with `args`; all failures come back in the future.
   Future<c10::IValue> Invoke(const std::string& name, CallContext& context,
@@ -59,8 +74,13 @@ class Registry {
                                     CallContext& context, std::vector<c10::IValue> args);
 
  private:
-  absl::Status Add(RegisteredFunction function);
-  std::map<std::string, RegisteredFunction> functions_;
+  void Add(RegisteredFunction function);
+
+  mutable Mutex mu_;
+  std::map<std::string, RegisteredFunction> functions_ ABSL_GUARDED_BY(mu_);
+  // Calls waiting for a name to be registered, by name and waiter id.
+  std::map<std::string, std::map<uint64_t, Promise<bool>>> waiting_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace tessera::rpc

@@ -46,10 +46,18 @@ struct RpcOptions {
 
   // How long init waits for every worker to show up.
   absl::Duration rendezvous_timeout = absl::Seconds(60);
-  // Per-call timeout when a call gives none.
+  // The one default deadline of this worker's blocking calls: RPCs, RRef
+  // calls and to_here(), distributed backward and optimizer steps, pipeline
+  // batches — each call may override it (CallOptions::timeout or its own
+  // timeout argument). TESSERA_TIMEOUT_S sets it from the environment.
   absl::Duration default_call_timeout = absl::Seconds(60);
-  // How long a graceful shutdown waits for the other workers.
-  absl::Duration shutdown_timeout = absl::Seconds(60);
+  // How long a graceful shutdown waits for the other workers to arrive and
+  // their calls to drain (rpc.shutdown() waits without bound; a dead worker
+  // is reported by name long before this: Note [Shutdown liveness]).
+  absl::Duration shutdown_timeout = absl::Hours(24);
+  // How long a call to a function not registered yet waits for it (Note
+  // [Late registration], rpc/runtime.h); never past the call's deadline.
+  absl::Duration registration_wait = absl::Seconds(10);
   // Threads that run handlers and callbacks. Handlers that block in nested
   // synchronous calls hold one each; asynchronous handlers hold none.
   int num_worker_threads = 8;

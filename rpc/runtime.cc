@@ -1,6 +1,7 @@
 #include "rpc/runtime.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/host_address.h"
 #include "common/logging.h"
 #include "rpc/codec.h"
@@ -10,6 +11,19 @@
 
 namespace tessera::rpc {
 namespace {
+
+// Note [Shutdown liveness]: a graceful shutdown waits for every worker to
+// arrive, which may take hours (a parameter server shuts down as soon as it
+// has started serving; its trainers arrive when they are done training).
+// While some have not arrived, each waiting worker probes them about once
+// a second with an internal ping: a worker that died refuses or resets the
+// connection (Unavailable) and is reported by name at once; one that does
+// not answer kProbesBeforeGivingUp probes in a row (a host cut off) is
+// reported then. A busy worker answers: pings run on its pool, not on the
+// thread that trains.
+constexpr char kPingService[] = "tessera.ping";
+constexpr absl::Duration kProbeTimeout = absl::Seconds(10);
+constexpr int kProbesBeforeGivingUp = 3;
 
 // Turns a response envelope into the call's result or remote error.
 absl::StatusOr<c10::IValue> ResultFromResponse(const Message& response, Peer peer) {
@@ -46,7 +60,13 @@ Runtime::Runtime(RpcOptions options, Registry registry,
       registry_(std::move(registry)),
       extensions_(std::move(extensions)) {}
 
-absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Init(
+std::unique_ptr<Runtime> Runtime::Init(
+    RpcOptions options, Registry registry,
+    std::vector<std::shared_ptr<RuntimeExtension>> extensions) {
+  return ValueOrThrow(TryInit(std::move(options), std::move(registry), std::move(extensions)));
+}
+
+absl::StatusOr<std::unique_ptr<Runtime>> Runtime::TryInit(
     RpcOptions options, Registry registry,
     std::vector<std::shared_ptr<RuntimeExtension>> extensions) {
   if (options.world_size <= 0 || options.rank < 0 ||
@@ -57,6 +77,8 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Init(
   if (options.name.empty()) return absl::InvalidArgumentError("worker name is empty");
   std::unique_ptr<Runtime> runtime(
       new Runtime(std::move(options), std::move(registry), std::move(extensions)));
+  // Answers shutdown's liveness probes (Note [Shutdown liveness]).
+  runtime->internal_.Register(kPingService, [] { return true; });
   for (const auto& extension : runtime->extensions_) {
     extension->Attach(runtime.get(), &runtime->internal_);
     if (ValueHooks* hooks = extension->value_hooks()) {
@@ -77,7 +99,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Init(
                                   : absl::StatusOr<bool>(Annotate(
                                         status, "worker failed to start")));
   if (!status.ok()) {
-    runtime->Shutdown(/*graceful=*/false).IgnoreError();
+    runtime->TryShutdown(/*graceful=*/false).IgnoreError();
     return status;
   }
   return runtime;
@@ -149,7 +171,7 @@ absl::StatusOr<std::unique_ptr<RpcAgent>> Runtime::CreateAgent(const HostAddress
                                std::move(handler), pool_.get(), timer_.get());
 }
 
-Runtime::~Runtime() { Shutdown(/*graceful=*/false).IgnoreError(); }
+Runtime::~Runtime() { TryShutdown(/*graceful=*/false).IgnoreError(); }
 
 absl::StatusOr<WorkerInfo> Runtime::GetWorkerInfo(const std::string& name) const {
   for (const auto& worker : workers_) {
@@ -238,15 +260,38 @@ Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
 
 Future<Message> Runtime::HandleRequest(int from_rank, Message request) {
   Future<bool> ready = ready_.GetFuture();
-  if (ready.IsReady()) return Dispatch(from_rank, request);
+  if (ready.IsReady()) return Dispatch(from_rank, request, /*waited_for_registration=*/false);
   return ready.Then([this, from_rank, request = std::move(request)](
                         const absl::StatusOr<bool>& started) -> Future<Message> {
     if (!started.ok()) return Future<Message>::Ready(started.status());
-    return Dispatch(from_rank, request);
+    return Dispatch(from_rank, request, /*waited_for_registration=*/false);
   });
 }
 
-Future<Message> Runtime::Dispatch(int from_rank, const Message& request) {
+Future<Message> Runtime::AwaitRegistration(int from_rank, const Message& request) {
+  const std::string target = request.envelope.target();
+  absl::Time until = absl::Now() + options_.registration_wait;
+  if (request.envelope.timeout_us() > 0) {
+    until = std::min(until, absl::Now() + absl::Microseconds(request.envelope.timeout_us()));
+  }
+  uint64_t waiter = 0;
+  Future<bool> registered = registry_.WhenRegistered(target, &waiter);
+  if (!registered.IsReady()) {
+    timer_->Schedule(until, [this, target, waiter] { registry_.Expire(target, waiter); });
+  }
+  return registered.Then([this, from_rank, request, target](const absl::StatusOr<bool>& found)
+                             -> Future<Message> {
+    if (found.ok() && *found) return Dispatch(from_rank, request, /*waited_for_registration=*/true);
+    std::vector<std::string> names = registry_.Names();
+    return Future<Message>::Ready(absl::NotFoundError(absl::StrCat(
+        "no function named '", target, "' is registered on worker '", options_.name,
+        "' (waited up to ", absl::FormatDuration(options_.registration_wait),
+        " for it; registered: ", names.empty() ? "none" : absl::StrJoin(names, ", "), ")")));
+  }, pool_.get());
+}
+
+Future<Message> Runtime::Dispatch(int from_rank, const Message& request,
+                                  bool waited_for_registration) {
   const proto::Envelope& envelope = request.envelope;
   CallContext context;
   context.runtime = this;
@@ -255,9 +300,12 @@ Future<Message> Runtime::Dispatch(int from_rank, const Message& request) {
     context.caller_name = workers_[from_rank].name;
     context.caller_role = workers_[from_rank].role;
   }
-  const Registry& registry =
-      envelope.kind() == proto::INTERNAL_CALL ? internal_ : registry_;
-  const RegisteredFunction* function = registry.Find(envelope.target());
+  const bool internal = envelope.kind() == proto::INTERNAL_CALL;
+  const RegisteredFunction* function =
+      (internal ? internal_ : registry_).Find(envelope.target());
+  if (function == nullptr && !internal && !waited_for_registration) {
+    return AwaitRegistration(from_rank, request);
+  }
   if (function != nullptr) {
     // Authorization comes before any argument is decoded.
     auto allowed = function->allowed.Check("'" + envelope.target() + "'",
@@ -304,7 +352,41 @@ Future<Message> Runtime::Dispatch(int from_rank, const Message& request) {
   });
 }
 
-absl::Status Runtime::Shutdown(bool graceful) {
+void Runtime::Shutdown(bool graceful) { ThrowIfError(TryShutdown(graceful)); }
+
+absl::Status Runtime::ProbeMissing(const std::vector<int>& ranks) {
+  std::vector<std::pair<int, Future<c10::IValue>>> probes;
+  for (int rank : ranks) {
+    if (rank == options_.rank) continue;
+    probes.emplace_back(rank, Call(rank, kPingService, {}, CallOptions{kProbeTimeout}, nullptr,
+                                   proto::INTERNAL_CALL));
+  }
+  for (auto& [rank, probe] : probes) {
+    auto answer = probe.Wait(kProbeTimeout + absl::Seconds(1));
+    const std::string who = DescribeWorker(rank);
+    if (answer.ok()) {
+      unanswered_probes_.erase(rank);
+    } else if (absl::IsUnavailable(answer.status())) {
+      return absl::UnavailableError(absl::StrCat(
+          "graceful shutdown: ", who, " is gone (", answer.status().message(), ")"));
+    } else if (++unanswered_probes_[rank] >= kProbesBeforeGivingUp) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "graceful shutdown: ", who, " has not answered ", kProbesBeforeGivingUp,
+          " liveness probes (", absl::FormatDuration(kProbeTimeout), " each): ",
+          answer.status().message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string Runtime::DescribeWorker(int rank) const {
+  if (rank >= 0 && rank < static_cast<int>(workers_.size())) {
+    return absl::StrCat("worker '", workers_[rank].name, "' (rank ", rank, ")");
+  }
+  return absl::StrCat("rank ", rank);
+}
+
+absl::Status Runtime::TryShutdown(bool graceful) {
   {
     MutexLock lock(&shutdown_mu_);
     if (shut_down_) return absl::OkStatus();
@@ -313,14 +395,15 @@ absl::Status Runtime::Shutdown(bool graceful) {
   absl::Status status;
   if (agent_ != nullptr && graceful) {
     const absl::Time deadline = absl::Now() + options_.shutdown_timeout;
+    auto probe = [this](const std::vector<int>& missing) { return ProbeMissing(missing); };
     status = AgreeQuiescent(*store_client_, options_.store_prefix + "/shutdown",
-                            options_.rank, options_.world_size, *agent_, deadline);
+                            options_.rank, options_.world_size, *agent_, deadline, probe);
     if (status.ok() && !extensions_.empty()) {
       // Second phase: references held across workers are released now that
       // nobody can make new ones, and the releases drain before the check.
       for (const auto& extension : extensions_) extension->ReleaseReferences();
       status = AgreeQuiescent(*store_client_, options_.store_prefix + "/release",
-                              options_.rank, options_.world_size, *agent_, deadline);
+                              options_.rank, options_.world_size, *agent_, deadline, probe);
       for (const auto& extension : extensions_) {
         if (!status.ok()) break;
         status = extension->CheckReleased();

@@ -1,22 +1,32 @@
 // Runtime: one worker's RPC endpoint — the C++ counterpart of
-// torch.distributed.rpc's init_rpc / rpc_sync / rpc_async / shutdown.
+// torch.distributed.rpc's init_rpc / rpc_sync / rpc_async / shutdown. Most
+// programs start it through tessera::Worker (tessera/worker.h), which
+// attaches RRefs and distributed autograd; the runtime alone serves plain
+// RPC.
 //
-//   Registry registry;
-//   registry.Register("add", [](at::Tensor a, at::Tensor b) { return a + b; });
-//   auto runtime = Runtime::Init(options, std::move(registry));   // rendezvous
-//   at::Tensor sum = (*runtime)->RpcSync<at::Tensor>("worker1", "add", x, y);
-//   Future<at::Tensor> f = (*runtime)->RpcAsync<at::Tensor>("worker1", "add", x, y);
-//   (*runtime)->Shutdown();                                        // graceful
+//   auto runtime = Runtime::Init(options);                          // rendezvous
+//   runtime->Register("add", [](at::Tensor a, at::Tensor b) { return a + b; });
+//   at::Tensor sum = runtime->RpcSync<at::Tensor>("worker1", "add", x, y);
+//   Future<at::Tensor> f = runtime->RpcAsync<at::Tensor>("worker1", "add", x, y);
+//   runtime->Shutdown();                    // waits for every worker, then closes
 //
 // The runtime owns everything a worker needs (store connection and, on the
 // hosting rank, the store server; the agent; the registry; the thread pool;
 // the deadline timer). There are no process-wide singletons: several
 // runtimes may exist in one process, one after another or side by side.
 //
-// Errors: CallAsync/RpcAsync futures carry absl::Status (remote errors keep
-// their code and name the worker they came from). RpcSync throws
-// StatusError. Every call has a deadline (CallOptions::timeout, else the
-// runtime's default).
+// Errors (README, "Errors"): calls that finish before they return (Init,
+// RpcSync, Register, Shutdown) throw StatusError; calls that return a
+// Future never throw — the future carries the status (remote errors keep
+// their code and name the worker they came from). Every call has a deadline
+// (CallOptions::timeout, else the runtime's default_call_timeout).
+//
+// Note [Late registration]: functions may be registered at any time. A
+// call that arrives for a name not registered yet waits for it, up to
+// RpcOptions::registration_wait (and never past the call's deadline), then
+// fails with NotFound naming the function, the worker and what it has. So
+// workers need not agree on an order of set-up: a server may start, build
+// its state, then register the functions that serve it.
 //
 // Thread-safety: all methods are thread-safe; Shutdown() runs once.
 #pragma once
@@ -24,6 +34,7 @@
 #include <ATen/core/ivalue.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,12 +67,25 @@ struct CallOptions {
 class Runtime {
  public:
   // Starts the agent, meets every other worker through the store (bounded by
-  // rendezvous_timeout) and begins serving `registry`'s functions.
-  static absl::StatusOr<std::unique_ptr<Runtime>> Init(
-      RpcOptions options, Registry registry,
+  // rendezvous_timeout) and begins serving `registry`'s functions (more may
+  // be registered later). Throws StatusError naming what failed.
+  static std::unique_ptr<Runtime> Init(
+      RpcOptions options, Registry registry = {},
+      std::vector<std::shared_ptr<RuntimeExtension>> extensions = {});
+  // The same, returning the failure instead of throwing (for callers that
+  // branch on it, e.g. a launcher's health check).
+  static absl::StatusOr<std::unique_ptr<Runtime>> TryInit(
+      RpcOptions options, Registry registry = {},
       std::vector<std::shared_ptr<RuntimeExtension>> extensions = {});
   // Forced shutdown if Shutdown() was not called.
   ~Runtime();
+
+  // Makes `fn` callable by peers as `name` (rpc/registry.h), now or after
+  // start (Note [Late registration]). Throws StatusError if `name` is taken.
+  template <typename Fn>
+  void Register(const std::string& name, Fn fn, AllowList allowed = {}) {
+    registry_.Register(name, std::move(fn), std::move(allowed));
+  }
 
   const WorkerInfo& self() const { return agent_->self(); }
   const std::vector<WorkerInfo>& workers() const { return workers_; }
@@ -116,11 +140,16 @@ class Runtime {
                                    std::vector<c10::IValue> args,
                                    const CallOptions& options = {});
 
-  // Graceful: waits (up to shutdown_timeout) until no call is outstanding on
-  // any worker, then closes. Forced: fails every pending call now and closes.
-  // A graceful shutdown that cannot agree (a peer died) closes anyway and
-  // returns the reason.
-  absl::Status Shutdown(bool graceful = true);
+  // Graceful (rpc.shutdown()): waits until every worker has called Shutdown
+  // and no call is outstanding anywhere, then closes — bounded by
+  // RpcOptions::shutdown_timeout (default 24 h), and while it waits, workers
+  // that have not arrived are probed: one that died is reported by name at
+  // once (Note [Shutdown liveness]). Forced: fails every pending call now
+  // and closes. A graceful shutdown that cannot agree closes anyway and
+  // throws StatusError with the reason.
+  void Shutdown(bool graceful = true);
+  // The same, returning the reason instead of throwing.
+  absl::Status TryShutdown(bool graceful = true);
 
   // For a continuation that makes calls on another thread: see
   // CallObserver::CaptureThreadState. Empty when nothing is to be carried.
@@ -143,6 +172,7 @@ class Runtime {
   DeadlineTimer& timer() { return *timer_; }
   store::StoreClient& store() { return *store_client_; }
   const Registry& registry() const { return registry_; }
+  Registry& registry() { return registry_; }
   const RpcOptions& options() const { return options_; }
 
  private:
@@ -158,8 +188,15 @@ class Runtime {
                            Executor* executor, proto::MessageKind kind = proto::CALL);
   void OnPeerFailure(int rank);
   Future<Message> HandleRequest(int from_rank, Message request);
-  Future<Message> Dispatch(int from_rank, const Message& request);
+  Future<Message> Dispatch(int from_rank, const Message& request,
+                           bool waited_for_registration);
+  std::string DescribeWorker(int rank) const;
   absl::Duration Timeout(const CallOptions& options) const;
+  // A call for `target`, not registered yet: waits (Note [Late registration]).
+  Future<Message> AwaitRegistration(int from_rank, const Message& request);
+  // For the shutdown agreement: an error naming the first of `ranks` found
+  // dead (or not answering for several probes), else OK.
+  absl::Status ProbeMissing(const std::vector<int>& ranks);
 
   template <typename R>
   static Future<ResultOf<R>> Typed(Future<c10::IValue> raw, const std::string& to,
@@ -178,7 +215,7 @@ class Runtime {
   }
 
   const RpcOptions options_;
-  const Registry registry_;
+  Registry registry_;
   Registry internal_;  // filled by extensions in Init, then read-only
   const std::vector<std::shared_ptr<RuntimeExtension>> extensions_;
   ValueHooks* hooks_ = nullptr;  // from the extension that provides them
@@ -195,6 +232,8 @@ class Runtime {
   Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
   std::atomic<bool> shutting_down_{false};  // closing: no more peer-failure notices
+  // Shutdown probes: consecutive unanswered probes per rank.
+  std::map<int, int> unanswered_probes_;  // touched only by the Shutdown caller
 };
 
 }  // namespace tessera::rpc

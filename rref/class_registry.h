@@ -11,8 +11,13 @@
 // type-checked like registered functions (see rpc/registry.h), may take a
 // leading `rpc::CallContext&`, and may return Future<T> to finish later.
 //
-// Thread-safety: register before the runtime starts; read-only afterwards.
-// Methods of one object may run concurrently: objects guard their own state.
+// Registering a name or a type twice throws StatusError (a programming
+// error). Classes may be registered before the runtime starts or while it
+// runs: a class becomes visible to peers whole, when the builder expression
+// ends (its last .Method(...)).
+//
+// Thread-safety: thread-safe. Methods of one object may run concurrently:
+// objects guard their own state.
 #pragma once
 
 #include <functional>
@@ -23,6 +28,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "rpc/function_adapter.h"
 #include "rpc/registry.h"
 
@@ -64,10 +70,16 @@ TESSERA_METHOD_ADAPTER(const)
 
 }  // namespace class_internal
 
+class ClassRegistry;
+
 template <typename T>
 class ClassBuilder {
  public:
-  explicit ClassBuilder(ClassInfo* info) : info_(info) {}
+  ClassBuilder(ClassRegistry* registry, std::string name);
+  // Publishes the class: peers may construct it from now on.
+  ~ClassBuilder();
+  ClassBuilder(const ClassBuilder&) = delete;
+  ClassBuilder& operator=(const ClassBuilder&) = delete;
 
   // Objects are made with `new T(args...)`.
   template <typename... Args>
@@ -81,11 +93,11 @@ class ClassBuilder {
   // build, captured by the factory.
   template <typename... Args, typename Make>
   ClassBuilder& Factory(Make make) {
-    const std::string name = info_->name;
+    const std::string name = info_.name;
     auto probe = [](Args...) {};
-    info_->constructor_signature = rpc::Signature<decltype(probe)>();
-    const std::string signature = info_->constructor_signature;
-    info_->construct = [name, signature, make](std::vector<c10::IValue>& args)
+    info_.constructor_signature = rpc::Signature<decltype(probe)>();
+    const std::string signature = info_.constructor_signature;
+    info_.construct = [name, signature, make](std::vector<c10::IValue>& args)
         -> absl::StatusOr<std::shared_ptr<void>> {
       constexpr size_t kArity = sizeof...(Args);
       using Params = std::tuple<Args...>;
@@ -118,49 +130,65 @@ class ClassBuilder {
   // Only these workers may create objects of the class or call their
   // methods (rpc/allow_list.h; default: all).
   ClassBuilder& AllowCallers(rpc::AllowList allowed) {
-    info_->allowed = std::move(allowed);
+    info_.allowed = std::move(allowed);
     return *this;
   }
 
   template <typename M>
   ClassBuilder& Method(const std::string& method, M member) {
-    auto status = info_->methods.Register(
-        method, class_internal::MethodAdapter<M>::Bind(member));
-    if (!status.ok()) throw std::logic_error(status.ToString());
+    info_.methods.Register(method, class_internal::MethodAdapter<M>::Bind(member));
     return *this;
   }
 
  private:
-  ClassInfo* info_;
+  ClassRegistry* registry_;
+  ClassInfo info_;
 };
 
 class ClassRegistry {
  public:
-  // Starts registering T under `name` (names and types must be unique).
+  ClassRegistry() = default;
+  ClassRegistry(ClassRegistry&& other);
+
+  // Starts registering T under `name`; names and types must be unique
+  // (else StatusError, AlreadyExists).
   template <typename T>
   ClassBuilder<T> Class(const std::string& name) {
-    auto [it, inserted] = classes_.emplace(name, std::make_shared<ClassInfo>());
-    if (!inserted) throw std::logic_error("class '" + name + "' is already registered");
-    it->second->name = name;
-    names_by_type_[std::type_index(typeid(T))] = name;
-    return ClassBuilder<T>(it->second.get());
+    Reserve(name, std::type_index(typeid(T)));
+    return ClassBuilder<T>(this, name);
   }
 
-  const ClassInfo* Find(const std::string& name) const {
-    auto it = classes_.find(name);
-    return it == classes_.end() ? nullptr : it->second.get();
-  }
+  // nullptr when no class of that name is (fully) registered.
+  const ClassInfo* Find(const std::string& name) const;
 
   // The registered name of T, or "" if T was not registered.
   template <typename T>
   std::string NameOf() const {
-    auto it = names_by_type_.find(std::type_index(typeid(T)));
-    return it == names_by_type_.end() ? "" : it->second;
+    return NameOf(std::type_index(typeid(T)));
   }
 
  private:
-  std::map<std::string, std::shared_ptr<ClassInfo>> classes_;
-  std::map<std::type_index, std::string> names_by_type_;
+  template <typename T>
+  friend class ClassBuilder;
+  void Reserve(const std::string& name, std::type_index type);
+  void Publish(ClassInfo info);
+  std::string NameOf(std::type_index type) const;
+
+  mutable Mutex mu_;
+  // Published classes; never removed, so pointers handed out stay valid.
+  std::map<std::string, std::shared_ptr<const ClassInfo>> classes_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::type_index> reserved_ ABSL_GUARDED_BY(mu_);
+  std::map<std::type_index, std::string> names_by_type_ ABSL_GUARDED_BY(mu_);
 };
+
+template <typename T>
+ClassBuilder<T>::ClassBuilder(ClassRegistry* registry, std::string name) : registry_(registry) {
+  info_.name = std::move(name);
+}
+
+template <typename T>
+ClassBuilder<T>::~ClassBuilder() {
+  registry_->Publish(std::move(info_));
+}
 
 }  // namespace tessera::rref

@@ -9,8 +9,10 @@
 // Copies of an RRef share one reference; when the last copy anywhere in the
 // job is gone, the owner frees the value (Note [RRef protocol]). RRefs may
 // be passed as arguments and results of RPCs and of other RRef calls.
-// Blocking calls take a timeout (default 60 s) and throw StatusError; the
-// *Async variants return futures instead.
+// Blocking calls throw StatusError; the *Async variants return futures
+// that carry the status instead (README, "Errors"). Every call has the
+// runtime's default deadline (RpcOptions::default_call_timeout) unless it
+// is given its own (a timeout argument, or CallOptions first).
 //
 // Thread-safety: an RRef may be copied and used from any thread.
 #pragma once
@@ -24,8 +26,6 @@
 #include "rref/rref_context.h"
 
 namespace tessera::rref {
-
-inline constexpr absl::Duration kDefaultRRefTimeout = absl::Seconds(60);
 
 template <typename T>
 class RRef {
@@ -42,44 +42,51 @@ class RRef {
   // A copy of the value (for tensors, a copy of the data). Objects of
   // registered classes never leave their owner: for RRef<SomeClass> this
   // does not compile, and to_here_value_async() returns an error saying so.
-  Future<T> to_here_async(absl::Duration timeout = kDefaultRRefTimeout) const {
+  // `timeout` zero: the runtime's default.
+  Future<T> to_here_async(absl::Duration timeout = absl::ZeroDuration()) const {
     static_assert(rpc::IsWireType<T>::value,
                   "to_here(): objects of registered classes never leave their owner; "
                   "call their methods (RpcSync/RpcAsync) instead");
     return Typed<T>(Held(impl_->context()->Fetch(*impl_, timeout)));
   }
   // Untyped fetch, for code that does not know T.
-  Future<c10::IValue> to_here_value_async(absl::Duration timeout = kDefaultRRefTimeout) const {
+  Future<c10::IValue> to_here_value_async(absl::Duration timeout = absl::ZeroDuration()) const {
     return Held(impl_->context()->Fetch(*impl_, timeout));
   }
-  T to_here(absl::Duration timeout = kDefaultRRefTimeout) const {
-    return ValueOrThrow(to_here_async(timeout).Wait(timeout + absl::Seconds(1)));
+  T to_here(absl::Duration timeout = absl::ZeroDuration()) const {
+    return to_here_async(timeout).Get(GraceAfter(timeout));
   }
 
-  // The value itself; only on the owner (FailedPrecondition elsewhere).
-  // For objects of registered classes, use local_object().
-  absl::StatusOr<T> local_value() const {
-    auto value = impl_->context()->LocalValue(*impl_);
-    if (!value.ok()) return value.status();
-    return rpc::FromIValueOr<T>(*value, "RRef holds");
+  // The value itself; only on the owner (StatusError, FailedPrecondition,
+  // elsewhere). For objects of registered classes, use local_object().
+  T local_value() const {
+    c10::IValue value = ValueOrThrow(impl_->context()->LocalValue(*impl_));
+    return ValueOrThrow(rpc::FromIValueOr<T>(value, "RRef holds"));
   }
   // The object itself, on its owner.
-  absl::StatusOr<std::shared_ptr<T>> local_object() const {
-    auto object = impl_->context()->LocalObject(*impl_);
-    if (!object.ok()) return object.status();
-    return std::static_pointer_cast<T>(*object);
+  std::shared_ptr<T> local_object() const {
+    return std::static_pointer_cast<T>(ValueOrThrow(impl_->context()->LocalObject(*impl_)));
   }
 
   // Calls a method of the remote object (see ClassRegistry).
   template <typename R = c10::IValue, typename... Args>
   Future<rpc::ResultOf<R>> RpcAsync(const std::string& method, Args&&... args) const {
+    return RpcAsync<R>(rpc::CallOptions{}, method, std::forward<Args>(args)...);
+  }
+  template <typename R = c10::IValue, typename... Args>
+  Future<rpc::ResultOf<R>> RpcAsync(const rpc::CallOptions& options, const std::string& method,
+                                    Args&&... args) const {
     return Typed<R>(Held(impl_->context()->CallMethod(
-        *impl_, method, {rpc::ToIValue(std::forward<Args>(args))...}, kDefaultRRefTimeout)));
+        *impl_, method, {rpc::ToIValue(std::forward<Args>(args))...}, options.timeout)));
   }
   template <typename R = c10::IValue, typename... Args>
   R RpcSync(const std::string& method, Args&&... args) const {
-    auto result = RpcAsync<R>(method, std::forward<Args>(args)...)
-                      .Wait(kDefaultRRefTimeout + absl::Seconds(1));
+    return RpcSync<R>(rpc::CallOptions{}, method, std::forward<Args>(args)...);
+  }
+  template <typename R = c10::IValue, typename... Args>
+  R RpcSync(const rpc::CallOptions& options, const std::string& method, Args&&... args) const {
+    auto result = RpcAsync<R>(options, method, std::forward<Args>(args)...)
+                      .Wait(GraceAfter(options.timeout));
     if constexpr (std::is_void_v<R>) {
       ThrowIfError(result.status());
     } else {
@@ -107,6 +114,13 @@ class RRef {
   F Held(F call) const {
     call.OnReady([held = impl_](const auto&) {});
     return call;
+  }
+
+  // How long a blocking call waits on its future: the call's deadline (its
+  // own, or the runtime's default) fails it first; the extra second only
+  // guards against a broken agent.
+  absl::Duration GraceAfter(absl::Duration timeout) const {
+    return impl_->context()->EffectiveTimeout(timeout) + absl::Seconds(1);
   }
 
   template <typename R>

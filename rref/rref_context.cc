@@ -17,6 +17,12 @@ std::shared_ptr<RRefContext> RRefContext::Create(ClassRegistry classes) {
 
 RRefContext::RRefContext(ClassRegistry classes) : classes_(std::move(classes)) {}
 
+absl::Duration RRefContext::EffectiveTimeout(absl::Duration timeout) const {
+  if (timeout > absl::ZeroDuration()) return timeout;
+  rpc::Runtime* runtime = runtime_.load();
+  return runtime != nullptr ? runtime->options().default_call_timeout : absl::Seconds(60);
+}
+
 void RRefContext::Attach(rpc::Runtime* runtime, rpc::Registry* internal) {
   runtime_ = runtime;
   self_ = runtime->options().rank;

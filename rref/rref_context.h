@@ -86,12 +86,15 @@ class RRefContext final : public rpc::RuntimeExtension,
   // The owner's object itself (for local use on the owner).
   absl::StatusOr<std::shared_ptr<void>> LocalObject(const RRefImpl& rref);
 
+  ClassRegistry& classes() { return classes_; }
   const ClassRegistry& classes() const { return classes_; }
   // True for the internal services whose arguments or results are user
   // values (remote(), method calls, to_here()) — the ones distributed
   // autograd records — as opposed to the reference-counting messages.
   static bool CarriesUserValues(const std::string& service);
   rpc::Runtime* runtime() const { return runtime_.load(); }
+  // `timeout`, or the runtime's default call timeout when it is zero.
+  absl::Duration EffectiveTimeout(absl::Duration timeout) const;
 
   // For leak checks in tests and at shutdown.
   struct Stats {
@@ -215,7 +218,7 @@ class RRefContext final : public rpc::RuntimeExtension,
                                    std::vector<c10::IValue> args);
   Future<c10::IValue> FetchLocal(const GlobalId& rref_id);
 
-  const ClassRegistry classes_;
+  ClassRegistry classes_;  // thread-safe; classes may be added while running
   // Set by Attach; cleared by OnClosed. RRef handles that outlive the
   // runtime then release locally only.
   std::atomic<rpc::Runtime*> runtime_{nullptr};

@@ -236,9 +236,6 @@ bool RRefContext::CarriesUserValues(const std::string& service) {
 }
 
 void RRefContext::RegisterServices(rpc::Registry* internal) {
-  auto must = [](absl::Status status) {
-    if (!status.ok()) throw std::logic_error(status.ToString());
-  };
   // Registers the caller's fork of a new value and starts producing it.
   auto start = [this](const GlobalId& rref_id, const GlobalId& fork_id, int caller,
                       const std::string& type) {
@@ -259,23 +256,23 @@ void RRefContext::RegisterServices(rpc::Registry* internal) {
     for (auto& promise : now_registered) promise.Set(true);  // answers their requests
     return entry;
   };
-  must(internal->Register(
+  internal->Register(
       "rref.remote", [this, start](rpc::CallContext& ctx, int64_t rw, int64_t rl, int64_t fw,
                                    int64_t fl, std::string function, std::string type,
                                    std::vector<c10::IValue> args) {
         auto entry = start({int32_t(rw), rl}, {int32_t(fw), fl}, ctx.caller_rank, type);
         Fulfil(entry, RunFunction(ctx.caller_rank, function, std::move(args)),
                "remote() of '" + function + "' on worker '" + NameOf(self_) + "'");
-      }));
-  must(internal->Register(
+      });
+  internal->Register(
       "rref.remote_new", [this, start](rpc::CallContext& ctx, int64_t rw, int64_t rl,
                                        int64_t fw, int64_t fl, std::string class_name,
                                        std::vector<c10::IValue> args) {
         auto entry = start({int32_t(rw), rl}, {int32_t(fw), fl}, ctx.caller_rank, class_name);
         Fulfil(entry, Construct(ctx.caller_rank, class_name, std::move(args)),
                "remote() of '" + class_name + "' on worker '" + NameOf(self_) + "'");
-      }));
-  must(internal->Register(
+      });
+  internal->Register(
       "rref.remote_method",
       [this, start](rpc::CallContext& ctx, int64_t tw, int64_t tl, int64_t rw, int64_t rl,
                     int64_t fw, int64_t fl, std::string method, std::string type,
@@ -284,8 +281,8 @@ void RRefContext::RegisterServices(rpc::Registry* internal) {
         Fulfil(entry, AsOwned(InvokeMethod(ctx.caller_rank, {int32_t(tw), tl}, method,
                                            std::move(args))),
                "remote() of method '" + method + "' on worker '" + NameOf(self_) + "'");
-      }));
-  must(internal->Register("rref.call", [this](rpc::CallContext& ctx, int64_t rw, int64_t rl,
+      });
+  internal->Register("rref.call", [this](rpc::CallContext& ctx, int64_t rw, int64_t rl,
                                               bool may_be_early, std::string method,
                                               std::vector<c10::IValue> args) {
     const GlobalId id{int32_t(rw), rl};
@@ -297,8 +294,8 @@ void RRefContext::RegisterServices(rpc::Registry* internal) {
           if (!created.ok()) return Future<c10::IValue>::Ready(created.status());
           return InvokeMethod(caller, id, method, std::move(args));
         });
-  }));
-  must(internal->Register("rref.fetch", [this](rpc::CallContext& ctx, int64_t rw, int64_t rl,
+  });
+  internal->Register("rref.fetch", [this](rpc::CallContext& ctx, int64_t rw, int64_t rl,
                                                bool may_be_early) {
     const GlobalId id{int32_t(rw), rl};
     if (!may_be_early) return FetchLocal(id);
@@ -307,12 +304,12 @@ void RRefContext::RegisterServices(rpc::Registry* internal) {
           if (!created.ok()) return Future<c10::IValue>::Ready(created.status());
           return FetchLocal(id);
         });
-  }));
-  must(internal->Register("rref.fork", [this](rpc::CallContext& ctx, int64_t rw, int64_t rl,
+  });
+  internal->Register("rref.fork", [this](rpc::CallContext& ctx, int64_t rw, int64_t rl,
                                               int64_t fw, int64_t fl) {
     return RegisterFork({int32_t(rw), rl}, {int32_t(fw), fl}, ctx.caller_rank, ctx.deadline);
-  }));
-  must(internal->Register("rref.child_accept", [this](int64_t fw, int64_t fl) {
+  });
+  internal->Register("rref.child_accept", [this](int64_t fw, int64_t fl) {
     PendingChild released;  // dropping the parent may send a delete: after the lock
     MutexLock lock(&mu_);
     auto it = pending_children_.find({int32_t(fw), fl});
@@ -320,8 +317,8 @@ void RRefContext::RegisterServices(rpc::Registry* internal) {
       released = std::move(it->second);
       pending_children_.erase(it);
     }
-  }));
-  must(internal->Register("rref.delete", [this](int64_t rw, int64_t rl, int64_t fw,
+  });
+  internal->Register("rref.delete", [this](int64_t rw, int64_t rl, int64_t fw,
                                                 int64_t fl) -> absl::Status {
     std::shared_ptr<OwnerEntry> doomed;
     {
@@ -335,7 +332,7 @@ void RRefContext::RegisterServices(rpc::Registry* internal) {
       doomed = TakeIfUnreferencedLocked(rref_id);
     }
     return absl::OkStatus();
-  }));
+  });
 }
 
 }  // namespace tessera::rref

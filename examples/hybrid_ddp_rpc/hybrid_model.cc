@@ -50,8 +50,8 @@ std::vector<rref::RRef<at::Tensor>> EmbeddingTable::ParameterRRefs(rpc::CallCont
 }
 
 at::Tensor EmbeddingTable::Gradient(rpc::CallContext& ctx, int64_t context_id) {
-  auto* autograd = ValueOrThrow(dist_autograd::DistAutograd::Of(*ctx.runtime));
-  return ValueOrThrow(autograd->GetGradients(context_id, {weight_})).front();
+  auto* autograd = &dist_autograd::DistAutograd::Of(*ctx.runtime);
+  return autograd->GetGradients(context_id, {weight_}).front();
 }
 
 at::Tensor EmbeddingTable::Values() {

@@ -42,9 +42,9 @@ int RunServer(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs,
               const TrainingFlags& flags) {
   auto table = std::make_shared<TableHandle>();
   rpc::Registry registry;
-  ThrowIfError(registry.Register("table", [table]() { return table->Get(); }));
+  registry.Register("table", [table]() { return table->Get(); });
   auto autograd = dist_autograd::DistAutograd::Create();
-  auto runtime = ValueOrThrow(rpc::Runtime::Init(options, std::move(registry), {rrefs, autograd}));
+  auto runtime = rpc::Runtime::Init(options, std::move(registry), {rrefs, autograd});
   table->Set(rref::RemoteObject<EmbeddingTable>(*rrefs, "ps", kVocabulary, kEmbeddingDim,
                                                 static_cast<int64_t>(flags.seed)));
   ThrowIfError(runtime->store().Set(kTableKey, "1"));
@@ -54,7 +54,7 @@ int RunServer(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs,
   std::fflush(stdout);
   WaitUntilDone(*runtime, "hybrid", 1, options.world_size);
   table->Set(rref::RRef<EmbeddingTable>());
-  ThrowIfError(runtime->Shutdown());
+  runtime->Shutdown();
   return 0;
 }
 
@@ -66,7 +66,7 @@ int RunTrainer(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs
   const int index = options.rank - 1;
   auto train = ValueOrThrow(data::LoadFashionMnist(data::Split::kTrain));
   auto autograd = dist_autograd::DistAutograd::Create();
-  auto runtime = ValueOrThrow(rpc::Runtime::Init(options, rpc::Registry(), {rrefs, autograd}));
+  auto runtime = rpc::Runtime::Init(options, rpc::Registry(), {rrefs, autograd});
   ThrowIfError(runtime->store().Wait({kTableKey}, absl::Minutes(5)));
   auto table = runtime->RpcSync<rref::RRef<EmbeddingTable>>("ps", "table");
   ddp::GlooOptions gloo;
@@ -93,7 +93,7 @@ int RunTrainer(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs
   }
   trainer.reset();
   MarkDone(*runtime, "hybrid", options.rank);
-  ThrowIfError(runtime->Shutdown());
+  runtime->Shutdown();
   return 0;
 }
 

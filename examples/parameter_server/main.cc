@@ -60,17 +60,17 @@ int RunServer(rpc::RpcOptions options, const TrainingFlags& flags) {
   auto test = ValueOrThrow(data::LoadFashionMnist(data::Split::kTest));
   auto server = std::make_shared<ParameterServer>(flags.seed);
   rpc::Registry registry;
-  ThrowIfError(registry.Register("parameters", [server](rpc::CallContext& ctx) {
+  registry.Register("parameters", [server](rpc::CallContext& ctx) {
     return server->Parameters(ctx);
-  }));
-  ThrowIfError(registry.Register("forward", [server](at::Tensor images) {
+  });
+  registry.Register("forward", [server](at::Tensor images) {
     return server->Forward(std::move(images));
-  }));
+  });
   rref::ClassRegistry classes;
   dist_optim::RegisterLocalOptimizer(classes);
   auto rrefs = rref::RRefContext::Create(std::move(classes));
   auto autograd = dist_autograd::DistAutograd::Create();
-  auto runtime = ValueOrThrow(rpc::Runtime::Init(options, std::move(registry), {rrefs, autograd}));
+  auto runtime = rpc::Runtime::Init(options, std::move(registry), {rrefs, autograd});
   std::printf("[ps] serving a CNN to %d trainers\n", options.world_size - 1);
   std::fflush(stdout);
   WaitUntilDone(*runtime, "parameter_server", 1, options.world_size);
@@ -79,7 +79,7 @@ int RunServer(rpc::RpcOptions options, const TrainingFlags& flags) {
               100 * accuracy, static_cast<long long>(test.labels.size(0)), flags.epochs,
               options.world_size - 1, SecondsSince(start));
   std::fflush(stdout);
-  ThrowIfError(runtime->Shutdown());
+  runtime->Shutdown();
   return 0;
 }
 
@@ -92,10 +92,10 @@ int RunTrainer(rpc::RpcOptions options, const TrainingFlags& flags) {
   dist_optim::RegisterLocalOptimizer(classes);
   auto rrefs = rref::RRefContext::Create(std::move(classes));
   auto autograd = dist_autograd::DistAutograd::Create();
-  auto runtime = ValueOrThrow(rpc::Runtime::Init(options, rpc::Registry(), {rrefs, autograd}));
+  auto runtime = rpc::Runtime::Init(options, rpc::Registry(), {rrefs, autograd});
   auto params = runtime->RpcSync<std::vector<rref::RRef<at::Tensor>>>("ps", "parameters");
   auto optimizer =
-      ValueOrThrow(dist_optim::DistributedOptimizer::Create(*rrefs, params, OptimizerFor(flags)));
+      dist_optim::DistributedOptimizer::Create(*rrefs, params, OptimizerFor(flags));
 
   ddp::DistributedSampler sampler(static_cast<size_t>(train.labels.size(0)),
                                   {trainers, index, /*shuffle=*/true, /*seed=*/1, false});
@@ -106,7 +106,7 @@ int RunTrainer(rpc::RpcOptions options, const TrainingFlags& flags) {
                     [&] { return runtime->RpcSync<at::Tensor>("ps", "forward", images); }, labels);
               });
   MarkDone(*runtime, "parameter_server", options.rank);
-  ThrowIfError(runtime->Shutdown());
+  runtime->Shutdown();
   return 0;
 }
 

@@ -47,8 +47,8 @@ std::weak_ptr<dist_autograd::DistAutograd>& AffineAutograd() {
 std::vector<at::Tensor> GradOf(const dist_autograd::DistAutograd& autograd,
                                int64_t context_id, const at::Tensor& leaf) {
   auto grads = autograd.GetGradients(context_id);
-  if (!grads.ok() || !grads->contains(leaf)) return {};
-  return {grads->at(leaf)};
+  if (!grads.contains(leaf)) return {};
+  return {grads.at(leaf)};
 }
 
 }  // namespace
@@ -84,62 +84,59 @@ rref::ClassRegistry MakeDistAutogradClasses() {
 rpc::Registry MakeDistAutogradRegistry(std::shared_ptr<dist_autograd::DistAutograd> autograd) {
   Affine::SetAutograd(autograd);
   rpc::Registry registry = MakeTestRegistry();
-  auto must = [](absl::Status s) {
-    if (!s.ok()) throw std::logic_error(s.ToString());
-  };
-  must(registry.Register("chain", [](rpc::CallContext& ctx, at::Tensor x,
+  registry.Register("chain", [](rpc::CallContext& ctx, at::Tensor x,
                                      std::vector<std::string> rest) {
     at::Tensor y = Stage(x, OwnParam(ctx.runtime->self().rank));
     if (rest.empty()) return y;
     const std::string next = rest.front();
     rest.erase(rest.begin());
     return ctx.runtime->RpcSync<at::Tensor>(next, "chain", y, rest);
-  }));
-  must(registry.Register("chain_async", [](rpc::CallContext& ctx, at::Tensor x,
+  });
+  registry.Register("chain_async", [](rpc::CallContext& ctx, at::Tensor x,
                                            std::vector<std::string> rest) {
     at::Tensor y = Stage(x, OwnParam(ctx.runtime->self().rank));
     if (rest.empty()) return Future<at::Tensor>::Ready(y);
     const std::string next = rest.front();
     rest.erase(rest.begin());
     return ctx.runtime->RpcAsync<at::Tensor>(next, "chain_async", y, rest);
-  }));
+  });
   std::weak_ptr<dist_autograd::DistAutograd> weak = autograd;
-  must(registry.Register("param_grad", [weak](rpc::CallContext& ctx, int64_t context_id) {
+  registry.Register("param_grad", [weak](rpc::CallContext& ctx, int64_t context_id) {
     auto autograd = weak.lock();
     if (autograd == nullptr) return std::vector<at::Tensor>{};
     return GradOf(*autograd, context_id, OwnParam(ctx.runtime->self().rank));
-  }));
-  must(registry.Register("throwing", [](at::Tensor x) {
+  });
+  registry.Register("throwing", [](at::Tensor x) {
     at::Tensor y = x.detach().clone();
     auto node =
         std::make_shared<ThrowingBackward>(torch::autograd::collect_next_edges(x));
     node->add_input_metadata(y);
     torch::autograd::impl::set_gradient_edge(y, {node, 0});
     return y;
-  }));
-  must(registry.Register("new_param", [](std::vector<double> values,
+  });
+  registry.Register("new_param", [](std::vector<double> values,
                                          std::vector<int64_t> shape) {
     return at::tensor(values, at::kFloat).reshape(shape).set_requires_grad(true);
-  }));
-  must(registry.Register("apply_stage", [](at::Tensor x, rref::RRef<at::Tensor> w) {
-    return Stage(x, ValueOrThrow(w.local_value()));
-  }));
-  must(registry.Register("param_sum", [](rref::RRef<at::Tensor> w) {
-    return ValueOrThrow(w.local_value()).sum();
-  }));
-  must(registry.Register("leak_context", [weak](rpc::CallContext& ctx, std::string peer) {
+  });
+  registry.Register("apply_stage", [](at::Tensor x, rref::RRef<at::Tensor> w) {
+    return Stage(x, w.local_value());
+  });
+  registry.Register("param_sum", [](rref::RRef<at::Tensor> w) {
+    return w.local_value().sum();
+  });
+  registry.Register("leak_context", [weak](rpc::CallContext& ctx, std::string peer) {
     auto autograd = weak.lock();
     const int64_t id = autograd->NewContext();
     dist_autograd::ContextScope scope(*autograd, id);
     ctx.runtime->RpcSync<at::Tensor>(peer, "chain", at::ones({1, 4}).set_requires_grad(true),
                                      std::vector<std::string>{});
     return id;  // never released
-  }));
-  must(registry.Register("await_contexts", [weak](int64_t n, int64_t timeout_ms) {
+  });
+  registry.Register("await_contexts", [weak](int64_t n, int64_t timeout_ms) {
     auto autograd = weak.lock();
     return autograd != nullptr &&
            autograd->WaitForContexts(static_cast<size_t>(n), absl::Milliseconds(timeout_ms));
-  }));
+  });
   return registry;
 }
 
@@ -147,7 +144,7 @@ TESSERA_WORKER_SCENARIO(serve_dist_autograd) {
   auto rrefs = rref::RRefContext::Create(MakeDistAutogradClasses());
   auto autograd = dist_autograd::DistAutograd::Create();
   return ServeUntilShutdown("serve_dist_autograd",
-                            rpc::Runtime::Init(TestWorkerOptions(),
+                            rpc::Runtime::TryInit(TestWorkerOptions(),
                                                MakeDistAutogradRegistry(autograd),
                                                {rrefs, autograd}));
 }

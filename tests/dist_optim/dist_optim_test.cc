@@ -58,7 +58,7 @@ TEST_F(DistOptimTest, EveryOptimizerMatchesLocalTraining) {
     auto local = ValueOrThrow(dist_optim::MakeOptimizer(dist_optim::ToWire(options),
                                                         {w1_local, w2_local}));
     RRef<at::Tensor> w1 = ParamOn("worker1", w1_local), w2 = ParamOn("worker2", w2_local);
-    auto remote = ValueOrThrow(DistributedOptimizer::Create(*rrefs_, {w1, w2}, options));
+    auto remote = DistributedOptimizer::Create(*rrefs_, {w1, w2}, options);
     EXPECT_EQ(remote.num_owners(), 2u);
     for (int step = 0; step < 4; ++step) {
       at::manual_seed(100 + step);
@@ -70,8 +70,8 @@ TEST_F(DistOptimTest, EveryOptimizerMatchesLocalTraining) {
       ContextGuard context(*autograd_);
       at::Tensor h = rt().RpcSync<at::Tensor>("worker1", "apply_stage", x, w1);
       at::Tensor y = rt().RpcSync<at::Tensor>("worker2", "apply_stage", h, w2);
-      ThrowIfError(autograd_->Backward(context.id(), {(y - target).pow(2).mean()}));
-      ThrowIfError(remote.Step(context.id()));
+      autograd_->Backward(context.id(), {(y - target).pow(2).mean()});
+      remote.Step(context.id());
     }
     EXPECT_TRUE(at::allclose(w1.to_here(), w1_local, 1e-5, 1e-6));
     EXPECT_TRUE(at::allclose(w2.to_here(), w2_local, 1e-5, 1e-6));
@@ -93,22 +93,17 @@ TEST_F(DistOptimTest, ConcurrentTrainersLoseNoUpdate) {
   std::atomic<int> steps_done{0};
   for (int t = 0; t < kTrainers; ++t) {
     trainers.emplace_back([&] {
-      auto optimizer = DistributedOptimizer::Create(*rrefs_, {param}, sgd);
-      if (!optimizer.ok()) {
-        ADD_FAILURE() << optimizer.status();
-        return;
-      }
-      for (int step = 0; step < kSteps; ++step) {
-        ContextGuard context(*autograd_);
-        at::Tensor loss = rt().RpcSync<at::Tensor>("worker1", "param_sum", param);
-        auto status = autograd_->Backward(context.id(), {loss});
-        if (status.ok()) status = optimizer->Step(context.id());
-        if (!status.ok()) {
-          ADD_FAILURE() << status;
-          return;
+      const absl::Status status = StatusOf([&] {
+        auto optimizer = DistributedOptimizer::Create(*rrefs_, {param}, sgd);
+        for (int step = 0; step < kSteps; ++step) {
+          ContextGuard context(*autograd_);
+          at::Tensor loss = rt().RpcSync<at::Tensor>("worker1", "param_sum", param);
+          autograd_->Backward(context.id(), {loss});
+          optimizer.Step(context.id());
+          ++steps_done;
         }
-        ++steps_done;
-      }
+      });
+      if (!status.ok()) ADD_FAILURE() << status;
     });
   }
   for (auto& trainer : trainers) trainer.join();
@@ -122,12 +117,11 @@ TEST_F(DistOptimTest, BadOptionsFailAtCreate) {
   RRef<at::Tensor> param = ParamOn("worker1", at::zeros({2}));
   dist_optim::SgdOptions sgd;
   sgd.lr = -1;
-  auto optimizer = DistributedOptimizer::Create(*rrefs_, {param}, sgd);
-  ASSERT_FALSE(optimizer.ok());
-  EXPECT_NE(optimizer.status().message().find("learning rate"), std::string::npos)
-      << optimizer.status();
-  EXPECT_NE(optimizer.status().message().find("worker1"), std::string::npos)
-      << optimizer.status();
+  const absl::Status status =
+      StatusOf([&] { DistributedOptimizer::Create(*rrefs_, {param}, sgd); });
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("learning rate"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("worker1"), std::string::npos) << status;
 }
 
 }  // namespace

@@ -100,7 +100,7 @@ absl::Status RunSteps(int rank, const TrainerPlan& plan, examples::HybridTrainer
     const bool together = step < plan.together;
     const bool alone = step >= plan.alone_from;
     trainer.Step(images, labels, [&](int64_t context_id) {
-      auto grads = ValueOrThrow(autograd.GetGradients(context_id));
+      auto grads = autograd.GetGradients(context_id);
       std::vector<at::Tensor> dense_grads;
       for (const auto& p : trainer.dense()->parameters()) {
         if (!grads.contains(p)) checks.Update(absl::InternalError("a dense gradient is missing"));
@@ -139,7 +139,7 @@ absl::Status Train(int rank, const TrainerPlan& plan) {
   auto rrefs = MakeRRefContext();
   auto autograd = dist_autograd::DistAutograd::Create();
   TESSERA_ASSIGN_OR_RETURN(
-      auto runtime, rpc::Runtime::Init(TestWorkerOptions(), rpc::Registry(), {rrefs, autograd}));
+      auto runtime, rpc::Runtime::TryInit(TestWorkerOptions(), rpc::Registry(), {rrefs, autograd}));
   TESSERA_RETURN_IF_ERROR(runtime->store().Wait({kTableKey}, absl::Seconds(60)));
   auto table = runtime->RpcSync<rref::RRef<EmbeddingTable>>("worker0", "table");
   ddp::GlooOptions gloo;
@@ -166,7 +166,7 @@ absl::Status Train(int rank, const TrainerPlan& plan) {
   runtime->RpcSync<void>("worker0", "report", table_gradients);
   TESSERA_RETURN_IF_ERROR(runtime->store().Set(absl::StrCat("hybrid_test/reported/", rank), "1"));
   trainer.reset();
-  return runtime->Shutdown();
+  return runtime->TryShutdown();
 }
 
 int RunTrainer(const TrainerPlan& plan) {
@@ -226,15 +226,15 @@ void ServeTwoTrainers(const std::string& scenario) {
   Mutex mu;
   std::vector<at::Tensor> reports;
   rpc::Registry registry;
-  ThrowIfError(registry.Register("table", [table]() { return table->Get(); }));
-  ThrowIfError(registry.Register("report", [&](at::Tensor gradients) {
+  registry.Register("table", [table]() { return table->Get(); });
+  registry.Register("report", [&](at::Tensor gradients) {
     MutexLock lock(&mu);
     reports.push_back(gradients);
-  }));
+  });
   auto rrefs = MakeRRefContext();
   auto autograd = dist_autograd::DistAutograd::Create();
-  auto runtime = ValueOrThrow(rpc::Runtime::Init(InProcessOptions("worker0", 0, 3, store->port()),
-                                                 std::move(registry), {rrefs, autograd}));
+  auto runtime = rpc::Runtime::Init(InProcessOptions("worker0", 0, 3, store->port()),
+                                                 std::move(registry), {rrefs, autograd});
   table->Set(rref::RemoteObject<EmbeddingTable>(*rrefs, "worker0", examples::kVocabulary,
                                                 examples::kEmbeddingDim, int64_t{7}));
   const at::Tensor initial = table->Get().RpcSync<at::Tensor>("values");
@@ -255,7 +255,7 @@ void ServeTwoTrainers(const std::string& scenario) {
                              initial - (reports[0] + reports[1]) * kLr, 1e-4, 1e-5));
   }
   table->Set(rref::RRef<EmbeddingTable>());
-  EXPECT_TRUE(runtime->Shutdown().ok());
+  EXPECT_TRUE(runtime->TryShutdown().ok());
   for (auto& trainer : trainers) EXPECT_EQ(trainer->Wait(absl::Seconds(60)), 0);
 }
 

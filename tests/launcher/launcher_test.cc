@@ -82,7 +82,7 @@ TEST(LauncherTest, ForwardsSigterm) {
 int RunLaunchedRpcWorker() {
   auto options = rpc::RpcOptions::FromEnv();
   if (!options.ok() || options->store_role != rpc::StoreRole::kConnect) return 1;
-  auto runtime = rpc::Runtime::Init(*options, MakeTestRegistry());
+  auto runtime = rpc::Runtime::TryInit(*options, MakeTestRegistry());
   if (!runtime.ok()) return 2;
   const int next = (options->rank + 1) % options->world_size;
   auto got = (*runtime)->RpcAsync<int64_t>("worker" + std::to_string(next), "echo",
@@ -94,7 +94,7 @@ int RunLaunchedRpcWorker() {
   }
   std::printf("worker%d got %ld back from worker%d\n", options->rank, *got, next);
   std::fflush(stdout);
-  return (*runtime)->Shutdown().ok() && *got == options->rank ? 0 : 3;
+  return (*runtime)->TryShutdown().ok() && *got == options->rank ? 0 : 3;
 }
 
 TESSERA_WORKER_SCENARIO(launched_rpc) { return RunLaunchedRpcWorker(); }

@@ -101,7 +101,7 @@ int DriveRpcJob(rpc::Runtime& rt, rref::RRefContext& rrefs, dist_autograd::DistA
     dist_optim::SgdOptions sgd;
     sgd.lr = 0.1;
     sgd.momentum = 0.9;
-    auto optimizer = ValueOrThrow(dist_optim::DistributedOptimizer::Create(rrefs, {w1, w2}, sgd));
+    auto optimizer = dist_optim::DistributedOptimizer::Create(rrefs, {w1, w2}, sgd);
     for (int step = 0; step < 3; ++step) {
       at::manual_seed(100 + step);
       const at::Tensor x = at::randn({5, 4}), target = at::randn({5, 4});
@@ -111,8 +111,8 @@ int DriveRpcJob(rpc::Runtime& rt, rref::RRefContext& rrefs, dist_autograd::DistA
       ContextGuard context(autograd);
       at::Tensor h = rt.RpcSync<at::Tensor>("worker0", "apply_stage", x, w1);
       at::Tensor y = rt.RpcSync<at::Tensor>("worker0", "apply_stage", h, w2);
-      ThrowIfError(autograd.Backward(context.id(), {(y - target).pow(2).mean()}));
-      ThrowIfError(optimizer.Step(context.id()));
+      autograd.Backward(context.id(), {(y - target).pow(2).mean()});
+      optimizer.Step(context.id());
     }
     WORKER_CHECK(AllClose(w1.to_here(), w1_local), "first parameter after training");
     WORKER_CHECK(AllClose(w2.to_here(), w2_local), "second parameter after training");
@@ -129,7 +129,7 @@ int DriveRpcJob(rpc::Runtime& rt, rref::RRefContext& rrefs, dist_autograd::DistA
     dist_optim::SgdOptions sgd;
     sgd.lr = 0.1;
     auto optimizer =
-        ValueOrThrow(dist_optim::DistributedOptimizer::Create(rrefs, driver.ParameterRRefs(), sgd));
+        dist_optim::DistributedOptimizer::Create(rrefs, driver.ParameterRRefs(), sgd);
     auto factories = TestStageFactories();
     pipeline::StageModel local_front = factories["front"](1), local_back = factories["back"](2);
     std::vector<at::Tensor> local_params = local_front.parameters;
@@ -146,8 +146,8 @@ int DriveRpcJob(rpc::Runtime& rt, rref::RRefContext& rrefs, dist_autograd::DistA
       ContextGuard context(autograd);
       at::Tensor loss = at::mse_loss(driver.Forward(x), y);
       WORKER_CHECK(AllClose(loss, local_loss), "pipeline loss");
-      ThrowIfError(autograd.Backward(context.id(), {loss}));
-      ThrowIfError(optimizer.Step(context.id()));
+      autograd.Backward(context.id(), {loss});
+      optimizer.Step(context.id());
     }
     auto values = front.RpcSync<std::vector<at::Tensor>>("parameter_values");
     auto back_values = back.RpcSync<std::vector<at::Tensor>>("parameter_values");
@@ -175,13 +175,13 @@ TESSERA_WORKER_SCENARIO(multihost_rpc_job) {
   auto rrefs = rref::RRefContext::Create(MakeDistAutogradClasses());
   auto autograd = dist_autograd::DistAutograd::Create();
   rpc::Registry registry = MakeDistAutogradRegistry(autograd);
-  ThrowIfError(registry.Register("fetch_sum", [](RRef<at::Tensor> w) { return w.to_here().sum(); }));
+  registry.Register("fetch_sum", [](RRef<at::Tensor> w) { return w.to_here().sum(); });
   std::weak_ptr<rref::RRefContext> weak = rrefs;
-  ThrowIfError(registry.Register("await_no_rrefs", [weak](int64_t timeout_ms) {
+  registry.Register("await_no_rrefs", [weak](int64_t timeout_ms) {
     auto context = weak.lock();
     return context != nullptr &&
            context->WaitForOwnedValues(0, absl::Milliseconds(timeout_ms));
-  }));
+  });
   // RpcOptions::FromEnv as a user's program: under tessera-run the launcher
   // hosts the store, started directly (Kubernetes, srun) rank 0 does.
   auto options = rpc::RpcOptions::FromEnv();
@@ -198,7 +198,7 @@ TESSERA_WORKER_SCENARIO(multihost_rpc_job) {
     std::printf("failing once on purpose\n");
     return 5;
   }
-  auto runtime = rpc::Runtime::Init(*options, std::move(registry), {rrefs, autograd});
+  auto runtime = rpc::Runtime::TryInit(*options, std::move(registry), {rrefs, autograd});
   if (!runtime.ok()) {
     std::printf("cannot start: %s\n", runtime.status().ToString().c_str());
     return 2;
@@ -213,7 +213,7 @@ TESSERA_WORKER_SCENARIO(multihost_rpc_job) {
     }
   }
   std::fflush(stdout);
-  const absl::Status shutdown = (*runtime)->Shutdown();
+  const absl::Status shutdown = (*runtime)->TryShutdown();
   if (!shutdown.ok()) std::printf("shutdown: %s\n", shutdown.ToString().c_str());
   return code != 0 ? code : shutdown.ok() ? 0 : 4;
 }
@@ -221,7 +221,7 @@ TESSERA_WORKER_SCENARIO(multihost_rpc_job) {
 // Rank 1 calls both others until a call fails, then names the failure
 // (the link-cut test).
 TESSERA_WORKER_SCENARIO(multihost_until_failure) {
-  auto runtime = rpc::Runtime::Init(TestWorkerOptions(), MakeTestRegistry());
+  auto runtime = rpc::Runtime::TryInit(TestWorkerOptions(), MakeTestRegistry());
   if (!runtime.ok()) return 2;
   rpc::Runtime& rt = **runtime;
   if (rt.self().rank != 1) {

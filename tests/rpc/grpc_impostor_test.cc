@@ -70,7 +70,7 @@ TEST(GrpcImpostorTest, WorkerRefusesAPeerThatCannotProveTheSecret) {
   rpc::RpcOptions options = InProcessOptions("worker0", 0, 2, (*store)->port());
   options.backend = rpc::Backend::kGrpc;
   options.grpc.tls = {};  // the impostor listens without TLS
-  auto runtime = rpc::Runtime::Init(options, MakeTestRegistry());
+  auto runtime = rpc::Runtime::TryInit(options, MakeTestRegistry());
   ASSERT_TRUE(runtime.ok()) << runtime.status();
 
   auto result =
@@ -81,7 +81,7 @@ TEST(GrpcImpostorTest, WorkerRefusesAPeerThatCannotProveTheSecret) {
   auto sent = impostor.after_challenge().Wait(absl::Seconds(30));
   ASSERT_TRUE(sent.ok()) << sent.status();
   EXPECT_EQ(*sent, "nothing") << "the impostor received the caller's proof or request";
-  EXPECT_TRUE((*runtime)->Shutdown(/*graceful=*/false).ok());
+  EXPECT_TRUE((*runtime)->TryShutdown(/*graceful=*/false).ok());
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
 }
 

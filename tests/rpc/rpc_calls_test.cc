@@ -202,19 +202,16 @@ TEST(RuntimeLifecycleTest, DefaultCallTimeoutAppliesWhenNoneIsGiven) {
   rpc::Registry registry = MakeTestRegistry();
   // Answers a second after the call's deadline, so the answer can never
   // beat the caller's timer (however late a loaded machine wakes it).
-  ASSERT_TRUE(registry
-                  .Register("answer_late",
-                            [](rpc::CallContext& ctx) {
-                              return ctx.runtime->store()
-                                  .Get("never-set", ctx.deadline - absl::Now() + absl::Seconds(1))
-                                  .ok();
-                            })
-                  .ok());
-  auto runtime = rpc::Runtime::Init(options, std::move(registry));
+  registry.Register("answer_late", [](rpc::CallContext& ctx) {
+    return ctx.runtime->store()
+        .Get("never-set", ctx.deadline - absl::Now() + absl::Seconds(1))
+        .ok();
+  });
+  auto runtime = rpc::Runtime::TryInit(options, std::move(registry));
   ASSERT_TRUE(runtime.ok()) << runtime.status();
   auto result = (*runtime)->RpcAsync<bool>("solo", "answer_late").Wait(absl::Seconds(30));
   EXPECT_EQ(result.status().code(), absl::StatusCode::kDeadlineExceeded) << result.status();
-  EXPECT_TRUE((*runtime)->Shutdown().ok());
+  EXPECT_TRUE((*runtime)->TryShutdown().ok());
 }
 
 // Scenario: a process starts a runtime, uses it, shuts it down, and starts a
@@ -224,11 +221,11 @@ TEST(RuntimeLifecycleTest, CleanRestartInTheSameProcess) {
   for (int generation = 0; generation < 2; ++generation) {
     auto store = store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
     ASSERT_TRUE(store.ok());
-    auto runtime = rpc::Runtime::Init(InProcessOptions("solo", 0, 1, (*store)->port()),
+    auto runtime = rpc::Runtime::TryInit(InProcessOptions("solo", 0, 1, (*store)->port()),
                                       MakeTestRegistry());
     ASSERT_TRUE(runtime.ok()) << runtime.status();
     EXPECT_EQ((*runtime)->RpcSync<int64_t>("solo", "echo", int64_t{generation}), generation);
-    EXPECT_TRUE((*runtime)->Shutdown().ok());
+    EXPECT_TRUE((*runtime)->TryShutdown().ok());
     // After shutdown, calls fail cleanly instead of hanging.
     auto after = (*runtime)->CallAsync("solo", "echo", {c10::IValue(1)}).Wait(absl::Seconds(5));
     EXPECT_EQ(after.status().code(), absl::StatusCode::kFailedPrecondition) << after.status();

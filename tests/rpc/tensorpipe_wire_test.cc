@@ -40,7 +40,7 @@ class TensorPipeWireTest : public RpcWorld {
     }
     rpc::RpcOptions options = InProcessOptions("worker0", 0, 2, store_port());
     options.backend = rpc::Backend::kTensorPipe;
-    auto runtime = rpc::Runtime::Init(options, MakeTestRegistry());
+    auto runtime = rpc::Runtime::TryInit(options, MakeTestRegistry());
     if (!runtime.ok()) {
       ADD_FAILURE() << runtime.status();
       return nullptr;
@@ -252,7 +252,7 @@ TEST_F(TensorPipeWireTest, WorkerRefusesAListenerThatCannotProveTheSecret) {
   EXPECT_EQ(result.status().code(), absl::StatusCode::kUnauthenticated) << result.status();
   EXPECT_NE(result.status().message().find("worker1"), std::string::npos) << result.status();
   EXPECT_FALSE(impostor.Accept(absl::Seconds(1)).ok()) << "the impostor got a pipe";
-  EXPECT_TRUE(runtime->Shutdown(/*graceful=*/false).ok());
+  EXPECT_TRUE(runtime->TryShutdown(/*graceful=*/false).ok());
 }
 
 // Past the transport gate (a process holding the secret but not a worker's
@@ -281,7 +281,7 @@ TEST_F(TensorPipeWireTest, WorkerRefusesAPeerThatCannotProveTheSecret) {
   auto next = RawTensorPipePeer::Read(*pipe);
   EXPECT_FALSE(next.ok()) << "the impostor received envelope kind "
                           << next->envelope.kind();
-  EXPECT_TRUE(runtime->Shutdown(/*graceful=*/false).ok());
+  EXPECT_TRUE(runtime->TryShutdown(/*graceful=*/false).ok());
 }
 
 }  // namespace

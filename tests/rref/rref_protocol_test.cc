@@ -38,7 +38,7 @@ class RRefProtocolTest : public ::testing::Test {
       options.agent_factory = network_->Factory();
       auto context = contexts_.back();
       starting.push_back(std::async(std::launch::async, [options, context] {
-        return rpc::Runtime::Init(options, MakeRRefTestRegistry(context), {context});
+        return rpc::Runtime::TryInit(options, MakeRRefTestRegistry(context), {context});
       }));
     }
     for (auto& f : starting) {
@@ -52,7 +52,7 @@ class RRefProtocolTest : public ::testing::Test {
     network_->SetAutoDeliver(true);
     std::vector<std::future<absl::Status>> stopping;
     for (auto& runtime : runtimes_) {
-      stopping.push_back(std::async(std::launch::async, [&runtime] { return runtime->Shutdown(); }));
+      stopping.push_back(std::async(std::launch::async, [&runtime] { return runtime->TryShutdown(); }));
     }
     for (auto& f : stopping) EXPECT_TRUE(f.get().ok());
     network_->SetAutoDeliver(false);

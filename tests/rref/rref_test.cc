@@ -40,8 +40,7 @@ TEST_F(RRefTest, CreateFetchDelete) {
     EXPECT_TRUE(t.impl()->Confirmed().Wait(absl::Seconds(30)).ok());
     EXPECT_TRUE(t.confirmed_by_owner());
     EXPECT_TRUE(OwnerHolds("worker1", 1));
-    auto local = t.local_value();
-    EXPECT_EQ(local.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(StatusOf([&] { t.local_value(); }).code(), absl::StatusCode::kFailedPrecondition);
   }
   EXPECT_TRUE(OwnerHolds("worker1", 0));
   EXPECT_EQ(rrefs_->stats().user_forks, 0u);
@@ -83,7 +82,7 @@ TEST_F(RRefTest, GracefulShutdownReleasesReferencesStillHeld) {
   RRef<at::Tensor> t = Remote<at::Tensor>(*rrefs_, "worker1", "make_tensor", int64_t{2});
   EXPECT_EQ(rt().RpcSync<int64_t>("worker2", "keep", t), 1);
   EXPECT_EQ(rt().RpcSync<double>("worker2", "relay_rref", std::vector<std::string>{}, t), 4.0);
-  EXPECT_TRUE(rt().Shutdown().ok());
+  EXPECT_TRUE(rt().TryShutdown().ok());
   for (auto& child : children_) EXPECT_EQ(child->Wait(absl::Seconds(60)), 0);
 }
 
@@ -133,10 +132,10 @@ TEST_F(RRefTest, RemoteOnItselfKeepsTheValueLocally) {
   {
     RRef<at::Tensor> t = Remote<at::Tensor>(*rrefs_, "worker0", "make_tensor", int64_t{2});
     EXPECT_TRUE(t.is_owner());
-    EXPECT_TRUE(at::equal(*t.local_value(), at::ones({2}) * 2));
+    EXPECT_TRUE(at::equal(t.local_value(), at::ones({2}) * 2));
     RRef<Counter> counter = RemoteObject<Counter>(*rrefs_, "worker0", int64_t{1});
     EXPECT_EQ(counter.RpcSync<int64_t>("add", int64_t{2}), 3);
-    EXPECT_EQ((*counter.local_object())->Get(), 3);
+    EXPECT_EQ(counter.local_object()->Get(), 3);
     EXPECT_EQ(counter.Remote<int64_t>("get").to_here(), 3);
     // t and counter; the handle Remote<>("get") made died with its statement.
     EXPECT_EQ(rrefs_->stats().owned_values, 2u);

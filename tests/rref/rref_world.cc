@@ -28,54 +28,51 @@ rref::ClassRegistry MakeTestClasses() {
 
 rpc::Registry MakeRRefTestRegistry(std::shared_ptr<rref::RRefContext> context) {
   rpc::Registry registry = MakeTestRegistry();
-  auto must = [](absl::Status s) {
-    if (!s.ok()) throw std::logic_error(s.ToString());
-  };
-  must(registry.Register("make_tensor", [](int64_t n) { return at::ones({n}) * n; }));
+  registry.Register("make_tensor", [](int64_t n) { return at::ones({n}) * n; });
   // As this worker: add to a GuardedCounter (see also make_guarded_on).
-  must(registry.Register("add_to_guarded", [](RRef<GuardedCounter> counter, int64_t delta) {
+  registry.Register("add_to_guarded", [](RRef<GuardedCounter> counter, int64_t delta) {
     return counter.RpcSync<int64_t>("add", delta);
-  }));
-  must(registry.Register(
+  });
+  registry.Register(
       "relay_rref", [](rpc::CallContext& ctx, std::vector<std::string> chain,
                        RRef<at::Tensor> ref) -> double {
         if (chain.empty()) return ref.to_here().sum().item<double>();
         const std::string next = chain.front();
         chain.erase(chain.begin());
         return ctx.runtime->RpcSync<double>(next, "relay_rref", chain, ref);
-      }));
-  must(registry.Register("owner_check", [](RRef<at::Tensor> ref) {
-    auto value = ref.local_value();
-    return std::vector<double>{ref.is_owner() ? 1.0 : 0.0,
-                               value.ok() ? value->sum().item<double>() : -1.0};
-  }));
-  must(registry.Register("is_owner", [](RRef<at::Tensor> ref) { return ref.is_owner(); }));
+      });
+  registry.Register("owner_check", [](RRef<at::Tensor> ref) {
+    const bool owner = ref.is_owner();
+    return std::vector<double>{owner ? 1.0 : 0.0,
+                               owner ? ref.local_value().sum().item<double>() : -1.0};
+  });
+  registry.Register("is_owner", [](RRef<at::Tensor> ref) { return ref.is_owner(); });
   auto kept = std::make_shared<std::vector<RRef<at::Tensor>>>();
   auto kept_mu = std::make_shared<std::mutex>();
-  must(registry.Register("keep", [kept, kept_mu](RRef<at::Tensor> ref) {
+  registry.Register("keep", [kept, kept_mu](RRef<at::Tensor> ref) {
     std::lock_guard<std::mutex> lock(*kept_mu);
     kept->push_back(std::move(ref));
     return static_cast<int64_t>(kept->size());
-  }));
-  must(registry.Register("drop_kept", [kept, kept_mu]() {
+  });
+  registry.Register("drop_kept", [kept, kept_mu]() {
     std::lock_guard<std::mutex> lock(*kept_mu);
     kept->clear();
-  }));
+  });
   std::weak_ptr<rref::RRefContext> weak = context;
   // As this worker: create a GuardedCounter on `owner` and use it.
-  must(registry.Register("make_guarded_on", [weak](std::string owner) {
+  registry.Register("make_guarded_on", [weak](std::string owner) {
     auto counter = rref::RemoteObject<GuardedCounter>(*weak.lock(), owner, int64_t{0});
     return counter.RpcSync<int64_t>("add", int64_t{1});
-  }));
-  must(registry.Register("await_owned", [weak](int64_t n, int64_t timeout_ms) {
+  });
+  registry.Register("await_owned", [weak](int64_t n, int64_t timeout_ms) {
     auto context = weak.lock();
     return context != nullptr &&
            context->WaitForOwnedValues(static_cast<size_t>(n), absl::Milliseconds(timeout_ms));
-  }));
-  must(registry.Register("make_on", [weak](std::string worker, int64_t n) {
+  });
+  registry.Register("make_on", [weak](std::string worker, int64_t n) {
     auto context = weak.lock();
     return rref::Remote<at::Tensor>(*context, worker, "make_tensor", n);
-  }));
+  });
   return registry;
 }
 
@@ -83,7 +80,7 @@ TESSERA_WORKER_SCENARIO(serve_rref) {
   auto context = rref::RRefContext::Create(MakeTestClasses());
   return ServeUntilShutdown(
       "serve_rref",
-      rpc::Runtime::Init(TestWorkerOptions(), MakeRRefTestRegistry(context), {context}));
+      rpc::Runtime::TryInit(TestWorkerOptions(), MakeRRefTestRegistry(context), {context}));
 }
 
 rpc::Registry RRefWorld::MakeRegistry() { return MakeRRefTestRegistry(rrefs_); }

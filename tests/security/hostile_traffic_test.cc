@@ -46,7 +46,7 @@ TESSERA_WORKER_SCENARIO(serve_under_flood) {
   auto options = rpc::RpcOptions::FromEnv();
   if (!options.ok()) return 2;
   options->shutdown_timeout = absl::Seconds(120);
-  auto runtime = rpc::Runtime::Init(*options, MakeTestRegistry());
+  auto runtime = rpc::Runtime::TryInit(*options, MakeTestRegistry());
   if (!runtime.ok()) {
     std::printf("cannot start: %s\n", runtime.status().ToString().c_str());
     return 2;
@@ -80,7 +80,7 @@ TESSERA_WORKER_SCENARIO(serve_under_flood) {
                 code == 0 ? "yes" : "no");
     std::fflush(stdout);
   }
-  const absl::Status shutdown = rt.Shutdown();
+  const absl::Status shutdown = rt.TryShutdown();
   return code != 0 ? code : shutdown.ok() ? 0 : 4;
 }
 

@@ -12,7 +12,7 @@ int ServeUntilShutdown(const char* scenario,
     std::fprintf(stderr, "%s: init failed: %s\n", scenario, runtime.status().ToString().c_str());
     return 1;
   }
-  auto status = (*runtime)->Shutdown();
+  auto status = (*runtime)->TryShutdown();
   if (!status.ok()) {
     std::fprintf(stderr, "%s: shutdown: %s\n", scenario, status.ToString().c_str());
     return 3;
@@ -22,7 +22,7 @@ int ServeUntilShutdown(const char* scenario,
 
 TESSERA_WORKER_SCENARIO(serve) {
   return ServeUntilShutdown("serve",
-                            rpc::Runtime::Init(TestWorkerOptions(), MakeTestRegistry()));
+                            rpc::Runtime::TryInit(TestWorkerOptions(), MakeTestRegistry()));
 }
 
 void RpcWorld::StartWorld(int world_size,
@@ -38,7 +38,7 @@ void RpcWorld::StartWorld(int world_size,
   }
   rpc::RpcOptions options = InProcessOptions("worker0", 0, world_size, store_->port());
   options.shutdown_timeout = shutdown_timeout;
-  auto runtime = rpc::Runtime::Init(options, MakeRegistry(), MakeExtensions());
+  auto runtime = rpc::Runtime::TryInit(options, MakeRegistry(), MakeExtensions());
   ASSERT_TRUE(runtime.ok()) << runtime.status();
   runtime_ = *std::move(runtime);
 }
@@ -47,7 +47,7 @@ rpc::Registry RpcWorld::MakeRegistry() { return MakeTestRegistry(); }
 
 void RpcWorld::TearDown() {
   if (runtime_ != nullptr) {
-    auto status = runtime_->Shutdown();
+    auto status = runtime_->TryShutdown();
     if (expect_clean_exit_) EXPECT_TRUE(status.ok()) << status;
   }
   if (expect_clean_exit_) {

@@ -16,35 +16,32 @@ using rpc::CallContext;
 
 rpc::Registry MakeTestRegistry() {
   rpc::Registry registry;
-  auto check = [](absl::Status status) {
-    if (!status.ok()) throw std::logic_error(status.ToString());
-  };
-  check(registry.Register("echo", [](c10::IValue v) { return v; }));
+  registry.Register("echo", [](c10::IValue v) { return v; });
   // Allow-listed: worker1 by name, or any worker whose role is "trusted".
-  check(registry.Register("restricted_echo", [](int64_t v) { return v; },
-                          rpc::AllowList{{"worker1"}, {"trusted"}}));
+  registry.Register("restricted_echo", [](int64_t v) { return v; },
+                          rpc::AllowList{{"worker1"}, {"trusted"}});
   // Calls `target`'s restricted_echo as this worker.
-  check(registry.Register("relay_restricted_echo",
+  registry.Register("relay_restricted_echo",
                           [](CallContext& ctx, std::string target, int64_t v) {
                             return ctx.runtime->RpcSync<int64_t>(target, "restricted_echo", v);
-                          }));
-  check(registry.Register("add", [](at::Tensor a, at::Tensor b) { return a + b; }));
-  check(registry.Register("fail", [](std::string message) -> int64_t {
+                          });
+  registry.Register("add", [](at::Tensor a, at::Tensor b) { return a + b; });
+  registry.Register("fail", [](std::string message) -> int64_t {
     throw std::runtime_error(message);
-  }));
-  check(registry.Register("block", [](CallContext& ctx, std::string key) {
+  });
+  registry.Register("block", [](CallContext& ctx, std::string key) {
     auto& store = ctx.runtime->store();
     if (!store.Set(key + "/started", "1").ok()) return false;
     return store.Get(key, ctx.deadline - absl::Now()).ok();
-  }));
-  check(registry.Register(
+  });
+  registry.Register(
       "nested", [](CallContext& ctx, std::vector<std::string> chain, at::Tensor t) {
         if (chain.empty()) return t + 1;
         const std::string next = chain.front();
         chain.erase(chain.begin());
         return ctx.runtime->RpcSync<at::Tensor>(next, "nested", chain, t) + 1;
-      }));
-  check(registry.Register(
+      });
+  registry.Register(
       "async_nested",
       [](CallContext& ctx, std::vector<std::string> chain, at::Tensor t) {
         if (chain.empty()) return Future<at::Tensor>::Ready(t + 1);
@@ -55,20 +52,20 @@ rpc::Registry MakeTestRegistry() {
               if (!r.ok()) return r.status();
               return *r + 1;
             });
-      }));
-  check(registry.Register("async_add", [](CallContext& ctx, at::Tensor a, at::Tensor b) {
+      });
+  registry.Register("async_add", [](CallContext& ctx, at::Tensor a, at::Tensor b) {
     Promise<at::Tensor> promise;
     ctx.runtime->executor().Post([promise, a, b] { promise.Set(a + b); });
     return promise.GetFuture();
-  }));
-  check(registry.Register(
+  });
+  registry.Register(
       "describe", [](at::Tensor t, int64_t i, double d, bool b, std::string s,
                      std::vector<int64_t> ints, std::map<std::string, double> dict) {
         std::vector<std::string> keys;
         for (const auto& [k, v] : dict) keys.push_back(absl::StrCat(k, "=", v));
         return absl::StrCat(t.numel(), "|", i, "|", d, "|", b ? "true" : "false", "|", s, "|",
                             absl::StrJoin(ints, ","), "|", absl::StrJoin(keys, ","));
-      }));
+      });
   return registry;
 }
 

@@ -1,0 +1,125 @@
+// Worker: the one entry point of an RPC job — torch.distributed.rpc's
+// init_rpc, with RRefs and distributed autograd attached.
+//
+//   auto worker = tessera::Worker::Start(tessera::WorkerOptions::FromEnv("ps"));
+//   worker->Register("forward", [&](at::Tensor x) { return model(x); });
+//   auto params = worker->RpcSync<std::vector<RRef<at::Tensor>>>("ps", "parameters");
+//   auto table = worker->RemoteObject<EmbeddingTable>("ps", 1000, 16);
+//   worker->Shutdown();     // waits for every worker (rpc.shutdown())
+//
+// A thin layer over rpc::Runtime (rpc()), rref::RRefContext (rrefs()) and
+// dist_autograd::DistAutograd (autograd()): it owns one of each for this
+// worker; there are no process-wide singletons, so tests may run several
+// workers in one process.
+//
+// Set-up in any order: functions and classes may be registered before or
+// after Start (Note [Late registration], rpc/runtime.h); DistributedOptimizer's
+// owner side (dist_optim::RegisterLocalOptimizer) is registered by Start.
+//
+// Errors (README, "Errors"): calls that finish before they return throw
+// StatusError; calls that return a Future never throw. Timeouts: every
+// blocking call inherits options.default_call_timeout unless given its own.
+//
+// Thread-safety: all methods are thread-safe; Shutdown() runs once.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "dist_autograd/dist_autograd.h"
+#include "rpc/rpc_options.h"
+#include "rpc/runtime.h"
+#include "rref/class_registry.h"
+#include "rref/remote.h"
+#include "rref/rref.h"
+#include "rref/rref_context.h"
+
+namespace tessera {
+
+// A worker's options: rpc::RpcOptions (name, rank, world, store, address,
+// backend, secret, timeouts).
+struct WorkerOptions : rpc::RpcOptions {
+  WorkerOptions() = default;
+  WorkerOptions(rpc::RpcOptions options) : rpc::RpcOptions(std::move(options)) {}  // NOLINT
+  // From the environment tessera-run sets (rpc::RpcOptions::FromEnv), with
+  // `name` (when not empty) as this worker's name. Throws StatusError.
+  static WorkerOptions FromEnv(const std::string& name = "");
+};
+
+class Worker {
+ public:
+  // Starts this worker and meets the others (bounded by
+  // options.rendezvous_timeout). Throws StatusError naming what failed.
+  static std::unique_ptr<Worker> Start(WorkerOptions options);
+  // Forced shutdown if Shutdown() was not called.
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // --- serving ---
+  template <typename Fn>
+  void Register(const std::string& name, Fn fn, rpc::AllowList allowed = {}) {
+    runtime_->Register(name, std::move(fn), std::move(allowed));
+  }
+  // Starts registering class T for RemoteObject (rref/class_registry.h).
+  template <typename T>
+  rref::ClassBuilder<T> RegisterClass(const std::string& name) {
+    return rrefs_->classes().Class<T>(name);
+  }
+
+  // --- calling ---
+  template <typename R = c10::IValue, typename... Args>
+  R RpcSync(const std::string& to, const std::string& function, Args&&... args) {
+    return runtime_->RpcSync<R>(to, function, std::forward<Args>(args)...);
+  }
+  template <typename R = c10::IValue, typename... Args>
+  R RpcSync(const rpc::CallOptions& options, const std::string& to,
+            const std::string& function, Args&&... args) {
+    return runtime_->RpcSync<R>(options, to, function, std::forward<Args>(args)...);
+  }
+  template <typename R = c10::IValue, typename... Args>
+  Future<rpc::ResultOf<R>> RpcAsync(const std::string& to, const std::string& function,
+                                    Args&&... args) {
+    return runtime_->RpcAsync<R>(to, function, std::forward<Args>(args)...);
+  }
+  template <typename R = c10::IValue, typename... Args>
+  Future<rpc::ResultOf<R>> RpcAsync(const rpc::CallOptions& options, const std::string& to,
+                                    const std::string& function, Args&&... args) {
+    return runtime_->RpcAsync<R>(options, to, function, std::forward<Args>(args)...);
+  }
+  // remote(): runs `function` on `owner` and keeps the result there.
+  template <typename R, typename... Args>
+  rref::RRef<R> Remote(const std::string& owner, const std::string& function, Args&&... args) {
+    return rref::Remote<R>(*rrefs_, owner, function, std::forward<Args>(args)...);
+  }
+  // remote() of an object of a registered class, constructed on `owner`.
+  template <typename C, typename... Args>
+  rref::RRef<C> RemoteObject(const std::string& owner, Args&&... args) {
+    return rref::RemoteObject<C>(*rrefs_, owner, std::forward<Args>(args)...);
+  }
+
+  // --- who ---
+  const std::string& name() const { return runtime_->self().name; }
+  int rank() const { return runtime_->self().rank; }
+  int world_size() const { return runtime_->options().world_size; }
+  const std::vector<rpc::WorkerInfo>& workers() const { return runtime_->workers(); }
+
+  // --- the parts ---
+  rpc::Runtime& rpc() { return *runtime_; }
+  rref::RRefContext& rrefs() { return *rrefs_; }
+  dist_autograd::DistAutograd& autograd() { return *autograd_; }
+
+  // rpc.shutdown(): waits until every worker has called Shutdown and no work
+  // is outstanding anywhere (bounded by options.shutdown_timeout; a worker
+  // that died is reported by name), then closes. Throws StatusError.
+  void Shutdown();
+
+ private:
+  Worker() = default;
+  std::shared_ptr<rref::RRefContext> rrefs_;
+  std::shared_ptr<dist_autograd::DistAutograd> autograd_;
+  std::unique_ptr<rpc::Runtime> runtime_;  // last: closes before the parts it uses
+};
+
+}  // namespace tessera
