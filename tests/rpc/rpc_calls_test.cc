@@ -232,5 +232,34 @@ TEST(RuntimeLifecycleTest, CleanRestartInTheSameProcess) {
   }
 }
 
+// Note [Late registration]: a function registered after start is served,
+// including to a call that arrived before it was registered; a name never
+// registered fails after registration_wait, naming the worker and what it has.
+TEST(RuntimeLifecycleTest, FunctionsRegisteredAfterStartAreServed) {
+  auto store = store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
+  ASSERT_TRUE(store.ok());
+  rpc::RpcOptions options = InProcessOptions("solo", 0, 1, (*store)->port());
+  options.registration_wait = absl::Seconds(2);
+  auto runtime = rpc::Runtime::Init(options);
+  // Sent before "late" exists: it waits for the registration below.
+  auto early = runtime->RpcAsync<int64_t>("solo", "late", int64_t{20});
+  runtime->store().Get("tessera/never", absl::Milliseconds(200)).IgnoreError();
+  EXPECT_FALSE(early.IsReady());
+  runtime->Register("late", [](int64_t x) { return x + 1; });
+  EXPECT_EQ(early.Get(absl::Seconds(30)), 21);
+  EXPECT_EQ(runtime->RpcSync<int64_t>("solo", "late", int64_t{1}), 2);
+  // Registering a name twice is a programming error: it throws at once.
+  EXPECT_EQ(StatusOf([&] { runtime->Register("late", [] { return 0; }); }).code(),
+            absl::StatusCode::kAlreadyExists);
+  auto never = runtime->RpcAsync<int64_t>("solo", "never_registered").Wait(absl::Seconds(30));
+  EXPECT_EQ(never.status().code(), absl::StatusCode::kNotFound) << never.status();
+  EXPECT_NE(never.status().message().find(
+                "no function named 'never_registered' is registered on worker 'solo'"),
+            std::string::npos)
+      << never.status();
+  EXPECT_NE(never.status().message().find("late"), std::string::npos) << never.status();
+  runtime->Shutdown();
+}
+
 }  // namespace
 }  // namespace tessera::testing
