@@ -1,14 +1,39 @@
 #include <cstdlib>
 #include <set>
+#include <string>
 
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/flags.h"
 #include "launcher/launcher.h"
 #include "store/slurm_env.h"
+
+ABSL_FLAG(int, nproc_per_node, 1, "worker processes to start on this node");
+ABSL_FLAG(int, nnodes, 1,
+          "nodes in the job (in a Slurm allocation: SLURM_NNODES unless given)");
+ABSL_FLAG(int, node_rank, 0, "this node's index, 0..nnodes-1 (Slurm: SLURM_NODEID)");
+ABSL_FLAG(std::string, master_addr, "127.0.0.1",
+          "host of node 0, where the rendezvous store runs (Slurm: the allocation's "
+          "first node)");
+ABSL_FLAG(int, master_port, 29500, "port of the rendezvous store on master_addr");
+ABSL_FLAG(bool, standalone, false,
+          "one node, the store on a free port of 127.0.0.1 (ignores master_addr/port)");
+ABSL_FLAG(int, max_restarts, 0,
+          "times the worker group is restarted after a worker fails");
+ABSL_FLAG(int, rdzv_timeout, 300,
+          "seconds a node waits for the others (and node 0 declares a silent node lost)");
 
 namespace tessera::launcher {
 
 namespace {
+
+constexpr char kUsage[] =
+    "tessera-run [flags] program [program's arguments...]\n\n"
+    "Starts and supervises this node's workers of a Tessera job, like torchrun:\n"
+    "each gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and\n"
+    "MASTER_PORT; a failed worker stops the group, which restarts up to\n"
+    "--max_restarts times. Example:\n"
+    "  tessera-run --standalone --nproc_per_node 3 ./parameter_server --epochs 1";
 
 // Inside a Slurm allocation (one tessera-run per node, e.g. `srun
 // --ntasks-per-node 1 tessera-run ...`), what the command line leaves out
@@ -16,14 +41,14 @@ namespace {
 // of the allocation as the master.
 absl::Status ApplySlurmDefaults(const std::set<std::string>& given, LaunchOptions* options) {
   if (options->standalone || std::getenv("SLURM_JOB_ID") == nullptr) return absl::OkStatus();
-  if (!given.count("--nnodes")) {
+  if (!given.count("nnodes")) {
     if (auto nodes = store::SlurmInt("SLURM_JOB_NUM_NODES")) options->nnodes = *nodes;
     if (auto nodes = store::SlurmInt("SLURM_NNODES")) options->nnodes = *nodes;
   }
-  if (!given.count("--node_rank")) {
+  if (!given.count("node_rank")) {
     if (auto node = store::SlurmInt("SLURM_NODEID")) options->node_rank = *node;
   }
-  if (!given.count("--master_addr")) {
+  if (!given.count("master_addr")) {
     auto master = store::SlurmMasterHost();
     if (!master.ok()) return master.status();
     if (master->has_value()) options->master_addr = **master;
@@ -33,50 +58,20 @@ absl::Status ApplySlurmDefaults(const std::set<std::string>& given, LaunchOption
 
 }  // namespace
 
-absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args) {
+absl::StatusOr<LaunchOptions> ParseArgs(int argc, char** argv) {
   LaunchOptions options;
-  std::set<std::string> given;
-  size_t i = 0;
-  auto int_value = [&](const std::string& flag, int* out) -> absl::Status {
-    if (i + 1 >= args.size() || !absl::SimpleAtoi(args[i + 1], out)) {
-      return absl::InvalidArgumentError(flag + " needs an integer");
-    }
-    ++i;
-    return absl::OkStatus();
-  };
-  for (; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    given.insert(arg);
-    absl::Status status;
-    if (arg == "--nproc_per_node") {
-      status = int_value(arg, &options.nproc_per_node);
-    } else if (arg == "--nnodes") {
-      status = int_value(arg, &options.nnodes);
-    } else if (arg == "--node_rank") {
-      status = int_value(arg, &options.node_rank);
-    } else if (arg == "--master_port") {
-      status = int_value(arg, &options.master_port);
-    } else if (arg == "--max_restarts") {
-      status = int_value(arg, &options.max_restarts);
-    } else if (arg == "--rdzv_timeout") {
-      int seconds = 0;
-      status = int_value(arg, &seconds);
-      options.rendezvous_timeout = absl::Seconds(seconds);
-    } else if (arg == "--master_addr") {
-      if (i + 1 >= args.size()) return absl::InvalidArgumentError("--master_addr needs a value");
-      options.master_addr = args[++i];
-    } else if (arg == "--standalone") {
-      options.standalone = true;
-    } else if (arg.rfind("--", 0) == 0) {
-      return absl::InvalidArgumentError("unknown flag " + arg);
-    } else {
-      options.command.assign(args.begin() + i, args.end());
-      break;
-    }
-    if (!status.ok()) return status;
-  }
+  const ParsedFlags parsed = ParseFlags(argc, argv, kUsage, Positionals::kStopAtProgram);
+  options.command = parsed.positional;
+  options.nproc_per_node = absl::GetFlag(FLAGS_nproc_per_node);
+  options.nnodes = absl::GetFlag(FLAGS_nnodes);
+  options.node_rank = absl::GetFlag(FLAGS_node_rank);
+  options.master_addr = absl::GetFlag(FLAGS_master_addr);
+  options.master_port = absl::GetFlag(FLAGS_master_port);
+  options.standalone = absl::GetFlag(FLAGS_standalone);
+  options.max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  options.rendezvous_timeout = absl::Seconds(absl::GetFlag(FLAGS_rdzv_timeout));
   if (options.command.empty()) return absl::InvalidArgumentError("no program to run");
-  if (auto slurm = ApplySlurmDefaults(given, &options); !slurm.ok()) return slurm;
+  if (auto slurm = ApplySlurmDefaults(parsed.given, &options); !slurm.ok()) return slurm;
   if (options.nproc_per_node < 1 || options.nnodes < 1 || options.node_rank < 0 ||
       options.node_rank >= options.nnodes || options.max_restarts < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

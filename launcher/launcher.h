@@ -37,8 +37,10 @@ struct LaunchOptions {
   std::vector<std::string> command;  // program and its arguments
 };
 
-// Parses tessera-run's command line (argv[0] excluded).
-absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args);
+// Parses tessera-run's command line into its Abseil flags (once per
+// process): flags up to the program, the program and its arguments after.
+// Exits 2 on an unknown flag (naming the nearest) and 0 after --help.
+absl::StatusOr<LaunchOptions> ParseArgs(int argc, char** argv);
 
 // Runs the job; returns the launcher's exit code (0 when every worker
 // exited 0).
