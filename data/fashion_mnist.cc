@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace tessera::data {
 namespace {
@@ -60,21 +61,21 @@ absl::StatusOr<at::Tensor> ReadIdx(const std::string& path) {
   return data;
 }
 
-absl::StatusOr<Examples> LoadFashionMnist(Split split, const std::string& directory) {
+Examples LoadFashionMnist(Split split, const std::string& directory) {
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
-  auto images = ReadIdx(absl::StrCat(directory, "/", prefix, "-images-idx3-ubyte.gz"));
-  if (!images.ok()) return images.status();
-  auto labels = ReadIdx(absl::StrCat(directory, "/", prefix, "-labels-idx1-ubyte.gz"));
-  if (!labels.ok()) return labels.status();
-  if (images->dim() != 3 || images->size(1) != 28 || images->size(2) != 28 ||
-      labels->dim() != 1 || labels->size(0) != images->size(0)) {
-    return absl::DataLossError(absl::StrCat("Fashion-MNIST ", prefix,
-                                            " files do not match: images ", images->sizes().vec().size(),
-                                            "-d, labels ", labels->numel()));
+  at::Tensor images =
+      ValueOrThrow(ReadIdx(absl::StrCat(directory, "/", prefix, "-images-idx3-ubyte.gz")));
+  at::Tensor labels =
+      ValueOrThrow(ReadIdx(absl::StrCat(directory, "/", prefix, "-labels-idx1-ubyte.gz")));
+  if (images.dim() != 3 || images.size(1) != 28 || images.size(2) != 28 || labels.dim() != 1 ||
+      labels.size(0) != images.size(0)) {
+    throw StatusError(absl::DataLossError(
+        absl::StrCat("Fashion-MNIST ", prefix, " files do not match: images ",
+                     images.sizes().vec().size(), "-d, labels ", labels.numel())));
   }
   Examples examples;
-  examples.images = images->to(at::kFloat).div_(255.0).unsqueeze(1);
-  examples.labels = labels->to(at::kLong);
+  examples.images = images.to(at::kFloat).div_(255.0).unsqueeze(1);
+  examples.labels = labels.to(at::kLong);
   return examples;
 }
 

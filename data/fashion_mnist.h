@@ -24,8 +24,9 @@ struct Examples {
 
 enum class Split { kTrain, kTest };
 
-absl::StatusOr<Examples> LoadFashionMnist(Split split,
-                                          const std::string& directory = kFashionMnistDir);
+// Throws StatusError: NotFound (naming the Debian package) when the files
+// are missing, DataLoss when they are malformed.
+Examples LoadFashionMnist(Split split, const std::string& directory = kFashionMnistDir);
 
 // Reads one gzipped IDX file (exposed for tests): magic 0x0000080<dims>,
 // big-endian sizes, then unsigned bytes.

@@ -24,20 +24,14 @@ Registry& Registry::operator=(Registry&& other) {
 void Registry::Add(RegisteredFunction function) {
   const std::string name = function.name;
   if (name.empty()) throw StatusError(absl::InvalidArgumentError("function name is empty"));
-  std::map<uint64_t, Promise<bool>> waiters;
   {
     MutexLock lock(&mu_);
     if (!functions_.emplace(name, std::move(function)).second) {
       throw StatusError(
           absl::AlreadyExistsError("function '" + name + "' is already registered"));
     }
-    auto it = waiting_.find(name);
-    if (it != waiting_.end()) {
-      waiters = std::move(it->second);
-      waiting_.erase(it);
-    }
   }
-  for (auto& [id, promise] : waiters) promise.Set(true);
+  waiters_.Notify(name);
 }
 
 const RegisteredFunction* Registry::Find(const std::string& name) const {
@@ -53,27 +47,13 @@ std::vector<std::string> Registry::Names() const {
   return names;
 }
 
-Future<bool> Registry::WhenRegistered(const std::string& name, uint64_t* waiter) {
-  MutexLock lock(&mu_);
-  *waiter = 0;
-  if (functions_.count(name) > 0) return Future<bool>::Ready(true);
-  *waiter = next_waiter_++;
-  return waiting_[name][*waiter].GetFuture();
-}
-
-void Registry::Expire(const std::string& name, uint64_t waiter) {
-  Promise<bool> expired;
-  {
-    MutexLock lock(&mu_);
-    auto it = waiting_.find(name);
-    if (it == waiting_.end()) return;
-    auto found = it->second.find(waiter);
-    if (found == it->second.end()) return;
-    expired = std::move(found->second);
-    it->second.erase(found);
-    if (it->second.empty()) waiting_.erase(it);
-  }
-  expired.Set(false);
+Future<bool> Registry::WhenRegistered(const std::string& name, absl::Time until,
+                                      DeadlineTimer& timer) {
+  if (Find(name) != nullptr) return Future<bool>::Ready(true);
+  Future<bool> registered = waiters_.Await(name, until, timer);
+  // Registered between the look-up and the wait: no notice will come.
+  if (Find(name) != nullptr) return Future<bool>::Ready(true);
+  return registered;
 }
 
 Future<c10::IValue> Registry::Invoke(const std::string& name,

@@ -30,6 +30,7 @@
 #include "absl/status/status.h"
 #include "common/future.h"
 #include "common/mutex.h"
+#include "common/registration_waiters.h"
 #include "rpc/allow_list.h"
 #include "rpc/call_context.h"
 #include "rpc/function_adapter.h"
@@ -62,9 +63,8 @@ class Registry {
   const RegisteredFunction* Find(const std::string& name) const;
   std::vector<std::string> Names() const;
   // Completes with true when `name` is registered (at once if it is), or
-  // with false once `Expire` runs for the returned waiter id.
-  Future<bool> WhenRegistered(const std::string& name, uint64_t* waiter);
-  void Expire(const std::string& name, uint64_t waiter);
+  // with false at `until` (Note [Late registration]).
+  Future<bool> WhenRegistered(const std::string& name, absl::Time until, DeadlineTimer& timer);
 
   // Runs the named function with `args`; all failures come back in the future.
   Future<c10::IValue> Invoke(const std::string& name, CallContext& context,
@@ -78,9 +78,7 @@ class Registry {
 
   mutable Mutex mu_;
   std::map<std::string, RegisteredFunction> functions_ ABSL_GUARDED_BY(mu_);
-  // Calls waiting for a name to be registered, by name and waiter id.
-  std::map<std::string, std::map<uint64_t, Promise<bool>>> waiting_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
+  RegistrationWaiters waiters_;
 };
 
 }  // namespace tessera::rpc

@@ -274,12 +274,7 @@ Future<Message> Runtime::AwaitRegistration(int from_rank, const Message& request
   if (request.envelope.timeout_us() > 0) {
     until = std::min(until, absl::Now() + absl::Microseconds(request.envelope.timeout_us()));
   }
-  uint64_t waiter = 0;
-  Future<bool> registered = registry_.WhenRegistered(target, &waiter);
-  if (!registered.IsReady()) {
-    timer_->Schedule(until, [this, target, waiter] { registry_.Expire(target, waiter); });
-  }
-  return registered.Then([this, from_rank, request, target](const absl::StatusOr<bool>& found)
+  return registry_.WhenRegistered(target, until, *timer_).Then([this, from_rank, request, target](const absl::StatusOr<bool>& found)
                              -> Future<Message> {
     if (found.ok() && *found) return Dispatch(from_rank, request, /*waited_for_registration=*/true);
     std::vector<std::string> names = registry_.Names();

@@ -29,8 +29,19 @@ void ClassRegistry::Reserve(const std::string& name, std::type_index type) {
 void ClassRegistry::Publish(ClassInfo info) {
   const std::string name = info.name;
   auto published = std::make_shared<const ClassInfo>(std::move(info));
-  MutexLock lock(&mu_);
-  classes_[name] = std::move(published);
+  {
+    MutexLock lock(&mu_);
+    classes_[name] = std::move(published);
+  }
+  waiters_.Notify(name);
+}
+
+Future<bool> ClassRegistry::WhenRegistered(const std::string& name, absl::Time until,
+                                           DeadlineTimer& timer) {
+  if (Find(name) != nullptr) return Future<bool>::Ready(true);
+  Future<bool> registered = waiters_.Await(name, until, timer);
+  if (Find(name) != nullptr) return Future<bool>::Ready(true);
+  return registered;
 }
 
 const ClassInfo* ClassRegistry::Find(const std::string& name) const {

@@ -29,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
+#include "common/registration_waiters.h"
 #include "rpc/function_adapter.h"
 #include "rpc/registry.h"
 
@@ -160,6 +161,9 @@ class ClassRegistry {
 
   // nullptr when no class of that name is (fully) registered.
   const ClassInfo* Find(const std::string& name) const;
+  // Completes with true when `name` is published (at once if it is), or
+  // with false at `until` (Note [Late registration], rpc/runtime.h).
+  Future<bool> WhenRegistered(const std::string& name, absl::Time until, DeadlineTimer& timer);
 
   // The registered name of T, or "" if T was not registered.
   template <typename T>
@@ -179,6 +183,7 @@ class ClassRegistry {
   std::map<std::string, std::shared_ptr<const ClassInfo>> classes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::type_index> reserved_ ABSL_GUARDED_BY(mu_);
   std::map<std::type_index, std::string> names_by_type_ ABSL_GUARDED_BY(mu_);
+  RegistrationWaiters waiters_;
 };
 
 template <typename T>

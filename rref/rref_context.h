@@ -202,10 +202,12 @@ class RRefContext final : public rpc::RuntimeExtension,
                      std::string what);
   // Owner side: produce values (run a function, construct an object, call a
   // method of another owned object).
+  // A name not registered yet is waited for (Note [Late registration]),
+  // unless `waited` says that was done.
   Future<OwnedValue> RunFunction(int caller, const std::string& function,
-                                 std::vector<c10::IValue> args);
+                                 std::vector<c10::IValue> args, bool waited = false);
   Future<OwnedValue> Construct(int caller, const std::string& class_name,
-                               std::vector<c10::IValue> args);
+                               std::vector<c10::IValue> args, bool waited = false);
   // PermissionDenied unless `caller` (this worker always is) is on `allowed`.
   absl::Status CheckAccess(int caller, const rpc::AllowList& allowed,
                            const std::string& what) const;

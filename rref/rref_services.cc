@@ -73,7 +73,7 @@ Future<OwnedValue> RRefContext::AsOwned(Future<c10::IValue> value) {
 }
 
 Future<OwnedValue> RRefContext::RunFunction(int caller, const std::string& function,
-                                            std::vector<c10::IValue> args) {
+                                            std::vector<c10::IValue> args, bool waited) {
   rpc::Runtime* runtime = runtime_.load();
   if (runtime == nullptr) {
     return Future<OwnedValue>::Ready(absl::FailedPreconditionError("RRef runtime is closed"));
@@ -83,6 +83,16 @@ Future<OwnedValue> RRefContext::RunFunction(int caller, const std::string& funct
   context.caller_rank = caller;
   context.caller_name = NameOf(caller);
   const rpc::RegisteredFunction* registered = runtime->registry().Find(function);
+  if (registered == nullptr && !waited) {
+    // Note [Late registration]: wait for it, then try once more.
+    return runtime->registry()
+        .WhenRegistered(function, absl::Now() + runtime->options().registration_wait,
+                        runtime->timer())
+        .Then([self = shared_from_this(), caller, function, args = std::move(args)](
+                  const absl::StatusOr<bool>&) mutable {
+          return self->RunFunction(caller, function, std::move(args), /*waited=*/true);
+        });
+  }
   if (registered != nullptr) {
     auto allowed = CheckAccess(caller, registered->allowed, "'" + function + "'");
     if (!allowed.ok()) return Future<OwnedValue>::Ready(allowed);
@@ -103,11 +113,23 @@ absl::Status RRefContext::CheckAccess(int caller, const rpc::AllowList& allowed,
 }
 
 Future<OwnedValue> RRefContext::Construct(int caller, const std::string& class_name,
-                                          std::vector<c10::IValue> args) {
+                                          std::vector<c10::IValue> args, bool waited) {
   const ClassInfo* cls = classes_.Find(class_name);
+  rpc::Runtime* runtime = runtime_.load();
+  if (cls == nullptr && !waited && runtime != nullptr) {
+    // Note [Late registration]: wait for it, then try once more.
+    return classes_
+        .WhenRegistered(class_name, absl::Now() + runtime->options().registration_wait,
+                        runtime->timer())
+        .Then([self = shared_from_this(), caller, class_name, args = std::move(args)](
+                  const absl::StatusOr<bool>&) mutable {
+          return self->Construct(caller, class_name, std::move(args), /*waited=*/true);
+        });
+  }
   if (cls == nullptr) {
     return Future<OwnedValue>::Ready(absl::NotFoundError(absl::StrCat(
-        "no class named '", class_name, "' is registered on worker '", NameOf(self_), "'")));
+        "no class named '", class_name, "' is registered on worker '", NameOf(self_),
+        "' (waited for its registration up to the runtime's registration_wait)")));
   }
   // Before the constructor's arguments are converted to its C++ types.
   auto allowed = CheckAccess(caller, cls->allowed, "class '" + class_name + "'");

@@ -8,7 +8,6 @@
 
 #include <functional>
 
-#include "common/status.h"
 #include "dist_autograd/dist_autograd.h"
 #include "dist_optim/distributed_optimizer.h"
 
@@ -16,9 +15,9 @@ namespace tessera::examples {
 
 // `forward` maps the batch to logits (through RPCs); returns the loss.
 inline double DistAutogradStep(dist_autograd::DistAutograd& autograd,
-                               dist_optim::DistributedOptimizer& optimizer,
-                               const std::function<at::Tensor()>& forward,
-                               const at::Tensor& labels) {
+                               const dist_optim::DistributedOptimizer& optimizer,
+                               const at::Tensor& labels,
+                               const std::function<at::Tensor()>& forward) {
   dist_autograd::ContextGuard context(autograd);
   at::Tensor loss = at::cross_entropy_loss(forward(), labels);
   autograd.Backward(context.id(), {loss});

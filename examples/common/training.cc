@@ -1,13 +1,22 @@
 #include "examples/common/training.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/ops/tensor.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
+#include "common/flags.h"
 #include "common/status.h"
+
+ABSL_FLAG(int, epochs, 2, "passes over this worker's shard of the training set");
+ABSL_FLAG(int64_t, batch, 64, "examples per step (per trainer)");
+ABSL_FLAG(double, lr, 1e-3, "learning rate");
+ABSL_FLAG(int64_t, max_steps, 0, "steps per epoch at most; 0: the whole shard");
+ABSL_FLAG(int64_t, log_every, 100, "steps between progress lines");
+ABSL_FLAG(uint64_t, seed, 0, "seed of the model's initial parameters");
 
 namespace tessera::examples {
 
@@ -17,37 +26,36 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-int64_t TrainingFlags::ExtraInt(const std::string& name) const {
-  int64_t value = 0;
-  auto it = extra.find(name);
-  if (it == extra.end() || !absl::SimpleAtoi(it->second, &value)) {
-    throw StatusError(absl::InvalidArgumentError("--" + name + " must be an integer"));
-  }
-  return value;
+void SetDefaultLearningRate(double lr) { absl::SetFlag(&FLAGS_lr, lr); }
+
+void Require(bool holds, const std::string& requirement) {
+  if (!holds) throw StatusError(absl::InvalidArgumentError(requirement));
 }
 
-TrainingFlags ParseTrainingFlags(int argc, char** argv, TrainingFlags flags) {
-  for (int i = 1; i < argc; i += 2) {
-    const std::string name = argv[i];
-    if (i + 1 >= argc) throw StatusError(absl::InvalidArgumentError(name + " needs a value"));
-    const std::string value = argv[i + 1];
-    if (name == "--epochs") flags.epochs = std::atoi(value.c_str());
-    else if (name == "--batch") flags.batch = std::atoll(value.c_str());
-    else if (name == "--lr") flags.lr = std::atof(value.c_str());
-    else if (name == "--max_steps") flags.max_steps = std::atoll(value.c_str());
-    else if (name == "--log_every") flags.log_every = std::atoll(value.c_str());
-    else if (name == "--seed") flags.seed = std::strtoull(value.c_str(), nullptr, 10);
-    else if (name.rfind("--", 0) == 0 && flags.extra.count(name.substr(2)) > 0) {
-      flags.extra[name.substr(2)] = value;
-    } else {
-      throw StatusError(absl::InvalidArgumentError("unknown flag " + name));
-    }
+int RunExample(int argc, char** argv, const std::string& usage,
+               const std::function<int(const TrainingFlags&)>& run) {
+  ParseFlags(argc, argv, usage);
+  const std::string program = std::string(argv[0]).substr(std::string(argv[0]).rfind('/') + 1);
+  TrainingFlags flags;
+  flags.epochs = absl::GetFlag(FLAGS_epochs);
+  flags.batch = absl::GetFlag(FLAGS_batch);
+  flags.lr = absl::GetFlag(FLAGS_lr);
+  flags.max_steps = absl::GetFlag(FLAGS_max_steps);
+  flags.log_every = absl::GetFlag(FLAGS_log_every);
+  flags.seed = absl::GetFlag(FLAGS_seed);
+  if (flags.epochs < 1 || flags.batch < 1 || flags.log_every < 1 || flags.lr <= 0 ||
+      flags.max_steps < 0) {
+    std::fprintf(stderr, "%s: --epochs, --batch, --log_every must be >= 1, --lr > 0 and "
+                 "--max_steps >= 0\n", program.c_str());
+    return 2;
   }
-  if (flags.epochs < 1 || flags.batch < 1 || flags.log_every < 1 || flags.lr <= 0) {
-    throw StatusError(absl::InvalidArgumentError(
-        "--epochs, --batch, --log_every must be >= 1 and --lr > 0"));
+  try {
+    at::set_num_threads(1);
+    return run(flags);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", program.c_str(), e.what());
+    return 1;
   }
-  return flags;
 }
 
 double TrainEpochs(const TrainingFlags& flags, const data::Examples& data,

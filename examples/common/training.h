@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <string>
 
 #include "data/fashion_mnist.h"
@@ -15,6 +14,9 @@
 
 namespace tessera::examples {
 
+// The training flags every Fashion-MNIST example takes (ABSL_FLAGs
+// --epochs, --batch, --lr, --max_steps, --log_every, --seed, defined in
+// training.cc), as read after parsing.
 struct TrainingFlags {
   int epochs = 2;
   int64_t batch = 64;
@@ -22,19 +24,24 @@ struct TrainingFlags {
   int64_t max_steps = 0;  // per epoch; 0 = the whole shard
   int64_t log_every = 100;
   uint64_t seed = 0;
-  // An example's own flags: name (without "--") -> value, defaults preset.
-  std::map<std::string, std::string> extra;
-
-  int64_t ExtraInt(const std::string& name) const;
 };
+
+// An example's own default learning rate (before the command line is read).
+void SetDefaultLearningRate(double lr);
+
+// Parses the command line (common/flags.h: --help, nearest-flag errors)
+// into the training flags and the example's own ABSL_FLAGs, gives this
+// process one compute thread (the machine's cores go to the processes) and
+// returns run(flags). A StatusError or other exception prints as
+// "<program>: <error>" and exits 1; bad flag values exit 2.
+int RunExample(int argc, char** argv, const std::string& usage,
+               const std::function<int(const TrainingFlags&)>& run);
+
+// Throws StatusError (InvalidArgument) with `requirement` unless `holds`.
+void Require(bool holds, const std::string& requirement);
 
 // Wall-clock seconds since `start`.
 double SecondsSince(std::chrono::steady_clock::time_point start);
-
-// Parses --epochs, --batch, --lr, --max_steps, --log_every, --seed and the
-// flags named in `defaults.extra`, over `defaults`. Throws StatusError
-// naming an unknown flag or a value out of range.
-TrainingFlags ParseTrainingFlags(int argc, char** argv, TrainingFlags defaults);
 
 // Trains `flags.epochs` epochs over this rank's `sampler` shard of `data`:
 // `step(images, labels)` runs one step and returns its loss. Prints

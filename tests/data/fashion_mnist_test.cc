@@ -20,23 +20,20 @@ std::string WriteGz(const std::string& name, const std::string& bytes) {
 
 // The real data from Debian's package (installed by scripts/install_deps.sh).
 TEST(FashionMnistTest, LoadsTheDebianPackage) {
-  auto train = LoadFashionMnist(Split::kTrain);
-  ASSERT_TRUE(train.ok()) << train.status();
-  EXPECT_EQ(train->images.sizes(), (std::vector<int64_t>{60000, 1, 28, 28}));
-  EXPECT_EQ(train->labels.sizes(), (std::vector<int64_t>{60000}));
-  EXPECT_GE(train->images.min().item<float>(), 0.0f);
-  EXPECT_LE(train->images.max().item<float>(), 1.0f);
-  EXPECT_EQ(train->labels.min().item<int64_t>(), 0);
-  EXPECT_EQ(train->labels.max().item<int64_t>(), 9);
-  auto test = LoadFashionMnist(Split::kTest);
-  ASSERT_TRUE(test.ok()) << test.status();
-  EXPECT_EQ(test->labels.size(0), 10000);
+  Examples train = LoadFashionMnist(Split::kTrain);
+  EXPECT_EQ(train.images.sizes(), (std::vector<int64_t>{60000, 1, 28, 28}));
+  EXPECT_EQ(train.labels.sizes(), (std::vector<int64_t>{60000}));
+  EXPECT_GE(train.images.min().item<float>(), 0.0f);
+  EXPECT_LE(train.images.max().item<float>(), 1.0f);
+  EXPECT_EQ(train.labels.min().item<int64_t>(), 0);
+  EXPECT_EQ(train.labels.max().item<int64_t>(), 9);
+  EXPECT_EQ(LoadFashionMnist(Split::kTest).labels.size(0), 10000);
 }
 
 TEST(FashionMnistTest, MissingDataNamesThePackage) {
-  auto missing = LoadFashionMnist(Split::kTrain, "/nonexistent");
-  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(missing.status().message().find("apt-get install dataset-fashion-mnist"),
+  const absl::Status missing = StatusOf([] { LoadFashionMnist(Split::kTrain, "/nonexistent"); });
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.message().find("apt-get install dataset-fashion-mnist"),
             std::string::npos);
 }
 
