@@ -25,12 +25,13 @@ at::Tensor PipelineDriver::Forward(const at::Tensor& batch) {
     for (size_t k = 0; k + 1 < stages_.size(); ++k) {
       input = stages_[k].Remote<at::Tensor>("forward", input);
     }
-    outputs.push_back(stages_.back().RpcAsync<at::Tensor>("forward", input));
+    outputs.push_back(
+        stages_.back().RpcAsync<at::Tensor>(rpc::CallOptions{timeout_}, "forward", input));
   }
   std::vector<at::Tensor> parts;
   for (size_t i = 0; i < outputs.size(); ++i) {
     // The cause names the stage's worker that failed (errors nest per hop).
-    auto part = outputs[i].Wait(timeout_);
+    auto part = outputs[i].Wait(rrefs_.EffectiveTimeout(timeout_) + absl::Seconds(1));
     if (!part.ok()) {
       throw StatusError(Annotate(part.status(), absl::StrCat("pipeline forward of micro-batch ",
                                                              i, " of ", outputs.size())));

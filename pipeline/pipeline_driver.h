@@ -1,12 +1,13 @@
 // PipelineDriver: runs batches through a chain of Stages (stage.h) on other
 // workers, split into micro-batches so that the stages work concurrently.
 //
-//   pipeline::PipelineDriver driver(*rrefs, {front, back}, /*micro_batches=*/4);
-//   auto optimizer = DistributedOptimizer::Create(*rrefs, driver.ParameterRRefs(), adam);
+//   pipeline::PipelineDriver driver(worker->rrefs(), {front, back}, /*micro_batches=*/4);
+//   auto optimizer =
+//       DistributedOptimizer::Create(worker->rrefs(), driver.ParameterRRefs(), adam);
 //   for (...) {
-//     dist_autograd::ContextGuard context(*autograd);
+//     dist_autograd::ContextGuard context(worker->autograd());
 //     at::Tensor loss = cross_entropy(driver.Forward(images), labels);
-//     autograd->Backward(context.id(), {loss});
+//     worker->autograd().Backward(context.id(), {loss});
 //     optimizer.Step(context.id());
 //   }
 //
@@ -30,8 +31,10 @@ namespace tessera::pipeline {
 
 class PipelineDriver {
  public:
+  // `timeout` bounds each batch's forward; zero: the runtime's default
+  // call timeout.
   PipelineDriver(rref::RRefContext& rrefs, std::vector<rref::RRef<Stage>> stages,
-                 int64_t micro_batches, absl::Duration timeout = absl::Seconds(120));
+                 int64_t micro_batches, absl::Duration timeout = absl::ZeroDuration());
 
   // The model's output for `batch` (split along dimension 0 into up to
   // micro_batches parts). Call inside a dist_autograd ContextGuard to train.

@@ -7,33 +7,29 @@
 // steps them.
 //
 //   bazel-bin/launcher/tessera-run --standalone --nproc_per_node 3
-//       bazel-bin/examples/pipeline/pipeline [--micro_batches 4]
+//       bazel-bin/examples/pipeline/pipeline --micro_batches 4
 // (one command line; a backslash would end a // comment's line in C++).
-//
-// Flags: --epochs E (2), --batch B (64), --micro_batches M (4), --lr LR
-// (0.001, Adam), --max_steps S (per epoch; 0 = all), --log_every K (100),
-// --seed S (0).
+// `pipeline --help` lists the flags.
 #include <ATen/ops/argmax.h>
-#include <ATen/ops/tensor.h>
+#include <ATen/ops/cat.h>
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
 #include "data/fashion_mnist.h"
 #include "ddp/distributed_sampler.h"
-#include "dist_autograd/dist_autograd.h"
 #include "dist_optim/distributed_optimizer.h"
-#include "dist_optim/local_optimizer.h"
 #include "examples/common/cnn.h"
 #include "examples/common/dist_training.h"
-#include "examples/common/example_main.h"
+#include "examples/common/training.h"
 #include "pipeline/pipeline_driver.h"
-#include "rpc/runtime.h"
-#include "rref/remote.h"
+#include "pipeline/stage.h"
+#include "tessera/worker.h"
+
+ABSL_FLAG(int64_t, micro_batches, 4, "micro-batches each batch is split into");
 
 namespace tessera::examples {
 namespace {
@@ -60,15 +56,6 @@ std::map<std::string, pipeline::StageFactory> CnnStages() {
   return {{"cnn_features", part(true)}, {"cnn_classifier", part(false)}};
 }
 
-// Ranks 1, 2: host a stage each until the driver is done.
-int RunStageHost(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs) {
-  auto autograd = dist_autograd::DistAutograd::Create();
-  auto runtime = rpc::Runtime::Init(options, rpc::Registry(), {rrefs, autograd});
-  WaitUntilDone(*runtime, "pipeline", 0, 1);  // the driver
-  runtime->Shutdown();
-  return 0;
-}
-
 double TestAccuracy(pipeline::PipelineDriver& driver, const data::Examples& test) {
   int64_t correct = 0;
   const int64_t n = test.labels.size(0);
@@ -81,45 +68,37 @@ double TestAccuracy(pipeline::PipelineDriver& driver, const data::Examples& test
 }
 
 // Rank 0: drives training through the stages.
-int RunDriver(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs,
-              const TrainingFlags& flags) {
+int RunDriver(Worker& worker, const TrainingFlags& flags) {
   const auto start = Clock::now();
-  auto train = ValueOrThrow(data::LoadFashionMnist(data::Split::kTrain));
-  auto test = ValueOrThrow(data::LoadFashionMnist(data::Split::kTest));
-  auto autograd = dist_autograd::DistAutograd::Create();
-  auto runtime = rpc::Runtime::Init(options, rpc::Registry(), {rrefs, autograd});
+  const data::Examples train = data::LoadFashionMnist(data::Split::kTrain);
+  const data::Examples test = data::LoadFashionMnist(data::Split::kTest);
   const auto seed = static_cast<int64_t>(flags.seed);
-  auto features = rref::RemoteObject<pipeline::Stage>(*rrefs, "stage1",
-                                                      std::string("cnn_features"), seed);
-  auto classifier = rref::RemoteObject<pipeline::Stage>(*rrefs, "stage2",
-                                                        std::string("cnn_classifier"), seed);
-  const int64_t micro_batches = flags.ExtraInt("micro_batches");
-  pipeline::PipelineDriver driver(*rrefs, {features, classifier}, micro_batches);
+  auto features = worker.RemoteObject<pipeline::Stage>("stage1", std::string("cnn_features"), seed);
+  auto classifier =
+      worker.RemoteObject<pipeline::Stage>("stage2", std::string("cnn_classifier"), seed);
+  const int64_t micro_batches = absl::GetFlag(FLAGS_micro_batches);
+  pipeline::PipelineDriver driver(worker.rrefs(), {features, classifier}, micro_batches);
   dist_optim::AdamOptions adam;
   adam.lr = flags.lr;
   auto optimizer =
-      dist_optim::DistributedOptimizer::Create(*rrefs, driver.ParameterRRefs(), adam);
+      dist_optim::DistributedOptimizer::Create(worker.rrefs(), driver.ParameterRRefs(), adam);
   std::printf("[driver] CNN in 2 stages (stage1: convolutions, stage2: linear layers), "
               "batch %lld in %lld micro-batches\n",
               static_cast<long long>(flags.batch), static_cast<long long>(micro_batches));
   std::fflush(stdout);
 
   ddp::DistributedSampler sampler(static_cast<size_t>(train.labels.size(0)),
-                                  {1, 0, /*shuffle=*/true, /*seed=*/1, false});
+                                  {1, 0, /*shuffle=*/true, /*seed=*/1, /*drop_last=*/false});
   const double throughput = TrainEpochs(
       flags, train, sampler, "driver", [&](const at::Tensor& images, const at::Tensor& labels) {
-        return DistAutogradStep(
-            *autograd, optimizer, [&] { return driver.Forward(images); }, labels);
+        return DistAutogradStep(worker.autograd(), optimizer, labels,
+                                [&] { return driver.Forward(images); });
       });
-  const double accuracy = TestAccuracy(driver, test);
   std::printf("[driver] test accuracy %.2f%% (%lld images), training %.0f samples/s with %lld "
               "micro-batches, %.1f s in all\n",
-              100 * accuracy, static_cast<long long>(test.labels.size(0)),
-              throughput, static_cast<long long>(micro_batches),
-              SecondsSince(start));
+              100 * TestAccuracy(driver, test), static_cast<long long>(test.labels.size(0)),
+              throughput, static_cast<long long>(micro_batches), SecondsSince(start));
   std::fflush(stdout);
-  MarkDone(*runtime, "pipeline", options.rank);
-  runtime->Shutdown();
   return 0;
 }
 
@@ -128,20 +107,22 @@ int RunDriver(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs,
 
 int main(int argc, char** argv) {
   using namespace tessera;
-  examples::TrainingFlags defaults;
-  defaults.extra = {{"micro_batches", "4"}};
   return examples::RunExample(
-      argc, argv, "pipeline", defaults,
-      [](const examples::TrainingFlags& flags, rpc::RpcOptions options) {
-        examples::Require(flags.ExtraInt("micro_batches") >= 1, "--micro_batches must be >= 1");
+      argc, argv, "Pipeline-parallel training of a CNN on Fashion-MNIST over RPC; run it with "
+                  "tessera-run --nproc_per_node 3 (a driver and two stages).",
+      [](const examples::TrainingFlags& flags) {
+        examples::Require(absl::GetFlag(FLAGS_micro_batches) >= 1,
+                          "--micro_batches must be >= 1");
+        WorkerOptions options = WorkerOptions::FromEnv();
         examples::Require(options.world_size == 3,
                           "runs as a driver and two stages: --nproc_per_node 3");
         options.name = options.rank == 0 ? "driver" : absl::StrCat("stage", options.rank);
-        rref::ClassRegistry classes;
-        dist_optim::RegisterLocalOptimizer(classes);
-        pipeline::RegisterStage(classes, examples::CnnStages());
-        auto rrefs = rref::RRefContext::Create(std::move(classes));
-        return options.rank == 0 ? examples::RunDriver(options, rrefs, flags)
-                                 : examples::RunStageHost(options, rrefs);
+        auto worker = Worker::Start(options);
+        // Ranks 1 and 2 host the stages the driver creates on them; the
+        // driver's Shutdown releases them once training is done.
+        pipeline::RegisterStage(worker->rrefs().classes(), examples::CnnStages());
+        const int status = options.rank == 0 ? examples::RunDriver(*worker, flags) : 0;
+        worker->Shutdown();
+        return status;
       });
 }
