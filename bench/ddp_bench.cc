@@ -78,7 +78,6 @@ int RunRank(int rank, int port, const std::vector<std::string>&) {
     options.comm_hook = CommHookFromEnv();
     auto ddp = tessera::ddp::DistributedDataParallel::Create(replicated.model, group.get(),
                                                              options);
-    if (!ddp.ok()) return 1;
     std::vector<double> local_ms, ddp_ms, ratios;
     for (int round = 0; round < kWarmUp + kRounds; ++round) {
       const double l = local.Step(x, y);

@@ -22,9 +22,7 @@ inline absl::StatusOr<BenchGlooGroup> ConnectGlooGroup(int rank, int port, int w
   BenchGlooGroup connected;
   connected.store =
       std::make_unique<store::StoreClient>("127.0.0.1", port, absl::Seconds(60), BenchJobSecret());
-  auto group = ddp::CreateGlooProcessGroup(connected.store.get(), rank, world_size, options);
-  if (!group.ok()) return group.status();
-  connected.group = *std::move(group);
+  connected.group = ddp::CreateGlooProcessGroup(connected.store.get(), rank, world_size, options);
   return connected;
 }
 

@@ -23,7 +23,7 @@ struct ParsedFlags {
 
 // Parses argv into the program's ABSL_FLAGs. Prints the problem and exits
 // with status 2 on a bad command line; --help prints `usage` and the flags,
-// and exits 0.
+// and exits (with Abseil's status, 1).
 ParsedFlags ParseFlags(int argc, char** argv, const std::string& usage,
                        Positionals positionals = Positionals::kNone);
 

@@ -13,7 +13,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
                                                  ProcessGroup* group, DdpOptions options)
     : module_(std::move(module)), group_(group), options_(options) {}
 
-absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Create(
+std::unique_ptr<DistributedDataParallel> DistributedDataParallel::Create(
     std::shared_ptr<torch::nn::Module> module, ProcessGroup* group, DdpOptions options) {
   std::unique_ptr<DistributedDataParallel> ddp(
       new DistributedDataParallel(std::move(module), group, options));
@@ -25,10 +25,10 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
     names.push_back(item.key());
     parameters.push_back(item.value());
   }
-  TESSERA_RETURN_IF_ERROR(CheckReplicasAgree(group, names, parameters, options.timeout));
+  ThrowIfError(CheckReplicasAgree(group, names, parameters, options.timeout));
   // Rank 0's initial state everywhere.
-  TESSERA_RETURN_IF_ERROR(BroadcastFrom(group, parameters, /*root=*/0, options.timeout));
-  TESSERA_RETURN_IF_ERROR(ddp->SyncBuffers());
+  ThrowIfError(BroadcastFrom(group, parameters, /*root=*/0, options.timeout));
+  ddp->SyncBuffers();
   ReducerOptions reducer;
   reducer.limits.first_cap_bytes = static_cast<size_t>(options.first_bucket_cap_mb * (1 << 20));
   reducer.limits.cap_bytes = static_cast<size_t>(options.bucket_cap_mb * (1 << 20));
@@ -48,20 +48,21 @@ std::vector<at::Tensor> DistributedDataParallel::Buffers() {
   return buffers;
 }
 
-absl::Status DistributedDataParallel::SyncBuffers() {
+void DistributedDataParallel::SyncBuffers() {
   int root = 0;
   if (join_ != nullptr) {
-    TESSERA_RETURN_IF_ERROR(join_->Stopped());
+    ThrowIfError(join_->Stopped());
     JoinAnnouncement announcement(group_, JoinStep::kSyncBuffers);
-    TESSERA_RETURN_IF_ERROR(join_->Settle(announcement, options_.timeout).status());
+    ThrowIfError(join_->Settle(announcement, options_.timeout).status());
     root = join_->Authority();
   }
-  return BroadcastFrom(group_, Buffers(), root, options_.timeout);
+  ThrowIfError(BroadcastFrom(group_, Buffers(), root, options_.timeout));
 }
 
 DistributedDataParallel::JoinGuard DistributedDataParallel::Join(JoinOptions options) {
   if (join_ != nullptr) {
-    throw std::logic_error("DistributedDataParallel::Join: already inside a Join (one at a time)");
+    throw StatusError(absl::FailedPreconditionError(
+        "DistributedDataParallel::Join: already inside a Join (one at a time)"));
   }
   join_ = std::make_shared<JoinTracker>(group_->rank(), group_->size(), options);
   reducer_->set_join(join_);
@@ -95,7 +96,9 @@ void DistributedDataParallel::LeaveJoin() {
 DistributedDataParallel::JoinGuard::JoinGuard(DistributedDataParallel* ddp)
     : ddp_(ddp), exceptions_at_entry_(std::uncaught_exceptions()) {}
 
-absl::Status DistributedDataParallel::JoinGuard::Finish() {
+void DistributedDataParallel::JoinGuard::Finish() { ThrowIfError(TryFinish()); }
+
+absl::Status DistributedDataParallel::JoinGuard::TryFinish() {
   if (finished_) {
     return absl::FailedPreconditionError("DistributedDataParallel::Join: Finish() called twice");
   }
@@ -111,7 +114,7 @@ DistributedDataParallel::JoinGuard::~JoinGuard() {
     ddp_->LeaveJoin();
     return;
   }
-  const absl::Status status = Finish();
+  const absl::Status status = TryFinish();
   if (!status.ok()) {
     TESSERA_LOG(ERROR) << status;
   }

@@ -57,7 +57,10 @@ struct DdpOptions {
 
 class DistributedDataParallel {
  public:
-  static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Create(
+  // Checks that every rank's replica has the same parameters (names,
+  // shapes) and copies rank 0's values and buffers to all. Throws
+  // StatusError naming the rank and parameter that differ, or the failure.
+  static std::unique_ptr<DistributedDataParallel> Create(
       std::shared_ptr<torch::nn::Module> module, ProcessGroup* group, DdpOptions options = {});
 
   torch::nn::Module& module() { return *module_; }
@@ -65,8 +68,8 @@ class DistributedDataParallel {
   ReducerPassStats last_pass() const { return reducer_->last_pass(); }
 
   // Copies rank 0's buffers (e.g. batch-norm statistics) to every rank
-  // (inside a Join: the highest rank's still training).
-  absl::Status SyncBuffers();
+  // (inside a Join: the highest rank's still training). Throws StatusError.
+  void SyncBuffers();
 
   // Gradient accumulation without communication, while the guard lives.
   class NoSyncGuard {
@@ -90,8 +93,10 @@ class DistributedDataParallel {
     // steps until every rank has joined, then every rank leaves with the
     // parameters and buffers of the last ones to train. The Join ends here,
     // also when it fails (a failed collective, or a rank out of inputs
-    // under throw_on_early_termination: FailedPrecondition naming it).
-    absl::Status Finish();
+    // under throw_on_early_termination: FailedPrecondition naming it) —
+    // thrown as StatusError; TryFinish returns it.
+    void Finish();
+    absl::Status TryFinish();
     // Without Finish(): finishes (logging a failure), unless an exception is
     // unwinding — then it only ends the Join, as PyTorch's `with` block.
     ~JoinGuard();
@@ -105,6 +110,7 @@ class DistributedDataParallel {
     const int exceptions_at_entry_;
     bool finished_ = false;
   };
+  // Throws StatusError (FailedPrecondition) inside another Join.
   JoinGuard Join(JoinOptions options = {});
 
  private:

@@ -39,7 +39,7 @@ struct LaunchOptions {
 
 // Parses tessera-run's command line into its Abseil flags (once per
 // process): flags up to the program, the program and its arguments after.
-// Exits 2 on an unknown flag (naming the nearest) and 0 after --help.
+// Exits 2 on an unknown flag (naming the nearest); --help lists the flags.
 absl::StatusOr<LaunchOptions> ParseArgs(int argc, char** argv);
 
 // Runs the job; returns the launcher's exit code (0 when every worker

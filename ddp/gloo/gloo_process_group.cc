@@ -288,10 +288,8 @@ class GlooProcessGroup final : public ProcessGroup {
   SerialQueue queue_;
 };
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(
-    store::StoreClient* store, int rank, int size, const GlooOptions& options) {
+absl::StatusOr<std::unique_ptr<ProcessGroup>> Connect(store::StoreClient* store, int rank,
+                                                      int size, const GlooOptions& options) {
   if (size <= 0 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("invalid rank ", rank, " of ", size));
   }
@@ -323,12 +321,19 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(
   }
 }
 
-absl::StatusOr<EnvProcessGroup> CreateGlooProcessGroupFromEnv(const GlooOptions& options) {
-  return CreateProcessGroupFromEnv(
+}  // namespace
+
+std::unique_ptr<ProcessGroup> CreateGlooProcessGroup(store::StoreClient* store, int rank,
+                                                     int size, const GlooOptions& options) {
+  return ValueOrThrow(Connect(store, rank, size, options));
+}
+
+EnvProcessGroup CreateGlooProcessGroupFromEnv(const GlooOptions& options) {
+  return ValueOrThrow(CreateProcessGroupFromEnv(
       [&](store::StoreClient* store, const store::RendezvousEnv& env) {
-        return CreateGlooProcessGroup(store, env.rank, env.world_size, options);
+        return Connect(store, env.rank, env.world_size, options);
       },
-      options.timeout);
+      options.timeout));
 }
 
 }  // namespace tessera::ddp

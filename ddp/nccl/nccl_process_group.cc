@@ -160,16 +160,8 @@ class NcclProcessGroup final : public ProcessGroup {
   ThreadPool worker_{1, "nccl"};  // last: joined first, while the communicator lives
 };
 
-}  // namespace
-
-int VisibleCudaDevices() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
-}
-
-absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateNcclProcessGroup(store::StoreClient* store,
-                                                                     int rank, int size,
-                                                                     const NcclOptions& options) {
+absl::StatusOr<std::unique_ptr<ProcessGroup>> Connect(store::StoreClient* store, int rank,
+                                                      int size, const NcclOptions& options) {
   if (size <= 0 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("invalid rank ", rank, " of ", size));
   }
@@ -193,17 +185,29 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateNcclProcessGroup(store::Stor
   return std::unique_ptr<ProcessGroup>(new NcclProcessGroup(*std::move(comm), store, options));
 }
 
-absl::StatusOr<EnvProcessGroup> CreateNcclProcessGroupFromEnv(const NcclOptions& options) {
-  return CreateProcessGroupFromEnv(
+}  // namespace
+
+int VisibleCudaDevices() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+}
+
+std::unique_ptr<ProcessGroup> CreateNcclProcessGroup(store::StoreClient* store, int rank,
+                                                     int size, const NcclOptions& options) {
+  return ValueOrThrow(Connect(store, rank, size, options));
+}
+
+EnvProcessGroup CreateNcclProcessGroupFromEnv(const NcclOptions& options) {
+  return ValueOrThrow(CreateProcessGroupFromEnv(
       [&](store::StoreClient* store, const store::RendezvousEnv& env) {
         NcclOptions local = options;
         if (local.device < 0) {
           const int devices = VisibleCudaDevices();
           local.device = devices > 0 ? env.local_rank % devices : 0;
         }
-        return CreateNcclProcessGroup(store, env.rank, env.world_size, local);
+        return Connect(store, env.rank, env.world_size, local);
       },
-      options.timeout);
+      options.timeout));
 }
 
 }  // namespace tessera::ddp

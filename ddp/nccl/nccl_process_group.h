@@ -43,11 +43,12 @@ struct NcclOptions {
 int VisibleCudaDevices();
 
 // Connects all `size` ranks (bounded by options.connect_timeout). `store` must
-// outlive the group. FailedPrecondition when no GPU is visible.
-absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateNcclProcessGroup(
-    store::StoreClient* store, int rank, int size, const NcclOptions& options = {});
+// outlive the group. Throws StatusError: FailedPrecondition when no GPU is
+// visible.
+std::unique_ptr<ProcessGroup> CreateNcclProcessGroup(store::StoreClient* store, int rank,
+                                                     int size, const NcclOptions& options = {});
 
 // env:// initialisation, as CreateGlooProcessGroupFromEnv.
-absl::StatusOr<EnvProcessGroup> CreateNcclProcessGroupFromEnv(const NcclOptions& options = {});
+EnvProcessGroup CreateNcclProcessGroupFromEnv(const NcclOptions& options = {});
 
 }  // namespace tessera::ddp

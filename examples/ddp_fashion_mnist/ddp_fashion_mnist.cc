@@ -4,18 +4,19 @@
 // per epoch and the final test accuracy.
 //
 //   bazel-bin/launcher/tessera-run --nproc_per_node 2 --standalone
-//       bazel-bin/examples/ddp_fashion_mnist/ddp_fashion_mnist [epochs]
+//       bazel-bin/examples/ddp_fashion_mnist/ddp_fashion_mnist --epochs 4
 // (one command line; a backslash would end a // comment's line in C++).
+// `ddp_fashion_mnist --help` lists the flags.
 #include <torch/torch.h>
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 
 #include "data/fashion_mnist.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/distributed_sampler.h"
 #include "ddp/gloo/gloo_process_group.h"
+#include "examples/common/training.h"
 
 namespace {
 
@@ -36,48 +37,33 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
-int Fail(const std::string& what) {
-  std::fprintf(stderr, "ddp_fashion_mnist: %s\n", what.c_str());
-  return 1;
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  const int epochs = argc > 1 ? std::atoi(argv[1]) : 4;
-  torch::set_num_threads(1);  // one core per worker
-
-  auto train = tessera::data::LoadFashionMnist(tessera::data::Split::kTrain);
-  if (!train.ok()) return Fail(train.status().ToString());
-  auto test = tessera::data::LoadFashionMnist(tessera::data::Split::kTest);
-  if (!test.ok()) return Fail(test.status().ToString());
-
+int Train(const tessera::examples::TrainingFlags& flags) {
+  const auto train = tessera::data::LoadFashionMnist(tessera::data::Split::kTrain);
+  const auto test = tessera::data::LoadFashionMnist(tessera::data::Split::kTest);
   auto env = tessera::ddp::CreateGlooProcessGroupFromEnv();
-  if (!env.ok()) return Fail(env.status().ToString());
-  tessera::ddp::ProcessGroup* group = env->group.get();
+  tessera::ddp::ProcessGroup* group = env.group.get();
   const int rank = group->rank();
   const int world = group->size();
 
-  torch::manual_seed(0);
+  torch::manual_seed(static_cast<uint64_t>(flags.seed));
   Net net;
   auto ddp = tessera::ddp::DistributedDataParallel::Create(net.ptr(), group);
-  if (!ddp.ok()) return Fail(ddp.status().ToString());
-  torch::optim::Adam optimizer(net->parameters(), torch::optim::AdamOptions(1e-3));
+  torch::optim::Adam optimizer(net->parameters(), torch::optim::AdamOptions(flags.lr));
 
-  tessera::ddp::DistributedSampler sampler(
-      static_cast<size_t>(train->labels.size(0)), {world, rank, /*shuffle=*/true, /*seed=*/1, false});
-  constexpr size_t kBatch = 64;
+  tessera::ddp::DistributedSampler sampler(static_cast<size_t>(train.labels.size(0)),
+                                           {world, rank, /*shuffle=*/true, /*seed=*/1, false});
   const auto start = std::chrono::steady_clock::now();
-  for (int epoch = 0; epoch < epochs; ++epoch) {
+  for (int epoch = 0; epoch < flags.epochs; ++epoch) {
     sampler.set_epoch(static_cast<uint64_t>(epoch));
     net->train();
     double loss_sum = 0;
     int64_t batches = 0;
-    while (auto indices = sampler.next(kBatch)) {
+    while (auto indices = sampler.next(static_cast<size_t>(flags.batch))) {
+      if (flags.max_steps > 0 && batches == flags.max_steps) break;
       std::vector<int64_t> idx(indices->begin(), indices->end());
       auto index = torch::tensor(idx);
-      auto x = train->images.index_select(0, index);
-      auto y = train->labels.index_select(0, index);
+      auto x = train.images.index_select(0, index);
+      auto y = train.labels.index_select(0, index);
       optimizer.zero_grad();
       auto loss = torch::cross_entropy_loss(net->forward(x), y);
       loss.backward();
@@ -85,20 +71,30 @@ int main(int argc, char** argv) {
       loss_sum += loss.item<double>();
       ++batches;
     }
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds = tessera::examples::SecondsSince(start);
     if (rank == 0) {
       std::printf("epoch %d: mean loss %.4f, %.0f samples/s per rank, %.0f s elapsed\n", epoch + 1,
-                  loss_sum / batches, sampler.num_samples() * (epoch + 1) / seconds, seconds);
+                  loss_sum / batches, batches * flags.batch * (epoch + 1) / seconds, seconds);
       std::fflush(stdout);
     }
   }
   if (rank == 0) {
     torch::NoGradGuard no_grad;
     net->eval();
-    auto predictions = net->forward(test->images).argmax(1);
-    const double accuracy = predictions.eq(test->labels).to(torch::kFloat).mean().item<double>();
-    std::printf("test accuracy %.2f%% after %d epochs\n", 100 * accuracy, epochs);
+    auto predictions = net->forward(test.images).argmax(1);
+    const double accuracy = predictions.eq(test.labels).to(torch::kFloat).mean().item<double>();
+    std::printf("test accuracy %.2f%% after %d epochs\n", 100 * accuracy, flags.epochs);
   }
-  return group->Barrier().Wait(absl::Seconds(120)).ok() ? 0 : 1;
+  // Every rank leaves together: rank 0 hosts the store the others use.
+  group->Barrier().Get(absl::Seconds(120));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tessera::examples::RunExample(
+      argc, argv, "Data-parallel (DDP over Gloo) training of a CNN on Fashion-MNIST; run it "
+                  "with tessera-run --nproc_per_node N.",
+      Train);
 }

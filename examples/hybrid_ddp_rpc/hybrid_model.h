@@ -47,25 +47,6 @@ class EmbeddingTable {
   at::Tensor weight_;
 };
 
-// The server's handle on its table: set after its runtime starts, read by
-// the function that hands it to trainers (on a server thread), reset before
-// shutdown.
-class TableHandle {
- public:
-  void Set(rref::RRef<EmbeddingTable> table) {
-    MutexLock lock(&mu_);
-    table_ = std::move(table);
-  }
-  rref::RRef<EmbeddingTable> Get() const {
-    MutexLock lock(&mu_);
-    return table_;
-  }
-
- private:
-  mutable Mutex mu_;
-  rref::RRef<EmbeddingTable> table_ ABSL_GUARDED_BY(mu_);
-};
-
 // Registers EmbeddingTable as "EmbeddingTable" (rows, dim, seed).
 void RegisterHybridClasses(rref::ClassRegistry& classes);
 

@@ -17,20 +17,14 @@ HybridTrainer::HybridTrainer(dist_autograd::DistAutograd& autograd,
       dense_(torch::nn::Linear(kEmbeddingDim, 128), torch::nn::ReLU(),
              torch::nn::Linear(128, 10)) {}
 
-absl::StatusOr<std::unique_ptr<HybridTrainer>> HybridTrainer::Create(
+std::unique_ptr<HybridTrainer> HybridTrainer::Create(
     rref::RRefContext& rrefs, dist_autograd::DistAutograd& autograd, ddp::ProcessGroup* group,
     rref::RRef<EmbeddingTable> table, const dist_optim::OptimizerOptions& options) {
   std::unique_ptr<HybridTrainer> trainer(new HybridTrainer(autograd, std::move(table)));
   auto ddp = ddp::DistributedDataParallel::Create(trainer->dense_.ptr(), group);
-  if (!ddp.ok()) return ddp.status();
-  trainer->ddp_ = *std::move(ddp);
+  trainer->ddp_ = std::move(ddp);
   // The table's parameter lives on the server, the dense ones here.
-  std::vector<rref::RRef<at::Tensor>> params;
-  try {
-    params = trainer->table_.RpcSync<std::vector<rref::RRef<at::Tensor>>>("parameter_rrefs");
-  } catch (const StatusError& e) {
-    return e.status();
-  }
+  auto params = trainer->table_.RpcSync<std::vector<rref::RRef<at::Tensor>>>("parameter_rrefs");
   for (const auto& p : trainer->dense_->parameters()) params.push_back(rref::MakeRRef(rrefs, p));
   trainer->optimizer_.emplace(dist_optim::DistributedOptimizer::Create(rrefs, params, options));
   return trainer;

@@ -23,8 +23,8 @@ namespace tessera::examples {
 class HybridTrainer {
  public:
   // `group` holds the trainers only (DDP's replicas); rank 0's dense
-  // parameters are broadcast to the others.
-  static absl::StatusOr<std::unique_ptr<HybridTrainer>> Create(
+  // parameters are broadcast to the others. Throws StatusError.
+  static std::unique_ptr<HybridTrainer> Create(
       rref::RRefContext& rrefs, dist_autograd::DistAutograd& autograd, ddp::ProcessGroup* group,
       rref::RRef<EmbeddingTable> table, const dist_optim::OptimizerOptions& options);
 

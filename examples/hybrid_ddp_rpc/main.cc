@@ -7,93 +7,68 @@
 // step updates both (see hybrid_trainer.h).
 //
 //   bazel-bin/launcher/tessera-run --standalone --nproc_per_node 3
-//       bazel-bin/examples/hybrid_ddp_rpc/hybrid_ddp_rpc [--epochs 2]
+//       bazel-bin/examples/hybrid_ddp_rpc/hybrid_ddp_rpc --epochs 2
 // (one command line; a backslash would end a // comment's line in C++).
-//
-// Flags: --epochs E (2), --batch B (64, per trainer), --lr LR (0.003, Adam),
-// --max_steps S (per epoch; 0 = all), --log_every K (100), --seed S (0).
-#include <ATen/ops/tensor.h>
-
+// `hybrid_ddp_rpc --help` lists the flags.
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
 #include "data/fashion_mnist.h"
 #include "ddp/distributed_sampler.h"
 #include "ddp/gloo/gloo_process_group.h"
-#include "dist_optim/local_optimizer.h"
-#include "examples/common/example_main.h"
+#include "examples/common/training.h"
 #include "examples/hybrid_ddp_rpc/hybrid_trainer.h"
-#include "rpc/runtime.h"
-#include "rref/remote.h"
+#include "tessera/worker.h"
 
 namespace tessera::examples {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr char kTableKey[] = "hybrid/table_ready";
-
 // Rank 0: owns the table until every trainer is done.
-int RunServer(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs,
-              const TrainingFlags& flags) {
-  auto table = std::make_shared<TableHandle>();
-  rpc::Registry registry;
-  registry.Register("table", [table]() { return table->Get(); });
-  auto autograd = dist_autograd::DistAutograd::Create();
-  auto runtime = rpc::Runtime::Init(options, std::move(registry), {rrefs, autograd});
-  table->Set(rref::RemoteObject<EmbeddingTable>(*rrefs, "ps", kVocabulary, kEmbeddingDim,
-                                                static_cast<int64_t>(flags.seed)));
-  ThrowIfError(runtime->store().Set(kTableKey, "1"));
+int RunServer(Worker& worker, const TrainingFlags& flags) {
+  auto table = worker.RemoteObject<EmbeddingTable>("ps", kVocabulary, kEmbeddingDim,
+                                                   static_cast<int64_t>(flags.seed));
+  // Trainers that ask before this line wait for it (Note [Late registration]).
+  worker.Register("table", [table] { return table; });
   std::printf("[ps] holding a %lld x %lld embedding table for %d trainers\n",
               static_cast<long long>(kVocabulary), static_cast<long long>(kEmbeddingDim),
-              options.world_size - 1);
+              worker.world_size() - 1);
   std::fflush(stdout);
-  WaitUntilDone(*runtime, "hybrid", 1, options.world_size);
-  table->Set(rref::RRef<EmbeddingTable>());
-  runtime->Shutdown();
   return 0;
 }
 
 // Ranks 1..N: DDP replicas of the dense part, sharing the server's table.
-int RunTrainer(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs,
-               const TrainingFlags& flags) {
+int RunTrainer(Worker& worker, const TrainingFlags& flags) {
   const auto start = Clock::now();
-  const int trainers = options.world_size - 1;
-  const int index = options.rank - 1;
-  auto train = ValueOrThrow(data::LoadFashionMnist(data::Split::kTrain));
-  auto autograd = dist_autograd::DistAutograd::Create();
-  auto runtime = rpc::Runtime::Init(options, rpc::Registry(), {rrefs, autograd});
-  ThrowIfError(runtime->store().Wait({kTableKey}, absl::Minutes(5)));
-  auto table = runtime->RpcSync<rref::RRef<EmbeddingTable>>("ps", "table");
+  const int trainers = worker.world_size() - 1;
+  const int index = worker.rank() - 1;
+  const data::Examples train = data::LoadFashionMnist(data::Split::kTrain);
+  auto table = worker.RpcSync<rref::RRef<EmbeddingTable>>("ps", "table");
   ddp::GlooOptions gloo;
   gloo.store_prefix = "hybrid/ddp";
-  auto group = ValueOrThrow(ddp::CreateGlooProcessGroup(&runtime->store(), index, trainers, gloo));
+  auto group = ddp::CreateGlooProcessGroup(&worker.rpc().store(), index, trainers, gloo);
   dist_optim::AdamOptions adam;
   adam.lr = flags.lr;
-  auto trainer = ValueOrThrow(HybridTrainer::Create(*rrefs, *autograd, group.get(), table, adam));
+  auto trainer = HybridTrainer::Create(worker.rrefs(), worker.autograd(), group.get(), table, adam);
 
   ddp::DistributedSampler sampler(static_cast<size_t>(train.labels.size(0)),
                                   {trainers, index, /*shuffle=*/true, /*seed=*/1, false});
-  TrainEpochs(flags, train, sampler, absl::StrCat("trainer ", options.rank),
+  TrainEpochs(flags, train, sampler, worker.name(),
               [&](const at::Tensor& images, const at::Tensor& labels) {
                 return trainer->Step(images, labels);
               });
-  if (options.rank == 1) {
-    auto test = ValueOrThrow(data::LoadFashionMnist(data::Split::kTest));
-    std::printf("[trainer 1] test accuracy %.2f%% (%lld images) after %d epochs x %d trainers, "
+  if (index == 0) {
+    const data::Examples test = data::LoadFashionMnist(data::Split::kTest);
+    std::printf("[%s] test accuracy %.2f%% (%lld images) after %d epochs x %d trainers, "
                 "%.1f s\n",
-                100 * trainer->Accuracy(test.images, test.labels),
+                worker.name().c_str(), 100 * trainer->Accuracy(test.images, test.labels),
                 static_cast<long long>(test.labels.size(0)), flags.epochs, trainers,
                 SecondsSince(start));
     std::fflush(stdout);
   }
-  trainer.reset();
-  MarkDone(*runtime, "hybrid", options.rank);
-  runtime->Shutdown();
   return 0;
 }
 
@@ -102,20 +77,22 @@ int RunTrainer(rpc::RpcOptions options, std::shared_ptr<rref::RRefContext> rrefs
 
 int main(int argc, char** argv) {
   using namespace tessera;
-  examples::TrainingFlags defaults;
-  defaults.lr = 3e-3;
+  examples::SetDefaultLearningRate(3e-3);
   return examples::RunExample(
-      argc, argv, "hybrid_ddp_rpc", defaults,
-      [](const examples::TrainingFlags& flags, rpc::RpcOptions options) {
+      argc, argv, "Hybrid DDP + RPC training on Fashion-MNIST: a parameter server holds an "
+                  "embedding table, DDP trainers share it; run it with tessera-run "
+                  "--nproc_per_node N (N >= 3).",
+      [](const examples::TrainingFlags& flags) {
+        WorkerOptions options = WorkerOptions::FromEnv();
         examples::Require(options.world_size >= 3,
                           "needs a parameter server and at least two trainers: "
                           "--nproc_per_node >= 3");
         options.name = options.rank == 0 ? "ps" : absl::StrCat("trainer", options.rank);
-        rref::ClassRegistry classes;
-        dist_optim::RegisterLocalOptimizer(classes);
-        examples::RegisterHybridClasses(classes);
-        auto rrefs = rref::RRefContext::Create(std::move(classes));
-        return options.rank == 0 ? examples::RunServer(options, rrefs, flags)
-                                 : examples::RunTrainer(options, rrefs, flags);
+        auto worker = Worker::Start(options);
+        examples::RegisterHybridClasses(worker->rrefs().classes());
+        const int status = options.rank == 0 ? examples::RunServer(*worker, flags)
+                                             : examples::RunTrainer(*worker, flags);
+        worker->Shutdown();  // the server's returns once every trainer is done
+        return status;
       });
 }

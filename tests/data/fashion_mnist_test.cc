@@ -3,9 +3,10 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
-
 #include <cstdlib>
 #include <string>
+
+#include "common/status.h"
 
 namespace tessera::data {
 namespace {

@@ -70,15 +70,14 @@ absl::Status TrainUneven(ddp::ProcessGroup& group, std::vector<int> steps,
   ddp::DdpOptions options;
   options.bucket_cap_mb = kTinyBuckets;
   auto ddp = ddp::DistributedDataParallel::Create(replica, &group, options);
-  if (!ddp.ok()) return ddp.status();
   torch::optim::SGD opt(replica->parameters(), 0.1);
   torch::optim::SGD ref_opt(reference->parameters(), 0.1);
   {
-    auto join = (*ddp)->Join(join_options);
+    auto join = ddp->Join(join_options);
     for (int step = 0; step < steps[r]; ++step) {
       opt.zero_grad();
       {
-        auto no_sync = (*ddp)->NoSync();
+        auto no_sync = ddp->NoSync();
         torch::mse_loss(replica->forward(x.index_select(0, Rows(step, r, 0))),
                         y.index_select(0, Rows(step, r, 0)))
             .backward();
@@ -88,8 +87,7 @@ absl::Status TrainUneven(ddp::ProcessGroup& group, std::vector<int> steps,
           .backward();
       opt.step();
     }
-    auto finished = join.Finish();
-    if (!finished.ok()) return finished;
+    TESSERA_RETURN_IF_ERROR(join.TryFinish());
   }
   for (int step = 0; step < std::max(steps[0], steps[1]); ++step) {
     std::vector<int> training;
@@ -135,14 +133,12 @@ absl::Status RunBuffers(ddp::ProcessGroup& group) {
   const std::vector<int> steps = {2, 4};
   auto replica = std::make_shared<ToyImpl>(/*seed=*/r);
   auto ddp = ddp::DistributedDataParallel::Create(replica, &group, {});
-  if (!ddp.ok()) return ddp.status();
   torch::optim::SGD opt(replica->parameters(), 0.1);
   {
-    auto join = (*ddp)->Join();
+    auto join = ddp->Join();
     for (int step = 0; step < steps[r]; ++step) {
       replica->steps.fill_(100 * r + step);
-      auto synced = (*ddp)->SyncBuffers();
-      if (!synced.ok()) return synced;
+      TESSERA_RETURN_IF_ERROR(StatusOf([&] { ddp->SyncBuffers(); }));
       if (replica->steps.item<float>() != 100 + step) {
         return absl::InternalError(
             absl::StrCat("step ", step, ": buffer ", replica->steps.item<float>(),
@@ -152,8 +148,7 @@ absl::Status RunBuffers(ddp::ProcessGroup& group) {
       replica->forward(torch::ones({2, 10}) * (r + 1)).sum().backward();
       opt.step();
     }
-    auto finished = join.Finish();
-    if (!finished.ok()) return finished;
+    TESSERA_RETURN_IF_ERROR(join.TryFinish());
   }
   if (replica->steps.item<float>() != 103) {
     return absl::InternalError(
@@ -179,13 +174,12 @@ absl::Status RunThrowOnEarlyTermination(ddp::ProcessGroup& group) {
   const int r = group.rank();
   auto replica = std::make_shared<ToyImpl>(/*seed=*/r);
   auto ddp = ddp::DistributedDataParallel::Create(replica, &group, {});
-  if (!ddp.ok()) return ddp.status();
   ddp::JoinOptions join_options;
   join_options.throw_on_early_termination = true;
   std::string failure;
   absl::Status finished;
   {
-    auto join = (*ddp)->Join(join_options);
+    auto join = ddp->Join(join_options);
     try {
       for (int step = 0; step < (r == 0 ? 1 : 3); ++step) {
         replica->forward(torch::ones({2, 10})).sum().backward();
@@ -193,7 +187,7 @@ absl::Status RunThrowOnEarlyTermination(ddp::ProcessGroup& group) {
     } catch (const std::exception& e) {
       failure = e.what();
     }
-    finished = join.Finish();
+    finished = join.TryFinish();
   }
   const std::string expected = r == 0 ? "rank(s) 0 ran out of inputs while rank(s) 1 still had some"
                                       : "rank(s) 0 ran out of inputs; stopping every rank";

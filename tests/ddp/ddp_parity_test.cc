@@ -60,8 +60,7 @@ absl::StatusOr<Trained> TrainHalvesAndWhole(ddp::ProcessGroup& group, const torc
   const int r = group.rank();
   Trained trained{ToyModel(seed + r), ToyModel(seed)};  // ranks start apart
   auto ddp = ddp::DistributedDataParallel::Create(trained.replica, &group, options);
-  if (!ddp.ok()) return ddp.status();
-  if ((*ddp)->num_buckets() < 2) return absl::InternalError("expected several buckets");
+  if (ddp->num_buckets() < 2) return absl::InternalError("expected several buckets");
   torch::optim::SGD opt(trained.replica->parameters(), 0.1);
   torch::optim::SGD ref_opt(trained.reference->parameters(), 0.1);
   const torch::Tensor mine = torch::cat({Rows(r, 0), Rows(r, 1)});
@@ -94,14 +93,13 @@ absl::Status RunParity(ddp::ProcessGroup& group) {
   // 2. no_sync: micro-batch 0 accumulates locally, micro-batch 1 syncs.
   auto acc_model = ToyModel(/*seed=*/r + 10);
   auto acc = ddp::DistributedDataParallel::Create(acc_model, &group, options);
-  if (!acc.ok()) return acc.status();
   auto acc_reference = ToyModel(/*seed=*/10);
   torch::optim::SGD acc_opt(acc_model->parameters(), 0.1);
   torch::optim::SGD acc_ref_opt(acc_reference->parameters(), 0.1);
   for (int step = 0; step < kSteps; ++step) {
     acc_opt.zero_grad();
     {
-      auto guard = (*acc)->NoSync();
+      auto guard = acc->NoSync();
       torch::mse_loss(acc_model->forward(x.index_select(0, Rows(r, 0))),
                       y.index_select(0, Rows(r, 0)))
           .backward();
@@ -193,7 +191,6 @@ absl::Status RunUnused(ddp::ProcessGroup& group) {
     options.bucket_cap_mb = 0.0002;
     options.find_unused_parameters = find_unused;
     auto ddp = ddp::DistributedDataParallel::Create(replica, &group, options);
-    if (!ddp.ok()) return ddp.status();
     torch::optim::SGD opt(replica->parameters(), 0.1);
     torch::optim::SGD ref_opt(reference->parameters(), 0.1);
     for (int step = 0; step < kSteps; ++step) {
@@ -212,7 +209,7 @@ absl::Status RunUnused(ddp::ProcessGroup& group) {
        2)
           .backward();
       ref_opt.step();
-      const ddp::ReducerPassStats stats = (*ddp)->last_pass();
+      const ddp::ReducerPassStats stats = ddp->last_pass();
       const size_t expected_unused = !find_unused ? 0 : r == 0 ? 2 : 4;
       // Without find_unused_parameters: in the first pass `never` is in
       // bucket 0, so nothing goes before the end; after it the buckets
@@ -242,9 +239,9 @@ absl::Status RunUnused(ddp::ProcessGroup& group) {
 // A replica of another shape: creation fails on every rank, naming it.
 TESSERA_WORKER_SCENARIO(ddp_mismatch) {
   auto env = ddp::CreateGlooProcessGroupFromEnv();
-  if (!env.ok()) return 1;
-  auto ddp = ddp::DistributedDataParallel::Create(ToyModel(0, /*hidden=*/12), env->group.get());
-  return !ddp.ok() && ddp.status().code() == absl::StatusCode::kInvalidArgument ? 0 : 1;
+  const absl::Status refused = StatusOf(
+      [&] { ddp::DistributedDataParallel::Create(ToyModel(0, /*hidden=*/12), env.group.get()); });
+  return refused.code() == absl::StatusCode::kInvalidArgument ? 0 : 1;
 }
 
 using DdpTest = TwoRankGlooTest;
@@ -255,11 +252,10 @@ TESSERA_TWO_RANK_TEST(DdpTest, UnusedParametersAverageAndAreFoundDuringBackward,
 TEST_F(DdpTest, MismatchedReplicasAreRefusedNamingTheParameter) {
   auto group = Start("ddp_mismatch");
   ASSERT_NE(group, nullptr);
-  auto ddp = ddp::DistributedDataParallel::Create(ToyModel(0), group.get());
-  ASSERT_FALSE(ddp.ok());
-  EXPECT_EQ(ddp.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(ddp.status().message().find("parameter '0.weight'"), std::string::npos)
-      << ddp.status();
+  const absl::Status refused =
+      StatusOf([&] { ddp::DistributedDataParallel::Create(ToyModel(0), group.get()); });
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("parameter '0.weight'"), std::string::npos) << refused;
   EXPECT_EQ(child_->Wait(absl::Seconds(60)), 0);
 }
 

@@ -22,14 +22,13 @@ struct ShapedImpl : torch::nn::Module {
 };
 
 // The error creation must give on `rank`, holding `w` of `described`.
-absl::Status RefusedNaming(const absl::StatusOr<std::unique_ptr<ddp::DistributedDataParallel>>& ddp,
-                           int rank, const std::string& described) {
+absl::Status RefusedNaming(const absl::Status& created, int rank, const std::string& described) {
   const std::string expected = absl::StrCat("parameter 'w' is ", described, " on rank ", rank);
-  if (ddp.ok()) return absl::InternalError("created DDP over replicas that differ");
-  if (ddp.status().code() != absl::StatusCode::kInvalidArgument ||
-      ddp.status().message().find(expected) == std::string::npos) {
+  if (created.ok()) return absl::InternalError("created DDP over replicas that differ");
+  if (created.code() != absl::StatusCode::kInvalidArgument ||
+      created.message().find(expected) == std::string::npos) {
     return absl::InternalError(absl::StrCat("expected an error with \"", expected,
-                                            "\", got: ", ddp.status().ToString()));
+                                            "\", got: ", created.ToString()));
   }
   return absl::OkStatus();
 }
@@ -37,9 +36,10 @@ absl::Status RefusedNaming(const absl::StatusOr<std::unique_ptr<ddp::Distributed
 // Rank 1 holds `w` of `sizes` and `dtype`; rank 0 holds Float [2, 5].
 absl::Status RefuseOn(ddp::ProcessGroup& group, at::IntArrayRef sizes, at::ScalarType dtype,
                       const std::string& described) {
-  auto ddp = ddp::DistributedDataParallel::Create(std::make_shared<ShapedImpl>(sizes, dtype),
-                                                  &group);
-  return RefusedNaming(ddp, group.rank(), described);
+  const absl::Status refused = StatusOf([&] {
+    ddp::DistributedDataParallel::Create(std::make_shared<ShapedImpl>(sizes, dtype), &group);
+  });
+  return RefusedNaming(refused, group.rank(), described);
 }
 
 TESSERA_WORKER_SCENARIO(ddp_transposed) {
@@ -81,9 +81,8 @@ absl::Status RunTwoPrecisions(ddp::ProcessGroup& group) {
   auto replica = std::make_shared<TwoPrecisionsImpl>(/*seed=*/50 + r);  // ranks start apart
   auto reference = std::make_shared<TwoPrecisionsImpl>(/*seed=*/50);
   auto ddp = ddp::DistributedDataParallel::Create(replica, &group);
-  if (!ddp.ok()) return ddp.status();
-  if ((*ddp)->num_buckets() != 2) {
-    return absl::InternalError(absl::StrCat((*ddp)->num_buckets(), " buckets, expected 2"));
+  if (ddp->num_buckets() != 2) {
+    return absl::InternalError(absl::StrCat(ddp->num_buckets(), " buckets, expected 2"));
   }
   replica->Loss(x.narrow(0, 4 * r, 4), y.narrow(0, 4 * r, 4)).backward();
   reference->Loss(x, y).backward();

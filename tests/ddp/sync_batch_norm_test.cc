@@ -188,7 +188,6 @@ absl::Status RunDdpTraining(ddp::ProcessGroup& group) {
   ddp::DdpOptions options;
   options.bucket_cap_mb = 0.0005;  // several buckets around the norm's backward
   auto ddp = ddp::DistributedDataParallel::Create(replica, &group, options);
-  if (!ddp.ok()) return ddp.status();
   torch::optim::SGD opt(replica->parameters(), 0.1);
   torch::optim::SGD ref_opt(reference->parameters(), 0.1);
   for (int step = 0; step < 3; ++step) {

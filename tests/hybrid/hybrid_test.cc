@@ -39,7 +39,6 @@ using examples::EmbeddingTable;
 
 constexpr int kSteps = 4;
 constexpr double kLr = 0.5;
-constexpr char kTableKey[] = "hybrid_test/table";
 
 std::shared_ptr<rref::RRefContext> MakeRRefContext() {
   rref::ClassRegistry classes;
@@ -140,21 +139,18 @@ absl::Status Train(int rank, const TrainerPlan& plan) {
   auto autograd = dist_autograd::DistAutograd::Create();
   TESSERA_ASSIGN_OR_RETURN(
       auto runtime, rpc::Runtime::TryInit(TestWorkerOptions(), rpc::Registry(), {rrefs, autograd}));
-  TESSERA_RETURN_IF_ERROR(runtime->store().Wait({kTableKey}, absl::Seconds(60)));
   auto table = runtime->RpcSync<rref::RRef<EmbeddingTable>>("worker0", "table");
   ddp::GlooOptions gloo;
   gloo.store_prefix = "hybrid_test/ddp";
-  TESSERA_ASSIGN_OR_RETURN(auto group,
-                           ddp::CreateGlooProcessGroup(&runtime->store(), rank - 1, 2, gloo));
+  auto group = ddp::CreateGlooProcessGroup(&runtime->store(), rank - 1, 2, gloo);
   dist_optim::SgdOptions sgd;
   sgd.lr = kLr;
-  TESSERA_ASSIGN_OR_RETURN(
-      auto trainer, examples::HybridTrainer::Create(*rrefs, *autograd, group.get(), table, sgd));
+  auto trainer = examples::HybridTrainer::Create(*rrefs, *autograd, group.get(), table, sgd);
   at::Tensor table_gradients = at::zeros({examples::kVocabulary, examples::kEmbeddingDim});
   if (plan.join.has_value()) {
     auto join = trainer->ddp().Join(*plan.join);
     TESSERA_RETURN_IF_ERROR(RunSteps(rank, plan, *trainer, *group, *autograd, table_gradients));
-    TESSERA_RETURN_IF_ERROR(join.Finish());
+    TESSERA_RETURN_IF_ERROR(join.TryFinish());
   } else {
     TESSERA_RETURN_IF_ERROR(RunSteps(rank, plan, *trainer, *group, *autograd, table_gradients));
   }
@@ -222,11 +218,9 @@ void ServeTwoTrainers(const std::string& scenario) {
     trainers.push_back(
         std::make_unique<WorkerProcess>(scenario, WorkerEnv(rank, 3, store->port())));
   }
-  auto table = std::make_shared<examples::TableHandle>();
   Mutex mu;
   std::vector<at::Tensor> reports;
   rpc::Registry registry;
-  registry.Register("table", [table]() { return table->Get(); });
   registry.Register("report", [&](at::Tensor gradients) {
     MutexLock lock(&mu);
     reports.push_back(gradients);
@@ -235,10 +229,11 @@ void ServeTwoTrainers(const std::string& scenario) {
   auto autograd = dist_autograd::DistAutograd::Create();
   auto runtime = rpc::Runtime::Init(InProcessOptions("worker0", 0, 3, store->port()),
                                                  std::move(registry), {rrefs, autograd});
-  table->Set(rref::RemoteObject<EmbeddingTable>(*rrefs, "worker0", examples::kVocabulary,
-                                                examples::kEmbeddingDim, int64_t{7}));
-  const at::Tensor initial = table->Get().RpcSync<at::Tensor>("values");
-  ThrowIfError(runtime->store().Set(kTableKey, "1"));
+  auto table = rref::RemoteObject<EmbeddingTable>(*rrefs, "worker0", examples::kVocabulary,
+                                                  examples::kEmbeddingDim, int64_t{7});
+  const at::Tensor initial = table.RpcSync<at::Tensor>("values");
+  // Registered after start: the trainers' first calls wait for it.
+  runtime->Register("table", [table] { return table; });
   // Shutdown is collective: check while the trainers wait in theirs.
   const absl::Status reported =
       WaitForReports(runtime->store(), {"hybrid_test/reported/1", "hybrid_test/reported/2"},
@@ -251,10 +246,9 @@ void ServeTwoTrainers(const std::string& scenario) {
     EXPECT_GT(reports[1].abs().sum().item<double>(), 0);
     EXPECT_FALSE(at::allclose(reports[0], reports[1])) << "the trainers saw different data";
     // Plain SGD: every trainer's step subtracts lr x its gradient.
-    EXPECT_TRUE(at::allclose(table->Get().RpcSync<at::Tensor>("values"),
+    EXPECT_TRUE(at::allclose(table.RpcSync<at::Tensor>("values"),
                              initial - (reports[0] + reports[1]) * kLr, 1e-4, 1e-5));
   }
-  table->Set(rref::RRef<EmbeddingTable>());
   EXPECT_TRUE(runtime->TryShutdown().ok());
   for (auto& trainer : trainers) EXPECT_EQ(trainer->Wait(absl::Seconds(60)), 0);
 }

@@ -245,7 +245,7 @@ TEST(LauncherTest, AnInterruptedNodeStopsTheOthersForGood) {
 TEST(LauncherTest, RunsTheDdpToyExample) {
   const std::string checkpoint = absl::StrCat(std::getenv("TEST_TMPDIR"), "/toy.pt");
   Launcher launcher({"--nproc_per_node", "2", "--standalone", "examples/ddp_toy/ddp_toy",
-                     checkpoint});
+                     "--checkpoint", checkpoint});
   EXPECT_EQ(launcher.Finish(absl::Seconds(120)), 0) << launcher.output();
   EXPECT_EQ(launcher.Count("replica matches the checkpoint saved by rank 0"), 2)
       << launcher.output();
@@ -255,12 +255,46 @@ TEST(LauncherTest, RunsTheDdpToyExample) {
 // the 10% of chance). The full run (4 epochs, ~89%) is in the README.
 TEST(LauncherTest, RunsTheFashionMnistDdpExampleForOneEpoch) {
   Launcher launcher({"--nproc_per_node", "2", "--standalone",
-                     "examples/ddp_fashion_mnist/ddp_fashion_mnist", "1"});
+                     "examples/ddp_fashion_mnist/ddp_fashion_mnist", "--epochs", "1"});
   ASSERT_EQ(launcher.Finish(absl::Seconds(600)), 0) << launcher.output();
   const auto at = launcher.output().find("test accuracy ");
   ASSERT_NE(at, std::string::npos) << launcher.output();
   const double accuracy = std::atof(launcher.output().c_str() + at + 14);
   EXPECT_GT(accuracy, 75.0) << launcher.output();
+}
+
+// Every program reads its flags with Abseil: --help lists each flag with its
+// meaning and default, and a misspelt flag is named with the nearest one
+// instead of being ignored (ddp_fashion_mnist once took its epochs as a bare
+// number, so `--epochs 1` trained zero epochs).
+TEST(LauncherTest, EveryProgramHasHelpAndNamesTheNearestFlag) {
+  const std::vector<std::pair<std::string, std::string>> programs = {
+      {"launcher/tessera-run", "--nproc_per_node"},
+      {"examples/parameter_server/parameter_server", "--optimizer"},
+      {"examples/pipeline/pipeline", "--micro_batches"},
+      {"examples/hybrid_ddp_rpc/hybrid_ddp_rpc", "--epochs"},
+      {"examples/ddp_fashion_mnist/ddp_fashion_mnist", "--epochs"},
+      {"examples/ddp_toy/ddp_toy", "--checkpoint"},
+      {"examples/rpc_demo/rpc_demo", "--help"},
+  };
+  for (const auto& [program, flag] : programs) {
+    ObservedProcess help({program, "--help"});
+    help.Finish();
+    EXPECT_NE(help.output().find("Try --helpfull"), std::string::npos) << program << help.output();
+    if (flag != "--help") {
+      EXPECT_NE(help.output().find(flag + " ("), std::string::npos) << program << help.output();
+      EXPECT_NE(help.output().find("default: "), std::string::npos) << program << help.output();
+      // Drop the last letter: the nearest known flag is the right one.
+      ObservedProcess typo({program, flag.substr(0, flag.size() - 1), "1"});
+      EXPECT_EQ(typo.Finish(), 2) << program << typo.output();
+      EXPECT_NE(typo.output().find("did you mean " + flag + "?"), std::string::npos)
+          << program << typo.output();
+    }
+  }
+  ObservedProcess positional({"examples/ddp_fashion_mnist/ddp_fashion_mnist", "1"});
+  EXPECT_EQ(positional.Finish(), 2) << positional.output();
+  EXPECT_NE(positional.output().find("unexpected argument '1'"), std::string::npos)
+      << positional.output();
 }
 
 }  // namespace

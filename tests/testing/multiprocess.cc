@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -123,7 +124,13 @@ int TestMain(int argc, char** argv) {
         std::fprintf(stderr, "unknown worker scenario '%s'\n", name.c_str());
         return 2;
       }
-      return it->second();
+      try {
+        return it->second();
+      } catch (const std::exception& e) {
+        // The error rule's exceptions, reported by the scenario that threw.
+        std::fprintf(stderr, "worker scenario '%s' threw: %s\n", name.c_str(), e.what());
+        return 4;
+      }
     }
   }
   ::testing::InitGoogleTest(&argc, argv);
