@@ -37,6 +37,7 @@
 #include "dist_optim/distributed_optimizer.h"
 #include "dist_optim/parameter_guard.h"
 #include "examples/common/cnn.h"
+#include "rpc/init.h"
 #include "rref/remote.h"
 
 namespace {
@@ -127,7 +128,7 @@ void Start(int rank, int port, std::shared_ptr<std::map<std::string, Model>> mod
   registry.Register("train", [worker](std::string model, int64_t steps) {
     return Train(*worker, model, steps);
   });
-  w.runtime = rpc::Runtime::Init(bench::WorkerOptions(rank, 3, port),
+  w.runtime = rpc::Init(bench::WorkerOptions(rank, 3, port),
                                                std::move(registry), {w.rrefs, w.autograd});
 }
 

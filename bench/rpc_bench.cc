@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "rpc/init.h"
 #include "rpc/runtime.h"
 #include "bench/two_processes.h"
 #include "bench/worker_options.h"
@@ -41,7 +42,7 @@ std::unique_ptr<Runtime> Start(int rank, int port, const std::vector<std::string
   tessera::rpc::RpcOptions options = tessera::bench::WorkerOptions(rank, 2, port);
   options.tensorpipe.enable_shm = !HasFlag(args, "--no-shm");
   if (HasFlag(args, "--grpc")) options.backend = tessera::rpc::Backend::kGrpc;
-  auto runtime = Runtime::TryInit(options, MakeRegistry());
+  auto runtime = TryInit(options, MakeRegistry());
   if (!runtime.ok()) {
     std::fprintf(stderr, "init: %s\n", runtime.status().ToString().c_str());
     std::exit(1);

@@ -27,7 +27,7 @@ using RankMain = std::function<int(int rank, int port, const std::vector<std::st
 // The job secret of benchmark processes (the store and every rank), as
 // tessera-run gives every job one: calls pay for signing and the handshake
 // as in real jobs. On loopback the ranks only need to agree on it.
-inline rpc::JobSecret BenchJobSecret() { return rpc::JobSecret("tessera-bench-loopback"); }
+inline auth::JobSecret BenchJobSecret() { return auth::JobSecret("tessera-bench-loopback"); }
 
 inline int RunProcesses(int argc, char** argv, int world_size, const RankMain& rank_main) {
   if (argc > 3 && std::strcmp(argv[1], "--rank") == 0) {

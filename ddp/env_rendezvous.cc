@@ -23,7 +23,7 @@ absl::StatusOr<EnvProcessGroup> CreateProcessGroupFromEnv(const ProcessGroupFact
   if (!env.ok()) return env.status();
   auto checked = CollectiveChecksFromEnv();
   if (!checked.ok()) return checked.status();
-  auto secret = rpc::JobSecret::FromEnv();
+  auto secret = auth::JobSecret::FromEnv();
   if (!secret.ok()) return secret.status();
   EnvProcessGroup result;
   if (env->rank == 0 && !env->store_hosted) {

@@ -9,7 +9,7 @@
 #include "absl/time/time.h"
 #include "ddp/process_group.h"
 #include "store/rendezvous_env.h"
-#include "rpc/auth/job_secret.h"
+#include "auth/job_secret.h"
 #include "store/store_client.h"
 #include "store/store_server.h"
 

@@ -7,12 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "dist_autograd/autograd_messages.h"
 
 namespace tessera::dist_autograd {
 namespace {
 
-constexpr char kBackwardService[] = "dist_autograd.backward";
-constexpr char kReleaseService[] = "dist_autograd.release";
 // How many released ids each worker remembers, to ignore late messages.
 constexpr size_t kReleasedMemory = 1 << 16;
 // Context ids: the creating rank above this many bits, a counter below.
@@ -59,14 +58,12 @@ std::shared_ptr<DistAutograd> DistAutograd::Create() {
 void DistAutograd::Attach(rpc::Runtime* runtime, rpc::Registry* internal) {
   runtime_.store(runtime);
   self_rank_ = runtime->options().rank;
-  internal->Register(kBackwardService,
-                          [this](rpc::CallContext& ctx, int64_t context_id, int64_t send_id,
-                                 std::vector<at::Tensor> grads) {
-                            return RunFromSend(context_id, send_id, std::move(grads),
-                                               ctx.deadline);
-                          });
-  internal->Register(kReleaseService,
-                          [this](int64_t context_id) { Release(context_id); });
+  rpc::Serve<BackwardRequest>(*internal, [this](rpc::CallContext& ctx, BackwardRequest m) {
+    return RunFromSend(m.context_id, m.send_id, std::move(m.grads), ctx.deadline);
+  });
+  rpc::Serve<ReleaseRequest>(*internal, [this](rpc::CallContext&, ReleaseRequest m) {
+    Release(m.context_id);
+  });
 }
 
 void DistAutograd::OnPeerUnavailable(int rank) {
@@ -141,8 +138,8 @@ void DistAutograd::Release(int64_t context_id) {
   if (runtime == nullptr) return;
   for (int rank : context->known_workers()) {
     // Fire and forget: a worker that is gone has nothing left to release.
-    runtime->CallInternal(rank, kReleaseService, {c10::IValue(context_id)})
-        .OnReady([context_id, rank](const absl::StatusOr<c10::IValue>& result) {
+    runtime->CallService(rank, ReleaseRequest{context_id})
+        .OnReady([context_id, rank](const absl::StatusOr<std::monostate>& result) {
           if (!result.ok()) {
             TESSERA_LOG(WARNING) << "releasing distributed autograd context " << context_id
                                  << " on rank " << rank << ": " << result.status();
@@ -247,12 +244,11 @@ Future<bool> DistAutograd::Propagate(int64_t context_id, std::vector<RecvGradien
   }
   rpc::CallOptions options;
   options.timeout = std::max(deadline - absl::Now(), absl::Milliseconds(1));
-  std::vector<Future<c10::IValue>> calls;
+  std::vector<Future<bool>> calls;
   for (auto& entry : to_send) {
-    calls.push_back(runtime->CallInternal(
-        entry.recv->from_rank(), kBackwardService,
-        {c10::IValue(context_id), c10::IValue(entry.recv->peer_send_id()),
-         rpc::ToIValue(std::move(entry.grads))},
+    calls.push_back(runtime->CallService(
+        entry.recv->from_rank(),
+        BackwardRequest{context_id, entry.recv->peer_send_id(), std::move(entry.grads)},
         options));
   }
   return WhenAllOk(calls);

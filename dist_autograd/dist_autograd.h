@@ -1,7 +1,7 @@
 // Distributed autograd — the C++ counterpart of torch.distributed.autograd.
 //
 //   auto autograd = dist_autograd::DistAutograd::Create();
-//   auto runtime = rpc::Runtime::Init(options, registry, {rrefs, autograd});
+//   auto runtime = rpc::Init(options, registry, {rrefs, autograd});  // rpc/init.h
 //   {
 //     dist_autograd::ContextGuard context(*autograd);     // id unique in the job
 //     at::Tensor y = runtime->RpcSync<at::Tensor>("ps", "forward", x);

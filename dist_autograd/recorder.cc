@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "dist_autograd/dist_autograd.h"
-#include "rref/rref_context.h"
 
 namespace tessera::dist_autograd {
 
@@ -82,10 +81,10 @@ absl::Status DistAutograd::RecordRecv(Context& context, int from_rank,
 absl::Status DistAutograd::OnSendRequest(int to_rank, rpc::Message* request) {
   const std::optional<int64_t> current = current_context();
   if (!current.has_value()) return absl::OkStatus();
-  // Internal services are recorded only where they carry user values: not
-  // the reference-counting messages, nor this engine's own.
-  if (request->envelope.kind() == proto::INTERNAL_CALL &&
-      !rref::RRefContext::CarriesUserValues(request->envelope.target())) {
+  // Internal services are recorded only where their message type says they
+  // carry user values (Note [Typed internal services]): not the
+  // reference-counting messages, nor this engine's own.
+  if (request->envelope.kind() == proto::INTERNAL_CALL && !request->carries_user_values) {
     return absl::OkStatus();
   }
   auto context = Find(*current);

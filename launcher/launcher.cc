@@ -16,7 +16,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "rpc/auth/job_secret.h"
+#include "auth/job_secret.h"
 #include "absl/time/clock.h"
 #include "common/subprocess.h"
 #include "launcher/node_coordinator.h"
@@ -190,7 +190,7 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd,
   }
 }
 
-// Workers of one job must share a secret (rpc/auth/job_secret.h). On one
+// Workers of one job must share a secret (auth/job_secret.h). On one
 // node the launcher makes a fresh one unless the user gave one; across
 // nodes every launcher must be given the same one.
 void EnsureJobSecret(const LaunchOptions& options) {
@@ -203,7 +203,7 @@ void EnsureJobSecret(const LaunchOptions& options) {
         "run without a shared secret; anyone who can reach their ports can call them");
     return;
   }
-  setenv("TESSERA_JOB_SECRET", absl::BytesToHexString(rpc::RandomBytes(32)).c_str(), 1);
+  setenv("TESSERA_JOB_SECRET", absl::BytesToHexString(auth::RandomBytes(32)).c_str(), 1);
 }
 
 }  // namespace
@@ -217,7 +217,7 @@ int Run(const LaunchOptions& options) {
   }
   EnsureJobSecret(options);
   // The store serves only the job's processes (store/store_auth.h).
-  auto secret = rpc::JobSecret::FromEnv();
+  auto secret = auth::JobSecret::FromEnv();
   if (!secret.ok()) {
     Say("cannot read the job secret: " + secret.status().ToString());
     return 1;

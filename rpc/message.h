@@ -13,6 +13,10 @@ struct Message {
   proto::Envelope envelope;
   // tensors[i] is described by envelope.tensors(i); all contiguous, on CPU.
   std::vector<at::Tensor> tensors;
+  // For an outgoing internal request: whether it carries user values, which
+  // distributed autograd records (Note [Typed internal services]). In
+  // memory only, never on the wire; user calls always do.
+  bool carries_user_values = true;
 };
 
 }  // namespace tessera::rpc

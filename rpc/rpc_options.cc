@@ -42,7 +42,7 @@ absl::StatusOr<RpcOptions> RpcOptions::FromEnv() {
   options.grpc.tls = GrpcTlsOptions::FromEnv();
   const char* reflection = std::getenv("TESSERA_GRPC_REFLECTION");
   options.grpc.reflection = reflection != nullptr && std::string(reflection) == "1";
-  auto secret = JobSecret::FromEnv();
+  auto secret = auth::JobSecret::FromEnv();
   if (!secret.ok()) return secret.status();
   options.job_secret = *std::move(secret);
   return options;

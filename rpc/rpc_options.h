@@ -9,13 +9,29 @@
 #include "absl/time/time.h"
 #include "common/deadline_timer.h"
 #include "common/executor.h"
+#include "auth/job_secret.h"
 #include "common/host_address.h"
-#include "rpc/auth/job_secret.h"
-#include "rpc/grpc/grpc_agent.h"
+#include "rpc/backend_options.h"
+#include "rpc/codec.h"
 #include "rpc/rpc_agent.h"
-#include "rpc/tensorpipe/tensorpipe_agent.h"
 
 namespace tessera::rpc {
+
+// What a backend gets to make one worker's agent (RpcOptions::agent_factory).
+struct AgentSetup {
+  std::string name;
+  int rank = -1;
+  HostAddress host;  // where to listen and what to advertise
+  auth::JobSecret secret;
+  CodecLimits limits;
+  TensorPipeOptions tensorpipe;
+  GrpcOptions grpc;
+  RequestHandler handler;
+  Executor* executor = nullptr;  // runs handlers and callbacks
+  DeadlineTimer* timer = nullptr;  // fires deadlines
+};
+using AgentFactory =
+    std::function<absl::StatusOr<std::unique_ptr<RpcAgent>>(AgentSetup setup)>;
 
 enum class StoreRole {
   kAuto,     // rank 0 hosts the store, the others connect (like env://)
@@ -82,15 +98,14 @@ struct RpcOptions {
   // Proved by every connection before any of its requests is served
   // (rpc/auth/handshake.h). Empty: the handshake proves nothing (a warning
   // says so at start).
-  JobSecret job_secret;
+  auth::JobSecret job_secret;
   // Bounds on what a peer may send; the agent and the decoder both use them.
   CodecLimits limits;
 
-  // Makes the agent; unset means TensorPipe. Tests use it to run workers
-  // over a fake network whose message order they control.
-  using AgentFactory = std::function<absl::StatusOr<std::unique_ptr<RpcAgent>>(
-      const std::string& name, int rank, RequestHandler handler, Executor* executor,
-      DeadlineTimer* timer)>;
+  // Makes the agent. Unset: rpc::Init (rpc/init.h) sets the factory of
+  // `backend` (rpc/backends.h); the runtime core includes no backend. Tests
+  // set it to run workers over a fake network whose message order they
+  // control.
   AgentFactory agent_factory;
 
   // Fills rank, world size, master address/port from RANK, WORLD_SIZE,

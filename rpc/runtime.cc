@@ -7,7 +7,6 @@
 #include "rpc/codec.h"
 #include "rpc/quiescence.h"
 #include "rpc/rendezvous.h"
-#include "rpc/tensorpipe/tensorpipe_agent.h"
 
 namespace tessera::rpc {
 namespace {
@@ -21,7 +20,12 @@ namespace {
 // not answer kProbesBeforeGivingUp probes in a row (a host cut off) is
 // reported then. A busy worker answers: pings run on its pool, not on the
 // thread that trains.
-constexpr char kPingService[] = "tessera.ping";
+struct PingRequest {
+  static constexpr const char* kService = services::kPing;
+  static constexpr bool kCarriesUserValues = false;
+  using Response = bool;
+  auto Fields() { return std::tie(); }
+};
 constexpr absl::Duration kProbeTimeout = absl::Seconds(10);
 constexpr int kProbesBeforeGivingUp = 3;
 
@@ -60,13 +64,7 @@ Runtime::Runtime(RpcOptions options, Registry registry,
       registry_(std::move(registry)),
       extensions_(std::move(extensions)) {}
 
-std::unique_ptr<Runtime> Runtime::Init(
-    RpcOptions options, Registry registry,
-    std::vector<std::shared_ptr<RuntimeExtension>> extensions) {
-  return ValueOrThrow(TryInit(std::move(options), std::move(registry), std::move(extensions)));
-}
-
-absl::StatusOr<std::unique_ptr<Runtime>> Runtime::TryInit(
+absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(
     RpcOptions options, Registry registry,
     std::vector<std::shared_ptr<RuntimeExtension>> extensions) {
   if (options.world_size <= 0 || options.rank < 0 ||
@@ -75,10 +73,15 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::TryInit(
         "invalid rank ", options.rank, " for world size ", options.world_size));
   }
   if (options.name.empty()) return absl::InvalidArgumentError("worker name is empty");
+  if (!options.agent_factory) {
+    return absl::InvalidArgumentError(
+        "RpcOptions::agent_factory is unset: start workers with rpc::Init (rpc/init.h), which "
+        "picks the backend");
+  }
   std::unique_ptr<Runtime> runtime(
       new Runtime(std::move(options), std::move(registry), std::move(extensions)));
   // Answers shutdown's liveness probes (Note [Shutdown liveness]).
-  runtime->internal_.Register(kPingService, [] { return true; });
+  Serve<PingRequest>(runtime->internal_, [](CallContext&, PingRequest) { return true; });
   for (const auto& extension : runtime->extensions_) {
     extension->Attach(runtime.get(), &runtime->internal_);
     if (ValueHooks* hooks = extension->value_hooks()) {
@@ -106,7 +109,6 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::TryInit(
 }
 
 absl::Status Runtime::Start() {
-  if (options_.backend == Backend::kGrpc) PrepareProcessForGrpcAgent();
   const bool host_store = options_.store_role == StoreRole::kHost ||
                           (options_.store_role == StoreRole::kAuto && options_.rank == 0);
   auto host = ChooseHostAddress(options_.master_addr, options_.address);
@@ -127,12 +129,23 @@ absl::Status Runtime::Start() {
   RequestHandler handler = [this](int from, Message request) {
     return HandleRequest(from, std::move(request));
   };
-  if (options_.job_secret.empty() && !options_.agent_factory) {
+  if (options_.job_secret.empty()) {
     TESSERA_LOG(WARNING) << options_.name
                          << ": no job secret (TESSERA_JOB_SECRET): anyone who can reach this "
                             "worker's port can call its registered functions";
   }
-  auto agent = CreateAgent(*host, std::move(handler));
+  AgentSetup setup;
+  setup.name = options_.name;
+  setup.rank = options_.rank;
+  setup.host = *host;
+  setup.secret = options_.job_secret;
+  setup.limits = options_.limits;
+  setup.tensorpipe = options_.tensorpipe;
+  setup.grpc = options_.grpc;
+  setup.handler = std::move(handler);
+  setup.executor = pool_.get();
+  setup.timer = timer_.get();
+  auto agent = options_.agent_factory(std::move(setup));
   if (!agent.ok()) return agent.status();
   agent_ = *std::move(agent);
   agent_->SetPeerFailureHandler([this](int rank) { OnPeerFailure(rank); });
@@ -147,28 +160,6 @@ absl::Status Runtime::Start() {
   TESSERA_LOG(INFO) << options_.name << ": joined a world of " << options_.world_size << " at "
                     << host->Describe();
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::unique_ptr<RpcAgent>> Runtime::CreateAgent(const HostAddress& host,
-                                                               RequestHandler handler) {
-  if (options_.agent_factory) {
-    return options_.agent_factory(options_.name, options_.rank, std::move(handler), pool_.get(),
-                                  timer_.get());
-  }
-  if (options_.backend == Backend::kGrpc) {
-    GrpcOptions grpc = options_.grpc;
-    grpc.limits = options_.limits;
-    grpc.listen_host = host.bind;
-    grpc.advertise_host = host.advertise;
-    return CreateGrpcAgent(grpc, options_.job_secret, options_.name, options_.rank,
-                           std::move(handler), pool_.get(), timer_.get());
-  }
-  TensorPipeOptions tensorpipe = options_.tensorpipe;
-  tensorpipe.limits = options_.limits;
-  tensorpipe.listen_host = host.bind;
-  tensorpipe.advertise_host = host.advertise;
-  return CreateTensorPipeAgent(tensorpipe, options_.job_secret, options_.name, options_.rank,
-                               std::move(handler), pool_.get(), timer_.get());
 }
 
 Runtime::~Runtime() { TryShutdown(/*graceful=*/false).IgnoreError(); }
@@ -225,8 +216,9 @@ void Runtime::OnPeerFailure(int rank) {
 Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
                                   std::vector<c10::IValue> args,
                                   const CallOptions& options, Executor* executor,
-                                  proto::MessageKind kind) {
+                                  proto::MessageKind kind, bool carries_user_values) {
   Message request;
+  request.carries_user_values = carries_user_values;
   request.envelope.set_kind(kind);
   request.envelope.set_target(function);
   const Peer peer{hooks_, to_rank};
@@ -350,11 +342,10 @@ Future<Message> Runtime::Dispatch(int from_rank, const Message& request,
 void Runtime::Shutdown(bool graceful) { ThrowIfError(TryShutdown(graceful)); }
 
 absl::Status Runtime::ProbeMissing(const std::vector<int>& ranks) {
-  std::vector<std::pair<int, Future<c10::IValue>>> probes;
+  std::vector<std::pair<int, Future<bool>>> probes;
   for (int rank : ranks) {
     if (rank == options_.rank) continue;
-    probes.emplace_back(rank, Call(rank, kPingService, {}, CallOptions{kProbeTimeout}, nullptr,
-                                   proto::INTERNAL_CALL));
+    probes.emplace_back(rank, CallService(rank, PingRequest{}, CallOptions{kProbeTimeout}));
   }
   for (auto& [rank, probe] : probes) {
     auto answer = probe.Wait(kProbeTimeout + absl::Seconds(1));

@@ -4,7 +4,7 @@
 // attaches RRefs and distributed autograd; the runtime alone serves plain
 // RPC.
 //
-//   auto runtime = Runtime::Init(options);                          // rendezvous
+//   auto runtime = rpc::Init(options);                    // rendezvous (rpc/init.h)
 //   runtime->Register("add", [](at::Tensor a, at::Tensor b) { return a + b; });
 //   at::Tensor sum = runtime->RpcSync<at::Tensor>("worker1", "add", x, y);
 //   Future<at::Tensor> f = runtime->RpcAsync<at::Tensor>("worker1", "add", x, y);
@@ -15,7 +15,7 @@
 // the deadline timer). There are no process-wide singletons: several
 // runtimes may exist in one process, one after another or side by side.
 //
-// Errors (README, "Errors"): calls that finish before they return (Init,
+// Errors (README, "Errors"): calls that finish before they return (rpc::Init,
 // RpcSync, Register, Shutdown) throw StatusError; calls that return a
 // Future never throw — the future carries the status (remote errors keep
 // their code and name the worker they came from). Every call has a deadline
@@ -45,6 +45,7 @@
 #include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_pool.h"
+#include "rpc/internal_service.h"
 #include "rpc/registry.h"
 #include "rpc/rpc_agent.h"
 #include "rpc/rpc_options.h"
@@ -66,15 +67,11 @@ struct CallOptions {
 
 class Runtime {
  public:
-  // Starts the agent, meets every other worker through the store (bounded by
-  // rendezvous_timeout) and begins serving `registry`'s functions (more may
-  // be registered later). Throws StatusError naming what failed.
-  static std::unique_ptr<Runtime> Init(
-      RpcOptions options, Registry registry = {},
-      std::vector<std::shared_ptr<RuntimeExtension>> extensions = {});
-  // The same, returning the failure instead of throwing (for callers that
-  // branch on it, e.g. a launcher's health check).
-  static absl::StatusOr<std::unique_ptr<Runtime>> TryInit(
+  // Starts the agent that options.agent_factory makes, meets every other
+  // worker through the store (bounded by rendezvous_timeout) and begins
+  // serving `registry`'s functions (more may be registered later). Programs
+  // call rpc::Init (rpc/init.h), which picks the backend's factory.
+  static absl::StatusOr<std::unique_ptr<Runtime>> Create(
       RpcOptions options, Registry registry = {},
       std::vector<std::shared_ptr<RuntimeExtension>> extensions = {});
   // Forced shutdown if Shutdown() was not called.
@@ -134,8 +131,21 @@ class Runtime {
     }
   }
 
-  // Calls an internal service (see RuntimeExtension); callbacks of the
+  // Sends a typed internal message (Note [Typed internal services],
+  // rpc/internal_service.h) and yields its Response; callbacks of the
   // returned future run on the pool.
+  template <typename M>
+  Future<ResultOf<typename M::Response>> CallService(int to_rank, M message,
+                                                     const CallOptions& options = {}) {
+    Future<c10::IValue> raw =
+        Call(to_rank, M::kService, EncodeMessage(std::move(message)), options, nullptr,
+             proto::INTERNAL_CALL, M::kCarriesUserValues);
+    const std::string to = to_rank >= 0 && to_rank < static_cast<int>(workers_.size())
+                               ? workers_[to_rank].name
+                               : "rank " + std::to_string(to_rank);
+    return Typed<typename M::Response>(std::move(raw), to, M::kService, pool_.get());
+  }
+  // Untyped: for tests that send internal services malformed values.
   Future<c10::IValue> CallInternal(int to_rank, const std::string& service,
                                    std::vector<c10::IValue> args,
                                    const CallOptions& options = {});
@@ -179,13 +189,12 @@ class Runtime {
   Runtime(RpcOptions options, Registry registry,
           std::vector<std::shared_ptr<RuntimeExtension>> extensions);
   absl::Status Start();
-  absl::StatusOr<std::unique_ptr<RpcAgent>> CreateAgent(const HostAddress& host,
-                                                        RequestHandler handler);
   // Sends a call; the returned future's callbacks run on `executor`
   // (nullptr: inline on the completing thread — internal use only).
   Future<c10::IValue> Call(int to_rank, const std::string& function,
                            std::vector<c10::IValue> args, const CallOptions& options,
-                           Executor* executor, proto::MessageKind kind = proto::CALL);
+                           Executor* executor, proto::MessageKind kind = proto::CALL,
+                           bool carries_user_values = true);
   void OnPeerFailure(int rank);
   Future<Message> HandleRequest(int from_rank, Message request);
   Future<Message> Dispatch(int from_rank, const Message& request,
@@ -216,7 +225,7 @@ class Runtime {
 
   const RpcOptions options_;
   Registry registry_;
-  Registry internal_;  // filled by extensions in Init, then read-only
+  Registry internal_;  // filled by extensions in Create, then read-only
   const std::vector<std::shared_ptr<RuntimeExtension>> extensions_;
   ValueHooks* hooks_ = nullptr;  // from the extension that provides them
   CallObserver* observer_ = nullptr;  // likewise

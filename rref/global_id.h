@@ -31,10 +31,4 @@ struct GlobalId {
   }
 };
 
-// Ids travel in internal messages as two ints.
-inline void PushId(std::vector<c10::IValue>* args, const GlobalId& id) {
-  args->emplace_back(static_cast<int64_t>(id.worker));
-  args->emplace_back(id.local);
-}
-
 }  // namespace tessera::rref

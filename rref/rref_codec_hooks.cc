@@ -51,11 +51,7 @@ absl::StatusOr<c10::IValue> RRefContext::DecodeRRef(const proto::RRefHandle& han
     }
     for (auto& promise : now_registered) promise.Set(true);
     auto handle_here = NewOwnerRRef(rref_id, handle.type_name());
-    if (parent != self_) {
-      std::vector<c10::IValue> args;
-      PushId(&args, fork_id);
-      SendInternal(parent, "rref.child_accept", std::move(args));
-    }
+    if (parent != self_) SendMessage(parent, ChildAcceptRequest{fork_id});
     return c10::IValue(c10::intrusive_ptr<c10::RRefInterface>(handle_here));
   }
   if (owner < 0 || (runtime_.load() != nullptr &&
@@ -66,25 +62,20 @@ absl::StatusOr<c10::IValue> RRefContext::DecodeRRef(const proto::RRefHandle& han
   auto user = NewUserRRef(rref_id, fork_id, owner, handle.type_name(), owner_made_it);
   if (!owner_made_it) {
     // Ask the owner to register this fork; then tell the parent (G2).
-    std::vector<c10::IValue> args;
-    PushId(&args, rref_id);
-    PushId(&args, fork_id);
     rpc::Runtime* runtime = runtime_.load();
     if (runtime != nullptr) {
       std::weak_ptr<RRefContext> weak = weak_from_this();
-      runtime->CallInternal(owner, "rref.fork", std::move(args))
-          .OnReady([weak, fork_id, parent](const absl::StatusOr<c10::IValue>& ack) {
+      runtime->CallService(owner, ForkRequest{rref_id, fork_id})
+          .OnReady([weak, fork_id, parent](const absl::StatusOr<bool>& ack) {
             auto self = weak.lock();
             if (self == nullptr) return;
             if (ack.ok()) {
               self->OnForkConfirmed(fork_id, parent);
               return;
             }
-            TESSERA_LOG(INFO) << "rref.fork failed: " << ack.status();
+            TESSERA_LOG(INFO) << ForkRequest::kService << " failed: " << ack.status();
             self->OnForkFailed(fork_id, ack.status());
-            std::vector<c10::IValue> accept;
-            PushId(&accept, fork_id);
-            self->SendInternal(parent, "rref.child_accept", std::move(accept));
+            self->SendMessage(parent, ChildAcceptRequest{fork_id});
           });
     }
   }

@@ -96,51 +96,46 @@ c10::intrusive_ptr<RRefImpl> RRefContext::Own(c10::IValue value) {
                      "RRef of a local value");
 }
 
-void RRefContext::SendInternal(int to_rank, const std::string& service,
-                               std::vector<c10::IValue> args) {
-  rpc::Runtime* runtime = runtime_.load();
-  if (runtime == nullptr) return;
-  runtime->CallInternal(to_rank, service, std::move(args))
-      .OnReady([service, to_rank](const absl::StatusOr<c10::IValue>& result) {
-        if (!result.ok()) {
-          TESSERA_LOG(INFO) << service << " to rank " << to_rank
-                            << " failed: " << result.status();
-        }
-      });
+void RRefContext::LogIfFailed(const char* service, int to_rank, const absl::Status& status) {
+  if (!status.ok()) TESSERA_LOG(INFO) << service << " to rank " << to_rank << " failed: " << status;
 }
 
 absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::RemoteCall(
     const std::string& owner, const std::string& function, std::vector<c10::IValue> args,
     const std::string& type_name) {
-  return StartRemote(owner, type_name, "rref.remote",
-                     {function, type_name, rpc::ToIValue(args)},
-                     [&] { return RunFunction(self_, function, std::move(args)); },
-                     "remote() of '" + function + "'");
+  return StartRemote(
+      owner, type_name,
+      [&](int owner_rank, const GlobalId& rref, const GlobalId& fork) {
+        ConfirmWhenAcked(owner_rank, RemoteRequest{rref, fork, function, type_name, std::move(args)},
+                         fork);
+      },
+      [&] { return RunFunction(self_, function, std::move(args)); },
+      "remote() of '" + function + "'");
 }
 
 absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::RemoteNew(
     const std::string& owner, const std::string& class_name, std::vector<c10::IValue> args) {
-  return StartRemote(owner, class_name, "rref.remote_new",
-                     {class_name, rpc::ToIValue(args)},
-                     [&] { return Construct(self_, class_name, std::move(args)); },
-                     "remote() of '" + class_name + "'");
+  return StartRemote(
+      owner, class_name,
+      [&](int owner_rank, const GlobalId& rref, const GlobalId& fork) {
+        ConfirmWhenAcked(owner_rank, RemoteNewRequest{rref, fork, class_name, std::move(args)},
+                         fork);
+      },
+      [&] { return Construct(self_, class_name, std::move(args)); },
+      "remote() of '" + class_name + "'");
 }
 
 absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::StartRemote(
-    const std::string& owner, const std::string& type, const std::string& service,
-    std::vector<c10::IValue> fields, const std::function<Future<OwnedValue>()>& produce_here,
-    std::string what) {
+    const std::string& owner, const std::string& type,
+    const std::function<void(int, const GlobalId&, const GlobalId&)>& send_to_owner,
+    const std::function<Future<OwnedValue>()>& produce_here, std::string what) {
   auto owner_rank = RankOf(owner);
   if (!owner_rank.ok()) return owner_rank.status();
   const GlobalId rref_id = NextId();
   if (*owner_rank == self_) return KeepLocally(rref_id, type, produce_here(), std::move(what));
   const GlobalId fork_id = NextId();
   auto handle = NewUserRRef(rref_id, fork_id, *owner_rank, type, false);
-  std::vector<c10::IValue> message;
-  PushId(&message, rref_id);
-  PushId(&message, fork_id);
-  for (auto& field : fields) message.push_back(std::move(field));
-  ConfirmWhenAcked(*owner_rank, service, std::move(message), fork_id);
+  send_to_owner(*owner_rank, rref_id, fork_id);
   return handle;
 }
 
@@ -156,13 +151,8 @@ absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::RemoteMethod(
   }
   const GlobalId fork_id = NextId();
   auto handle = NewUserRRef(rref_id, fork_id, owner, type_name, false);
-  std::vector<c10::IValue> message;
-  PushId(&message, target.rref_id());
-  PushId(&message, rref_id);
-  PushId(&message, fork_id);
-  message.emplace_back(method);
-  message.emplace_back(type_name);
-  message.emplace_back(rpc::ToIValue(std::move(args)));
+  RemoteMethodRequest message{target.rref_id(), rref_id, fork_id, method, type_name,
+                              std::move(args)};
   // The target must be known to its owner before a method of it can run.
   std::weak_ptr<RRefContext> weak = weak_from_this();
   target.Confirmed().OnReady([weak, owner, message, fork_id](const absl::StatusOr<bool>& ok) {
@@ -172,27 +162,19 @@ absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::RemoteMethod(
       self->OnForkFailed(fork_id, ok.status());
       return;
     }
-    self->ConfirmWhenAcked(owner, "rref.remote_method", message, fork_id);
+    self->ConfirmWhenAcked(owner, message, fork_id);
   });
   return handle;
 }
 
-void RRefContext::ConfirmWhenAcked(int owner, const std::string& service,
-                                   std::vector<c10::IValue> message, const GlobalId& fork_id) {
-  rpc::Runtime* runtime = runtime_.load();
-  if (runtime == nullptr) return;
-  std::weak_ptr<RRefContext> weak = weak_from_this();
-  runtime->CallInternal(owner, service, std::move(message))
-      .OnReady([weak, fork_id, service](const absl::StatusOr<c10::IValue>& ack) {
-        auto self = weak.lock();
-        if (self == nullptr) return;
-        if (ack.ok()) {
-          self->OnForkConfirmed(fork_id, /*parent_rank=*/-1);
-        } else {
-          TESSERA_LOG(INFO) << service << " failed: " << ack.status();
-          self->OnForkFailed(fork_id, ack.status());
-        }
-      });
+void RRefContext::OnCreationAck(const GlobalId& fork_id, const absl::Status& ack,
+                                const char* service) {
+  if (ack.ok()) {
+    OnForkConfirmed(fork_id, /*parent_rank=*/-1);
+  } else {
+    TESSERA_LOG(INFO) << service << " failed: " << ack;
+    OnForkFailed(fork_id, ack);
+  }
 }
 
 void RRefContext::OnForkConfirmed(const GlobalId& fork_id, int parent_rank) {
@@ -211,17 +193,8 @@ void RRefContext::OnForkConfirmed(const GlobalId& fork_id, int parent_rank) {
       }
     }
   }
-  if (send_delete) {
-    std::vector<c10::IValue> args;
-    PushId(&args, fork.rref_id);
-    PushId(&args, fork_id);
-    SendInternal(fork.owner, "rref.delete", std::move(args));
-  }
-  if (parent_rank >= 0) {
-    std::vector<c10::IValue> args;
-    PushId(&args, fork_id);
-    SendInternal(parent_rank, "rref.child_accept", std::move(args));
-  }
+  if (send_delete) SendMessage(fork.owner, DeleteRequest{fork.rref_id, fork_id});
+  if (parent_rank >= 0) SendMessage(parent_rank, ChildAcceptRequest{fork_id});
 }
 
 void RRefContext::OnForkFailed(const GlobalId& fork_id, const absl::Status& why) {
@@ -267,10 +240,7 @@ void RRefContext::ReleaseUserFork(const GlobalId& rref_id, const GlobalId& fork_
     user_forks_.erase(it);
     if (released || closed_) return;
   }
-  std::vector<c10::IValue> args;
-  PushId(&args, rref_id);
-  PushId(&args, fork_id);
-  SendInternal(owner, "rref.delete", std::move(args));
+  SendMessage(owner, DeleteRequest{rref_id, fork_id});
 }
 
 void RRefContext::ReleaseOwnerHandle(const GlobalId& rref_id) {
@@ -291,17 +261,15 @@ Future<c10::IValue> RRefContext::Fetch(const RRefImpl& rref, absl::Duration time
   if (runtime == nullptr) {
     return Future<c10::IValue>::Ready(absl::FailedPreconditionError("RRef runtime is closed"));
   }
-  std::vector<c10::IValue> args;
-  PushId(&args, rref.rref_id());
   const int owner = rref.owner_rank();
   if (IsCreatorFork(rref) && !rref.Confirmed().IsReady()) {
     // Note [Early arrivals]: the owner waits for the creation if need be.
-    args.emplace_back(true);
-    return runtime->CallInternal(owner, "rref.fetch", std::move(args), rpc::CallOptions{timeout});
+    return runtime->CallService(owner, FetchRequest{rref.rref_id(), /*may_be_early=*/true},
+                                rpc::CallOptions{timeout});
   }
-  args.emplace_back(false);
-  return WhenConfirmed(rref, [runtime, owner, args, timeout]() {
-    return runtime->CallInternal(owner, "rref.fetch", args, rpc::CallOptions{timeout});
+  FetchRequest fetch{rref.rref_id(), /*may_be_early=*/false};
+  return WhenConfirmed(rref, [runtime, owner, fetch, timeout]() {
+    return runtime->CallService(owner, fetch, rpc::CallOptions{timeout});
   });
 }
 
@@ -316,18 +284,13 @@ Future<c10::IValue> RRefContext::CallMethod(const RRefImpl& target, const std::s
     return Future<c10::IValue>::Ready(absl::FailedPreconditionError("RRef runtime is closed"));
   }
   const bool early = IsCreatorFork(target) && !target.Confirmed().IsReady();
-  std::vector<c10::IValue> message;
-  PushId(&message, target.rref_id());
-  message.emplace_back(early);
-  message.emplace_back(method);
-  message.emplace_back(rpc::ToIValue(std::move(args)));
+  CallRequest call{target.rref_id(), early, method, std::move(args)};
   const int owner = target.owner_rank();
   if (early) {  // Note [Early arrivals]
-    return runtime->CallInternal(owner, "rref.call", std::move(message),
-                                 rpc::CallOptions{timeout});
+    return runtime->CallService(owner, std::move(call), rpc::CallOptions{timeout});
   }
-  return WhenConfirmed(target, [runtime, owner, message, timeout]() {
-    return runtime->CallInternal(owner, "rref.call", message, rpc::CallOptions{timeout});
+  return WhenConfirmed(target, [runtime, owner, call, timeout]() {
+    return runtime->CallService(owner, call, rpc::CallOptions{timeout});
   });
 }
 
@@ -407,7 +370,7 @@ void RRefContext::OnPeerUnavailable(int rank) {
 }
 
 void RRefContext::ReleaseReferences() {
-  std::vector<std::pair<int, std::vector<c10::IValue>>> deletes;
+  std::vector<std::pair<int, DeleteRequest>> deletes;
   {
     MutexLock lock(&mu_);
     for (auto& [fork_id, fork] : user_forks_) {
@@ -417,13 +380,10 @@ void RRefContext::ReleaseReferences() {
         continue;
       }
       fork.released = true;
-      std::vector<c10::IValue> args;
-      PushId(&args, fork.rref_id);
-      PushId(&args, fork_id);
-      deletes.emplace_back(fork.owner, std::move(args));
+      deletes.emplace_back(fork.owner, DeleteRequest{fork.rref_id, fork_id});
     }
   }
-  for (auto& [owner, args] : deletes) SendInternal(owner, "rref.delete", std::move(args));
+  for (auto& [owner, message] : deletes) SendMessage(owner, message);
 }
 
 absl::Status RRefContext::CheckReleased() {

@@ -1,6 +1,7 @@
 // RRefContext: one worker's side of the RRef protocol. Attach it to a
-// Runtime (Runtime::Init(options, registry, {context})); RRef<T>, Remote()
-// and RemoteObject() (rref.h, remote.h) are the user-facing API on top.
+// runtime (tessera::Worker does; or rpc::Init(options, registry, {context}));
+// RRef<T>, Remote() and RemoteObject() (rref.h, remote.h) are the
+// user-facing API on top.
 //
 // Note [RRef protocol] (after PyTorch's RRef design note):
 // - The owner keeps each value with the set of forks (user references)
@@ -43,6 +44,7 @@
 #include "rpc/runtime_extension.h"
 #include "rref/class_registry.h"
 #include "rref/global_id.h"
+#include "rref/rref_messages.h"
 #include "rref/rref_impl.h"
 
 namespace tessera::rref {
@@ -88,10 +90,6 @@ class RRefContext final : public rpc::RuntimeExtension,
 
   ClassRegistry& classes() { return classes_; }
   const ClassRegistry& classes() const { return classes_; }
-  // True for the internal services whose arguments or results are user
-  // values (remote(), method calls, to_here()) — the ones distributed
-  // autograd records — as opposed to the reference-counting messages.
-  static bool CarriesUserValues(const std::string& service);
   rpc::Runtime* runtime() const { return runtime_.load(); }
   // `timeout`, or the runtime's default call timeout when it is zero.
   absl::Duration EffectiveTimeout(absl::Duration timeout) const;
@@ -163,20 +161,39 @@ class RRefContext final : public rpc::RuntimeExtension,
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // remote() of a value of `type` on `owner`: kept here, from
   // `produce_here`, when that is this worker; else a user reference whose
-  // value `service`(rref id, fork id, fields...) asks the owner to make.
+  // value `send_to_owner`(owner rank, rref id, fork id) asks the owner for.
   absl::StatusOr<c10::intrusive_ptr<RRefImpl>> StartRemote(
-      const std::string& owner, const std::string& type, const std::string& service,
-      std::vector<c10::IValue> fields, const std::function<Future<OwnedValue>()>& produce_here,
-      std::string what);
-  // Sends `service` to the owner; its acknowledgement confirms `fork_id`.
-  void ConfirmWhenAcked(int owner, const std::string& service,
-                        std::vector<c10::IValue> message, const GlobalId& fork_id);
+      const std::string& owner, const std::string& type,
+      const std::function<void(int, const GlobalId&, const GlobalId&)>& send_to_owner,
+      const std::function<Future<OwnedValue>()>& produce_here, std::string what);
+  // Sends a creation message to the owner; its acknowledgement confirms
+  // `fork_id`.
+  template <typename M>
+  void ConfirmWhenAcked(int owner, M message, const GlobalId& fork_id) {
+    rpc::Runtime* runtime = runtime_.load();
+    if (runtime == nullptr) return;
+    std::weak_ptr<RRefContext> weak = weak_from_this();
+    runtime->CallService(owner, std::move(message))
+        .OnReady([weak, fork_id](const absl::StatusOr<std::monostate>& ack) {
+          if (auto self = weak.lock()) self->OnCreationAck(fork_id, ack.status(), M::kService);
+        });
+  }
+  void OnCreationAck(const GlobalId& fork_id, const absl::Status& ack, const char* service);
   Future<OwnedValue> ValueOf(const GlobalId& rref_id);
   c10::intrusive_ptr<RRefImpl> NewUserRRef(const GlobalId& rref_id, const GlobalId& fork_id,
                                            int owner, const std::string& type, bool confirmed);
   c10::intrusive_ptr<RRefImpl> NewOwnerRRef(const GlobalId& rref_id, const std::string& type);
   // Fire-and-forget protocol message; failures are logged (peer gone).
-  void SendInternal(int to_rank, const std::string& service, std::vector<c10::IValue> args);
+  template <typename M>
+  void SendMessage(int to_rank, M message) {
+    rpc::Runtime* runtime = runtime_.load();
+    if (runtime == nullptr) return;
+    runtime->CallService(to_rank, std::move(message))
+        .OnReady([to_rank](const absl::StatusOr<std::monostate>& result) {
+          LogIfFailed(M::kService, to_rank, result.status());
+        });
+  }
+  static void LogIfFailed(const char* service, int to_rank, const absl::Status& status);
   void OnForkConfirmed(const GlobalId& fork_id, int parent_rank);
   // The owner never registered `fork_id` (its request failed): calls through
   // it fail with `why`, and no delete will be sent.

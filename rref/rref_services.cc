@@ -251,12 +251,6 @@ Future<bool> RRefContext::RegisterFork(const GlobalId& rref_id, const GlobalId& 
       });
 }
 
-bool RRefContext::CarriesUserValues(const std::string& service) {
-  return service == "rref.remote" || service == "rref.remote_new" ||
-         service == "rref.remote_method" || service == "rref.call" ||
-         service == "rref.fetch";
-}
-
 void RRefContext::RegisterServices(rpc::Registry* internal) {
   // Registers the caller's fork of a new value and starts producing it.
   auto start = [this](const GlobalId& rref_id, const GlobalId& fork_id, int caller,
@@ -278,80 +272,63 @@ void RRefContext::RegisterServices(rpc::Registry* internal) {
     for (auto& promise : now_registered) promise.Set(true);  // answers their requests
     return entry;
   };
-  internal->Register(
-      "rref.remote", [this, start](rpc::CallContext& ctx, int64_t rw, int64_t rl, int64_t fw,
-                                   int64_t fl, std::string function, std::string type,
-                                   std::vector<c10::IValue> args) {
-        auto entry = start({int32_t(rw), rl}, {int32_t(fw), fl}, ctx.caller_rank, type);
-        Fulfil(entry, RunFunction(ctx.caller_rank, function, std::move(args)),
-               "remote() of '" + function + "' on worker '" + NameOf(self_) + "'");
-      });
-  internal->Register(
-      "rref.remote_new", [this, start](rpc::CallContext& ctx, int64_t rw, int64_t rl,
-                                       int64_t fw, int64_t fl, std::string class_name,
-                                       std::vector<c10::IValue> args) {
-        auto entry = start({int32_t(rw), rl}, {int32_t(fw), fl}, ctx.caller_rank, class_name);
-        Fulfil(entry, Construct(ctx.caller_rank, class_name, std::move(args)),
-               "remote() of '" + class_name + "' on worker '" + NameOf(self_) + "'");
-      });
-  internal->Register(
-      "rref.remote_method",
-      [this, start](rpc::CallContext& ctx, int64_t tw, int64_t tl, int64_t rw, int64_t rl,
-                    int64_t fw, int64_t fl, std::string method, std::string type,
-                    std::vector<c10::IValue> args) {
-        auto entry = start({int32_t(rw), rl}, {int32_t(fw), fl}, ctx.caller_rank, type);
-        Fulfil(entry, AsOwned(InvokeMethod(ctx.caller_rank, {int32_t(tw), tl}, method,
-                                           std::move(args))),
-               "remote() of method '" + method + "' on worker '" + NameOf(self_) + "'");
-      });
-  internal->Register("rref.call", [this](rpc::CallContext& ctx, int64_t rw, int64_t rl,
-                                              bool may_be_early, std::string method,
-                                              std::vector<c10::IValue> args) {
-    const GlobalId id{int32_t(rw), rl};
+  rpc::Serve<RemoteRequest>(*internal, [this, start](rpc::CallContext& ctx, RemoteRequest m) {
+    auto entry = start(m.rref, m.fork, ctx.caller_rank, m.type);
+    Fulfil(entry, RunFunction(ctx.caller_rank, m.function, std::move(m.args)),
+           "remote() of '" + m.function + "' on worker '" + NameOf(self_) + "'");
+  });
+  rpc::Serve<RemoteNewRequest>(*internal, [this, start](rpc::CallContext& ctx,
+                                                        RemoteNewRequest m) {
+    auto entry = start(m.rref, m.fork, ctx.caller_rank, m.class_name);
+    Fulfil(entry, Construct(ctx.caller_rank, m.class_name, std::move(m.args)),
+           "remote() of '" + m.class_name + "' on worker '" + NameOf(self_) + "'");
+  });
+  rpc::Serve<RemoteMethodRequest>(*internal, [this, start](rpc::CallContext& ctx,
+                                                           RemoteMethodRequest m) {
+    auto entry = start(m.rref, m.fork, ctx.caller_rank, m.type);
+    Fulfil(entry, AsOwned(InvokeMethod(ctx.caller_rank, m.target, m.method, std::move(m.args))),
+           "remote() of method '" + m.method + "' on worker '" + NameOf(self_) + "'");
+  });
+  rpc::Serve<CallRequest>(*internal, [this](rpc::CallContext& ctx, CallRequest m) {
     const int caller = ctx.caller_rank;
-    if (!may_be_early) return InvokeMethod(caller, id, method, std::move(args));
-    return AwaitCreation(id, ctx.deadline)
-        .Then([this, caller, id, method, args = std::move(args)](
+    if (!m.may_be_early) return InvokeMethod(caller, m.rref, m.method, std::move(m.args));
+    return AwaitCreation(m.rref, ctx.deadline)
+        .Then([this, caller, m = std::move(m)](
                   const absl::StatusOr<bool>& created) mutable -> Future<c10::IValue> {
           if (!created.ok()) return Future<c10::IValue>::Ready(created.status());
-          return InvokeMethod(caller, id, method, std::move(args));
+          return InvokeMethod(caller, m.rref, m.method, std::move(m.args));
         });
   });
-  internal->Register("rref.fetch", [this](rpc::CallContext& ctx, int64_t rw, int64_t rl,
-                                               bool may_be_early) {
-    const GlobalId id{int32_t(rw), rl};
-    if (!may_be_early) return FetchLocal(id);
-    return AwaitCreation(id, ctx.deadline)
-        .Then([this, id](const absl::StatusOr<bool>& created) -> Future<c10::IValue> {
+  rpc::Serve<FetchRequest>(*internal, [this](rpc::CallContext& ctx, FetchRequest m) {
+    if (!m.may_be_early) return FetchLocal(m.rref);
+    return AwaitCreation(m.rref, ctx.deadline)
+        .Then([this, id = m.rref](const absl::StatusOr<bool>& created) -> Future<c10::IValue> {
           if (!created.ok()) return Future<c10::IValue>::Ready(created.status());
           return FetchLocal(id);
         });
   });
-  internal->Register("rref.fork", [this](rpc::CallContext& ctx, int64_t rw, int64_t rl,
-                                              int64_t fw, int64_t fl) {
-    return RegisterFork({int32_t(rw), rl}, {int32_t(fw), fl}, ctx.caller_rank, ctx.deadline);
+  rpc::Serve<ForkRequest>(*internal, [this](rpc::CallContext& ctx, ForkRequest m) {
+    return RegisterFork(m.rref, m.fork, ctx.caller_rank, ctx.deadline);
   });
-  internal->Register("rref.child_accept", [this](int64_t fw, int64_t fl) {
+  rpc::Serve<ChildAcceptRequest>(*internal, [this](rpc::CallContext&, ChildAcceptRequest m) {
     PendingChild released;  // dropping the parent may send a delete: after the lock
     MutexLock lock(&mu_);
-    auto it = pending_children_.find({int32_t(fw), fl});
+    auto it = pending_children_.find(m.fork);
     if (it != pending_children_.end()) {
       released = std::move(it->second);
       pending_children_.erase(it);
     }
   });
-  internal->Register("rref.delete", [this](int64_t rw, int64_t rl, int64_t fw,
-                                                int64_t fl) -> absl::Status {
+  rpc::Serve<DeleteRequest>(*internal, [this](rpc::CallContext&, DeleteRequest m) {
     std::shared_ptr<OwnerEntry> doomed;
     {
       MutexLock lock(&mu_);
-      const GlobalId rref_id{int32_t(rw), rl};
-      auto it = owned_.find(rref_id);
-      if (it == owned_.end() || it->second->forks.erase({int32_t(fw), fl}) == 0) {
-        return absl::NotFoundError(
-            absl::StrCat("delete of unknown fork (", fw, ",", fl, ") of RRef (", rw, ",", rl, ")"));
+      auto it = owned_.find(m.rref);
+      if (it == owned_.end() || it->second->forks.erase(m.fork) == 0) {
+        return absl::NotFoundError(absl::StrCat("delete of unknown fork ", m.fork.ToString(),
+                                                " of RRef ", m.rref.ToString()));
       }
-      doomed = TakeIfUnreferencedLocked(rref_id);
+      doomed = TakeIfUnreferencedLocked(m.rref);
     }
     return absl::OkStatus();
   });

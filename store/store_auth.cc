@@ -3,7 +3,7 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
-#include "rpc/auth/mac.h"
+#include "auth/mac.h"
 
 namespace tessera::store {
 namespace {
@@ -38,18 +38,18 @@ std::string_view OnlyValue(const Multimap& metadata, const char* key) {
 
 }  // namespace
 
-StoreAuth::StoreAuth(rpc::JobSecret secret)
+StoreAuth::StoreAuth(auth::JobSecret secret)
     : secret_(std::move(secret)),
-      session_(secret_.empty() ? std::string() : rpc::RandomBytes(kSessionBytes)) {}
+      session_(secret_.empty() ? std::string() : auth::RandomBytes(kSessionBytes)) {}
 
 std::string StoreAuth::RequestMac(std::string_view method, std::string_view nonce,
                                   const google::protobuf::Message& request) const {
-  return rpc::Mac(secret_, {kProtocol, "request", method, nonce, Bytes(request)});
+  return auth::Mac(secret_, {kProtocol, "request", method, nonce, Bytes(request)});
 }
 
 std::string StoreAuth::ResponseMac(std::string_view method, std::string_view nonce,
                                    const google::protobuf::Message& response) const {
-  return rpc::Mac(secret_, {kProtocol, "response", method, nonce, Bytes(response)});
+  return auth::Mac(secret_, {kProtocol, "response", method, nonce, Bytes(response)});
 }
 
 StoreAuth::Signature StoreAuth::Sign(std::string_view method,
@@ -80,7 +80,7 @@ absl::Status StoreAuth::CheckResponse(const grpc::ClientContext& context,
                                       const google::protobuf::Message& response) const {
   if (!enabled()) return absl::OkStatus();
   const std::string_view mac = OnlyValue(context.GetServerTrailingMetadata(), kResponseMacKey);
-  if (!rpc::SameMac(mac, ResponseMac(method, nonce, response))) {
+  if (!auth::SameMac(mac, ResponseMac(method, nonce, response))) {
     return absl::UnauthenticatedError(
         "the answer is not from a store that knows this job's secret (another job's store at "
         "this address, or its TESSERA_JOB_SECRET differs)");
@@ -100,7 +100,7 @@ grpc::Status StoreAuth::CheckRequest(std::string_view nonce, std::string_view ma
                                      std::string_view method,
                                      const google::protobuf::Message& request) const {
   if (!enabled()) return grpc::Status::OK;
-  if (nonce.size() != kNonceBytes || !rpc::SameMac(mac, RequestMac(method, nonce, request))) {
+  if (nonce.size() != kNonceBytes || !auth::SameMac(mac, RequestMac(method, nonce, request))) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "the store refused a caller that did not prove it knows the job secret "
                         "(TESSERA_JOB_SECRET missing, or not the one the store was started with)");

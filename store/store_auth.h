@@ -1,5 +1,5 @@
 // StoreAuth: signs and checks the rendezvous store's calls with the job
-// secret (rpc/auth/job_secret.h), so that only the job's own processes can
+// secret (auth/job_secret.h), so that only the job's own processes can
 // read or change its rendezvous, and workers only believe the job's own store.
 //
 // Note [Store call authentication]
@@ -22,7 +22,7 @@
 // TensorPipe's frames do. The threat is peers that can connect, not ones
 // that can watch the wire (rpc/auth/handshake.h).
 //
-// Without a secret (an empty JobSecret) nothing is signed or checked — the
+// Without a secret (an empty auth::JobSecret) nothing is signed or checked — the
 // behaviour of stores before this existed, and of tests that set none.
 //
 // Thread-safety: thread-safe.
@@ -39,14 +39,14 @@
 
 #include "absl/status/status.h"
 #include "common/mutex.h"
-#include "rpc/auth/job_secret.h"
+#include "auth/job_secret.h"
 #include "store/replay_window.h"
 
 namespace tessera::store {
 
 class StoreAuth {
  public:
-  explicit StoreAuth(rpc::JobSecret secret);
+  explicit StoreAuth(auth::JobSecret secret);
 
   bool enabled() const { return !secret_.empty(); }
 
@@ -83,7 +83,7 @@ class StoreAuth {
   std::string ResponseMac(std::string_view method, std::string_view nonce,
                           const google::protobuf::Message& response) const;
 
-  const rpc::JobSecret secret_;
+  const auth::JobSecret secret_;
   // Client side: this client's session and its last call's number.
   const std::string session_;
   mutable std::atomic<uint64_t> calls_{0};

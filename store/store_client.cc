@@ -22,7 +22,7 @@ absl::Status FromGrpc(const grpc::Status& status) {
 
 class StoreClient::Stub {
  public:
-  Stub(const std::string& target, rpc::JobSecret secret)
+  Stub(const std::string& target, auth::JobSecret secret)
       : target_(target),
         stub_(proto::Store::NewStub(
             grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))),
@@ -53,7 +53,7 @@ class StoreClient::Stub {
 };
 
 StoreClient::StoreClient(const std::string& host, int port, absl::Duration default_timeout,
-                         rpc::JobSecret secret)
+                         auth::JobSecret secret)
     : host_(host),
       target_(JoinHostPort(host, port)),
       default_timeout_(default_timeout),

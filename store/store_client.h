@@ -16,14 +16,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "rpc/auth/job_secret.h"
+#include "auth/job_secret.h"
 
 namespace tessera::store {
 
 class StoreClient {
  public:
   StoreClient(const std::string& host, int port,
-              absl::Duration default_timeout = absl::Seconds(60), rpc::JobSecret secret = {});
+              absl::Duration default_timeout = absl::Seconds(60), auth::JobSecret secret = {});
   ~StoreClient();
 
   absl::Status Set(const std::string& key, const std::string& value);

@@ -18,7 +18,7 @@ namespace tessera::store {
 
 class StoreServiceImpl final : public proto::Store::Service {
  public:
-  explicit StoreServiceImpl(rpc::JobSecret secret) : auth_(std::move(secret)) {}
+  explicit StoreServiceImpl(auth::JobSecret secret) : auth_(std::move(secret)) {}
 
   grpc::Status Set(grpc::ServerContext* context, const proto::SetRequest* request,
                    proto::SetResponse* response) override {
@@ -157,7 +157,7 @@ class StoreServiceImpl final : public proto::Store::Service {
 
 absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string& host,
                                                                 int port,
-                                                                rpc::JobSecret secret) {
+                                                                auth::JobSecret secret) {
   std::unique_ptr<StoreServer> server(new StoreServer());
   server->service_ = std::make_unique<StoreServiceImpl>(std::move(secret));
   grpc::ServerBuilder builder;
@@ -177,7 +177,7 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::strin
 }
 
 absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::StartForMaster(
-    const std::string& master_addr, int port, rpc::JobSecret secret) {
+    const std::string& master_addr, int port, auth::JobSecret secret) {
   auto host = StoreListenHost(master_addr);
   if (!host.ok()) return host.status();
   return Start(*host, port, std::move(secret));

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "rpc/auth/job_secret.h"
+#include "auth/job_secret.h"
 
 namespace grpc {
 class Server;
@@ -27,12 +27,12 @@ class StoreServer {
   // Binds `host:port` (port 0 picks a free one) and starts serving; with a
   // non-empty `secret`, only to the job's own processes.
   static absl::StatusOr<std::unique_ptr<StoreServer>> Start(const std::string& host, int port,
-                                                            rpc::JobSecret secret = {});
+                                                            auth::JobSecret secret = {});
   // The store of a job whose processes dial `master_addr:port`: listening
   // at that address when it is this host's, else on every interface (a name
   // or virtual IP that leads here; StoreListenHost in common/host_address.h).
   static absl::StatusOr<std::unique_ptr<StoreServer>> StartForMaster(
-      const std::string& master_addr, int port, rpc::JobSecret secret = {});
+      const std::string& master_addr, int port, auth::JobSecret secret = {});
   ~StoreServer();
 
   int port() const { return port_; }

@@ -2,6 +2,7 @@
 
 #include "common/status.h"
 #include "dist_optim/local_optimizer.h"
+#include "rpc/init.h"
 
 namespace tessera {
 
@@ -17,7 +18,7 @@ std::unique_ptr<Worker> Worker::Start(WorkerOptions options) {
   dist_optim::RegisterLocalOptimizer(classes);
   worker->rrefs_ = rref::RRefContext::Create(std::move(classes));
   worker->autograd_ = dist_autograd::DistAutograd::Create();
-  worker->runtime_ = rpc::Runtime::Init(std::move(options), rpc::Registry(),
+  worker->runtime_ = rpc::Init(std::move(options), rpc::Registry(),
                                         {worker->rrefs_, worker->autograd_});
   return worker;
 }

@@ -25,6 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
+#include "rpc/init.h"
 #include "rpc/runtime.h"
 
 namespace {
@@ -99,7 +100,7 @@ int RunWorker() {
                  options.ok() ? "" : (": " + options.status().ToString()).c_str());
     return 2;
   }
-  auto runtime = Runtime::Init(*options);
+  auto runtime = Init(*options);
   RegisterFunctions(*runtime);  // calls that arrive first wait for it
   const int code = options->rank == 0 ? Drive(*runtime) : 0;
   runtime->Shutdown();

@@ -1,7 +1,7 @@
 #include "rpc/auth/handshake.h"
 
 #include "absl/strings/str_cat.h"
-#include "rpc/auth/mac.h"
+#include "auth/mac.h"
 
 namespace tessera::rpc {
 namespace {
@@ -31,19 +31,19 @@ proto::Envelope AuthEnvelope() {
 
 }  // namespace
 
-std::string ServerProof(const JobSecret& secret, const std::string& client_nonce,
+std::string ServerProof(const auth::JobSecret& secret, const std::string& client_nonce,
                         const std::string& server_nonce) {
-  return Mac(secret, {kProtocol, "server", client_nonce, server_nonce});
+  return auth::Mac(secret, {kProtocol, "server", client_nonce, server_nonce});
 }
 
-std::string ClientProof(const JobSecret& secret, const std::string& server_nonce,
+std::string ClientProof(const auth::JobSecret& secret, const std::string& server_nonce,
                         const std::string& client_nonce, const PeerIdentity& client) {
-  return Mac(secret, {kProtocol, "client", server_nonce, client_nonce, client.name,
+  return auth::Mac(secret, {kProtocol, "client", server_nonce, client_nonce, client.name,
                      std::to_string(client.rank)});
 }
 
-ClientHandshake::ClientHandshake(JobSecret secret, PeerIdentity self)
-    : secret_(std::move(secret)), self_(std::move(self)), client_nonce_(RandomBytes(kNonceBytes)) {}
+ClientHandshake::ClientHandshake(auth::JobSecret secret, PeerIdentity self)
+    : secret_(std::move(secret)), self_(std::move(self)), client_nonce_(auth::RandomBytes(kNonceBytes)) {}
 
 proto::Envelope ClientHandshake::Hello() {
   proto::Envelope envelope = AuthEnvelope();
@@ -58,7 +58,7 @@ absl::StatusOr<proto::Envelope> ClientHandshake::OnChallenge(const proto::Envelo
   auto status = Expect(challenge, proto::AuthStep::kChallenge, "challenge");
   if (!status.ok()) return status;
   const auto& step = challenge.auth().challenge();
-  if (!SameMac(step.proof(), ServerProof(secret_, client_nonce_, step.nonce()))) {
+  if (!auth::SameMac(step.proof(), ServerProof(secret_, client_nonce_, step.nonce()))) {
     return absl::UnauthenticatedError(
         "the peer could not prove it knows the job secret (TESSERA_JOB_SECRET differs)");
   }
@@ -72,7 +72,7 @@ absl::Status ClientHandshake::OnResult(const proto::Envelope& result) const {
   return Expect(result, proto::AuthStep::kAccepted, "acceptance");
 }
 
-ServerHandshake::ServerHandshake(JobSecret secret) : secret_(std::move(secret)) {}
+ServerHandshake::ServerHandshake(auth::JobSecret secret) : secret_(std::move(secret)) {}
 
 absl::StatusOr<proto::Envelope> ServerHandshake::OnHello(const proto::Envelope& hello) {
   auto status = Expect(hello, proto::AuthStep::kHello, "hello");
@@ -83,7 +83,7 @@ absl::StatusOr<proto::Envelope> ServerHandshake::OnHello(const proto::Envelope& 
   }
   peer_ = PeerIdentity{step.worker_name(), step.rank()};
   client_nonce_ = step.nonce();
-  server_nonce_ = RandomBytes(kNonceBytes);
+  server_nonce_ = auth::RandomBytes(kNonceBytes);
   challenged_ = true;
   proto::Envelope envelope = AuthEnvelope();
   auto* challenge = envelope.mutable_auth()->mutable_challenge();
@@ -96,7 +96,7 @@ absl::StatusOr<PeerIdentity> ServerHandshake::OnProof(const proto::Envelope& pro
   auto status = Expect(proof, proto::AuthStep::kProof, "proof");
   if (!status.ok()) return status;
   if (!challenged_ ||
-      !SameMac(proof.auth().proof().proof(),
+      !auth::SameMac(proof.auth().proof().proof(),
                  ClientProof(secret_, server_nonce_, client_nonce_, peer_))) {
     return absl::UnauthenticatedError(absl::StrCat(
         "'", peer_.name, "' (rank ", peer_.rank,

@@ -22,7 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/rpc.pb.h"
-#include "rpc/auth/job_secret.h"
+#include "auth/job_secret.h"
 
 namespace tessera::rpc {
 
@@ -34,7 +34,7 @@ struct PeerIdentity {
 
 class ClientHandshake {
  public:
-  ClientHandshake(JobSecret secret, PeerIdentity self);
+  ClientHandshake(auth::JobSecret secret, PeerIdentity self);
 
   // The first envelope to send.
   proto::Envelope Hello();
@@ -45,14 +45,14 @@ class ClientHandshake {
   absl::Status OnResult(const proto::Envelope& result) const;
 
  private:
-  JobSecret secret_;
+  auth::JobSecret secret_;
   PeerIdentity self_;
   std::string client_nonce_;
 };
 
 class ServerHandshake {
  public:
-  explicit ServerHandshake(JobSecret secret);
+  explicit ServerHandshake(auth::JobSecret secret);
 
   // Checks the hello; returns the challenge to send.
   absl::StatusOr<proto::Envelope> OnHello(const proto::Envelope& hello);
@@ -64,7 +64,7 @@ class ServerHandshake {
   static proto::Envelope Rejected(const absl::Status& why, const std::string& server_name);
 
  private:
-  JobSecret secret_;
+  auth::JobSecret secret_;
   PeerIdentity peer_;
   std::string client_nonce_;
   std::string server_nonce_;
@@ -72,9 +72,9 @@ class ServerHandshake {
 };
 
 // Proofs, exposed for tests that play a hostile client.
-std::string ServerProof(const JobSecret& secret, const std::string& client_nonce,
+std::string ServerProof(const auth::JobSecret& secret, const std::string& client_nonce,
                         const std::string& server_nonce);
-std::string ClientProof(const JobSecret& secret, const std::string& server_nonce,
+std::string ClientProof(const auth::JobSecret& secret, const std::string& server_nonce,
                         const std::string& client_nonce, const PeerIdentity& client);
 
 }  // namespace tessera::rpc

@@ -52,24 +52,11 @@ absl::StatusOr<TlsMaterial> LoadTls(const GrpcTlsOptions& tls) {
 
 void PrepareProcessForGrpcAgent() { setenv("GRPC_POLL_STRATEGY", "poll", /*overwrite=*/0); }
 
-GrpcTlsOptions GrpcTlsOptions::FromEnv() {
-  auto get = [](const char* name) {
-    const char* value = std::getenv(name);
-    return std::string(value == nullptr ? "" : value);
-  };
-  GrpcTlsOptions tls;
-  tls.cert_chain_file = get("TESSERA_TLS_CERT_FILE");
-  tls.private_key_file = get("TESSERA_TLS_KEY_FILE");
-  tls.root_certs_file = get("TESSERA_TLS_CA_FILE");
-  tls.mutual = get("TESSERA_TLS_MUTUAL") == "1";
-  return tls;
-}
-
 namespace {
 
 class GrpcAgent final : public RpcAgent, public StreamHost {
  public:
-  GrpcAgent(const GrpcOptions& options, const JobSecret& secret, WorkerInfo self,
+  GrpcAgent(const GrpcOptions& options, const auth::JobSecret& secret, WorkerInfo self,
             RequestHandler handler, Executor* executor, DeadlineTimer* timer)
       : options_(options),
         self_(std::move(self)),
@@ -392,7 +379,7 @@ void GrpcAgent::Close(const absl::Status& reason) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RpcAgent>> CreateGrpcAgent(
-    const GrpcOptions& options, const JobSecret& secret, const std::string& name, int rank,
+    const GrpcOptions& options, const auth::JobSecret& secret, const std::string& name, int rank,
     RequestHandler handler, Executor* executor, DeadlineTimer* timer) {
   WorkerInfo self;
   self.name = name;

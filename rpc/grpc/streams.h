@@ -31,7 +31,7 @@ class ServerStream;
 
 struct StreamSettings {
   PeerIdentity self;
-  JobSecret secret;
+  auth::JobSecret secret;
   CodecLimits limits;
   size_t max_message_bytes = 0;
   absl::Duration handshake_timeout;

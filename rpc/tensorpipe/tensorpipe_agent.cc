@@ -34,7 +34,7 @@ namespace tp = tensorpipe;
 // One outgoing pipe: requests go out on it, their responses come back on it.
 // Requests wait in `waiting` until the handshake is done.
 struct ClientPipe {
-  ClientPipe(JobSecret secret, PeerIdentity self) : handshake(std::move(secret), std::move(self)) {}
+  ClientPipe(auth::JobSecret secret, PeerIdentity self) : handshake(std::move(secret), std::move(self)) {}
 
   uint64_t id = 0;
   int rank = -1;
@@ -51,7 +51,7 @@ struct ClientPipe {
 // One incoming pipe: a peer's requests come in, our responses go back. Its
 // requests are served only after the handshake, as the identity it proved.
 struct ServerPipe {
-  explicit ServerPipe(JobSecret secret) : handshake(std::move(secret)) {}
+  explicit ServerPipe(auth::JobSecret secret) : handshake(std::move(secret)) {}
 
   std::shared_ptr<tp::Pipe> pipe;
   ServerHandshake handshake;  // driven by the pipe's reads, one at a time
@@ -67,7 +67,7 @@ std::string UniqueShmAddress(const std::string& name) {
 
 class TensorPipeAgent final : public RpcAgent {
  public:
-  TensorPipeAgent(const TensorPipeOptions& options, const JobSecret& secret, WorkerInfo self,
+  TensorPipeAgent(const TensorPipeOptions& options, const auth::JobSecret& secret, WorkerInfo self,
                   RequestHandler handler, Executor* executor,
                   DeadlineTimer* timer)
       : options_(options),
@@ -203,7 +203,7 @@ class TensorPipeAgent final : public RpcAgent {
   std::string PeerAt(int rank) const;  // with its address, for connection errors
 
   const TensorPipeOptions options_;
-  const JobSecret secret_;
+  const auth::JobSecret secret_;
   WorkerInfo self_;
   const RequestHandler handler_;
   Executor* const executor_;
@@ -629,7 +629,7 @@ void TensorPipeAgent::Close(const absl::Status& reason) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RpcAgent>> CreateTensorPipeAgent(
-    const TensorPipeOptions& options, const JobSecret& secret, const std::string& name, int rank,
+    const TensorPipeOptions& options, const auth::JobSecret& secret, const std::string& name, int rank,
     RequestHandler handler, Executor* executor, DeadlineTimer* timer) {
   // TensorPipe's shm transport writes to Unix sockets without MSG_NOSIGNAL:
   // a peer dying mid-handshake would kill this process with SIGPIPE. Ignore

@@ -14,6 +14,7 @@
 
 #include "dist_optim/local_optimizer.h"
 #include "pipeline/stage.h"
+#include "rpc/init.h"
 #include "tests/pipeline/test_stages.h"
 #include "tests/testing/test_functions.h"
 
@@ -144,7 +145,7 @@ TESSERA_WORKER_SCENARIO(serve_dist_autograd) {
   auto rrefs = rref::RRefContext::Create(MakeDistAutogradClasses());
   auto autograd = dist_autograd::DistAutograd::Create();
   return ServeUntilShutdown("serve_dist_autograd",
-                            rpc::Runtime::TryInit(TestWorkerOptions(),
+                            rpc::TryInit(TestWorkerOptions(),
                                                MakeDistAutogradRegistry(autograd),
                                                {rrefs, autograd}));
 }

@@ -8,14 +8,13 @@
 //           object TensorPipe's core reads from a connection.
 // Input: [mode byte][pieces (fuzz_support.h)]. Crashes, sanitizer reports
 // and oversized allocations are bugs; errors are expected.
-#include <tensorpipe/common/nop.h>
-#include <tensorpipe/core/nop_types.h>
 
 #include <string>
 
 #include "rpc/tensorpipe/guarded_tcp/bounded_nop.h"
 #include "rpc/tensorpipe/guarded_tcp/hello_frame.h"
 #include "rpc/tensorpipe/guarded_tcp/secret_gate.h"
+#include "rpc/tensorpipe/guarded_tcp/tensorpipe_internals.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace {
@@ -24,8 +23,8 @@ using namespace tessera::rpc::guarded_tcp;
 namespace tp = tensorpipe;
 
 // The secret of the seeds (tests/fuzz/write_seeds.cc).
-const tessera::rpc::JobSecret& Secret() {
-  static const tessera::rpc::JobSecret secret("fuzz job secret");
+const tessera::auth::JobSecret& Secret() {
+  static const tessera::auth::JobSecret secret("fuzz job secret");
   return secret;
 }
 

@@ -13,8 +13,8 @@ namespace {
 
 using namespace tessera::rpc;
 
-const JobSecret& Secret() {
-  static const JobSecret secret("fuzz job secret");
+const tessera::auth::JobSecret& Secret() {
+  static const tessera::auth::JobSecret secret("fuzz job secret");
   return secret;
 }
 

@@ -27,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera::proto;
   if (size < 1) return 0;
   // One store across inputs, as a real one sees many callers.
-  static const tessera::store::StoreAuth auth(tessera::rpc::JobSecret("fuzz job secret"));
+  static const tessera::store::StoreAuth auth(tessera::auth::JobSecret("fuzz job secret"));
   tessera::fuzz::Pieces pieces(data + 1, size - 1);
   const std::string_view nonce = pieces.Next(), mac = pieces.Next(), request = pieces.Rest();
   switch (data[0] % 6) {

@@ -5,8 +5,6 @@
 //   write_seeds <gate|handshake|grpc_frame|store_request> <directory>
 #include <ATen/ops/arange.h>
 #include <grpcpp/support/byte_buffer.h>
-#include <tensorpipe/common/nop.h>
-#include <tensorpipe/core/nop_types.h>
 
 #include <cstdio>
 #include <fstream>
@@ -19,6 +17,7 @@
 #include "rpc/codec.h"
 #include "rpc/grpc/frame_codec.h"
 #include "rpc/tensorpipe/guarded_tcp/secret_gate.h"
+#include "rpc/tensorpipe/guarded_tcp/tensorpipe_internals.h"
 #include "store/store_auth.h"
 
 namespace {
@@ -26,7 +25,7 @@ namespace {
 using namespace tessera;
 namespace tp = tensorpipe;
 
-const rpc::JobSecret kSecret("fuzz job secret");  // the targets' secret
+const auth::JobSecret kSecret("fuzz job secret");  // the targets' secret
 
 // A piece of fuzz_support.h's layout: 2-byte length, then the bytes.
 std::string Piece(const std::string& bytes) {

@@ -26,6 +26,7 @@
 #include "ddp/gloo/gloo_process_group.h"
 #include "dist_optim/local_optimizer.h"
 #include "examples/hybrid_ddp_rpc/hybrid_trainer.h"
+#include "rpc/init.h"
 #include "rref/remote.h"
 #include "store/store_client.h"
 #include "store/store_server.h"
@@ -138,7 +139,7 @@ absl::Status Train(int rank, const TrainerPlan& plan) {
   auto rrefs = MakeRRefContext();
   auto autograd = dist_autograd::DistAutograd::Create();
   TESSERA_ASSIGN_OR_RETURN(
-      auto runtime, rpc::Runtime::TryInit(TestWorkerOptions(), rpc::Registry(), {rrefs, autograd}));
+      auto runtime, rpc::TryInit(TestWorkerOptions(), rpc::Registry(), {rrefs, autograd}));
   auto table = runtime->RpcSync<rref::RRef<EmbeddingTable>>("worker0", "table");
   ddp::GlooOptions gloo;
   gloo.store_prefix = "hybrid_test/ddp";
@@ -227,7 +228,7 @@ void ServeTwoTrainers(const std::string& scenario) {
   });
   auto rrefs = MakeRRefContext();
   auto autograd = dist_autograd::DistAutograd::Create();
-  auto runtime = rpc::Runtime::Init(InProcessOptions("worker0", 0, 3, store->port()),
+  auto runtime = rpc::Init(InProcessOptions("worker0", 0, 3, store->port()),
                                                  std::move(registry), {rrefs, autograd});
   auto table = rref::RemoteObject<EmbeddingTable>(*rrefs, "worker0", examples::kVocabulary,
                                                   examples::kEmbeddingDim, int64_t{7});

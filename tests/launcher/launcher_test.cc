@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "rpc/init.h"
 #include "rpc/runtime.h"
 #include "tests/testing/launcher_process.h"
 #include "tests/testing/multiprocess.h"
@@ -82,7 +83,7 @@ TEST(LauncherTest, ForwardsSigterm) {
 int RunLaunchedRpcWorker() {
   auto options = rpc::RpcOptions::FromEnv();
   if (!options.ok() || options->store_role != rpc::StoreRole::kConnect) return 1;
-  auto runtime = rpc::Runtime::TryInit(*options, MakeTestRegistry());
+  auto runtime = rpc::TryInit(*options, MakeTestRegistry());
   if (!runtime.ok()) return 2;
   const int next = (options->rank + 1) % options->world_size;
   auto got = (*runtime)->RpcAsync<int64_t>("worker" + std::to_string(next), "echo",

@@ -37,6 +37,7 @@
 #include "dist_optim/distributed_optimizer.h"
 #include "pipeline/pipeline_driver.h"
 #include "pipeline/stage.h"
+#include "rpc/init.h"
 #include "rpc/runtime.h"
 #include "rref/remote.h"
 #include "tests/dist_autograd/dist_autograd_world.h"
@@ -198,7 +199,7 @@ TESSERA_WORKER_SCENARIO(multihost_rpc_job) {
     std::printf("failing once on purpose\n");
     return 5;
   }
-  auto runtime = rpc::Runtime::TryInit(*options, std::move(registry), {rrefs, autograd});
+  auto runtime = rpc::TryInit(*options, std::move(registry), {rrefs, autograd});
   if (!runtime.ok()) {
     std::printf("cannot start: %s\n", runtime.status().ToString().c_str());
     return 2;
@@ -221,7 +222,7 @@ TESSERA_WORKER_SCENARIO(multihost_rpc_job) {
 // Rank 1 calls both others until a call fails, then names the failure
 // (the link-cut test).
 TESSERA_WORKER_SCENARIO(multihost_until_failure) {
-  auto runtime = rpc::Runtime::TryInit(TestWorkerOptions(), MakeTestRegistry());
+  auto runtime = rpc::TryInit(TestWorkerOptions(), MakeTestRegistry());
   if (!runtime.ok()) return 2;
   rpc::Runtime& rt = **runtime;
   if (rt.self().rank != 1) {

@@ -10,6 +10,7 @@
 
 #include <ATen/ops/zeros.h>
 
+#include "rpc/init.h"
 #include "store/store_client.h"
 #include "tests/testing/rpc_world.h"
 #include "tests/testing/test_functions.h"
@@ -33,7 +34,7 @@ class AuthTest : public RpcWorld {
 
     rpc::RpcOptions options = InProcessOptions("worker0", 0, 2, (*store)->port());
     options.rendezvous_timeout = absl::Milliseconds(500);
-    auto runtime = rpc::Runtime::TryInit(options, MakeTestRegistry());
+    auto runtime = rpc::TryInit(options, MakeTestRegistry());
     ASSERT_FALSE(runtime.ok());
     EXPECT_EQ(runtime.status().code(), absl::StatusCode::kDeadlineExceeded) << runtime.status();
     EXPECT_NE(runtime.status().message().find("rank(s) 1 "), std::string::npos)

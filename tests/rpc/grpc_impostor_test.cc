@@ -14,6 +14,7 @@
 #include "common/future.h"
 #include "proto/worker_service.grpc.pb.h"
 #include "rpc/auth/handshake.h"
+#include "rpc/init.h"
 #include "rpc/runtime.h"
 #include "store/store_client.h"
 #include "store/store_server.h"
@@ -33,7 +34,7 @@ class Impostor final : public proto::Worker::Service {
                         grpc::ServerReaderWriter<proto::Frame, proto::Frame>* stream) override {
     proto::Frame hello;
     if (!stream->Read(&hello)) return grpc::Status::OK;
-    rpc::ServerHandshake pretender(rpc::JobSecret("a guess at the secret"));
+    rpc::ServerHandshake pretender(auth::JobSecret("a guess at the secret"));
     auto challenge = pretender.OnHello(hello.envelope());
     if (!challenge.ok()) {
       after_challenge_.Set(challenge.status());
@@ -70,7 +71,7 @@ TEST(GrpcImpostorTest, WorkerRefusesAPeerThatCannotProveTheSecret) {
   rpc::RpcOptions options = InProcessOptions("worker0", 0, 2, (*store)->port());
   options.backend = rpc::Backend::kGrpc;
   options.grpc.tls = {};  // the impostor listens without TLS
-  auto runtime = rpc::Runtime::TryInit(options, MakeTestRegistry());
+  auto runtime = rpc::TryInit(options, MakeTestRegistry());
   ASSERT_TRUE(runtime.ok()) << runtime.status();
 
   auto result =

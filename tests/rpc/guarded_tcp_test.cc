@@ -4,14 +4,11 @@
 #include "rpc/tensorpipe/guarded_tcp/guarded_tcp.h"
 
 #include <gtest/gtest.h>
-#include <tensorpipe/common/nop.h>
-#include <tensorpipe/core/nop_types.h>
-#include <tensorpipe/transport/connection.h>
-#include <tensorpipe/transport/listener.h>
 
 #include <vector>
 
 #include "common/future.h"
+#include "rpc/tensorpipe/guarded_tcp/tensorpipe_internals.h"
 
 namespace tessera::rpc {
 namespace {

@@ -9,6 +9,7 @@
 #include <ATen/ops/randn.h>
 #include <ATen/ops/zeros.h>
 
+#include "rpc/init.h"
 #include "tests/testing/rpc_world.h"
 #include "tests/testing/test_functions.h"
 
@@ -207,7 +208,7 @@ TEST(RuntimeLifecycleTest, DefaultCallTimeoutAppliesWhenNoneIsGiven) {
         .Get("never-set", ctx.deadline - absl::Now() + absl::Seconds(1))
         .ok();
   });
-  auto runtime = rpc::Runtime::TryInit(options, std::move(registry));
+  auto runtime = rpc::TryInit(options, std::move(registry));
   ASSERT_TRUE(runtime.ok()) << runtime.status();
   auto result = (*runtime)->RpcAsync<bool>("solo", "answer_late").Wait(absl::Seconds(30));
   EXPECT_EQ(result.status().code(), absl::StatusCode::kDeadlineExceeded) << result.status();
@@ -221,7 +222,7 @@ TEST(RuntimeLifecycleTest, CleanRestartInTheSameProcess) {
   for (int generation = 0; generation < 2; ++generation) {
     auto store = store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
     ASSERT_TRUE(store.ok());
-    auto runtime = rpc::Runtime::TryInit(InProcessOptions("solo", 0, 1, (*store)->port()),
+    auto runtime = rpc::TryInit(InProcessOptions("solo", 0, 1, (*store)->port()),
                                       MakeTestRegistry());
     ASSERT_TRUE(runtime.ok()) << runtime.status();
     EXPECT_EQ((*runtime)->RpcSync<int64_t>("solo", "echo", int64_t{generation}), generation);
@@ -240,7 +241,7 @@ TEST(RuntimeLifecycleTest, FunctionsRegisteredAfterStartAreServed) {
   ASSERT_TRUE(store.ok());
   rpc::RpcOptions options = InProcessOptions("solo", 0, 1, (*store)->port());
   options.registration_wait = absl::Seconds(2);
-  auto runtime = rpc::Runtime::Init(options);
+  auto runtime = rpc::Init(options);
   // Sent before "late" exists: it waits for the registration below.
   auto early = runtime->RpcAsync<int64_t>("solo", "late", int64_t{20});
   runtime->store().Get("tessera/never", absl::Milliseconds(200)).IgnoreError();

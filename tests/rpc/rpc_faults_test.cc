@@ -9,6 +9,7 @@
 
 #include <thread>
 
+#include "rpc/init.h"
 #include "tests/testing/rpc_world.h"
 #include "tests/testing/test_functions.h"
 
@@ -57,7 +58,7 @@ TEST(RpcRendezvousTest, MissingWorkersAreNamedNotWaitedForever) {
   ASSERT_TRUE(store.ok());
   rpc::RpcOptions options = InProcessOptions("worker0", 0, 3, (*store)->port());
   options.rendezvous_timeout = absl::Milliseconds(500);
-  auto runtime = rpc::Runtime::TryInit(options, MakeTestRegistry());
+  auto runtime = rpc::TryInit(options, MakeTestRegistry());
   ASSERT_FALSE(runtime.ok());
   EXPECT_EQ(runtime.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(runtime.status().message().find("rank(s) 1, 2"), std::string::npos)

@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "rpc/auth/handshake.h"
+#include "rpc/init.h"
 #include "store/store_client.h"
 #include "tests/testing/raw_tensorpipe_peer.h"
 #include "tests/testing/rpc_world.h"
@@ -40,7 +41,7 @@ class TensorPipeWireTest : public RpcWorld {
     }
     rpc::RpcOptions options = InProcessOptions("worker0", 0, 2, store_port());
     options.backend = rpc::Backend::kTensorPipe;
-    auto runtime = rpc::Runtime::TryInit(options, MakeTestRegistry());
+    auto runtime = rpc::TryInit(options, MakeTestRegistry());
     if (!runtime.ok()) {
       ADD_FAILURE() << runtime.status();
       return nullptr;
@@ -228,7 +229,7 @@ TEST_F(TensorPipeWireTest, ReplayedHandshakeAndMissingSecretAreRefused) {
   // No secret at all: the transport gate refuses it before TensorPipe.
   RawTensorPipePeer outsider;
   auto stranger = outsider.Connect(address);
-  auto refused = RawTensorPipePeer::Authenticate(stranger, rpc::JobSecret(), self);
+  auto refused = RawTensorPipePeer::Authenticate(stranger, auth::JobSecret(), self);
   EXPECT_FALSE(refused.ok());
   EXPECT_NE(refused.message().find("did not prove the job secret"), std::string::npos) << refused;
 
@@ -243,7 +244,7 @@ TEST_F(TensorPipeWireTest, ReplayedHandshakeAndMissingSecretAreRefused) {
 // transport gate refuses it: the call fails as Unauthenticated naming the
 // peer, and the impostor never gets a pipe, let alone the request.
 TEST_F(TensorPipeWireTest, WorkerRefusesAListenerThatCannotProveTheSecret) {
-  RawTensorPipePeer impostor(rpc::JobSecret("a guess at the secret"));
+  RawTensorPipePeer impostor(auth::JobSecret("a guess at the secret"));
   auto runtime = StartFacing(impostor);
   ASSERT_NE(runtime, nullptr);
 
@@ -267,7 +268,7 @@ TEST_F(TensorPipeWireTest, WorkerRefusesAPeerThatCannotProveTheSecret) {
   ASSERT_TRUE(pipe.ok()) << pipe.status();
   auto hello = RawTensorPipePeer::Read(*pipe);
   ASSERT_TRUE(hello.ok()) << hello.status();
-  rpc::ServerHandshake pretender(rpc::JobSecret("a guess at the secret"));
+  rpc::ServerHandshake pretender(auth::JobSecret("a guess at the secret"));
   auto challenge = pretender.OnHello(hello->envelope);
   ASSERT_TRUE(challenge.ok()) << challenge.status();
   rpc::Message challenge_message;

@@ -11,6 +11,7 @@
 
 #include <future>
 
+#include "rpc/init.h"
 #include "store/store_server.h"
 #include "tests/rref/rref_world.h"
 #include "tests/testing/fake_network.h"
@@ -38,7 +39,7 @@ class RRefProtocolTest : public ::testing::Test {
       options.agent_factory = network_->Factory();
       auto context = contexts_.back();
       starting.push_back(std::async(std::launch::async, [options, context] {
-        return rpc::Runtime::TryInit(options, MakeRRefTestRegistry(context), {context});
+        return rpc::TryInit(options, MakeRRefTestRegistry(context), {context});
       }));
     }
     for (auto& f : starting) {

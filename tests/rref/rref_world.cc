@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include "rpc/init.h"
 #include "tests/testing/test_functions.h"
 
 namespace tessera::testing {
@@ -80,7 +81,7 @@ TESSERA_WORKER_SCENARIO(serve_rref) {
   auto context = rref::RRefContext::Create(MakeTestClasses());
   return ServeUntilShutdown(
       "serve_rref",
-      rpc::Runtime::TryInit(TestWorkerOptions(), MakeRRefTestRegistry(context), {context}));
+      rpc::TryInit(TestWorkerOptions(), MakeRRefTestRegistry(context), {context}));
 }
 
 rpc::Registry RRefWorld::MakeRegistry() { return MakeRRefTestRegistry(rrefs_); }

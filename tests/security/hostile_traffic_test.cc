@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "rpc/init.h"
 #include "rpc/runtime.h"
 #include "store/store_client.h"
 #include "tests/testing/launcher_process.h"
@@ -46,7 +47,7 @@ TESSERA_WORKER_SCENARIO(serve_under_flood) {
   auto options = rpc::RpcOptions::FromEnv();
   if (!options.ok()) return 2;
   options->shutdown_timeout = absl::Seconds(120);
-  auto runtime = rpc::Runtime::TryInit(*options, MakeTestRegistry());
+  auto runtime = rpc::TryInit(*options, MakeTestRegistry());
   if (!runtime.ok()) {
     std::printf("cannot start: %s\n", runtime.status().ToString().c_str());
     return 2;
@@ -270,7 +271,7 @@ TEST(HostileTrafficTest, NoConnectionHurtsAWorkerTheStoreOrTheLaunchers) {
   for (int fd : silent) close(fd);
 
   store::StoreClient store("127.0.0.1", std::stoi(port), absl::Seconds(10),
-                           rpc::JobSecret(kSecret));
+                           auth::JobSecret(kSecret));
   ASSERT_TRUE(store.Set(kFloodDone, "1").ok());
   EXPECT_EQ(node0.Finish(absl::Seconds(180)), 0) << node0.output();
   EXPECT_EQ(node1.Finish(absl::Seconds(60)), 0) << node1.output();

@@ -13,7 +13,7 @@
 namespace tessera::store {
 namespace {
 
-const rpc::JobSecret kSecret("the job's secret");
+const auth::JobSecret kSecret("the job's secret");
 
 class StoreAuthTest : public ::testing::Test {
  protected:
@@ -39,7 +39,7 @@ class StoreAuthTest : public ::testing::Test {
 };
 
 TEST_F(StoreAuthTest, CallerWithoutTheSecretIsRefusedAndChangesNothing) {
-  for (const rpc::JobSecret& secret : {rpc::JobSecret(), rpc::JobSecret("another job's")}) {
+  for (const auth::JobSecret& secret : {auth::JobSecret(), auth::JobSecret("another job's")}) {
     StoreClient stranger("127.0.0.1", server_->port(), absl::Seconds(10), secret);
     auto set = stranger.Set("address", "6.6.6.6:1");
     EXPECT_EQ(set.code(), absl::StatusCode::kUnauthenticated) << set;
@@ -68,7 +68,7 @@ TEST_F(StoreAuthTest, AnswersOfAStoreWithoutTheSecretAreNotBelieved) {
             std::string::npos)
       << get.status();
 
-  auto other_job = *StoreServer::Start("127.0.0.1", 0, rpc::JobSecret("another job's"));
+  auto other_job = *StoreServer::Start("127.0.0.1", 0, auth::JobSecret("another job's"));
   StoreClient misdirected("127.0.0.1", other_job->port(), absl::Seconds(10), kSecret);
   auto refused = misdirected.Get("address", absl::Seconds(1));
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnauthenticated) << refused.status();

@@ -9,7 +9,7 @@
 namespace tessera::store {
 namespace {
 
-const rpc::JobSecret kSecret("the job's secret");
+const auth::JobSecret kSecret("the job's secret");
 
 // The store's behaviour, with calls signed with a job secret and without.
 class StoreTest : public ::testing::TestWithParam<bool> {
@@ -20,7 +20,7 @@ class StoreTest : public ::testing::TestWithParam<bool> {
     server_ = *std::move(server);
     client_ = Client();
   }
-  rpc::JobSecret secret() const { return GetParam() ? kSecret : rpc::JobSecret(); }
+  auth::JobSecret secret() const { return GetParam() ? kSecret : auth::JobSecret(); }
   std::unique_ptr<StoreClient> Client() const {
     return std::make_unique<StoreClient>("127.0.0.1", server_->port(), absl::Seconds(10),
                                          secret());

@@ -118,15 +118,14 @@ std::shared_ptr<FakeNetwork> FakeNetwork::Create() {
 
 FakeNetwork::~FakeNetwork() { SetAutoDeliver(false); }
 
-rpc::RpcOptions::AgentFactory FakeNetwork::Factory() {
+rpc::AgentFactory FakeNetwork::Factory() {
   std::weak_ptr<FakeNetwork> weak = shared_from_this();
-  return [weak](const std::string& name, int rank, rpc::RequestHandler handler, Executor*,
-                DeadlineTimer*) -> absl::StatusOr<std::unique_ptr<rpc::RpcAgent>> {
+  return [weak](rpc::AgentSetup setup) -> absl::StatusOr<std::unique_ptr<rpc::RpcAgent>> {
     auto network = weak.lock();
     if (network == nullptr) return absl::FailedPreconditionError("fake network is gone");
-    rpc::WorkerInfo self{name, rank, absl::StrCat("fake://", rank)};
+    rpc::WorkerInfo self{setup.name, setup.rank, absl::StrCat("fake://", setup.rank)};
     return std::unique_ptr<rpc::RpcAgent>(
-        new FakeAgent(std::move(network), std::move(self), std::move(handler)));
+        new FakeAgent(std::move(network), std::move(self), std::move(setup.handler)));
   };
 }
 

@@ -37,7 +37,7 @@ class FakeNetwork : public std::enable_shared_from_this<FakeNetwork> {
   ~FakeNetwork();
 
   // An agent factory for RpcOptions::agent_factory.
-  rpc::RpcOptions::AgentFactory Factory();
+  rpc::AgentFactory Factory();
 
   // Messages waiting, oldest first.
   std::vector<Envelope> Pending() const;

@@ -75,12 +75,12 @@ void WorkerProcess::Kill() {
   if (exit_code_ < 0 && pid_ > 0) ::kill(pid_, SIGKILL);
 }
 
-const rpc::JobSecret& TestJobSecret() {
-  static const rpc::JobSecret* secret = [] {
+const auth::JobSecret& TestJobSecret() {
+  static const auth::JobSecret* secret = [] {
     if (const char* inherited = std::getenv("TESSERA_JOB_SECRET")) {
-      return new rpc::JobSecret(inherited);
+      return new auth::JobSecret(inherited);
     }
-    return new rpc::JobSecret(absl::BytesToHexString(rpc::RandomBytes(16)));
+    return new auth::JobSecret(absl::BytesToHexString(auth::RandomBytes(16)));
   }();
   return *secret;
 }

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "rpc/auth/job_secret.h"
+#include "auth/job_secret.h"
 
 namespace tessera::testing {
 
@@ -51,7 +51,7 @@ class WorkerProcess {
 
 // The job secret of this test's workers: random per test process, passed
 // to children in TESSERA_JOB_SECRET by WorkerEnv.
-const rpc::JobSecret& TestJobSecret();
+const auth::JobSecret& TestJobSecret();
 
 // Environment for an RPC worker of rank `rank` (with TestJobSecret()). The
 // RPC backend is inherited: TESSERA_RPC_BACKEND, set per test target.

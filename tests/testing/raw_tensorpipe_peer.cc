@@ -14,7 +14,7 @@ namespace {
 constexpr absl::Duration kWait = absl::Seconds(30);
 }  // namespace
 
-RawTensorPipePeer::RawTensorPipePeer(rpc::JobSecret gate_secret)
+RawTensorPipePeer::RawTensorPipePeer(auth::JobSecret gate_secret)
     : context_(std::make_shared<tp::Context>()) {
   rpc::GuardedTcpOptions options;
   options.secret = std::move(gate_secret);
@@ -71,7 +71,7 @@ absl::StatusOr<rpc::Message> RawTensorPipePeer::Read(const std::shared_ptr<tp::P
 }
 
 absl::Status RawTensorPipePeer::Authenticate(const std::shared_ptr<tp::Pipe>& pipe,
-                                             const rpc::JobSecret& secret,
+                                             const auth::JobSecret& secret,
                                              const rpc::PeerIdentity& self) {
   rpc::ClientHandshake handshake(secret, self);
   rpc::Message hello;

@@ -18,7 +18,7 @@ class RawTensorPipePeer {
  public:
   // `gate_secret` is what it proves at the transport gate (Note [Transport
   // gate]): the job's secret to get through to a worker's TensorPipe.
-  explicit RawTensorPipePeer(rpc::JobSecret gate_secret = {});
+  explicit RawTensorPipePeer(auth::JobSecret gate_secret = {});
   ~RawTensorPipePeer();
 
   std::shared_ptr<tensorpipe::Pipe> Connect(const std::string& address);
@@ -35,7 +35,7 @@ class RawTensorPipePeer {
 
   // Runs the whole handshake as `self` with `secret`; the worker's verdict.
   static absl::Status Authenticate(const std::shared_ptr<tensorpipe::Pipe>& pipe,
-                                   const rpc::JobSecret& secret, const rpc::PeerIdentity& self);
+                                   const auth::JobSecret& secret, const rpc::PeerIdentity& self);
 
  private:
   std::shared_ptr<tensorpipe::Context> context_;

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "rpc/init.h"
 #include "tests/testing/test_functions.h"
 
 namespace tessera::testing {
@@ -22,7 +23,7 @@ int ServeUntilShutdown(const char* scenario,
 
 TESSERA_WORKER_SCENARIO(serve) {
   return ServeUntilShutdown("serve",
-                            rpc::Runtime::TryInit(TestWorkerOptions(), MakeTestRegistry()));
+                            rpc::TryInit(TestWorkerOptions(), MakeTestRegistry()));
 }
 
 void RpcWorld::StartWorld(int world_size,
@@ -38,7 +39,7 @@ void RpcWorld::StartWorld(int world_size,
   }
   rpc::RpcOptions options = InProcessOptions("worker0", 0, world_size, store_->port());
   options.shutdown_timeout = shutdown_timeout;
-  auto runtime = rpc::Runtime::TryInit(options, MakeRegistry(), MakeExtensions());
+  auto runtime = rpc::TryInit(options, MakeRegistry(), MakeExtensions());
   ASSERT_TRUE(runtime.ok()) << runtime.status();
   runtime_ = *std::move(runtime);
 }

@@ -15,10 +15,10 @@
 // typed object, which reads the same structure and so stays within it.
 #pragma once
 
-#include <tensorpipe/common/nop.h>
-
 #include <cstddef>
 #include <cstdint>
+
+#include "rpc/tensorpipe/guarded_tcp/tensorpipe_internals.h"
 
 namespace tessera::rpc::guarded_tcp {
 

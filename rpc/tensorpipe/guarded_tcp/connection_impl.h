@@ -3,10 +3,6 @@
 // guarded_tcp.h for what it refuses.
 #pragma once
 
-#include <tensorpipe/common/epoll_loop.h>
-#include <tensorpipe/common/socket.h>
-#include <tensorpipe/transport/connection_impl_boilerplate.h>
-
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -15,6 +11,7 @@
 
 #include "rpc/tensorpipe/guarded_tcp/inet_sockaddr.h"
 #include "rpc/tensorpipe/guarded_tcp/secret_gate.h"
+#include "rpc/tensorpipe/guarded_tcp/tensorpipe_internals.h"
 
 namespace tessera::rpc::guarded_tcp {
 

@@ -3,14 +3,11 @@
 // on-demand deferred executor (TensorPipe's single-loop discipline).
 #pragma once
 
-#include <tensorpipe/common/deferred_executor.h>
-#include <tensorpipe/common/epoll_loop.h>
-#include <tensorpipe/transport/context_impl_boilerplate.h>
-
 #include <memory>
 #include <string>
 
 #include "rpc/tensorpipe/guarded_tcp/guarded_tcp.h"
+#include "rpc/tensorpipe/guarded_tcp/tensorpipe_internals.h"
 
 namespace tessera::rpc::guarded_tcp {
 
@@ -37,7 +34,7 @@ class ContextImpl final
 
   size_t max_frame_bytes() const { return options_.max_frame_bytes; }
   const std::string& advertise_host() const { return options_.advertise_host; }
-  const JobSecret& secret() const { return options_.secret; }
+  const auth::JobSecret& secret() const { return options_.secret; }
 
  protected:
   void handleErrorImpl() override { loop_.close(); }

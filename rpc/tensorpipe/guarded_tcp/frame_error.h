@@ -2,10 +2,10 @@
 // peer that failed the transport gate.
 #pragma once
 
-#include <tensorpipe/common/error.h>
-
 #include <memory>
 #include <string>
+
+#include "rpc/tensorpipe/guarded_tcp/tensorpipe_internals.h"
 
 namespace tessera::rpc::guarded_tcp {
 

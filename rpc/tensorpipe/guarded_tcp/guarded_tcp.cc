@@ -1,10 +1,9 @@
 #include "rpc/tensorpipe/guarded_tcp/guarded_tcp.h"
 
-#include <tensorpipe/transport/context_boilerplate.h>
-
 #include "rpc/tensorpipe/guarded_tcp/connection_impl.h"
 #include "rpc/tensorpipe/guarded_tcp/context_impl.h"
 #include "rpc/tensorpipe/guarded_tcp/listener_impl.h"
+#include "rpc/tensorpipe/guarded_tcp/tensorpipe_internals.h"
 
 namespace tessera::rpc {
 namespace guarded_tcp {

@@ -14,13 +14,12 @@
 // Registered by the TensorPipe agent under the name "tcp" in place of "uv".
 #pragma once
 
-#include <tensorpipe/transport/context.h>
-
 #include <cstddef>
 #include <memory>
 #include <string>
 
-#include "rpc/auth/job_secret.h"
+#include "auth/job_secret.h"
+#include "rpc/tensorpipe/guarded_tcp/tensorpipe_internals.h"
 
 namespace tessera::rpc {
 
@@ -37,7 +36,7 @@ struct GuardedTcpOptions {
   std::string advertise_host;
   // Proved by both ends of every connection before TensorPipe reads a byte
   // of it (Note [Transport gate], secret_gate.h). Empty: proves nothing.
-  JobSecret secret;
+  auth::JobSecret secret;
 };
 
 std::shared_ptr<tensorpipe::transport::Context> CreateGuardedTcpTransport(

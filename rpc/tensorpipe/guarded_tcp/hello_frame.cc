@@ -1,12 +1,10 @@
 #include "rpc/tensorpipe/guarded_tcp/hello_frame.h"
 
-#include <tensorpipe/common/nop.h>
-#include <tensorpipe/core/nop_types.h>
-
 #include <cstdint>
 #include <cstring>
 
 #include "rpc/tensorpipe/guarded_tcp/bounded_nop.h"
+#include "rpc/tensorpipe/guarded_tcp/tensorpipe_internals.h"
 
 namespace tessera::rpc::guarded_tcp {
 

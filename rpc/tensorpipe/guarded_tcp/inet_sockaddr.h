@@ -3,10 +3,11 @@
 #pragma once
 
 #include <sys/socket.h>
-#include <tensorpipe/common/socket.h>
 
 #include <optional>
 #include <string>
+
+#include "rpc/tensorpipe/guarded_tcp/tensorpipe_internals.h"
 
 namespace tessera::rpc::guarded_tcp {
 

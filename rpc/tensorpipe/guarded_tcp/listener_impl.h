@@ -14,10 +14,6 @@
 // listener either.
 #pragma once
 
-#include <tensorpipe/common/epoll_loop.h>
-#include <tensorpipe/common/socket.h>
-#include <tensorpipe/transport/listener_impl_boilerplate.h>
-
 #include <deque>
 #include <map>
 #include <optional>
@@ -29,6 +25,7 @@
 #include "rpc/tensorpipe/guarded_tcp/hello_frame.h"
 #include "rpc/tensorpipe/guarded_tcp/inet_sockaddr.h"
 #include "rpc/tensorpipe/guarded_tcp/secret_gate.h"
+#include "rpc/tensorpipe/guarded_tcp/tensorpipe_internals.h"
 
 namespace tessera::rpc::guarded_tcp {
 

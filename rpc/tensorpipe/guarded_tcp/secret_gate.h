@@ -30,7 +30,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "rpc/auth/job_secret.h"
+#include "auth/job_secret.h"
 
 namespace tessera::rpc::guarded_tcp {
 
@@ -43,7 +43,7 @@ inline constexpr size_t kProofBytes = kGateMacBytes;
 
 class GateClient {
  public:
-  explicit GateClient(JobSecret secret);
+  explicit GateClient(auth::JobSecret secret);
   // The first kGreetingBytes to send.
   const std::string& greeting() const { return greeting_; }
   // Checks the listener's challenge (exactly kChallengeBytes); returns the
@@ -51,21 +51,21 @@ class GateClient {
   absl::StatusOr<std::string> OnChallenge(std::string_view challenge) const;
 
  private:
-  JobSecret secret_;
+  auth::JobSecret secret_;
   std::string nonce_;
   std::string greeting_;
 };
 
 class GateServer {
  public:
-  explicit GateServer(JobSecret secret);
+  explicit GateServer(auth::JobSecret secret);
   // Checks a greeting (exactly kGreetingBytes); returns the challenge to send.
   absl::StatusOr<std::string> OnGreeting(std::string_view greeting);
   // Checks the peer's proof (exactly kProofBytes).
   absl::Status OnProof(std::string_view proof) const;
 
  private:
-  JobSecret secret_;
+  auth::JobSecret secret_;
   std::string client_nonce_;
   std::string server_nonce_;
 };

@@ -9,13 +9,13 @@
 #include <string>
 #include <string_view>
 
-#include "rpc/auth/job_secret.h"
+#include "auth/job_secret.h"
 
-namespace tessera::rpc {
+namespace tessera::auth {
 
 std::string Mac(const JobSecret& secret, std::initializer_list<std::string_view> fields);
 
 // Compares two MACs in time independent of where they differ.
 bool SameMac(std::string_view a, std::string_view b);
 
-}  // namespace tessera::rpc
+}  // namespace tessera::auth

@@ -1,4 +1,4 @@
-#include "rpc/auth/job_secret.h"
+#include "auth/job_secret.h"
 
 #include <openssl/rand.h>
 
@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace tessera::rpc {
+namespace tessera::auth {
 
 absl::StatusOr<JobSecret> JobSecret::FromEnv() {
   const char* value = std::getenv("TESSERA_JOB_SECRET");
@@ -45,4 +45,4 @@ std::string RandomBytes(size_t bytes) {
   return out;
 }
 
-}  // namespace tessera::rpc
+}  // namespace tessera::auth

@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace tessera::rpc {
+namespace tessera::auth {
 
 class JobSecret {
  public:
@@ -35,4 +35,4 @@ class JobSecret {
 // `bytes` fresh random bytes from the OS's CSPRNG (for nonces and secrets).
 std::string RandomBytes(size_t bytes);
 
-}  // namespace tessera::rpc
+}  // namespace tessera::auth

@@ -1,4 +1,4 @@
-#include "rpc/auth/mac.h"
+#include "auth/mac.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-namespace tessera::rpc {
+namespace tessera::auth {
 
 std::string Mac(const JobSecret& secret, std::initializer_list<std::string_view> fields) {
   std::string data;
@@ -26,4 +26,4 @@ bool SameMac(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-}  // namespace tessera::rpc
+}  // namespace tessera::auth

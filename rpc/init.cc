@@ -1,0 +1,46 @@
+#include "rpc/init.h"
+
+#include "common/status.h"
+#include "rpc/grpc/grpc_agent.h"
+#include "rpc/tensorpipe/tensorpipe_agent.h"
+
+namespace tessera::rpc {
+
+AgentFactory BackendFactory(Backend backend) {
+  if (backend == Backend::kGrpc) {
+    return [](AgentSetup setup) {
+      GrpcOptions grpc = setup.grpc;
+      grpc.limits = setup.limits;
+      grpc.listen_host = setup.host.bind;
+      grpc.advertise_host = setup.host.advertise;
+      return CreateGrpcAgent(grpc, setup.secret, setup.name, setup.rank,
+                             std::move(setup.handler), setup.executor, setup.timer);
+    };
+  }
+  return [](AgentSetup setup) {
+    TensorPipeOptions tensorpipe = setup.tensorpipe;
+    tensorpipe.limits = setup.limits;
+    tensorpipe.listen_host = setup.host.bind;
+    tensorpipe.advertise_host = setup.host.advertise;
+    return CreateTensorPipeAgent(tensorpipe, setup.secret, setup.name, setup.rank,
+                                 std::move(setup.handler), setup.executor, setup.timer);
+  };
+}
+
+absl::StatusOr<std::unique_ptr<Runtime>> TryInit(
+    RpcOptions options, Registry registry,
+    std::vector<std::shared_ptr<RuntimeExtension>> extensions) {
+  if (!options.agent_factory) {
+    // Before the store client, this process's first use of gRPC.
+    if (options.backend == Backend::kGrpc) PrepareProcessForGrpcAgent();
+    options.agent_factory = BackendFactory(options.backend);
+  }
+  return Runtime::Create(std::move(options), std::move(registry), std::move(extensions));
+}
+
+std::unique_ptr<Runtime> Init(RpcOptions options, Registry registry,
+                              std::vector<std::shared_ptr<RuntimeExtension>> extensions) {
+  return ValueOrThrow(TryInit(std::move(options), std::move(registry), std::move(extensions)));
+}
+
+}  // namespace tessera::rpc
