@@ -1,5 +1,6 @@
 #include "rpc/quiescence.h"
 
+#include <algorithm>
 #include <thread>
 #include <vector>
 
@@ -13,6 +14,43 @@ namespace tessera::rpc {
 namespace {
 
 constexpr absl::Duration kProbeEvery = absl::Seconds(1);
+
+// One worker probes, the others hear its verdict through the store: if
+// every waiting worker probed, each would open a connection to each missing
+// one (in a parameter-server job, every trainer to every other). The prober
+// is the lowest rank that has arrived; all agree on it, as they read the
+// same keys. The verdict is "<code>:<message>" under "<prefix>/dead".
+absl::Status ProbeOrHear(store::StoreClient& store, const std::string& prefix, int rank,
+                         const std::vector<std::string>& missing_keys,
+                         const MissingProbe& probe) {
+  std::vector<int> missing;
+  for (const auto& key : missing_keys) {
+    int missing_rank = -1;
+    if (absl::SimpleAtoi(key.substr(key.rfind('/') + 1), &missing_rank)) {
+      missing.push_back(missing_rank);
+    }
+  }
+  int prober = 0;
+  while (std::find(missing.begin(), missing.end(), prober) != missing.end()) ++prober;
+  const std::string verdict_key = prefix + "/dead";
+  if (rank == prober) {
+    absl::Status found = probe(missing);
+    if (!found.ok()) {
+      store.Set(verdict_key, absl::StrCat(static_cast<int>(found.code()), ":", found.message()))
+          .IgnoreError();  // the prober reports it itself either way
+    }
+    return found;
+  }
+  auto verdict = store.Get(verdict_key, absl::ZeroDuration());
+  if (!verdict.ok()) return absl::OkStatus();  // none yet
+  int code = static_cast<int>(absl::StatusCode::kUnavailable);
+  const size_t colon = verdict->find(':');
+  if (colon == std::string::npos || !absl::SimpleAtoi(verdict->substr(0, colon), &code)) {
+    return absl::UnavailableError(*verdict);
+  }
+  return absl::Status(static_cast<absl::StatusCode>(code),
+                      absl::StrCat(verdict->substr(colon + 1), " (found by rank ", prober, ")"));
+}
 
 std::string Encode(const AgentCounters& c) {
   return absl::StrCat(c.requests_sent, ",", c.responses_received, ",",
@@ -56,16 +94,7 @@ absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix
     };
     auto missing = store.WaitForKeys(keys, slice());
     while (missing.ok() && !missing->empty() && absl::Now() < deadline) {
-      if (probe != nullptr) {
-        std::vector<int> ranks;
-        for (const auto& key : *missing) {
-          int missing_rank = -1;
-          if (absl::SimpleAtoi(key.substr(key.rfind('/') + 1), &missing_rank)) {
-            ranks.push_back(missing_rank);
-          }
-        }
-        TESSERA_RETURN_IF_ERROR(probe(ranks));
-      }
+      if (probe != nullptr) TESSERA_RETURN_IF_ERROR(ProbeOrHear(store, prefix, rank, *missing, probe));
       missing = store.WaitForKeys(*missing, slice());
     }
     if (!missing.ok()) return missing.status();

@@ -14,12 +14,14 @@ namespace {
 // Note [Shutdown liveness]: a graceful shutdown waits for every worker to
 // arrive, which may take hours (a parameter server shuts down as soon as it
 // has started serving; its trainers arrive when they are done training).
-// While some have not arrived, each waiting worker probes them about once
-// a second with an internal ping: a worker that died refuses or resets the
-// connection (Unavailable) and is reported by name at once; one that does
-// not answer kProbesBeforeGivingUp probes in a row (a host cut off) is
-// reported then. A busy worker answers: pings run on its pool, not on the
-// thread that trains.
+// While some have not arrived, one waiting worker (the lowest rank that
+// has) probes them about once a second with an internal ping and tells the
+// others through the store (rpc/quiescence.h): a worker that died refuses
+// or resets the connection (Unavailable) and is reported by name at once;
+// one that does not answer kProbesBeforeGivingUp probes in a row (a host
+// cut off) is reported then. A busy worker answers: pings run on its pool,
+// not on the thread that trains. One prober, not all: each probe may open
+// a connection, and trainers that never talk to each other need none.
 struct PingRequest {
   static constexpr const char* kService = services::kPing;
   static constexpr bool kCarriesUserValues = false;
