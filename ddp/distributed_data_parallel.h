@@ -35,6 +35,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/timeouts.h"
 #include "ddp/join.h"
 #include "ddp/process_group.h"
 #include "ddp/reducer.h"
@@ -47,7 +48,7 @@ struct DdpOptions {
   // allreduce starts early in backward (ddp/bucket_assignment.h).
   double first_bucket_cap_mb = 1;
   CommHook comm_hook = CommHook::kAllreduce;
-  absl::Duration timeout = absl::Seconds(60);
+  absl::Duration timeout = DefaultTimeout();  // common/timeouts.h
   // See Reducer. Without find_unused_parameters a parameter that gets no
   // gradient still averages correctly (as zero), but its bucket is only
   // sent when backward ends.

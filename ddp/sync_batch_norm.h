@@ -33,6 +33,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "absl/time/time.h"
+#include "common/timeouts.h"
 #include "ddp/process_group.h"
 
 namespace tessera::ddp {
@@ -44,7 +45,7 @@ struct SyncBatchNormOptions {
   double momentum = 0.1;
   bool affine = true;
   bool track_running_stats = true;
-  absl::Duration timeout = absl::Seconds(60);
+  absl::Duration timeout = DefaultTimeout();  // common/timeouts.h
 };
 
 class SyncBatchNormImpl : public torch::nn::Module {

@@ -228,7 +228,10 @@ absl::Status DistAutograd::TryBackward(int64_t context_id, const std::vector<at:
   if (!to_send.ok()) {
     return Annotate(to_send.status(), "backward on worker '" + self_name() + "'");
   }
-  auto done = Propagate(context_id, *std::move(to_send), deadline).Wait(deadline);
+  // The calls carry the deadline and fail at it naming their worker; the
+  // extra second only guards against a broken agent.
+  auto done =
+      Propagate(context_id, *std::move(to_send), deadline).Wait(deadline + absl::Seconds(1));
   if (!done.ok()) {
     return Annotate(done.status(), absl::StrCat("distributed backward of context ",
                                                 context_id, " from '", self_name(), "'"));

@@ -11,6 +11,7 @@
 #include "common/executor.h"
 #include "auth/job_secret.h"
 #include "common/host_address.h"
+#include "common/timeouts.h"
 #include "rpc/backend_options.h"
 #include "rpc/codec.h"
 #include "rpc/rpc_agent.h"
@@ -66,7 +67,7 @@ struct RpcOptions {
   // calls and to_here(), distributed backward and optimizer steps, pipeline
   // batches — each call may override it (CallOptions::timeout or its own
   // timeout argument). TESSERA_TIMEOUT_S sets it from the environment.
-  absl::Duration default_call_timeout = absl::Seconds(60);
+  absl::Duration default_call_timeout = DefaultTimeout();  // common/timeouts.h
   // How long a graceful shutdown waits for the other workers to arrive and
   // their calls to drain (rpc.shutdown() waits without bound; a dead worker
   // is reported by name long before this: Note [Shutdown liveness]).

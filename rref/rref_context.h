@@ -229,6 +229,11 @@ class RRefContext final : public rpc::RuntimeExtension,
   absl::Status CheckAccess(int caller, const rpc::AllowList& allowed,
                            const std::string& what) const;
   static Future<OwnedValue> AsOwned(Future<c10::IValue> value);
+  // Owner side: `produce` run on the pool, not on the serving thread — a
+  // creation is acknowledged once its fork is registered, not when a slow
+  // function or constructor returns (else a creation slower than the call's
+  // deadline would fail on the caller while the owner keeps its fork).
+  Future<OwnedValue> Later(std::function<Future<OwnedValue>()> produce);
   // remote() whose owner is this worker: the owner's handle, with the value
   // to come from `value`.
   c10::intrusive_ptr<RRefImpl> KeepLocally(const GlobalId& rref_id, const std::string& type,

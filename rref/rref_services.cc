@@ -65,6 +65,19 @@ void RRefContext::Fulfil(const std::shared_ptr<OwnerEntry>& entry, Future<OwnedV
   });
 }
 
+Future<OwnedValue> RRefContext::Later(std::function<Future<OwnedValue>()> produce) {
+  rpc::Runtime* runtime = runtime_.load();
+  if (runtime == nullptr) return produce();
+  // The caller's autograd context (if any) goes along, as on this thread.
+  auto enter = runtime->CaptureThreadState();
+  Promise<OwnedValue> promise;
+  runtime->executor().Post([promise, produce = std::move(produce), enter = std::move(enter)] {
+    std::shared_ptr<void> scope = enter ? enter() : nullptr;
+    produce().OnReady([promise](const absl::StatusOr<OwnedValue>& value) { promise.Set(value); });
+  });
+  return promise.GetFuture();
+}
+
 Future<OwnedValue> RRefContext::AsOwned(Future<c10::IValue> value) {
   return value.Then([](const absl::StatusOr<c10::IValue>& v) -> absl::StatusOr<OwnedValue> {
     if (!v.ok()) return v.status();
@@ -274,19 +287,28 @@ void RRefContext::RegisterServices(rpc::Registry* internal) {
   };
   rpc::Serve<RemoteRequest>(*internal, [this, start](rpc::CallContext& ctx, RemoteRequest m) {
     auto entry = start(m.rref, m.fork, ctx.caller_rank, m.type);
-    Fulfil(entry, RunFunction(ctx.caller_rank, m.function, std::move(m.args)),
+    const int caller = ctx.caller_rank;
+    Fulfil(entry, Later([this, caller, m]() mutable {
+             return RunFunction(caller, m.function, std::move(m.args));
+           }),
            "remote() of '" + m.function + "' on worker '" + NameOf(self_) + "'");
   });
   rpc::Serve<RemoteNewRequest>(*internal, [this, start](rpc::CallContext& ctx,
                                                         RemoteNewRequest m) {
     auto entry = start(m.rref, m.fork, ctx.caller_rank, m.class_name);
-    Fulfil(entry, Construct(ctx.caller_rank, m.class_name, std::move(m.args)),
+    const int caller = ctx.caller_rank;
+    Fulfil(entry, Later([this, caller, m]() mutable {
+             return Construct(caller, m.class_name, std::move(m.args));
+           }),
            "remote() of '" + m.class_name + "' on worker '" + NameOf(self_) + "'");
   });
   rpc::Serve<RemoteMethodRequest>(*internal, [this, start](rpc::CallContext& ctx,
                                                            RemoteMethodRequest m) {
     auto entry = start(m.rref, m.fork, ctx.caller_rank, m.type);
-    Fulfil(entry, AsOwned(InvokeMethod(ctx.caller_rank, m.target, m.method, std::move(m.args))),
+    const int caller = ctx.caller_rank;
+    Fulfil(entry, Later([this, caller, m]() mutable {
+             return AsOwned(InvokeMethod(caller, m.target, m.method, std::move(m.args)));
+           }),
            "remote() of method '" + m.method + "' on worker '" + NameOf(self_) + "'");
   });
   rpc::Serve<CallRequest>(*internal, [this](rpc::CallContext& ctx, CallRequest m) {

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/host_address.h"
+#include "common/timeouts.h"
 #include "ddp/env_rendezvous.h"
 #include "ddp/process_group.h"
 #include "store/store_client.h"
@@ -22,7 +23,7 @@ struct GlooOptions {
   // what a wildcard `address` listens on for (no NAT for Gloo, as PyTorch).
   AddressOptions address;
   // Bound on every collective and point-to-point wait.
-  absl::Duration timeout = absl::Seconds(30);
+  absl::Duration timeout = DefaultTimeout();  // common/timeouts.h
   // Bound on meeting the other ranks (store waits and Gloo's full mesh).
   // Longer than `timeout`: the ranks of a multi-node job start as their
   // nodes do, minutes apart (PyTorch waits 30 minutes for either).

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/timeouts.h"
 #include "ddp/env_rendezvous.h"
 #include "ddp/process_group.h"
 #include "store/store_client.h"
@@ -32,7 +33,7 @@ struct NcclOptions {
   // FromEnv factory: LOCAL_RANK % VisibleCudaDevices()).
   int device = -1;
   // Bound on every operation.
-  absl::Duration timeout = absl::Seconds(30);
+  absl::Duration timeout = DefaultTimeout();  // common/timeouts.h
   // Bound on joining the other ranks (as GlooOptions::connect_timeout).
   absl::Duration connect_timeout = absl::Minutes(5);
   // Keys of this group in the store (one group per prefix).
