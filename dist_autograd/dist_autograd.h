@@ -1,13 +1,13 @@
 // Distributed autograd — the C++ counterpart of torch.distributed.autograd.
 //
-//   auto autograd = dist_autograd::DistAutograd::Create();
-//   auto runtime = rpc::Init(options, registry, {rrefs, autograd});  // rpc/init.h
+//   auto worker = tessera::Worker::Start(options);   // attaches a DistAutograd
+//   auto& autograd = worker->autograd();
 //   {
-//     dist_autograd::ContextGuard context(*autograd);     // id unique in the job
-//     at::Tensor y = runtime->RpcSync<at::Tensor>("ps", "forward", x);
+//     dist_autograd::ContextGuard context(autograd);     // id unique in the job
+//     at::Tensor y = worker->RpcSync<at::Tensor>("ps", "forward", x);
 //     at::Tensor loss = (y - target).pow(2).sum();
-//     ThrowIfError(autograd->Backward(context.id(), {loss}));
-//     auto grads = *autograd->GetGradients(context.id());  // leaf -> gradient
+//     autograd.Backward(context.id(), {loss});           // throws StatusError
+//     auto grads = autograd.GetGradients(context.id());  // leaf -> gradient
 //     optimizer.Step(context.id());
 //   }  // released here and on every worker that took part
 //

@@ -1,10 +1,9 @@
 // Pipeline stages: one part of a model, living on its own worker as an
 // object created with remote(), fed by the previous stage's output RRef.
 //
-//   rref::ClassRegistry classes;
-//   pipeline::RegisterStage(classes, {{"front", MakeFront}, {"back", MakeBack}});
+//   pipeline::RegisterStage(worker->rrefs().classes(), {{"front", MakeFront}, {"back", MakeBack}});
 //   ... on the driver:
-//   auto front = rref::RemoteObject<pipeline::Stage>(*rrefs, "stage1", "front", seed);
+//   auto front = worker->RemoteObject<pipeline::Stage>("stage1", std::string("front"), seed);
 //
 // A stage's model comes from a factory registered on its worker under a
 // name (models are code, not data: nothing but the name and a seed travel).

@@ -3,7 +3,7 @@
 // knows both backends (the runtime core, rpc/runtime.h, includes neither:
 // it makes its agent through RpcOptions::agent_factory).
 //
-//   auto runtime = rpc::Init(rpc::RpcOptions::FromEnv().value());
+//   auto runtime = rpc::Init(rpc::RpcOptions::FromEnv());
 //
 // Programs with RRefs and distributed autograd start a tessera::Worker
 // (tessera/worker.h), which calls this.

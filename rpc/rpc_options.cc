@@ -19,7 +19,9 @@ const char* BackendName(Backend backend) {
   return backend == Backend::kGrpc ? "grpc" : "tensorpipe";
 }
 
-absl::StatusOr<RpcOptions> RpcOptions::FromEnv() {
+RpcOptions RpcOptions::FromEnv() { return ValueOrThrow(TryFromEnv()); }
+
+absl::StatusOr<RpcOptions> RpcOptions::TryFromEnv() {
   RpcOptions options;
   auto env = store::ReadRendezvousEnv();
   if (!env.ok()) return env.status();

@@ -117,7 +117,10 @@ struct RpcOptions {
   // files from TESSERA_TLS_* (GrpcTlsOptions::FromEnv), the address from
   // TESSERA_ADDRESS, TESSERA_ADVERTISE_ADDRESS and TESSERA_SOCKET_IFNAME
   // (TP_SOCKET_IFNAME first on TensorPipe, as PyTorch's RPC reads it).
-  static absl::StatusOr<RpcOptions> FromEnv();
+  // Throws StatusError naming a missing or malformed variable.
+  static RpcOptions FromEnv();
+  // The same, returning the failure.
+  static absl::StatusOr<RpcOptions> TryFromEnv();
 };
 
 }  // namespace tessera::rpc

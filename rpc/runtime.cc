@@ -166,18 +166,34 @@ absl::Status Runtime::Start() {
 
 Runtime::~Runtime() { TryShutdown(/*graceful=*/false).IgnoreError(); }
 
-absl::StatusOr<WorkerInfo> Runtime::GetWorkerInfo(const std::string& name) const {
+const WorkerInfo* Runtime::FindWorker(const std::string& name) const {
   for (const auto& worker : workers_) {
-    if (worker.name == name) return worker;
+    if (worker.name == name) return &worker;
   }
+  return nullptr;
+}
+
+const WorkerInfo* Runtime::FindWorker(int rank) const {
+  if (rank < 0 || rank >= static_cast<int>(workers_.size())) return nullptr;
+  return &workers_[rank];
+}
+
+absl::Status Runtime::NoWorkerNamed(const std::string& name) {
   return absl::NotFoundError("no worker named '" + name + "'");
 }
 
-absl::StatusOr<WorkerInfo> Runtime::GetWorkerInfo(int rank) const {
-  if (rank < 0 || rank >= static_cast<int>(workers_.size())) {
-    return absl::NotFoundError(absl::StrCat("no worker with rank ", rank));
+const WorkerInfo& Runtime::GetWorkerInfo(const std::string& name) const {
+  const WorkerInfo* worker = FindWorker(name);
+  if (worker == nullptr) throw StatusError(NoWorkerNamed(name));
+  return *worker;
+}
+
+const WorkerInfo& Runtime::GetWorkerInfo(int rank) const {
+  const WorkerInfo* worker = FindWorker(rank);
+  if (worker == nullptr) {
+    throw StatusError(absl::NotFoundError(absl::StrCat("no worker with rank ", rank)));
   }
-  return workers_[rank];
+  return *worker;
 }
 
 absl::Duration Runtime::Timeout(const CallOptions& options) const {
@@ -189,8 +205,8 @@ Future<c10::IValue> Runtime::CallAsync(const std::string& to,
                                        const std::string& function,
                                        std::vector<c10::IValue> args,
                                        const CallOptions& options) {
-  auto worker = GetWorkerInfo(to);
-  if (!worker.ok()) return Future<c10::IValue>::Ready(worker.status());
+  const WorkerInfo* worker = FindWorker(to);
+  if (worker == nullptr) return Future<c10::IValue>::Ready(NoWorkerNamed(to));
   return CallAsync(worker->rank, function, std::move(args), options);
 }
 

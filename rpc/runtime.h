@@ -86,8 +86,12 @@ class Runtime {
 
   const WorkerInfo& self() const { return agent_->self(); }
   const std::vector<WorkerInfo>& workers() const { return workers_; }
-  absl::StatusOr<WorkerInfo> GetWorkerInfo(const std::string& name) const;
-  absl::StatusOr<WorkerInfo> GetWorkerInfo(int rank) const;
+  // The worker named so; StatusError (NotFound) if the job has none.
+  const WorkerInfo& GetWorkerInfo(const std::string& name) const;
+  const WorkerInfo& GetWorkerInfo(int rank) const;
+  // The same, nullptr if there is none.
+  const WorkerInfo* FindWorker(const std::string& name) const;
+  const WorkerInfo* FindWorker(int rank) const;
 
   // Untyped call: arguments and result as IValues.
   Future<c10::IValue> CallAsync(const std::string& to, const std::string& function,
@@ -108,8 +112,8 @@ class Runtime {
   Future<ResultOf<R>> RpcAsync(const CallOptions& options, const std::string& to,
                                const std::string& function, Args&&... args) {
     std::vector<c10::IValue> values{ToIValue(std::forward<Args>(args))...};
-    auto worker = GetWorkerInfo(to);
-    if (!worker.ok()) return Future<ResultOf<R>>::Ready(worker.status());
+    const WorkerInfo* worker = FindWorker(to);
+    if (worker == nullptr) return Future<ResultOf<R>>::Ready(NoWorkerNamed(to));
     return Typed<R>(Call(worker->rank, function, std::move(values), options, nullptr),
                     to, function, pool_.get());
   }
@@ -200,6 +204,7 @@ class Runtime {
   Future<Message> Dispatch(int from_rank, const Message& request,
                            bool waited_for_registration);
   std::string DescribeWorker(int rank) const;
+  static absl::Status NoWorkerNamed(const std::string& name);
   absl::Duration Timeout(const CallOptions& options) const;
   // A call for `target`, not registered yet: waits (Note [Late registration]).
   Future<Message> AwaitRegistration(int from_rank, const Message& request);

@@ -1,7 +1,7 @@
 // RuntimeExtension: how a layer above rpc/ (RRefs, distributed autograd)
 // plugs into a Runtime without rpc/ depending on it.
 //
-// Extensions are attached at Runtime::Init, before rendezvous, and live as
+// Extensions are attached at Runtime::Create, before rendezvous, and live as
 // long as the runtime. They register internal services (INTERNAL_CALL
 // messages, never reachable through the user registry), may provide the
 // codec hooks for RRefs, and hear about dead peers and shutdown. Callbacks
@@ -59,7 +59,8 @@ class RuntimeExtension {
  public:
   virtual ~RuntimeExtension() = default;
 
-  // Called once from Runtime::Init; `internal` takes the internal services.
+  // Called once from Runtime::Create; `internal` takes the internal
+  // services (typed: rpc/internal_service.h).
   virtual void Attach(Runtime* runtime, Registry* internal) = 0;
   // Codec hooks for values only this extension understands (at most one
   // extension of a runtime may provide them).

@@ -1,8 +1,9 @@
 // remote(): create a value or an object on another worker and get an RRef
 // to it at once, while the owner computes it.
 //
-//   auto t  = Remote<at::Tensor>(*rrefs, "worker1", "make_tensor", 3);
-//   auto ps = RemoteObject<ParameterServer>(*rrefs, "worker1", int64_t{10});
+//   auto t  = Remote<at::Tensor>(worker->rrefs(), "worker1", "make_tensor", 3);
+//   auto ps = RemoteObject<ParameterServer>(worker->rrefs(), "worker1", int64_t{10});
+// (tessera::Worker has both as members: worker->Remote<at::Tensor>(...).)
 //
 // Errors of the function or constructor surface on to_here() and on every
 // method call through the RRef. An unknown worker throws StatusError here.

@@ -1,9 +1,9 @@
 // RRef<T>: a reference to a value or object of type T that lives on one
 // worker (its owner) — the C++ counterpart of torch.distributed.rpc.RRef.
 //
-//   RRef<at::Tensor> t = Remote<at::Tensor>(*rrefs, "worker1", "make_tensor", 3);
+//   RRef<at::Tensor> t = worker->Remote<at::Tensor>("worker1", "make_tensor", 3);
 //   at::Tensor copy = t.to_here();                 // fetches a copy
-//   RRef<ParameterServer> ps = RemoteObject<ParameterServer>(*rrefs, "ps", 10);
+//   RRef<ParameterServer> ps = worker->RemoteObject<ParameterServer>("ps", 10);
 //   at::Tensor w = ps.RpcSync<at::Tensor>("get_weights");
 //
 // Copies of an RRef share one reference; when the last copy anywhere in the

@@ -34,8 +34,7 @@ GlobalId RRefContext::NextId() { return GlobalId{self_, next_local_.fetch_add(1)
 std::string RRefContext::NameOf(int rank) const {
   rpc::Runtime* runtime = runtime_.load();
   if (runtime != nullptr) {
-    auto worker = runtime->GetWorkerInfo(rank);
-    if (worker.ok()) return worker->name;
+    if (const rpc::WorkerInfo* worker = runtime->FindWorker(rank)) return worker->name;
   }
   return "rank " + std::to_string(rank);
 }
@@ -43,8 +42,8 @@ std::string RRefContext::NameOf(int rank) const {
 absl::StatusOr<int> RRefContext::RankOf(const std::string& worker) const {
   rpc::Runtime* runtime = runtime_.load();
   if (runtime == nullptr) return absl::FailedPreconditionError("RRef runtime is closed");
-  auto info = runtime->GetWorkerInfo(worker);
-  if (!info.ok()) return info.status();
+  const rpc::WorkerInfo* info = runtime->FindWorker(worker);
+  if (info == nullptr) return absl::NotFoundError("no worker named '" + worker + "'");
   return info->rank;
 }
 

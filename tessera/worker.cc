@@ -7,7 +7,7 @@
 namespace tessera {
 
 WorkerOptions WorkerOptions::FromEnv(const std::string& name) {
-  WorkerOptions options(ValueOrThrow(rpc::RpcOptions::FromEnv()));
+  WorkerOptions options(rpc::RpcOptions::FromEnv());
   if (!name.empty()) options.name = name;
   return options;
 }

@@ -94,17 +94,16 @@ int Drive(Runtime& rt) {
 
 int RunWorker() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines from 3 processes stay whole
-  auto options = tessera::rpc::RpcOptions::FromEnv();
-  if (!options.ok() || options->world_size != 3) {
-    std::fprintf(stderr, "rpc_demo: runs as 3 workers under tessera-run --nproc_per_node 3%s\n",
-                 options.ok() ? "" : (": " + options.status().ToString()).c_str());
+  const auto options = tessera::rpc::RpcOptions::FromEnv();
+  if (options.world_size != 3) {
+    std::fprintf(stderr, "rpc_demo: runs as 3 workers: tessera-run --nproc_per_node 3\n");
     return 2;
   }
-  auto runtime = Init(*options);
+  auto runtime = tessera::rpc::Init(options);
   RegisterFunctions(*runtime);  // calls that arrive first wait for it
-  const int code = options->rank == 0 ? Drive(*runtime) : 0;
+  const int code = options.rank == 0 ? Drive(*runtime) : 0;
   runtime->Shutdown();
-  std::printf("[%s] shut down gracefully\n", options->name.c_str());
+  std::printf("[%s] shut down gracefully\n", options.name.c_str());
   return code;
 }
 

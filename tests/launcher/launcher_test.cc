@@ -81,7 +81,7 @@ TEST(LauncherTest, ForwardsSigterm) {
 // A Tessera RPC job under tessera-run: workers meet through the launcher's
 // store and call each other (the test binary is the worker program).
 int RunLaunchedRpcWorker() {
-  auto options = rpc::RpcOptions::FromEnv();
+  auto options = rpc::RpcOptions::TryFromEnv();
   if (!options.ok() || options->store_role != rpc::StoreRole::kConnect) return 1;
   auto runtime = rpc::TryInit(*options, MakeTestRegistry());
   if (!runtime.ok()) return 2;

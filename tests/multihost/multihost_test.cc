@@ -185,7 +185,7 @@ TESSERA_WORKER_SCENARIO(multihost_rpc_job) {
   });
   // RpcOptions::FromEnv as a user's program: under tessera-run the launcher
   // hosts the store, started directly (Kubernetes, srun) rank 0 does.
-  auto options = rpc::RpcOptions::FromEnv();
+  auto options = rpc::RpcOptions::TryFromEnv();
   if (!options.ok()) {
     std::printf("bad environment: %s\n", options.status().ToString().c_str());
     return 2;

@@ -44,7 +44,7 @@ constexpr char kFloodDone[] = "flood/done";
 // Every worker: prints its pid and port, serves; rank 1 also calls the
 // others until the test says the flood is over, checking every result.
 TESSERA_WORKER_SCENARIO(serve_under_flood) {
-  auto options = rpc::RpcOptions::FromEnv();
+  auto options = rpc::RpcOptions::TryFromEnv();
   if (!options.ok()) return 2;
   options->shutdown_timeout = absl::Seconds(120);
   auto runtime = rpc::TryInit(*options, MakeTestRegistry());

@@ -86,7 +86,7 @@ rpc::RpcOptions InProcessOptions(const std::string& name, int rank, int world_si
 }
 
 rpc::RpcOptions TestWorkerOptions() {
-  auto options = rpc::RpcOptions::FromEnv();
+  auto options = rpc::RpcOptions::TryFromEnv();
   if (!options.ok()) throw std::runtime_error(options.status().ToString());
   options->store_role = rpc::StoreRole::kConnect;
   options->rendezvous_timeout = absl::Seconds(60);
