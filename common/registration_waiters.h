@@ -19,19 +19,17 @@ namespace tessera {
 
 class RegistrationWaiters {
  public:
-  // Completes with true when Notify(name) runs, or with false at `until`.
-  // A caller checks for the name again after this (it may have been
-  // registered just before), and treats a late true like any other.
-  Future<bool> Await(const std::string& name, absl::Time until, DeadlineTimer& timer) {
-    Promise<bool> promise;
-    uint64_t id = 0;
-    {
-      MutexLock lock(&state_->mu);
-      id = state_->next_id++;
-      state_->waiting[name].emplace(id, promise);
-    }
-    timer.Schedule(until, [state = state_, name, id] { state->Complete(name, id, false); });
-    return promise.GetFuture();
+  // Completes with true once `registered()` holds — at once if it does, or
+  // when Notify(name) runs — or with false at `until`. Registries call
+  // Notify after adding a name, so a registration between the first check
+  // and the wait is seen by the second check.
+  template <typename Registered>
+  Future<bool> WhenRegistered(const std::string& name, absl::Time until, DeadlineTimer& timer,
+                              const Registered& registered) {
+    if (registered()) return Future<bool>::Ready(true);
+    Future<bool> notified = Await(name, until, timer);
+    if (registered()) return Future<bool>::Ready(true);
+    return notified;
   }
 
   // Completes every waiter for `name` with true.
@@ -48,6 +46,19 @@ class RegistrationWaiters {
   }
 
  private:
+  // Completes with true at Notify(name), or with false at `until`.
+  Future<bool> Await(const std::string& name, absl::Time until, DeadlineTimer& timer) {
+    Promise<bool> promise;
+    uint64_t id = 0;
+    {
+      MutexLock lock(&state_->mu);
+      id = state_->next_id++;
+      state_->waiting[name].emplace(id, promise);
+    }
+    timer.Schedule(until, [state = state_, name, id] { state->Complete(name, id, false); });
+    return promise.GetFuture();
+  }
+
   // Shared with the timer's callbacks, which may outlive the registry.
   struct State {
     void Complete(const std::string& name, uint64_t id, bool registered) {

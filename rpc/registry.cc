@@ -49,11 +49,7 @@ std::vector<std::string> Registry::Names() const {
 
 Future<bool> Registry::WhenRegistered(const std::string& name, absl::Time until,
                                       DeadlineTimer& timer) {
-  if (Find(name) != nullptr) return Future<bool>::Ready(true);
-  Future<bool> registered = waiters_.Await(name, until, timer);
-  // Registered between the look-up and the wait: no notice will come.
-  if (Find(name) != nullptr) return Future<bool>::Ready(true);
-  return registered;
+  return waiters_.WhenRegistered(name, until, timer, [&] { return Find(name) != nullptr; });
 }
 
 Future<c10::IValue> Registry::Invoke(const std::string& name,

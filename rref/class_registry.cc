@@ -38,10 +38,7 @@ void ClassRegistry::Publish(ClassInfo info) {
 
 Future<bool> ClassRegistry::WhenRegistered(const std::string& name, absl::Time until,
                                            DeadlineTimer& timer) {
-  if (Find(name) != nullptr) return Future<bool>::Ready(true);
-  Future<bool> registered = waiters_.Await(name, until, timer);
-  if (Find(name) != nullptr) return Future<bool>::Ready(true);
-  return registered;
+  return waiters_.WhenRegistered(name, until, timer, [&] { return Find(name) != nullptr; });
 }
 
 const ClassInfo* ClassRegistry::Find(const std::string& name) const {

@@ -285,31 +285,33 @@ void RRefContext::RegisterServices(rpc::Registry* internal) {
     for (auto& promise : now_registered) promise.Set(true);  // answers their requests
     return entry;
   };
-  rpc::Serve<RemoteRequest>(*internal, [this, start](rpc::CallContext& ctx, RemoteRequest m) {
-    auto entry = start(m.rref, m.fork, ctx.caller_rank, m.type);
+  // A creation: the fork registered now (which acknowledges it), the value
+  // produced later, on the pool.
+  auto create = [this, start](const GlobalId& rref, const GlobalId& fork, int caller,
+                              const std::string& type, std::function<Future<OwnedValue>()> produce,
+                              const std::string& what) {
+    Fulfil(start(rref, fork, caller, type), Later(std::move(produce)),
+           "remote() of " + what + " on worker '" + NameOf(self_) + "'");
+  };
+  rpc::Serve<RemoteRequest>(*internal, [this, create](rpc::CallContext& ctx, RemoteRequest m) {
     const int caller = ctx.caller_rank;
-    Fulfil(entry, Later([this, caller, m]() mutable {
-             return RunFunction(caller, m.function, std::move(m.args));
-           }),
-           "remote() of '" + m.function + "' on worker '" + NameOf(self_) + "'");
+    create(m.rref, m.fork, caller, m.type, [this, caller, m]() mutable {
+      return RunFunction(caller, m.function, std::move(m.args));
+    }, "'" + m.function + "'");
   });
-  rpc::Serve<RemoteNewRequest>(*internal, [this, start](rpc::CallContext& ctx,
-                                                        RemoteNewRequest m) {
-    auto entry = start(m.rref, m.fork, ctx.caller_rank, m.class_name);
+  rpc::Serve<RemoteNewRequest>(*internal, [this, create](rpc::CallContext& ctx,
+                                                         RemoteNewRequest m) {
     const int caller = ctx.caller_rank;
-    Fulfil(entry, Later([this, caller, m]() mutable {
-             return Construct(caller, m.class_name, std::move(m.args));
-           }),
-           "remote() of '" + m.class_name + "' on worker '" + NameOf(self_) + "'");
+    create(m.rref, m.fork, caller, m.class_name, [this, caller, m]() mutable {
+      return Construct(caller, m.class_name, std::move(m.args));
+    }, "'" + m.class_name + "'");
   });
-  rpc::Serve<RemoteMethodRequest>(*internal, [this, start](rpc::CallContext& ctx,
-                                                           RemoteMethodRequest m) {
-    auto entry = start(m.rref, m.fork, ctx.caller_rank, m.type);
+  rpc::Serve<RemoteMethodRequest>(*internal, [this, create](rpc::CallContext& ctx,
+                                                            RemoteMethodRequest m) {
     const int caller = ctx.caller_rank;
-    Fulfil(entry, Later([this, caller, m]() mutable {
-             return AsOwned(InvokeMethod(caller, m.target, m.method, std::move(m.args)));
-           }),
-           "remote() of method '" + m.method + "' on worker '" + NameOf(self_) + "'");
+    create(m.rref, m.fork, caller, m.type, [this, caller, m]() mutable {
+      return AsOwned(InvokeMethod(caller, m.target, m.method, std::move(m.args)));
+    }, "method '" + m.method + "'");
   });
   rpc::Serve<CallRequest>(*internal, [this](rpc::CallContext& ctx, CallRequest m) {
     const int caller = ctx.caller_rank;
