@@ -30,8 +30,7 @@ absl::StatusOr<JobSecret> JobSecret::FromEnv() {
   std::string secret = contents.str();
   while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
   if (secret.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the job secret file '", file, "' is empty"));
+    return absl::InvalidArgumentError(absl::StrCat("the job secret file '", file, "' is empty"));
   }
   return JobSecret(std::move(secret));
 }

@@ -76,8 +76,8 @@ int RunRank(int rank, int port, const std::vector<std::string>&) {
     tessera::ddp::DdpOptions options;
     options.bucket_cap_mb = mb;
     options.comm_hook = CommHookFromEnv();
-    auto ddp = tessera::ddp::DistributedDataParallel::Create(replicated.model, group.get(),
-                                                             options);
+    auto ddp =
+        tessera::ddp::DistributedDataParallel::Create(replicated.model, group.get(), options);
     std::vector<double> local_ms, ddp_ms, ratios;
     for (int round = 0; round < kWarmUp + kRounds; ++round) {
       const double l = local.Step(x, y);

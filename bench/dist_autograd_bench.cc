@@ -12,15 +12,15 @@
 //                           both trainers per second of wall time.
 //                           Models: mlp (784-128-10), cnn (the example's).
 // Run through bench/compare_dist_autograd.sh to compare with PyTorch.
+#include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/full.h>
-#include <ATen/ops/zeros.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/relu.h>
-#include <ATen/Parallel.h>
+#include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
@@ -85,8 +85,7 @@ double Train(Worker& w, const std::string& model, int64_t steps) {
   auto params =
       w.runtime->RpcSync<std::vector<rref::RRef<at::Tensor>>>("worker0", "params", model);
   dist_optim::AdamOptions adam;
-  auto optimizer =
-      dist_optim::DistributedOptimizer::Create(*w.rrefs, params, adam);
+  auto optimizer = dist_optim::DistributedOptimizer::Create(*w.rrefs, params, adam);
   const std::vector<int64_t> shape =
       model == "mlp" ? std::vector<int64_t>{kBatch, 784} : std::vector<int64_t>{kBatch, 1, 28, 28};
   at::Tensor x = at::randn(shape), y = at::randint(0, 10, {kBatch});
@@ -125,11 +124,10 @@ void Start(int rank, int port, std::shared_ptr<std::map<std::string, Model>> mod
   });
   // Trainers train when worker0 asks them to.
   Worker* worker = &w;
-  registry.Register("train", [worker](std::string model, int64_t steps) {
-    return Train(*worker, model, steps);
-  });
-  w.runtime = rpc::Init(bench::WorkerOptions(rank, 3, port),
-                                               std::move(registry), {w.rrefs, w.autograd});
+  registry.Register(
+      "train", [worker](std::string model, int64_t steps) { return Train(*worker, model, steps); });
+  w.runtime =
+      rpc::Init(bench::WorkerOptions(rank, 3, port), std::move(registry), {w.rrefs, w.autograd});
 }
 
 std::map<std::string, double> EdgeOverhead(Worker& w) {

@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "rpc/init.h"
-#include "rpc/runtime.h"
 #include "bench/two_processes.h"
 #include "bench/worker_options.h"
+#include "rpc/init.h"
+#include "rpc/runtime.h"
 
 namespace {
 

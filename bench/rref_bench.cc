@@ -14,10 +14,10 @@
 #include <mutex>
 #include <vector>
 
-#include "rpc/init.h"
-#include "rref/remote.h"
 #include "bench/two_processes.h"
 #include "bench/worker_options.h"
+#include "rpc/init.h"
+#include "rref/remote.h"
 
 namespace {
 
@@ -53,7 +53,7 @@ std::unique_ptr<tessera::rpc::Runtime> Start(int rank, int port,
     return c && c->WaitForOwnedValues(static_cast<size_t>(n), absl::Seconds(60));
   });
   auto runtime = tessera::rpc::TryInit(tessera::bench::WorkerOptions(rank, 2, port),
-                                             std::move(registry), {context});
+                                       std::move(registry), {context});
   if (!runtime.ok()) {
     std::fprintf(stderr, "init: %s\n", runtime.status().ToString().c_str());
     std::exit(1);

@@ -19,8 +19,8 @@ namespace {
 // Flags Abseil itself understands on every program.
 const std::set<std::string>& BuiltinFlags() {
   static const auto* builtin = new std::set<std::string>{
-      "help", "helpfull", "helpshort", "helppackage", "version", "only_check_args",
-      "flagfile", "fromenv", "tryfromenv", "undefok"};
+      "help",     "helpfull", "helpshort",  "helppackage", "version", "only_check_args",
+      "flagfile", "fromenv",  "tryfromenv", "undefok"};
   return *builtin;
 }
 
@@ -60,8 +60,7 @@ std::string NearestFlag(const std::string& name) {
   return best;
 }
 
-ParsedFlags ParseFlags(int argc, char** argv, const std::string& usage,
-                       Positionals positionals) {
+ParsedFlags ParseFlags(int argc, char** argv, const std::string& usage, Positionals positionals) {
   ParsedFlags parsed;
   absl::SetProgramUsageMessage(usage);
   // --help lists every flag of Tessera's (Abseil's default: only those
@@ -101,7 +100,8 @@ ParsedFlags ParseFlags(int argc, char** argv, const std::string& usage,
     }
     if (flag == nullptr) {
       const std::string nearest = NearestFlag(name);
-      Fail(program, absl::StrCat("unknown flag --", name,
+      Fail(program,
+           absl::StrCat("unknown flag --", name,
                         nearest.empty() ? "" : absl::StrCat("; did you mean --", nearest, "?")));
     }
     if (!has_value && !flag->IsOfType<bool>()) {

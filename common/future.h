@@ -15,9 +15,9 @@
 
 #include <atomic>
 #include <functional>
-#include <thread>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>

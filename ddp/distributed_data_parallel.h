@@ -61,8 +61,9 @@ class DistributedDataParallel {
   // Checks that every rank's replica has the same parameters (names,
   // shapes) and copies rank 0's values and buffers to all. Throws
   // StatusError naming the rank and parameter that differ, or the failure.
-  static std::unique_ptr<DistributedDataParallel> Create(
-      std::shared_ptr<torch::nn::Module> module, ProcessGroup* group, DdpOptions options = {});
+  static std::unique_ptr<DistributedDataParallel> Create(std::shared_ptr<torch::nn::Module> module,
+                                                         ProcessGroup* group,
+                                                         DdpOptions options = {});
 
   torch::nn::Module& module() { return *module_; }
   size_t num_buckets() const { return reducer_->num_buckets(); }

@@ -7,9 +7,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "auth/job_secret.h"
 #include "ddp/process_group.h"
 #include "store/rendezvous_env.h"
-#include "auth/job_secret.h"
 #include "store/store_client.h"
 #include "store/store_server.h"
 

@@ -61,9 +61,8 @@ void DistAutograd::Attach(rpc::Runtime* runtime, rpc::Registry* internal) {
   rpc::Serve<BackwardRequest>(*internal, [this](rpc::CallContext& ctx, BackwardRequest m) {
     return RunFromSend(m.context_id, m.send_id, std::move(m.grads), ctx.deadline);
   });
-  rpc::Serve<ReleaseRequest>(*internal, [this](rpc::CallContext&, ReleaseRequest m) {
-    Release(m.context_id);
-  });
+  rpc::Serve<ReleaseRequest>(
+      *internal, [this](rpc::CallContext&, ReleaseRequest m) { Release(m.context_id); });
 }
 
 void DistAutograd::OnPeerUnavailable(int rank) {
@@ -251,8 +250,7 @@ Future<bool> DistAutograd::Propagate(int64_t context_id, std::vector<RecvGradien
   for (auto& entry : to_send) {
     calls.push_back(runtime->CallService(
         entry.recv->from_rank(),
-        BackwardRequest{context_id, entry.recv->peer_send_id(), std::move(entry.grads)},
-        options));
+        BackwardRequest{context_id, entry.recv->peer_send_id(), std::move(entry.grads)}, options));
   }
   return WhenAllOk(calls);
 }

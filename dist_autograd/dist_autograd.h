@@ -80,8 +80,8 @@ class DistAutograd final : public rpc::RuntimeExtension,
   // seeded with a gradient of ones) across every worker involved, and
   // returns when it is complete; throws StatusError naming the worker where
   // it failed. `timeout` zero: the runtime's default call timeout.
-  void Backward(int64_t context_id, const std::vector<at::Tensor>& roots,
-                bool retain_graph = false, absl::Duration timeout = absl::ZeroDuration());
+  void Backward(int64_t context_id, const std::vector<at::Tensor>& roots, bool retain_graph = false,
+                absl::Duration timeout = absl::ZeroDuration());
   // The same, returning the failure.
   absl::Status TryBackward(int64_t context_id, const std::vector<at::Tensor>& roots,
                            bool retain_graph = false,

@@ -23,9 +23,10 @@ Future<T> OnOwner(Future<T> call, std::string what, std::string owner) {
 
 }  // namespace
 
-DistributedOptimizer DistributedOptimizer::Create(
-    rref::RRefContext& rrefs, const std::vector<rref::RRef<at::Tensor>>& params,
-    const OptimizerOptions& options, absl::Duration timeout) {
+DistributedOptimizer DistributedOptimizer::Create(rref::RRefContext& rrefs,
+                                                  const std::vector<rref::RRef<at::Tensor>>& params,
+                                                  const OptimizerOptions& options,
+                                                  absl::Duration timeout) {
   auto fail = [](absl::Status status) { throw StatusError(std::move(status)); };
   if (params.empty()) fail(absl::InvalidArgumentError("DistributedOptimizer: no parameters"));
   // Owners in first-appearance order, each with its parameters in order.
@@ -49,8 +50,9 @@ DistributedOptimizer DistributedOptimizer::Create(
                                 "DistributedOptimizer: creating the local optimizer", owner));
     }
   } catch (const StatusError& e) {
-    fail(Annotate(e.status(), "DistributedOptimizer: register the owner side with "
-                              "dist_optim::RegisterLocalOptimizer(classes)"));
+    fail(Annotate(e.status(),
+                  "DistributedOptimizer: register the owner side with "
+                  "dist_optim::RegisterLocalOptimizer(classes)"));
   }
   WhenAllOk(created).Get(rrefs.EffectiveTimeout(timeout) + absl::Seconds(1));
   return optimizer;

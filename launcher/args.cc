@@ -9,8 +9,7 @@
 #include "store/slurm_env.h"
 
 ABSL_FLAG(int, nproc_per_node, 1, "worker processes to start on this node");
-ABSL_FLAG(int, nnodes, 1,
-          "nodes in the job (in a Slurm allocation: SLURM_NNODES unless given)");
+ABSL_FLAG(int, nnodes, 1, "nodes in the job (in a Slurm allocation: SLURM_NNODES unless given)");
 ABSL_FLAG(int, node_rank, 0, "this node's index, 0..nnodes-1 (Slurm: SLURM_NODEID)");
 ABSL_FLAG(std::string, master_addr, "127.0.0.1",
           "host of node 0, where the rendezvous store runs (Slurm: the allocation's "
@@ -18,8 +17,7 @@ ABSL_FLAG(std::string, master_addr, "127.0.0.1",
 ABSL_FLAG(int, master_port, 29500, "port of the rendezvous store on master_addr");
 ABSL_FLAG(bool, standalone, false,
           "one node, the store on a free port of 127.0.0.1 (ignores master_addr/port)");
-ABSL_FLAG(int, max_restarts, 0,
-          "times the worker group is restarted after a worker fails");
+ABSL_FLAG(int, max_restarts, 0, "times the worker group is restarted after a worker fails");
 ABSL_FLAG(int, rdzv_timeout, 300,
           "seconds a node waits for the others (and node 0 declares a silent node lost)");
 

@@ -16,8 +16,8 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "auth/job_secret.h"
 #include "absl/time/clock.h"
+#include "auth/job_secret.h"
 #include "common/subprocess.h"
 #include "launcher/node_coordinator.h"
 #include "store/store_client.h"

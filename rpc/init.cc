@@ -13,8 +13,8 @@ AgentFactory BackendFactory(Backend backend) {
       grpc.limits = setup.limits;
       grpc.listen_host = setup.host.bind;
       grpc.advertise_host = setup.host.advertise;
-      return CreateGrpcAgent(grpc, setup.secret, setup.name, setup.rank,
-                             std::move(setup.handler), setup.executor, setup.timer);
+      return CreateGrpcAgent(grpc, setup.secret, setup.name, setup.rank, std::move(setup.handler),
+                             setup.executor, setup.timer);
     };
   }
   return [](AgentSetup setup) {

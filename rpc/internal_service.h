@@ -106,13 +106,12 @@ template <typename M, typename Handler>
 void Serve(Registry& internal, Handler handler) {
   service_internal::CheckMessage<M>();
   using Returned = std::invoke_result_t<Handler, CallContext&, M>;
-  static_assert(std::is_same_v<typename service_internal::Answer<Returned>::Type,
-                               typename M::Response>,
-                "the handler answers another type than the message's Response");
+  static_assert(
+      std::is_same_v<typename service_internal::Answer<Returned>::Type, typename M::Response>,
+      "the handler answers another type than the message's Response");
   internal.Register(
       M::kService,
-      service_internal::FieldsAdapter<M, service_internal::FieldRefs<M>>::Bind(
-          std::move(handler)));
+      service_internal::FieldsAdapter<M, service_internal::FieldRefs<M>>::Bind(std::move(handler)));
 }
 
 }  // namespace tessera::rpc

@@ -21,8 +21,7 @@ constexpr absl::Duration kProbeEvery = absl::Seconds(1);
 // is the lowest rank that has arrived; all agree on it, as they read the
 // same keys. The verdict is "<code>:<message>" under "<prefix>/dead".
 absl::Status ProbeOrHear(store::StoreClient& store, const std::string& prefix, int rank,
-                         const std::vector<std::string>& missing_keys,
-                         const MissingProbe& probe) {
+                         const std::vector<std::string>& missing_keys, const MissingProbe& probe) {
   std::vector<int> missing;
   for (const auto& key : missing_keys) {
     int missing_rank = -1;
@@ -77,9 +76,9 @@ bool Balanced(const std::vector<AgentCounters>& all) {
 
 }  // namespace
 
-absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix,
-                            int rank, int world_size, const RpcAgent& agent,
-                            absl::Time deadline, const MissingProbe& probe) {
+absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix, int rank,
+                            int world_size, const RpcAgent& agent, absl::Time deadline,
+                            const MissingProbe& probe) {
   std::vector<AgentCounters> previous;
   // Rounds back off so a long-running call does not hammer the store.
   absl::Duration pause = absl::Milliseconds(1);
@@ -94,7 +93,8 @@ absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix
     };
     auto missing = store.WaitForKeys(keys, slice());
     while (missing.ok() && !missing->empty() && absl::Now() < deadline) {
-      if (probe != nullptr) TESSERA_RETURN_IF_ERROR(ProbeOrHear(store, prefix, rank, *missing, probe));
+      if (probe != nullptr)
+        TESSERA_RETURN_IF_ERROR(ProbeOrHear(store, prefix, rank, *missing, probe));
       missing = store.WaitForKeys(*missing, slice());
     }
     if (!missing.ok()) return missing.status();

@@ -37,8 +37,8 @@ using MissingProbe = std::function<absl::Status(const std::vector<int>& missing)
 // that stopped taking part (or the imbalance) at `deadline`, or the error
 // `probe` found. Rounds are published under "<prefix>/<round>/<rank>"; each
 // agreement needs its own prefix.
-absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix,
-                            int rank, int world_size, const RpcAgent& agent,
-                            absl::Time deadline, const MissingProbe& probe = nullptr);
+absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix, int rank,
+                            int world_size, const RpcAgent& agent, absl::Time deadline,
+                            const MissingProbe& probe = nullptr);
 
 }  // namespace tessera::rpc

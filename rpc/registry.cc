@@ -27,8 +27,7 @@ void Registry::Add(RegisteredFunction function) {
   {
     MutexLock lock(&mu_);
     if (!functions_.emplace(name, std::move(function)).second) {
-      throw StatusError(
-          absl::AlreadyExistsError("function '" + name + "' is already registered"));
+      throw StatusError(absl::AlreadyExistsError("function '" + name + "' is already registered"));
     }
   }
   waiters_.Notify(name);

@@ -55,8 +55,7 @@ class Registry {
   // the name is taken.
   template <typename Fn>
   void Register(const std::string& name, Fn fn, AllowList allowed = {}) {
-    Add(RegisteredFunction{name, Signature<Fn>(), Erase(name, std::move(fn)),
-                           std::move(allowed)});
+    Add(RegisteredFunction{name, Signature<Fn>(), Erase(name, std::move(fn)), std::move(allowed)});
   }
 
   // nullptr when no function has that name (yet).

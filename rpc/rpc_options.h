@@ -7,9 +7,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "auth/job_secret.h"
 #include "common/deadline_timer.h"
 #include "common/executor.h"
-#include "auth/job_secret.h"
 #include "common/host_address.h"
 #include "common/timeouts.h"
 #include "rpc/backend_options.h"
@@ -28,11 +28,10 @@ struct AgentSetup {
   TensorPipeOptions tensorpipe;
   GrpcOptions grpc;
   RequestHandler handler;
-  Executor* executor = nullptr;  // runs handlers and callbacks
+  Executor* executor = nullptr;    // runs handlers and callbacks
   DeadlineTimer* timer = nullptr;  // fires deadlines
 };
-using AgentFactory =
-    std::function<absl::StatusOr<std::unique_ptr<RpcAgent>>(AgentSetup setup)>;
+using AgentFactory = std::function<absl::StatusOr<std::unique_ptr<RpcAgent>>(AgentSetup setup)>;
 
 enum class StoreRole {
   kAuto,     // rank 0 hosts the store, the others connect (like env://)

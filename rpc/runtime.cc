@@ -232,9 +232,9 @@ void Runtime::OnPeerFailure(int rank) {
 }
 
 Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
-                                  std::vector<c10::IValue> args,
-                                  const CallOptions& options, Executor* executor,
-                                  proto::MessageKind kind, bool carries_user_values) {
+                                  std::vector<c10::IValue> args, const CallOptions& options,
+                                  Executor* executor, proto::MessageKind kind,
+                                  bool carries_user_values) {
   Message request;
   request.carries_user_values = carries_user_values;
   request.envelope.set_kind(kind);
@@ -284,15 +284,19 @@ Future<Message> Runtime::AwaitRegistration(int from_rank, const Message& request
   if (request.envelope.timeout_us() > 0) {
     until = std::min(until, absl::Now() + absl::Microseconds(request.envelope.timeout_us()));
   }
-  return registry_.WhenRegistered(target, until, *timer_).Then([this, from_rank, request, target](const absl::StatusOr<bool>& found)
-                             -> Future<Message> {
-    if (found.ok() && *found) return Dispatch(from_rank, request, /*waited_for_registration=*/true);
-    std::vector<std::string> names = registry_.Names();
-    return Future<Message>::Ready(absl::NotFoundError(absl::StrCat(
-        "no function named '", target, "' is registered on worker '", options_.name,
-        "' (waited up to ", absl::FormatDuration(options_.registration_wait),
-        " for it; registered: ", names.empty() ? "none" : absl::StrJoin(names, ", "), ")")));
-  }, pool_.get());
+  return registry_.WhenRegistered(target, until, *timer_)
+      .Then(
+          [this, from_rank, request, target](const absl::StatusOr<bool>& found) -> Future<Message> {
+            if (found.ok() && *found)
+              return Dispatch(from_rank, request, /*waited_for_registration=*/true);
+            std::vector<std::string> names = registry_.Names();
+            return Future<Message>::Ready(absl::NotFoundError(absl::StrCat(
+                "no function named '", target, "' is registered on worker '", options_.name,
+                "' (waited up to ", absl::FormatDuration(options_.registration_wait),
+                " for it; registered: ", names.empty() ? "none" : absl::StrJoin(names, ", "),
+                ")")));
+          },
+          pool_.get());
 }
 
 Future<Message> Runtime::Dispatch(int from_rank, const Message& request,
@@ -306,8 +310,7 @@ Future<Message> Runtime::Dispatch(int from_rank, const Message& request,
     context.caller_role = workers_[from_rank].role;
   }
   const bool internal = envelope.kind() == proto::INTERNAL_CALL;
-  const RegisteredFunction* function =
-      (internal ? internal_ : registry_).Find(envelope.target());
+  const RegisteredFunction* function = (internal ? internal_ : registry_).Find(envelope.target());
   if (function == nullptr && !internal && !waited_for_registration) {
     return AwaitRegistration(from_rank, request);
   }
@@ -371,13 +374,13 @@ absl::Status Runtime::ProbeMissing(const std::vector<int>& ranks) {
     if (answer.ok()) {
       unanswered_probes_.erase(rank);
     } else if (absl::IsUnavailable(answer.status())) {
-      return absl::UnavailableError(absl::StrCat(
-          "graceful shutdown: ", who, " is gone (", answer.status().message(), ")"));
+      return absl::UnavailableError(
+          absl::StrCat("graceful shutdown: ", who, " is gone (", answer.status().message(), ")"));
     } else if (++unanswered_probes_[rank] >= kProbesBeforeGivingUp) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "graceful shutdown: ", who, " has not answered ", kProbesBeforeGivingUp,
-          " liveness probes (", absl::FormatDuration(kProbeTimeout), " each): ",
-          answer.status().message()));
+      return absl::DeadlineExceededError(
+          absl::StrCat("graceful shutdown: ", who, " has not answered ", kProbesBeforeGivingUp,
+                       " liveness probes (", absl::FormatDuration(kProbeTimeout),
+                       " each): ", answer.status().message()));
     }
   }
   return absl::OkStatus();
@@ -400,14 +403,14 @@ absl::Status Runtime::TryShutdown(bool graceful) {
   if (agent_ != nullptr && graceful) {
     const absl::Time deadline = absl::Now() + options_.shutdown_timeout;
     auto probe = [this](const std::vector<int>& missing) { return ProbeMissing(missing); };
-    status = AgreeQuiescent(*store_client_, options_.store_prefix + "/shutdown",
-                            options_.rank, options_.world_size, *agent_, deadline, probe);
+    status = AgreeQuiescent(*store_client_, options_.store_prefix + "/shutdown", options_.rank,
+                            options_.world_size, *agent_, deadline, probe);
     if (status.ok() && !extensions_.empty()) {
       // Second phase: references held across workers are released now that
       // nobody can make new ones, and the releases drain before the check.
       for (const auto& extension : extensions_) extension->ReleaseReferences();
-      status = AgreeQuiescent(*store_client_, options_.store_prefix + "/release",
-                              options_.rank, options_.world_size, *agent_, deadline, probe);
+      status = AgreeQuiescent(*store_client_, options_.store_prefix + "/release", options_.rank,
+                              options_.world_size, *agent_, deadline, probe);
       for (const auto& extension : extensions_) {
         if (!status.ok()) break;
         status = extension->CheckReleased();

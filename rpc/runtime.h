@@ -141,9 +141,8 @@ class Runtime {
   template <typename M>
   Future<ResultOf<typename M::Response>> CallService(int to_rank, M message,
                                                      const CallOptions& options = {}) {
-    Future<c10::IValue> raw =
-        Call(to_rank, M::kService, EncodeMessage(std::move(message)), options, nullptr,
-             proto::INTERNAL_CALL, M::kCarriesUserValues);
+    Future<c10::IValue> raw = Call(to_rank, M::kService, EncodeMessage(std::move(message)), options,
+                                   nullptr, proto::INTERNAL_CALL, M::kCarriesUserValues);
     const std::string to = to_rank >= 0 && to_rank < static_cast<int>(workers_.size())
                                ? workers_[to_rank].name
                                : "rank " + std::to_string(to_rank);
@@ -195,14 +194,12 @@ class Runtime {
   absl::Status Start();
   // Sends a call; the returned future's callbacks run on `executor`
   // (nullptr: inline on the completing thread — internal use only).
-  Future<c10::IValue> Call(int to_rank, const std::string& function,
-                           std::vector<c10::IValue> args, const CallOptions& options,
-                           Executor* executor, proto::MessageKind kind = proto::CALL,
-                           bool carries_user_values = true);
+  Future<c10::IValue> Call(int to_rank, const std::string& function, std::vector<c10::IValue> args,
+                           const CallOptions& options, Executor* executor,
+                           proto::MessageKind kind = proto::CALL, bool carries_user_values = true);
   void OnPeerFailure(int rank);
   Future<Message> HandleRequest(int from_rank, Message request);
-  Future<Message> Dispatch(int from_rank, const Message& request,
-                           bool waited_for_registration);
+  Future<Message> Dispatch(int from_rank, const Message& request, bool waited_for_registration);
   std::string DescribeWorker(int rank) const;
   static absl::Status NoWorkerNamed(const std::string& name);
   absl::Duration Timeout(const CallOptions& options) const;

@@ -19,8 +19,10 @@ void ClassRegistry::Reserve(const std::string& name, std::type_index type) {
   }
   auto named = names_by_type_.find(type);
   if (named != names_by_type_.end()) {
-    throw StatusError(absl::AlreadyExistsError("class '" + name + "': its type is already "
-                                               "registered as '" + named->second + "'"));
+    throw StatusError(absl::AlreadyExistsError("class '" + name +
+                                               "': its type is already "
+                                               "registered as '" +
+                                               named->second + "'"));
   }
   reserved_.emplace(name, type);
   names_by_type_.emplace(type, name);

@@ -98,8 +98,8 @@ class ClassBuilder {
     auto probe = [](Args...) {};
     info_.constructor_signature = rpc::Signature<decltype(probe)>();
     const std::string signature = info_.constructor_signature;
-    info_.construct = [name, signature, make](std::vector<c10::IValue>& args)
-        -> absl::StatusOr<std::shared_ptr<void>> {
+    info_.construct = [name, signature, make](
+                          std::vector<c10::IValue>& args) -> absl::StatusOr<std::shared_ptr<void>> {
       constexpr size_t kArity = sizeof...(Args);
       using Params = std::tuple<Args...>;
       auto mismatch = [&] {

@@ -85,8 +85,8 @@ class RRef {
   }
   template <typename R = c10::IValue, typename... Args>
   R RpcSync(const rpc::CallOptions& options, const std::string& method, Args&&... args) const {
-    auto result = RpcAsync<R>(options, method, std::forward<Args>(args)...)
-                      .Wait(GraceAfter(options.timeout));
+    auto result =
+        RpcAsync<R>(options, method, std::forward<Args>(args)...).Wait(GraceAfter(options.timeout));
     if constexpr (std::is_void_v<R>) {
       ThrowIfError(result.status());
     } else {

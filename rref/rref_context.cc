@@ -105,8 +105,8 @@ absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::RemoteCall(
   return StartRemote(
       owner, type_name,
       [&](int owner_rank, const GlobalId& rref, const GlobalId& fork) {
-        ConfirmWhenAcked(owner_rank, RemoteRequest{rref, fork, function, type_name, std::move(args)},
-                         fork);
+        ConfirmWhenAcked(owner_rank,
+                         RemoteRequest{rref, fork, function, type_name, std::move(args)}, fork);
       },
       [&] { return RunFunction(self_, function, std::move(args)); },
       "remote() of '" + function + "'");
@@ -150,8 +150,8 @@ absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::RemoteMethod(
   }
   const GlobalId fork_id = NextId();
   auto handle = NewUserRRef(rref_id, fork_id, owner, type_name, false);
-  RemoteMethodRequest message{target.rref_id(), rref_id, fork_id, method, type_name,
-                              std::move(args)};
+  RemoteMethodRequest message{target.rref_id(), rref_id,   fork_id,
+                              method,           type_name, std::move(args)};
   // The target must be known to its owner before a method of it can run.
   std::weak_ptr<RRefContext> weak = weak_from_this();
   target.Confirmed().OnReady([weak, owner, message, fork_id](const absl::StatusOr<bool>& ok) {

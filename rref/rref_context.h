@@ -44,8 +44,8 @@
 #include "rpc/runtime_extension.h"
 #include "rref/class_registry.h"
 #include "rref/global_id.h"
-#include "rref/rref_messages.h"
 #include "rref/rref_impl.h"
+#include "rref/rref_messages.h"
 
 namespace tessera::rref {
 

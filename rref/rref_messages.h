@@ -50,8 +50,8 @@ struct RemoteMethodRequest {
   std::string method, type;
   std::vector<c10::IValue> args;
   auto Fields() {
-    return std::tie(target.worker, target.local, rref.worker, rref.local, fork.worker,
-                    fork.local, method, type, args);
+    return std::tie(target.worker, target.local, rref.worker, rref.local, fork.worker, fork.local,
+                    method, type, args);
   }
 };
 

@@ -101,8 +101,8 @@ Future<OwnedValue> RRefContext::RunFunction(int caller, const std::string& funct
     return runtime->registry()
         .WhenRegistered(function, absl::Now() + runtime->options().registration_wait,
                         runtime->timer())
-        .Then([self = shared_from_this(), caller, function, args = std::move(args)](
-                  const absl::StatusOr<bool>&) mutable {
+        .Then([self = shared_from_this(), caller, function,
+               args = std::move(args)](const absl::StatusOr<bool>&) mutable {
           return self->RunFunction(caller, function, std::move(args), /*waited=*/true);
         });
   }
@@ -134,15 +134,15 @@ Future<OwnedValue> RRefContext::Construct(int caller, const std::string& class_n
     return classes_
         .WhenRegistered(class_name, absl::Now() + runtime->options().registration_wait,
                         runtime->timer())
-        .Then([self = shared_from_this(), caller, class_name, args = std::move(args)](
-                  const absl::StatusOr<bool>&) mutable {
+        .Then([self = shared_from_this(), caller, class_name,
+               args = std::move(args)](const absl::StatusOr<bool>&) mutable {
           return self->Construct(caller, class_name, std::move(args), /*waited=*/true);
         });
   }
   if (cls == nullptr) {
-    return Future<OwnedValue>::Ready(absl::NotFoundError(absl::StrCat(
-        "no class named '", class_name, "' is registered on worker '", NameOf(self_),
-        "' (waited for its registration up to the runtime's registration_wait)")));
+    return Future<OwnedValue>::Ready(absl::NotFoundError(
+        absl::StrCat("no class named '", class_name, "' is registered on worker '", NameOf(self_),
+                     "' (waited for its registration up to the runtime's registration_wait)")));
   }
   // Before the constructor's arguments are converted to its C++ types.
   auto allowed = CheckAccess(caller, cls->allowed, "class '" + class_name + "'");
@@ -295,24 +295,29 @@ void RRefContext::RegisterServices(rpc::Registry* internal) {
   };
   rpc::Serve<RemoteRequest>(*internal, [this, create](rpc::CallContext& ctx, RemoteRequest m) {
     const int caller = ctx.caller_rank;
-    create(m.rref, m.fork, caller, m.type, [this, caller, m]() mutable {
-      return RunFunction(caller, m.function, std::move(m.args));
-    }, "'" + m.function + "'");
+    create(
+        m.rref, m.fork, caller, m.type,
+        [this, caller, m]() mutable { return RunFunction(caller, m.function, std::move(m.args)); },
+        "'" + m.function + "'");
   });
   rpc::Serve<RemoteNewRequest>(*internal, [this, create](rpc::CallContext& ctx,
                                                          RemoteNewRequest m) {
     const int caller = ctx.caller_rank;
-    create(m.rref, m.fork, caller, m.class_name, [this, caller, m]() mutable {
-      return Construct(caller, m.class_name, std::move(m.args));
-    }, "'" + m.class_name + "'");
+    create(
+        m.rref, m.fork, caller, m.class_name,
+        [this, caller, m]() mutable { return Construct(caller, m.class_name, std::move(m.args)); },
+        "'" + m.class_name + "'");
   });
-  rpc::Serve<RemoteMethodRequest>(*internal, [this, create](rpc::CallContext& ctx,
-                                                            RemoteMethodRequest m) {
-    const int caller = ctx.caller_rank;
-    create(m.rref, m.fork, caller, m.type, [this, caller, m]() mutable {
-      return AsOwned(InvokeMethod(caller, m.target, m.method, std::move(m.args)));
-    }, "method '" + m.method + "'");
-  });
+  rpc::Serve<RemoteMethodRequest>(
+      *internal, [this, create](rpc::CallContext& ctx, RemoteMethodRequest m) {
+        const int caller = ctx.caller_rank;
+        create(
+            m.rref, m.fork, caller, m.type,
+            [this, caller, m]() mutable {
+              return AsOwned(InvokeMethod(caller, m.target, m.method, std::move(m.args)));
+            },
+            "method '" + m.method + "'");
+      });
   rpc::Serve<CallRequest>(*internal, [this](rpc::CallContext& ctx, CallRequest m) {
     const int caller = ctx.caller_rank;
     if (!m.may_be_early) return InvokeMethod(caller, m.rref, m.method, std::move(m.args));

@@ -38,8 +38,8 @@
 #include <string_view>
 
 #include "absl/status/status.h"
-#include "common/mutex.h"
 #include "auth/job_secret.h"
+#include "common/mutex.h"
 #include "store/replay_window.h"
 
 namespace tessera::store {

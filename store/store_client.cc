@@ -24,8 +24,8 @@ class StoreClient::Stub {
  public:
   Stub(const std::string& target, auth::JobSecret secret)
       : target_(target),
-        stub_(proto::Store::NewStub(
-            grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))),
+        stub_(
+            proto::Store::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))),
         auth_(std::move(secret)) {}
 
   // One signed call (Note [Store call authentication]): `what` names it in

@@ -22,8 +22,8 @@ namespace tessera::store {
 
 class StoreClient {
  public:
-  StoreClient(const std::string& host, int port,
-              absl::Duration default_timeout = absl::Seconds(60), auth::JobSecret secret = {});
+  StoreClient(const std::string& host, int port, absl::Duration default_timeout = absl::Seconds(60),
+              auth::JobSecret secret = {});
   ~StoreClient();
 
   absl::Status Set(const std::string& key, const std::string& value);

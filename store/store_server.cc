@@ -155,8 +155,7 @@ class StoreServiceImpl final : public proto::Store::Service {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string& host,
-                                                                int port,
+absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string& host, int port,
                                                                 auth::JobSecret secret) {
   std::unique_ptr<StoreServer> server(new StoreServer());
   server->service_ = std::make_unique<StoreServiceImpl>(std::move(secret));

@@ -31,8 +31,9 @@ class StoreServer {
   // The store of a job whose processes dial `master_addr:port`: listening
   // at that address when it is this host's, else on every interface (a name
   // or virtual IP that leads here; StoreListenHost in common/host_address.h).
-  static absl::StatusOr<std::unique_ptr<StoreServer>> StartForMaster(
-      const std::string& master_addr, int port, auth::JobSecret secret = {});
+  static absl::StatusOr<std::unique_ptr<StoreServer>> StartForMaster(const std::string& master_addr,
+                                                                     int port,
+                                                                     auth::JobSecret secret = {});
   ~StoreServer();
 
   int port() const { return port_; }

@@ -18,8 +18,8 @@ std::unique_ptr<Worker> Worker::Start(WorkerOptions options) {
   dist_optim::RegisterLocalOptimizer(classes);
   worker->rrefs_ = rref::RRefContext::Create(std::move(classes));
   worker->autograd_ = dist_autograd::DistAutograd::Create();
-  worker->runtime_ = rpc::Init(std::move(options), rpc::Registry(),
-                                        {worker->rrefs_, worker->autograd_});
+  worker->runtime_ =
+      rpc::Init(std::move(options), rpc::Registry(), {worker->rrefs_, worker->autograd_});
   return worker;
 }
 

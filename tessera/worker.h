@@ -74,8 +74,8 @@ class Worker {
     return runtime_->RpcSync<R>(to, function, std::forward<Args>(args)...);
   }
   template <typename R = c10::IValue, typename... Args>
-  R RpcSync(const rpc::CallOptions& options, const std::string& to,
-            const std::string& function, Args&&... args) {
+  R RpcSync(const rpc::CallOptions& options, const std::string& to, const std::string& function,
+            Args&&... args) {
     return runtime_->RpcSync<R>(options, to, function, std::forward<Args>(args)...);
   }
   template <typename R = c10::IValue, typename... Args>

@@ -288,8 +288,8 @@ class GlooProcessGroup final : public ProcessGroup {
   SerialQueue queue_;
 };
 
-absl::StatusOr<std::unique_ptr<ProcessGroup>> Connect(store::StoreClient* store, int rank,
-                                                      int size, const GlooOptions& options) {
+absl::StatusOr<std::unique_ptr<ProcessGroup>> Connect(store::StoreClient* store, int rank, int size,
+                                                      const GlooOptions& options) {
   if (size <= 0 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("invalid rank ", rank, " of ", size));
   }
@@ -323,8 +323,8 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> Connect(store::StoreClient* store,
 
 }  // namespace
 
-std::unique_ptr<ProcessGroup> CreateGlooProcessGroup(store::StoreClient* store, int rank,
-                                                     int size, const GlooOptions& options) {
+std::unique_ptr<ProcessGroup> CreateGlooProcessGroup(store::StoreClient* store, int rank, int size,
+                                                     const GlooOptions& options) {
   return ValueOrThrow(Connect(store, rank, size, options));
 }
 

@@ -49,8 +49,8 @@ struct GlooOptions {
 
 // Connects all `size` ranks (bounded by options.connect_timeout). `store` must
 // outlive the group. Throws StatusError naming the rank and what failed.
-std::unique_ptr<ProcessGroup> CreateGlooProcessGroup(store::StoreClient* store, int rank,
-                                                     int size, const GlooOptions& options = {});
+std::unique_ptr<ProcessGroup> CreateGlooProcessGroup(store::StoreClient* store, int rank, int size,
+                                                     const GlooOptions& options = {});
 
 // Like torch.distributed's env:// initialisation: RANK, WORLD_SIZE,
 // MASTER_ADDR (default 127.0.0.1) and MASTER_PORT from the environment, as

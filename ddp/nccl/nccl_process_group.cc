@@ -160,8 +160,8 @@ class NcclProcessGroup final : public ProcessGroup {
   ThreadPool worker_{1, "nccl"};  // last: joined first, while the communicator lives
 };
 
-absl::StatusOr<std::unique_ptr<ProcessGroup>> Connect(store::StoreClient* store, int rank,
-                                                      int size, const NcclOptions& options) {
+absl::StatusOr<std::unique_ptr<ProcessGroup>> Connect(store::StoreClient* store, int rank, int size,
+                                                      const NcclOptions& options) {
   if (size <= 0 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("invalid rank ", rank, " of ", size));
   }
@@ -192,8 +192,8 @@ int VisibleCudaDevices() {
   return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
 }
 
-std::unique_ptr<ProcessGroup> CreateNcclProcessGroup(store::StoreClient* store, int rank,
-                                                     int size, const NcclOptions& options) {
+std::unique_ptr<ProcessGroup> CreateNcclProcessGroup(store::StoreClient* store, int rank, int size,
+                                                     const NcclOptions& options) {
   return ValueOrThrow(Connect(store, rank, size, options));
 }
 

@@ -46,8 +46,8 @@ int VisibleCudaDevices();
 // Connects all `size` ranks (bounded by options.connect_timeout). `store` must
 // outlive the group. Throws StatusError: FailedPrecondition when no GPU is
 // visible.
-std::unique_ptr<ProcessGroup> CreateNcclProcessGroup(store::StoreClient* store, int rank,
-                                                     int size, const NcclOptions& options = {});
+std::unique_ptr<ProcessGroup> CreateNcclProcessGroup(store::StoreClient* store, int rank, int size,
+                                                     const NcclOptions& options = {});
 
 // env:// initialisation, as CreateGlooProcessGroupFromEnv.
 EnvProcessGroup CreateNcclProcessGroupFromEnv(const NcclOptions& options = {});

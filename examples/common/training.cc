@@ -45,8 +45,10 @@ int RunExample(int argc, char** argv, const std::string& usage,
   flags.seed = absl::GetFlag(FLAGS_seed);
   if (flags.epochs < 1 || flags.batch < 1 || flags.log_every < 1 || flags.lr <= 0 ||
       flags.max_steps < 0) {
-    std::fprintf(stderr, "%s: --epochs, --batch, --log_every must be >= 1, --lr > 0 and "
-                 "--max_steps >= 0\n", program.c_str());
+    std::fprintf(stderr,
+                 "%s: --epochs, --batch, --log_every must be >= 1, --lr > 0 and "
+                 "--max_steps >= 0\n",
+                 program.c_str());
     return 2;
   }
   try {

@@ -94,7 +94,8 @@ int Train(const tessera::examples::TrainingFlags& flags) {
 
 int main(int argc, char** argv) {
   return tessera::examples::RunExample(
-      argc, argv, "Data-parallel (DDP over Gloo) training of a CNN on Fashion-MNIST; run it "
-                  "with tessera-run --nproc_per_node N.",
+      argc, argv,
+      "Data-parallel (DDP over Gloo) training of a CNN on Fashion-MNIST; run it "
+      "with tessera-run --nproc_per_node N.",
       Train);
 }

@@ -67,8 +67,9 @@ int Train() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tessera::ParseFlags(argc, argv, "The DDP tutorial's ToyModel with its checkpoint pattern; "
-                                  "run it with tessera-run --nproc_per_node N.");
+  tessera::ParseFlags(argc, argv,
+                      "The DDP tutorial's ToyModel with its checkpoint pattern; "
+                      "run it with tessera-run --nproc_per_node N.");
   try {
     return Train();
   } catch (const std::exception& e) {

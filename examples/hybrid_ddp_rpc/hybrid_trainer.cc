@@ -17,9 +17,11 @@ HybridTrainer::HybridTrainer(dist_autograd::DistAutograd& autograd,
       dense_(torch::nn::Linear(kEmbeddingDim, 128), torch::nn::ReLU(),
              torch::nn::Linear(128, 10)) {}
 
-std::unique_ptr<HybridTrainer> HybridTrainer::Create(
-    rref::RRefContext& rrefs, dist_autograd::DistAutograd& autograd, ddp::ProcessGroup* group,
-    rref::RRef<EmbeddingTable> table, const dist_optim::OptimizerOptions& options) {
+std::unique_ptr<HybridTrainer> HybridTrainer::Create(rref::RRefContext& rrefs,
+                                                     dist_autograd::DistAutograd& autograd,
+                                                     ddp::ProcessGroup* group,
+                                                     rref::RRef<EmbeddingTable> table,
+                                                     const dist_optim::OptimizerOptions& options) {
   std::unique_ptr<HybridTrainer> trainer(new HybridTrainer(autograd, std::move(table)));
   auto ddp = ddp::DistributedDataParallel::Create(trainer->dense_.ptr(), group);
   trainer->ddp_ = std::move(ddp);

@@ -24,9 +24,11 @@ class HybridTrainer {
  public:
   // `group` holds the trainers only (DDP's replicas); rank 0's dense
   // parameters are broadcast to the others. Throws StatusError.
-  static std::unique_ptr<HybridTrainer> Create(
-      rref::RRefContext& rrefs, dist_autograd::DistAutograd& autograd, ddp::ProcessGroup* group,
-      rref::RRef<EmbeddingTable> table, const dist_optim::OptimizerOptions& options);
+  static std::unique_ptr<HybridTrainer> Create(rref::RRefContext& rrefs,
+                                               dist_autograd::DistAutograd& autograd,
+                                               ddp::ProcessGroup* group,
+                                               rref::RRef<EmbeddingTable> table,
+                                               const dist_optim::OptimizerOptions& options);
 
   // One training step on a batch; returns the loss. `inspect`, if given,
   // sees the context after backward and before the optimizer step.

@@ -62,11 +62,11 @@ int RunTrainer(Worker& worker, const TrainingFlags& flags) {
               });
   if (index == 0) {
     const data::Examples test = data::LoadFashionMnist(data::Split::kTest);
-    std::printf("[%s] test accuracy %.2f%% (%lld images) after %d epochs x %d trainers, "
-                "%.1f s\n",
-                worker.name().c_str(), 100 * trainer->Accuracy(test.images, test.labels),
-                static_cast<long long>(test.labels.size(0)), flags.epochs, trainers,
-                SecondsSince(start));
+    std::printf(
+        "[%s] test accuracy %.2f%% (%lld images) after %d epochs x %d trainers, "
+        "%.1f s\n",
+        worker.name().c_str(), 100 * trainer->Accuracy(test.images, test.labels),
+        static_cast<long long>(test.labels.size(0)), flags.epochs, trainers, SecondsSince(start));
     std::fflush(stdout);
   }
   return 0;
@@ -79,9 +79,10 @@ int main(int argc, char** argv) {
   using namespace tessera;
   examples::SetDefaultLearningRate(3e-3);
   return examples::RunExample(
-      argc, argv, "Hybrid DDP + RPC training on Fashion-MNIST: a parameter server holds an "
-                  "embedding table, DDP trainers share it; run it with tessera-run "
-                  "--nproc_per_node N (N >= 3).",
+      argc, argv,
+      "Hybrid DDP + RPC training on Fashion-MNIST: a parameter server holds an "
+      "embedding table, DDP trainers share it; run it with tessera-run "
+      "--nproc_per_node N (N >= 3).",
       [](const examples::TrainingFlags& flags) {
         WorkerOptions options = WorkerOptions::FromEnv();
         examples::Require(options.world_size >= 3,

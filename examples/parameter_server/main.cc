@@ -52,17 +52,16 @@ int RunServer(WorkerOptions options, const TrainingFlags& flags) {
   const data::Examples test = data::LoadFashionMnist(data::Split::kTest);
   auto worker = Worker::Start(options);
   auto server = std::make_shared<ParameterServer>(flags.seed);
-  worker->Register("parameters", [server](rpc::CallContext& ctx) {
-    return server->Parameters(ctx);
-  });
+  worker->Register("parameters",
+                   [server](rpc::CallContext& ctx) { return server->Parameters(ctx); });
   worker->Register("forward", [server](at::Tensor images) { return server->Forward(images); });
   std::printf("[ps] serving a CNN to %d trainers\n", worker->world_size() - 1);
   std::fflush(stdout);
   worker->Shutdown();  // returns once every trainer has finished and shut down
   std::printf("[ps] test accuracy %.2f%% (%lld images) after %d epochs x %d trainers, %.1f s\n",
               100 * server->Accuracy(test.images, test.labels),
-              static_cast<long long>(test.labels.size(0)), flags.epochs,
-              options.world_size - 1, SecondsSince(start));
+              static_cast<long long>(test.labels.size(0)), flags.epochs, options.world_size - 1,
+              SecondsSince(start));
   return 0;
 }
 
@@ -92,8 +91,9 @@ int RunTrainer(WorkerOptions options, const TrainingFlags& flags) {
 int main(int argc, char** argv) {
   using namespace tessera;
   return examples::RunExample(
-      argc, argv, "Parameter-server training of a CNN on Fashion-MNIST; run it with tessera-run "
-                  "--nproc_per_node N (one server, N-1 trainers).",
+      argc, argv,
+      "Parameter-server training of a CNN on Fashion-MNIST; run it with tessera-run "
+      "--nproc_per_node N (one server, N-1 trainers).",
       [](const examples::TrainingFlags& flags) {
         WorkerOptions options = WorkerOptions::FromEnv();
         examples::Require(options.world_size >= 2,

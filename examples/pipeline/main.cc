@@ -94,10 +94,11 @@ int RunDriver(Worker& worker, const TrainingFlags& flags) {
         return DistAutogradStep(worker.autograd(), optimizer, labels,
                                 [&] { return driver.Forward(images); });
       });
-  std::printf("[driver] test accuracy %.2f%% (%lld images), training %.0f samples/s with %lld "
-              "micro-batches, %.1f s in all\n",
-              100 * TestAccuracy(driver, test), static_cast<long long>(test.labels.size(0)),
-              throughput, static_cast<long long>(micro_batches), SecondsSince(start));
+  std::printf(
+      "[driver] test accuracy %.2f%% (%lld images), training %.0f samples/s with %lld "
+      "micro-batches, %.1f s in all\n",
+      100 * TestAccuracy(driver, test), static_cast<long long>(test.labels.size(0)), throughput,
+      static_cast<long long>(micro_batches), SecondsSince(start));
   std::fflush(stdout);
   return 0;
 }
@@ -108,11 +109,11 @@ int RunDriver(Worker& worker, const TrainingFlags& flags) {
 int main(int argc, char** argv) {
   using namespace tessera;
   return examples::RunExample(
-      argc, argv, "Pipeline-parallel training of a CNN on Fashion-MNIST over RPC; run it with "
-                  "tessera-run --nproc_per_node 3 (a driver and two stages).",
+      argc, argv,
+      "Pipeline-parallel training of a CNN on Fashion-MNIST over RPC; run it with "
+      "tessera-run --nproc_per_node 3 (a driver and two stages).",
       [](const examples::TrainingFlags& flags) {
-        examples::Require(absl::GetFlag(FLAGS_micro_batches) >= 1,
-                          "--micro_batches must be >= 1");
+        examples::Require(absl::GetFlag(FLAGS_micro_batches) >= 1, "--micro_batches must be >= 1");
         WorkerOptions options = WorkerOptions::FromEnv();
         examples::Require(options.world_size == 3,
                           "runs as a driver and two stages: --nproc_per_node 3");

@@ -35,16 +35,15 @@ using tessera::rpc::CallContext;
 using tessera::rpc::Runtime;
 
 void RegisterFunctions(Runtime& runtime) {
-  runtime.Register("matvec", [](at::Tensor rows, at::Tensor v) {
-    return at::matmul(rows, v);
-  });
-  runtime.Register("relay", [](CallContext& ctx, std::vector<std::string> hops,
-                                      at::Tensor t) -> Future<at::Tensor> {
-    if (hops.empty()) return Future<at::Tensor>::Ready(t * 2);
-    std::string next = hops.front();
-    hops.erase(hops.begin());
-    return ctx.runtime->RpcAsync<at::Tensor>(next, "relay", hops, t);
-  });
+  runtime.Register("matvec", [](at::Tensor rows, at::Tensor v) { return at::matmul(rows, v); });
+  runtime.Register(
+      "relay",
+      [](CallContext& ctx, std::vector<std::string> hops, at::Tensor t) -> Future<at::Tensor> {
+        if (hops.empty()) return Future<at::Tensor>::Ready(t * 2);
+        std::string next = hops.front();
+        hops.erase(hops.begin());
+        return ctx.runtime->RpcAsync<at::Tensor>(next, "relay", hops, t);
+      });
   runtime.Register("checked_sqrt", [](double x) -> absl::StatusOr<double> {
     if (x < 0) return absl::InvalidArgumentError("sqrt of a negative number");
     return std::sqrt(x);
@@ -110,8 +109,9 @@ int RunWorker() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tessera::ParseFlags(argc, argv, "RPC demo: three workers move tensors over Tessera RPC; run "
-                                  "it with tessera-run --standalone --nproc_per_node 3.");
+  tessera::ParseFlags(argc, argv,
+                      "RPC demo: three workers move tensors over Tessera RPC; run "
+                      "it with tessera-run --standalone --nproc_per_node 3.");
   try {
     return RunWorker();
   } catch (const std::exception& e) {

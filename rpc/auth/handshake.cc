@@ -39,11 +39,13 @@ std::string ServerProof(const auth::JobSecret& secret, const std::string& client
 std::string ClientProof(const auth::JobSecret& secret, const std::string& server_nonce,
                         const std::string& client_nonce, const PeerIdentity& client) {
   return auth::Mac(secret, {kProtocol, "client", server_nonce, client_nonce, client.name,
-                     std::to_string(client.rank)});
+                            std::to_string(client.rank)});
 }
 
 ClientHandshake::ClientHandshake(auth::JobSecret secret, PeerIdentity self)
-    : secret_(std::move(secret)), self_(std::move(self)), client_nonce_(auth::RandomBytes(kNonceBytes)) {}
+    : secret_(std::move(secret)),
+      self_(std::move(self)),
+      client_nonce_(auth::RandomBytes(kNonceBytes)) {}
 
 proto::Envelope ClientHandshake::Hello() {
   proto::Envelope envelope = AuthEnvelope();
@@ -95,9 +97,8 @@ absl::StatusOr<proto::Envelope> ServerHandshake::OnHello(const proto::Envelope& 
 absl::StatusOr<PeerIdentity> ServerHandshake::OnProof(const proto::Envelope& proof) {
   auto status = Expect(proof, proto::AuthStep::kProof, "proof");
   if (!status.ok()) return status;
-  if (!challenged_ ||
-      !auth::SameMac(proof.auth().proof().proof(),
-                 ClientProof(secret_, server_nonce_, client_nonce_, peer_))) {
+  if (!challenged_ || !auth::SameMac(proof.auth().proof().proof(),
+                                     ClientProof(secret_, server_nonce_, client_nonce_, peer_))) {
     return absl::UnauthenticatedError(absl::StrCat(
         "'", peer_.name, "' (rank ", peer_.rank,
         ") could not prove it knows the job secret (wrong or missing TESSERA_JOB_SECRET)"));

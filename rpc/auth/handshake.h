@@ -21,8 +21,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "proto/rpc.pb.h"
 #include "auth/job_secret.h"
+#include "proto/rpc.pb.h"
 
 namespace tessera::rpc {
 

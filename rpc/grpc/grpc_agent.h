@@ -18,9 +18,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "auth/job_secret.h"
 #include "common/deadline_timer.h"
 #include "common/executor.h"
-#include "auth/job_secret.h"
 #include "rpc/backend_options.h"
 #include "rpc/codec.h"
 #include "rpc/rpc_agent.h"
@@ -37,9 +37,11 @@ namespace tessera::rpc {
 void PrepareProcessForGrpcAgent();
 
 // `executor` runs handlers; `timer` fires deadlines. Both outlive the agent.
-absl::StatusOr<std::unique_ptr<RpcAgent>> CreateGrpcAgent(
-    const GrpcOptions& options, const auth::JobSecret& secret, const std::string& name, int rank,
-    RequestHandler handler, Executor* executor, DeadlineTimer* timer);
+absl::StatusOr<std::unique_ptr<RpcAgent>> CreateGrpcAgent(const GrpcOptions& options,
+                                                          const auth::JobSecret& secret,
+                                                          const std::string& name, int rank,
+                                                          RequestHandler handler,
+                                                          Executor* executor, DeadlineTimer* timer);
 
 // The full name of the stream method, for clients in other languages.
 inline constexpr char kWorkerExchangeMethod[] = "/tessera.proto.Worker/Exchange";

@@ -34,7 +34,8 @@ namespace tp = tensorpipe;
 // One outgoing pipe: requests go out on it, their responses come back on it.
 // Requests wait in `waiting` until the handshake is done.
 struct ClientPipe {
-  ClientPipe(auth::JobSecret secret, PeerIdentity self) : handshake(std::move(secret), std::move(self)) {}
+  ClientPipe(auth::JobSecret secret, PeerIdentity self)
+      : handshake(std::move(secret), std::move(self)) {}
 
   uint64_t id = 0;
   int rank = -1;
@@ -68,16 +69,14 @@ std::string UniqueShmAddress(const std::string& name) {
 class TensorPipeAgent final : public RpcAgent {
  public:
   TensorPipeAgent(const TensorPipeOptions& options, const auth::JobSecret& secret, WorkerInfo self,
-                  RequestHandler handler, Executor* executor,
-                  DeadlineTimer* timer)
+                  RequestHandler handler, Executor* executor, DeadlineTimer* timer)
       : options_(options),
         secret_(secret),
         self_(std::move(self)),
         handler_(std::move(handler)),
         executor_(executor),
         timer_(timer),
-        context_(std::make_shared<tp::Context>(
-            tp::ContextOptions().name(self_.name))),
+        context_(std::make_shared<tp::Context>(tp::ContextOptions().name(self_.name))),
         pending_(timer, [this](int rank) { return PeerAt(rank); }) {}
 
   ~TensorPipeAgent() override {
@@ -629,8 +628,8 @@ void TensorPipeAgent::Close(const absl::Status& reason) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RpcAgent>> CreateTensorPipeAgent(
-    const TensorPipeOptions& options, const auth::JobSecret& secret, const std::string& name, int rank,
-    RequestHandler handler, Executor* executor, DeadlineTimer* timer) {
+    const TensorPipeOptions& options, const auth::JobSecret& secret, const std::string& name,
+    int rank, RequestHandler handler, Executor* executor, DeadlineTimer* timer) {
   // TensorPipe's shm transport writes to Unix sockets without MSG_NOSIGNAL:
   // a peer dying mid-handshake would kill this process with SIGPIPE. Ignore
   // it, unless the application installed its own handler.

@@ -12,9 +12,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/executor.h"
-#include "common/deadline_timer.h"
 #include "auth/job_secret.h"
+#include "common/deadline_timer.h"
+#include "common/executor.h"
 #include "rpc/backend_options.h"
 #include "rpc/codec.h"
 #include "rpc/rpc_agent.h"
@@ -25,7 +25,7 @@ namespace tessera::rpc {
 // `executor` runs handlers and future callbacks; `timer` fires deadlines.
 // Both must outlive the agent.
 absl::StatusOr<std::unique_ptr<RpcAgent>> CreateTensorPipeAgent(
-    const TensorPipeOptions& options, const auth::JobSecret& secret, const std::string& name, int rank,
-    RequestHandler handler, Executor* executor, DeadlineTimer* timer);
+    const TensorPipeOptions& options, const auth::JobSecret& secret, const std::string& name,
+    int rank, RequestHandler handler, Executor* executor, DeadlineTimer* timer);
 
 }  // namespace tessera::rpc

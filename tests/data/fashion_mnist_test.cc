@@ -34,8 +34,7 @@ TEST(FashionMnistTest, LoadsTheDebianPackage) {
 TEST(FashionMnistTest, MissingDataNamesThePackage) {
   const absl::Status missing = StatusOf([] { LoadFashionMnist(Split::kTrain, "/nonexistent"); });
   EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(missing.message().find("apt-get install dataset-fashion-mnist"),
-            std::string::npos);
+  EXPECT_NE(missing.message().find("apt-get install dataset-fashion-mnist"), std::string::npos);
 }
 
 TEST(FashionMnistTest, MalformedFilesAreDataLossNotCrashes) {

@@ -27,8 +27,8 @@ absl::Status RefusedNaming(const absl::Status& created, int rank, const std::str
   if (created.ok()) return absl::InternalError("created DDP over replicas that differ");
   if (created.code() != absl::StatusCode::kInvalidArgument ||
       created.message().find(expected) == std::string::npos) {
-    return absl::InternalError(absl::StrCat("expected an error with \"", expected,
-                                            "\", got: ", created.ToString()));
+    return absl::InternalError(
+        absl::StrCat("expected an error with \"", expected, "\", got: ", created.ToString()));
   }
   return absl::OkStatus();
 }

@@ -4,8 +4,8 @@
 #include <ATen/ops/linspace.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/ones.h>
-#include <ATen/ops/tensor.h>
 #include <ATen/ops/tanh.h>
+#include <ATen/ops/tensor.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -85,22 +85,22 @@ rref::ClassRegistry MakeDistAutogradClasses() {
 rpc::Registry MakeDistAutogradRegistry(std::shared_ptr<dist_autograd::DistAutograd> autograd) {
   Affine::SetAutograd(autograd);
   rpc::Registry registry = MakeTestRegistry();
-  registry.Register("chain", [](rpc::CallContext& ctx, at::Tensor x,
-                                     std::vector<std::string> rest) {
-    at::Tensor y = Stage(x, OwnParam(ctx.runtime->self().rank));
-    if (rest.empty()) return y;
-    const std::string next = rest.front();
-    rest.erase(rest.begin());
-    return ctx.runtime->RpcSync<at::Tensor>(next, "chain", y, rest);
-  });
-  registry.Register("chain_async", [](rpc::CallContext& ctx, at::Tensor x,
-                                           std::vector<std::string> rest) {
-    at::Tensor y = Stage(x, OwnParam(ctx.runtime->self().rank));
-    if (rest.empty()) return Future<at::Tensor>::Ready(y);
-    const std::string next = rest.front();
-    rest.erase(rest.begin());
-    return ctx.runtime->RpcAsync<at::Tensor>(next, "chain_async", y, rest);
-  });
+  registry.Register("chain",
+                    [](rpc::CallContext& ctx, at::Tensor x, std::vector<std::string> rest) {
+                      at::Tensor y = Stage(x, OwnParam(ctx.runtime->self().rank));
+                      if (rest.empty()) return y;
+                      const std::string next = rest.front();
+                      rest.erase(rest.begin());
+                      return ctx.runtime->RpcSync<at::Tensor>(next, "chain", y, rest);
+                    });
+  registry.Register("chain_async",
+                    [](rpc::CallContext& ctx, at::Tensor x, std::vector<std::string> rest) {
+                      at::Tensor y = Stage(x, OwnParam(ctx.runtime->self().rank));
+                      if (rest.empty()) return Future<at::Tensor>::Ready(y);
+                      const std::string next = rest.front();
+                      rest.erase(rest.begin());
+                      return ctx.runtime->RpcAsync<at::Tensor>(next, "chain_async", y, rest);
+                    });
   std::weak_ptr<dist_autograd::DistAutograd> weak = autograd;
   registry.Register("param_grad", [weak](rpc::CallContext& ctx, int64_t context_id) {
     auto autograd = weak.lock();
@@ -115,16 +115,13 @@ rpc::Registry MakeDistAutogradRegistry(std::shared_ptr<dist_autograd::DistAutogr
     torch::autograd::impl::set_gradient_edge(y, {node, 0});
     return y;
   });
-  registry.Register("new_param", [](std::vector<double> values,
-                                         std::vector<int64_t> shape) {
+  registry.Register("new_param", [](std::vector<double> values, std::vector<int64_t> shape) {
     return at::tensor(values, at::kFloat).reshape(shape).set_requires_grad(true);
   });
   registry.Register("apply_stage", [](at::Tensor x, rref::RRef<at::Tensor> w) {
     return Stage(x, w.local_value());
   });
-  registry.Register("param_sum", [](rref::RRef<at::Tensor> w) {
-    return w.local_value().sum();
-  });
+  registry.Register("param_sum", [](rref::RRef<at::Tensor> w) { return w.local_value().sum(); });
   registry.Register("leak_context", [weak](rpc::CallContext& ctx, std::string peer) {
     auto autograd = weak.lock();
     const int64_t id = autograd->NewContext();
@@ -144,10 +141,9 @@ rpc::Registry MakeDistAutogradRegistry(std::shared_ptr<dist_autograd::DistAutogr
 TESSERA_WORKER_SCENARIO(serve_dist_autograd) {
   auto rrefs = rref::RRefContext::Create(MakeDistAutogradClasses());
   auto autograd = dist_autograd::DistAutograd::Create();
-  return ServeUntilShutdown("serve_dist_autograd",
-                            rpc::TryInit(TestWorkerOptions(),
-                                               MakeDistAutogradRegistry(autograd),
-                                               {rrefs, autograd}));
+  return ServeUntilShutdown(
+      "serve_dist_autograd",
+      rpc::TryInit(TestWorkerOptions(), MakeDistAutogradRegistry(autograd), {rrefs, autograd}));
 }
 
 rpc::Registry DistAutogradWorld::MakeRegistry() { return MakeDistAutogradRegistry(autograd_); }

@@ -21,7 +21,8 @@ TEST(ParameterServerExampleTest, ShortRunLearns) {
   ASSERT_EQ(launcher.Finish(absl::Seconds(600)), 0) << launcher.output();
   const std::string& out = launcher.output();
   for (const char* trainer : {"1", "2"}) {
-    const std::regex line(std::string("\\[trainer") + trainer + "\\] epoch 1 step \\d+/120: loss ([0-9.]+)");
+    const std::regex line(std::string("\\[trainer") + trainer +
+                          "\\] epoch 1 step \\d+/120: loss ([0-9.]+)");
     std::vector<double> losses;
     for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) {
       losses.push_back(std::atof((*it)[1].str().c_str()));

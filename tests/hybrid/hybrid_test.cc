@@ -138,8 +138,8 @@ absl::Status RunSteps(int rank, const TrainerPlan& plan, examples::HybridTrainer
 absl::Status Train(int rank, const TrainerPlan& plan) {
   auto rrefs = MakeRRefContext();
   auto autograd = dist_autograd::DistAutograd::Create();
-  TESSERA_ASSIGN_OR_RETURN(
-      auto runtime, rpc::TryInit(TestWorkerOptions(), rpc::Registry(), {rrefs, autograd}));
+  TESSERA_ASSIGN_OR_RETURN(auto runtime,
+                           rpc::TryInit(TestWorkerOptions(), rpc::Registry(), {rrefs, autograd}));
   auto table = runtime->RpcSync<rref::RRef<EmbeddingTable>>("worker0", "table");
   ddp::GlooOptions gloo;
   gloo.store_prefix = "hybrid_test/ddp";
@@ -228,8 +228,8 @@ void ServeTwoTrainers(const std::string& scenario) {
   });
   auto rrefs = MakeRRefContext();
   auto autograd = dist_autograd::DistAutograd::Create();
-  auto runtime = rpc::Init(InProcessOptions("worker0", 0, 3, store->port()),
-                                                 std::move(registry), {rrefs, autograd});
+  auto runtime = rpc::Init(InProcessOptions("worker0", 0, 3, store->port()), std::move(registry),
+                           {rrefs, autograd});
   auto table = rref::RemoteObject<EmbeddingTable>(*rrefs, "worker0", examples::kVocabulary,
                                                   examples::kEmbeddingDim, int64_t{7});
   const at::Tensor initial = table.RpcSync<at::Tensor>("values");

@@ -11,12 +11,12 @@
 #include <ATen/ops/randn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
-#include <torch/nn/modules/activation.h>
 #include <torch/optim/sgd.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -129,8 +129,7 @@ int DriveRpcJob(rpc::Runtime& rt, rref::RRefContext& rrefs, dist_autograd::DistA
     pipeline::PipelineDriver driver(rrefs, {front, back}, /*micro_batches=*/4);
     dist_optim::SgdOptions sgd;
     sgd.lr = 0.1;
-    auto optimizer =
-        dist_optim::DistributedOptimizer::Create(rrefs, driver.ParameterRRefs(), sgd);
+    auto optimizer = dist_optim::DistributedOptimizer::Create(rrefs, driver.ParameterRRefs(), sgd);
     auto factories = TestStageFactories();
     pipeline::StageModel local_front = factories["front"](1), local_back = factories["back"](2);
     std::vector<at::Tensor> local_params = local_front.parameters;

@@ -44,8 +44,7 @@ TEST_F(PipelineTest, MicroBatchedStagesTrainLikeOneProcess) {
   dist_optim::SgdOptions sgd;
   sgd.lr = 0.1;
   sgd.momentum = 0.9;
-  auto optimizer =
-      dist_optim::DistributedOptimizer::Create(*rrefs_, driver.ParameterRRefs(), sgd);
+  auto optimizer = dist_optim::DistributedOptimizer::Create(*rrefs_, driver.ParameterRRefs(), sgd);
 
   // The same model, same initial values, in this process.
   auto factories = TestStageFactories();

@@ -6,9 +6,8 @@
 // grpc_external_client_test test it with raw peers on both backends), and a
 // worker refuses a peer at a known address that cannot prove the secret
 // (tensorpipe_wire_test, grpc_impostor_test).
-#include <gtest/gtest.h>
-
 #include <ATen/ops/zeros.h>
+#include <gtest/gtest.h>
 
 #include "rpc/init.h"
 #include "store/store_client.h"

@@ -16,9 +16,9 @@ absl::StatusOr<c10::IValue> Call(const Registry& registry, const std::string& na
 
 TEST(RegistryTest, SignaturesDescribeTheCppTypes) {
   Registry registry;
-  registry.Register("f", [](at::Tensor, int64_t, double, std::vector<std::string>,
-                                        std::map<std::string, at::Tensor>,
-                                        std::optional<bool>) { return 1.0; });
+  registry.Register("f",
+                    [](at::Tensor, int64_t, double, std::vector<std::string>,
+                       std::map<std::string, at::Tensor>, std::optional<bool>) { return 1.0; });
   registry.Register("g", [](CallContext&) {});
   EXPECT_EQ(registry.Find("f")->signature,
             "(Tensor, int, float, List[str], Dict[str, Tensor], Optional[bool]) -> float");

@@ -1,6 +1,4 @@
 // Multi-process RPC tests: real workers, real TensorPipe, 127.0.0.1.
-#include <gtest/gtest.h>
-
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/equal.h>
@@ -8,6 +6,7 @@
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/zeros.h>
+#include <gtest/gtest.h>
 
 #include "rpc/init.h"
 #include "tests/testing/rpc_world.h"
@@ -222,8 +221,8 @@ TEST(RuntimeLifecycleTest, CleanRestartInTheSameProcess) {
   for (int generation = 0; generation < 2; ++generation) {
     auto store = store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
     ASSERT_TRUE(store.ok());
-    auto runtime = rpc::TryInit(InProcessOptions("solo", 0, 1, (*store)->port()),
-                                      MakeTestRegistry());
+    auto runtime =
+        rpc::TryInit(InProcessOptions("solo", 0, 1, (*store)->port()), MakeTestRegistry());
     ASSERT_TRUE(runtime.ok()) << runtime.status();
     EXPECT_EQ((*runtime)->RpcSync<int64_t>("solo", "echo", int64_t{generation}), generation);
     EXPECT_TRUE((*runtime)->TryShutdown().ok());

@@ -1,11 +1,10 @@
 // Fault tests with real processes: dead peers, timeouts and shutdown, for
 // every RPC backend (hostile bytes on the wire: tensorpipe_wire_test,
 // grpc_external_client_test).
-#include <gtest/gtest.h>
-
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/ones.h>
+#include <gtest/gtest.h>
 
 #include <thread>
 

@@ -61,8 +61,8 @@ class TimeoutsTest : public ::testing::Test {
 
   std::unique_ptr<Worker> Start(int rank) {
     // The options' default_call_timeout is the environment's default.
-    WorkerOptions options = InProcessOptions("worker" + std::to_string(rank), rank, 2,
-                                             store_->port());
+    WorkerOptions options =
+        InProcessOptions("worker" + std::to_string(rank), rank, 2, store_->port());
     EXPECT_EQ(options.default_call_timeout, absl::Milliseconds(500));
     auto worker = Worker::Start(options);
     worker->Register("stall", [this] {
@@ -138,16 +138,15 @@ TEST_F(TimeoutsTest, TheDefaultCutsOffEveryKindOfBlockingCall) {
                  "distributed backward");
   }
 
-  auto stage = caller().RemoteObject<pipeline::Stage>("worker1", std::string("stalling"),
-                                                      int64_t{0});
+  auto stage =
+      caller().RemoteObject<pipeline::Stage>("worker1", std::string("stalling"), int64_t{0});
   pipeline::PipelineDriver driver(caller().rrefs(), {stage}, /*micro_batches=*/1);
   ExpectCutOff(StatusOf([&] { driver.Forward(at::ones({2, 2})); }), "pipeline forward");
 
   // A collective rank 1 never joins: rank 0's allreduce fails at the default.
   std::unique_ptr<ddp::ProcessGroup> groups[2];
-  std::thread joiner([&] {
-    groups[1] = ddp::CreateGlooProcessGroup(&workers_[1]->rpc().store(), 1, 2);
-  });
+  std::thread joiner(
+      [&] { groups[1] = ddp::CreateGlooProcessGroup(&workers_[1]->rpc().store(), 1, 2); });
   groups[0] = ddp::CreateGlooProcessGroup(&caller().rpc().store(), 0, 2);
   joiner.join();
   at::Tensor ones = at::ones({4});
@@ -159,8 +158,8 @@ TEST_F(TimeoutsTest, ACallsOwnDeadlineOverridesTheDefault) {
   ExpectCutOff(StatusOf([&] { caller().RpcSync<bool>("worker1", "answer_in_a_second"); }),
                "default");
   // ...and with one it is answered.
-  EXPECT_TRUE(caller().RpcSync<bool>(rpc::CallOptions{absl::Seconds(20)}, "worker1",
-                                     "answer_in_a_second"));
+  EXPECT_TRUE(
+      caller().RpcSync<bool>(rpc::CallOptions{absl::Seconds(20)}, "worker1", "answer_in_a_second"));
   auto staller = caller().RemoteObject<Staller>("worker1");
   auto answer = staller.RpcAsync<bool>(rpc::CallOptions{absl::Seconds(20)}, "stall");
   EXPECT_FALSE(answer.Wait(absl::Seconds(1)).ok());  // still waiting past the default

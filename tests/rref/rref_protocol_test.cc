@@ -3,11 +3,10 @@
 // opens with its scenario and ends with a graceful shutdown of all three,
 // which fails if any value is still referenced (zero leaks), plus explicit
 // checks that every owner's table is empty.
-#include <gtest/gtest.h>
-
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/ones.h>
+#include <gtest/gtest.h>
 
 #include <future>
 
@@ -53,7 +52,8 @@ class RRefProtocolTest : public ::testing::Test {
     network_->SetAutoDeliver(true);
     std::vector<std::future<absl::Status>> stopping;
     for (auto& runtime : runtimes_) {
-      stopping.push_back(std::async(std::launch::async, [&runtime] { return runtime->TryShutdown(); }));
+      stopping.push_back(
+          std::async(std::launch::async, [&runtime] { return runtime->TryShutdown(); }));
     }
     for (auto& f : stopping) EXPECT_TRUE(f.get().ok());
     network_->SetAutoDeliver(false);

@@ -35,8 +35,8 @@ rpc::Registry MakeRRefTestRegistry(std::shared_ptr<rref::RRefContext> context) {
     return counter.RpcSync<int64_t>("add", delta);
   });
   registry.Register(
-      "relay_rref", [](rpc::CallContext& ctx, std::vector<std::string> chain,
-                       RRef<at::Tensor> ref) -> double {
+      "relay_rref",
+      [](rpc::CallContext& ctx, std::vector<std::string> chain, RRef<at::Tensor> ref) -> double {
         if (chain.empty()) return ref.to_here().sum().item<double>();
         const std::string next = chain.front();
         chain.erase(chain.begin());
@@ -80,8 +80,7 @@ rpc::Registry MakeRRefTestRegistry(std::shared_ptr<rref::RRefContext> context) {
 TESSERA_WORKER_SCENARIO(serve_rref) {
   auto context = rref::RRefContext::Create(MakeTestClasses());
   return ServeUntilShutdown(
-      "serve_rref",
-      rpc::TryInit(TestWorkerOptions(), MakeRRefTestRegistry(context), {context}));
+      "serve_rref", rpc::TryInit(TestWorkerOptions(), MakeRRefTestRegistry(context), {context}));
 }
 
 rpc::Registry RRefWorld::MakeRegistry() { return MakeRRefTestRegistry(rrefs_); }

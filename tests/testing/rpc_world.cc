@@ -22,8 +22,7 @@ int ServeUntilShutdown(const char* scenario,
 }
 
 TESSERA_WORKER_SCENARIO(serve) {
-  return ServeUntilShutdown("serve",
-                            rpc::TryInit(TestWorkerOptions(), MakeTestRegistry()));
+  return ServeUntilShutdown("serve", rpc::TryInit(TestWorkerOptions(), MakeTestRegistry()));
 }
 
 void RpcWorld::StartWorld(int world_size,

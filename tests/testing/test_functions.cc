@@ -18,32 +18,28 @@ rpc::Registry MakeTestRegistry() {
   rpc::Registry registry;
   registry.Register("echo", [](c10::IValue v) { return v; });
   // Allow-listed: worker1 by name, or any worker whose role is "trusted".
-  registry.Register("restricted_echo", [](int64_t v) { return v; },
-                          rpc::AllowList{{"worker1"}, {"trusted"}});
+  registry.Register(
+      "restricted_echo", [](int64_t v) { return v; }, rpc::AllowList{{"worker1"}, {"trusted"}});
   // Calls `target`'s restricted_echo as this worker.
-  registry.Register("relay_restricted_echo",
-                          [](CallContext& ctx, std::string target, int64_t v) {
-                            return ctx.runtime->RpcSync<int64_t>(target, "restricted_echo", v);
-                          });
-  registry.Register("add", [](at::Tensor a, at::Tensor b) { return a + b; });
-  registry.Register("fail", [](std::string message) -> int64_t {
-    throw std::runtime_error(message);
+  registry.Register("relay_restricted_echo", [](CallContext& ctx, std::string target, int64_t v) {
+    return ctx.runtime->RpcSync<int64_t>(target, "restricted_echo", v);
   });
+  registry.Register("add", [](at::Tensor a, at::Tensor b) { return a + b; });
+  registry.Register("fail",
+                    [](std::string message) -> int64_t { throw std::runtime_error(message); });
   registry.Register("block", [](CallContext& ctx, std::string key) {
     auto& store = ctx.runtime->store();
     if (!store.Set(key + "/started", "1").ok()) return false;
     return store.Get(key, ctx.deadline - absl::Now()).ok();
   });
+  registry.Register("nested", [](CallContext& ctx, std::vector<std::string> chain, at::Tensor t) {
+    if (chain.empty()) return t + 1;
+    const std::string next = chain.front();
+    chain.erase(chain.begin());
+    return ctx.runtime->RpcSync<at::Tensor>(next, "nested", chain, t) + 1;
+  });
   registry.Register(
-      "nested", [](CallContext& ctx, std::vector<std::string> chain, at::Tensor t) {
-        if (chain.empty()) return t + 1;
-        const std::string next = chain.front();
-        chain.erase(chain.begin());
-        return ctx.runtime->RpcSync<at::Tensor>(next, "nested", chain, t) + 1;
-      });
-  registry.Register(
-      "async_nested",
-      [](CallContext& ctx, std::vector<std::string> chain, at::Tensor t) {
+      "async_nested", [](CallContext& ctx, std::vector<std::string> chain, at::Tensor t) {
         if (chain.empty()) return Future<at::Tensor>::Ready(t + 1);
         const std::string next = chain.front();
         chain.erase(chain.begin());
@@ -58,14 +54,13 @@ rpc::Registry MakeTestRegistry() {
     ctx.runtime->executor().Post([promise, a, b] { promise.Set(a + b); });
     return promise.GetFuture();
   });
-  registry.Register(
-      "describe", [](at::Tensor t, int64_t i, double d, bool b, std::string s,
-                     std::vector<int64_t> ints, std::map<std::string, double> dict) {
-        std::vector<std::string> keys;
-        for (const auto& [k, v] : dict) keys.push_back(absl::StrCat(k, "=", v));
-        return absl::StrCat(t.numel(), "|", i, "|", d, "|", b ? "true" : "false", "|", s, "|",
-                            absl::StrJoin(ints, ","), "|", absl::StrJoin(keys, ","));
-      });
+  registry.Register("describe", [](at::Tensor t, int64_t i, double d, bool b, std::string s,
+                                   std::vector<int64_t> ints, std::map<std::string, double> dict) {
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : dict) keys.push_back(absl::StrCat(k, "=", v));
+    return absl::StrCat(t.numel(), "|", i, "|", d, "|", b ? "true" : "false", "|", s, "|",
+                        absl::StrJoin(ints, ","), "|", absl::StrJoin(keys, ","));
+  });
   return registry;
 }
 

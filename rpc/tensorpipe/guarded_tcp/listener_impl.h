@@ -21,7 +21,6 @@
 
 #include "absl/time/time.h"
 #include "common/log_rate_limiter.h"
-
 #include "rpc/tensorpipe/guarded_tcp/hello_frame.h"
 #include "rpc/tensorpipe/guarded_tcp/inet_sockaddr.h"
 #include "rpc/tensorpipe/guarded_tcp/secret_gate.h"

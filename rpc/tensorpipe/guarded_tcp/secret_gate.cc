@@ -32,7 +32,8 @@ absl::StatusOr<std::string> GateServer::OnGreeting(std::string_view greeting) {
   }
   client_nonce_ = std::string(greeting.substr(kGateMagic.size()));
   server_nonce_ = auth::RandomBytes(kGateNonceBytes);
-  return absl::StrCat(server_nonce_, auth::Mac(secret_, {"gate-server", client_nonce_, server_nonce_}));
+  return absl::StrCat(server_nonce_,
+                      auth::Mac(secret_, {"gate-server", client_nonce_, server_nonce_}));
 }
 
 absl::Status GateServer::OnProof(std::string_view proof) const {
