@@ -93,8 +93,9 @@ absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix
     };
     auto missing = store.WaitForKeys(keys, slice());
     while (missing.ok() && !missing->empty() && absl::Now() < deadline) {
-      if (probe != nullptr)
+      if (probe != nullptr) {
         TESSERA_RETURN_IF_ERROR(ProbeOrHear(store, prefix, rank, *missing, probe));
+      }
       missing = store.WaitForKeys(*missing, slice());
     }
     if (!missing.ok()) return missing.status();

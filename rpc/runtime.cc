@@ -287,8 +287,9 @@ Future<Message> Runtime::AwaitRegistration(int from_rank, const Message& request
   return registry_.WhenRegistered(target, until, *timer_)
       .Then(
           [this, from_rank, request, target](const absl::StatusOr<bool>& found) -> Future<Message> {
-            if (found.ok() && *found)
+            if (found.ok() && *found) {
               return Dispatch(from_rank, request, /*waited_for_registration=*/true);
+            }
             std::vector<std::string> names = registry_.Names();
             return Future<Message>::Ready(absl::NotFoundError(absl::StrCat(
                 "no function named '", target, "' is registered on worker '", options_.name,

@@ -198,7 +198,6 @@ class TensorPipeAgent final : public RpcAgent {
                                      const Message& message);
   void WriteRequest(const std::shared_ptr<ClientPipe>& client, std::shared_ptr<Message> request);
   void FailPipe(const std::shared_ptr<ClientPipe>& client, const absl::Status& why);
-  std::string PeerName(int rank) const;
   std::string PeerAt(int rank) const;  // with its address, for connection errors
 
   const TensorPipeOptions options_;
@@ -229,11 +228,6 @@ class TensorPipeAgent final : public RpcAgent {
 
   ServedCounts served_;
 };
-
-std::string TensorPipeAgent::PeerName(int rank) const {
-  MutexLock lock(&mu_);
-  return DescribeWorker(rank, workers_);
-}
 
 std::string TensorPipeAgent::PeerAt(int rank) const {
   MutexLock lock(&mu_);
