@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -244,6 +245,39 @@ TESSERA_WORKER_SCENARIO(multihost_until_failure) {
       std::fflush(stdout);
     }
   }
+}
+
+// Rank 0 shuts down at once and waits for the others; rank 1 dies (SIGKILL)
+// once rank 0 waits; rank 2 shuts down too. Note [Shutdown liveness]: the
+// waiters name the dead worker instead of waiting for it.
+TESSERA_WORKER_SCENARIO(multihost_dies_before_shutdown) {
+  const char* rank_env = std::getenv("RANK");
+  if (rank_env != nullptr && std::string(rank_env) == "1") {
+    // The worker runs in a child: this process is PID 1 of its host's PID
+    // namespace, which signals from inside cannot kill. (No thread yet.)
+    const pid_t child = fork();
+    if (child < 0) return 2;
+    if (child > 0) {
+      int status = 0;
+      waitpid(child, &status, 0);
+      return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+    }
+  }
+  auto options = rpc::RpcOptions::TryFromEnv();
+  if (!options.ok()) return 2;
+  options->shutdown_timeout = absl::Minutes(10);  // far beyond the test's bound
+  auto runtime = rpc::TryInit(*options, MakeTestRegistry());
+  if (!runtime.ok()) return 2;
+  const int rank = (*runtime)->self().rank;
+  if (rank == 1) {
+    // Rank 0's first shutdown round: it is waiting for the others now.
+    (void)(*runtime)->store().Get("tessera/shutdown/0/0", absl::Seconds(60));
+    raise(SIGKILL);
+  }
+  const absl::Status shutdown = (*runtime)->TryShutdown();
+  std::printf("rank %d shutdown: %s\n", rank, shutdown.ToString().c_str());
+  std::fflush(stdout);
+  return shutdown.ok() ? 0 : 4;
 }
 
 // A small model of the DDP tutorial's shape, the same on every rank.
@@ -658,6 +692,31 @@ TEST(MultiHostTest, AKilledLauncherStopsTheOtherHosts) {
   ::kill(job->on(1).pid(), SIGKILL);
   EXPECT_EQ(job->on(0).Finish(absl::Seconds(60)), 1) << job->output();
   EXPECT_TRUE(absl::StrContains(job->on(0).output(), "node 1 has not been heard from for 10s"))
+      << job->output();
+  std::printf("what the user saw:\n%s", job->output().c_str());
+}
+
+// A worker on another host is killed while the others wait in Shutdown():
+// rank 0 names it (its address on host 1, the refused connection) within
+// the test's bound, though the shutdown deadline is ten minutes.
+TEST(MultiHostTest, AWorkerKilledBeforeShutdownIsNamedNotWaitedFor) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  auto job = Job::Direct(hosts, {SelfPath(), "--tessera_worker=multihost_dies_before_shutdown"},
+                         [&](int host, const std::string& port) {
+                           return Env{{"MASTER_ADDR", hosts.address(0)},
+                                      {"MASTER_PORT", port},
+                                      {"WORLD_SIZE", "3"},
+                                      {"RANK", std::to_string(host)}};
+                         });
+  const std::vector<int> codes = job->Finish(absl::Seconds(120));
+  EXPECT_EQ(codes[0], 4) << job->output();
+  EXPECT_EQ(codes[1], 128 + SIGKILL) << job->output();
+  EXPECT_NE(codes[2], 0) << job->output();
+  EXPECT_TRUE(absl::StrContains(
+      job->on(0).output(),
+      absl::StrCat("rank 0 shutdown: UNAVAILABLE: graceful shutdown: worker 'worker1' (rank 1) "
+                   "is gone (worker 'worker1' (rank 1) at tcp://",
+                   hosts.address(1))))
       << job->output();
   std::printf("what the user saw:\n%s", job->output().c_str());
 }
