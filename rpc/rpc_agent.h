@@ -2,8 +2,9 @@
 //
 // The agent knows nothing of functions or values: it sends a request to a
 // rank and completes a future with the matching response, and hands incoming
-// requests to a RequestHandler. Backends (TensorPipe, later gRPC) implement
-// it behind a factory; the core never includes them.
+// requests to a RequestHandler. Backends (rpc/tensorpipe/, rpc/grpc/)
+// implement it behind a factory (RpcOptions::agent_factory, chosen by
+// rpc::Init); the runtime core never includes them (scripts/check_layering.sh).
 //
 // Contract every backend keeps:
 //  - each future from Send() completes exactly once: with the response, with
