@@ -17,6 +17,7 @@ declare -A allowed=(
   [common]=""
   [auth]="common/"
   [data]="common/"
+  [checkpoint]="common/"
   [store]="common/ auth/ proto/"
   [rpc]="rpc-core common/ auth/ proto/ store/"
   [rpc/init]="rpc/ common/ auth/ proto/ store/"
@@ -57,7 +58,7 @@ may_include() {  # file's package, included path
 
 # Tessera's own packages; other quoted includes (absl/, gloo/, ...) are
 # third-party, below everything.
-ours='^(common|auth|data|store|proto|rpc|rref|dist_autograd|dist_optim|pipeline|ddp|launcher|tessera|examples|tests|bench)/'
+ours='^(common|auth|data|checkpoint|store|proto|rpc|rref|dist_autograd|dist_optim|pipeline|ddp|launcher|tessera|examples|tests|bench)/'
 
 violations=0
 while IFS= read -r file; do
