@@ -11,8 +11,6 @@
 #include <ATen/ops/randn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -42,6 +40,7 @@
 #include "rpc/runtime.h"
 #include "rref/remote.h"
 #include "tests/dist_autograd/dist_autograd_world.h"
+#include "tests/multihost/job.h"
 #include "tests/pipeline/test_stages.h"
 #include "tests/testing/launcher_process.h"
 #include "tests/testing/multiprocess.h"
@@ -219,67 +218,6 @@ TESSERA_WORKER_SCENARIO(multihost_rpc_job) {
   return code != 0 ? code : shutdown.ok() ? 0 : 4;
 }
 
-// Rank 1 calls both others until a call fails, then names the failure
-// (the link-cut test).
-TESSERA_WORKER_SCENARIO(multihost_until_failure) {
-  auto runtime = rpc::TryInit(TestWorkerOptions(), MakeTestRegistry());
-  if (!runtime.ok()) return 2;
-  rpc::Runtime& rt = **runtime;
-  if (rt.self().rank != 1) {
-    // Serve until the launcher stops this worker.
-    for (;;) absl::SleepFor(absl::Seconds(1));
-  }
-  for (int64_t round = 0;; ++round) {
-    for (const char* peer : {"worker0", "worker2"}) {
-      // The call's own deadline fires first; Wait's is a backstop.
-      auto got = rt.RpcAsync<int64_t>(rpc::CallOptions{absl::Seconds(5)}, peer, "echo", round)
-                     .Wait(absl::Seconds(30));
-      if (!got.ok()) {
-        std::printf("call failed: %s\n", got.status().ToString().c_str());
-        std::fflush(stdout);
-        return 3;
-      }
-    }
-    if (round == 10) {
-      std::printf("calls flowing\n");
-      std::fflush(stdout);
-    }
-  }
-}
-
-// Rank 0 shuts down at once and waits for the others; rank 1 dies (SIGKILL)
-// once rank 0 waits; rank 2 shuts down too. Note [Shutdown liveness]: the
-// waiters name the dead worker instead of waiting for it.
-TESSERA_WORKER_SCENARIO(multihost_dies_before_shutdown) {
-  const char* rank_env = std::getenv("RANK");
-  if (rank_env != nullptr && std::string(rank_env) == "1") {
-    // The worker runs in a child: this process is PID 1 of its host's PID
-    // namespace, which signals from inside cannot kill. (No thread yet.)
-    const pid_t child = fork();
-    if (child < 0) return 2;
-    if (child > 0) {
-      int status = 0;
-      waitpid(child, &status, 0);
-      return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
-    }
-  }
-  auto options = rpc::RpcOptions::TryFromEnv();
-  if (!options.ok()) return 2;
-  options->shutdown_timeout = absl::Minutes(10);  // far beyond the test's bound
-  auto runtime = rpc::TryInit(*options, MakeTestRegistry());
-  if (!runtime.ok()) return 2;
-  const int rank = (*runtime)->self().rank;
-  if (rank == 1) {
-    // Rank 0's first shutdown round: it is waiting for the others now.
-    (void)(*runtime)->store().Get("tessera/shutdown/0/0", absl::Seconds(60));
-    raise(SIGKILL);
-  }
-  const absl::Status shutdown = (*runtime)->TryShutdown();
-  std::printf("rank %d shutdown: %s\n", rank, shutdown.ToString().c_str());
-  std::fflush(stdout);
-  return shutdown.ok() ? 0 : 4;
-}
-
 // A small model of the DDP tutorial's shape, the same on every rank.
 torch::nn::Sequential DdpModel() {
   torch::manual_seed(7);
@@ -324,85 +262,6 @@ TESSERA_WORKER_SCENARIO(multihost_ddp) {
   std::printf("ddp rank %d of %d matches one process\n", group.rank(), group.size());
   return 0;
 }
-
-using Env = std::vector<std::pair<std::string, std::string>>;
-
-// One tessera-run per host (node rank = host index), `nproc` workers each,
-// meeting at `master` (host 0's address by default).
-// What every process of a test job gets: the job's secret, and INFO logs
-// (addresses and transport choices are logged there).
-Env JobEnv(Env env) {
-  env.push_back({"TESSERA_JOB_SECRET", "the job's secret across hosts"});
-  env.push_back({"TESSERA_LOG_LEVEL", "INFO"});
-  return env;
-}
-
-// One process per host: tessera-run (Job::Launched) or the worker itself
-// (Job::Direct, as Kubernetes or srun start them).
-class Job {
- public:
-  // tessera-run on every host (node rank = host index), `nproc` workers
-  // each, meeting at `master` (host 0's address when empty).
-  static std::unique_ptr<Job> Launched(NetworkHosts& hosts, int nproc,
-                                       std::vector<std::string> command, Env env = {},
-                                       std::string master = "",
-                                       std::vector<std::string> extra_args = {},
-                                       std::function<Env(int host)> host_env = nullptr) {
-    if (master.empty()) master = hosts.address(0);
-    env = JobEnv(std::move(env));
-    const std::string port = std::to_string(FreeLoopbackPort());
-    auto job = std::unique_ptr<Job>(new Job);
-    for (int host = 0; host < hosts.size(); ++host) {
-      std::vector<std::string> args = {"--nnodes", std::to_string(hosts.size()), "--node_rank",
-                                       std::to_string(host), "--nproc_per_node",
-                                       std::to_string(nproc), "--master_addr", master,
-                                       "--master_port", port};
-      args.insert(args.end(), extra_args.begin(), extra_args.end());
-      args.insert(args.end(), command.begin(), command.end());
-      Env own = env;
-      if (host_env) {
-        for (auto& entry : host_env(host)) own.push_back(entry);
-      }
-      job->processes_.push_back(std::make_unique<Launcher>(args, hosts.On(host, own)));
-    }
-    return job;
-  }
-  // `command` started directly on every host, with `env_of(host, port)`;
-  // `port` is a free one for the store, also put where "{port}" is in `command`.
-  static std::unique_ptr<Job> Direct(NetworkHosts& hosts, std::vector<std::string> command,
-                                     const std::function<Env(int, const std::string&)>& env_of) {
-    const std::string port = std::to_string(FreeLoopbackPort());
-    auto job = std::unique_ptr<Job>(new Job);
-    for (int host = 0; host < hosts.size(); ++host) {
-      std::vector<std::string> argv = hosts.On(host, JobEnv(env_of(host, port)));
-      for (const auto& arg : command) argv.push_back(arg == "{port}" ? port : arg);
-      job->processes_.push_back(std::make_unique<ObservedProcess>(argv));
-    }
-    return job;
-  }
-
-  // Every process's exit code, waiting up to `timeout` in all.
-  std::vector<int> Finish(absl::Duration timeout = absl::Seconds(240)) {
-    const absl::Time deadline = absl::Now() + timeout;
-    std::vector<int> codes;
-    for (auto& process : processes_) {
-      codes.push_back(process->Finish(std::max(deadline - absl::Now(), absl::Seconds(1))));
-    }
-    return codes;
-  }
-  ObservedProcess& on(int host) { return *processes_[host]; }
-  std::string output() const {
-    std::string all;
-    for (size_t host = 0; host < processes_.size(); ++host) {
-      absl::StrAppend(&all, "---- host ", host, " ----\n", processes_[host]->output());
-    }
-    return all;
-  }
-
- private:
-  Job() = default;
-  std::vector<std::unique_ptr<ObservedProcess>> processes_;
-};
 
 // The checks of DriveRpcJob passed, every launcher exited 0, and every peer
 // of every worker was reached over TCP, not a same-host transport.
@@ -655,70 +514,6 @@ TEST(MultiHostTest, AMixOfLoopbackAndOtherHostsFailsAtRendezvous) {
                                                "TESSERA_SOCKET_IFNAME")))
         << job->output();
   }
-}
-
-// The link of host 2 is cut while calls flow: the caller names the peer,
-// its address and the deadline; every launcher exits non-zero within
-// --rdzv_timeout, and nothing is left running on any host.
-TEST(MultiHostTest, ACutLinkFailsEveryHostWithANamedCause) {
-  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
-  auto job = Job::Launched(hosts, 1, {SelfPath(), "--tessera_worker=multihost_until_failure"},
-                           {}, "", {"--rdzv_timeout", "15"});
-  ASSERT_TRUE(job->on(1).WaitFor("calls flowing")) << job->output();
-  ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
-  const std::vector<int> codes = job->Finish(absl::Seconds(120));
-  for (int host = 0; host < 3; ++host) EXPECT_NE(codes[host], 0) << job->output();
-  const std::string& driver = job->on(1).output();
-  EXPECT_TRUE(absl::StrContains(
-      driver, absl::StrCat("call failed: DEADLINE_EXCEEDED: call to worker 'worker2' (rank 2) at "
-                           "tcp://", hosts.address(2))))
-      << job->output();
-  EXPECT_TRUE(absl::StrContains(driver, "'echo' got no response within 5")) << job->output();
-  EXPECT_TRUE(absl::StrContains(job->on(2).output(), "lost contact with the rendezvous store at " +
-                                                        hosts.address(0)))
-      << job->output();
-  std::printf("what the user saw:\n%s", job->output().c_str());
-}
-
-// Host 1's launcher is killed (SIGKILL: a machine gone, with its workers):
-// the other hosts notice through the heartbeats (named in the message) and
-// stop; Finish's bound turns a hang into a failure.
-TEST(MultiHostTest, AKilledLauncherStopsTheOtherHosts) {
-  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 2);
-  auto job = Job::Launched(hosts, 1, {"/bin/sh", "-c", "echo ready; while :; do sleep 1; done"},
-                           {}, "", {"--rdzv_timeout", "10"});
-  ASSERT_TRUE(job->on(0).WaitFor("ready")) << job->output();
-  ASSERT_TRUE(job->on(1).WaitFor("ready")) << job->output();
-  ::kill(job->on(1).pid(), SIGKILL);
-  EXPECT_EQ(job->on(0).Finish(absl::Seconds(60)), 1) << job->output();
-  EXPECT_TRUE(absl::StrContains(job->on(0).output(), "node 1 has not been heard from for 10s"))
-      << job->output();
-  std::printf("what the user saw:\n%s", job->output().c_str());
-}
-
-// A worker on another host is killed while the others wait in Shutdown():
-// rank 0 names it (its address on host 1, the refused connection) within
-// the test's bound, though the shutdown deadline is ten minutes.
-TEST(MultiHostTest, AWorkerKilledBeforeShutdownIsNamedNotWaitedFor) {
-  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
-  auto job = Job::Direct(hosts, {SelfPath(), "--tessera_worker=multihost_dies_before_shutdown"},
-                         [&](int host, const std::string& port) {
-                           return Env{{"MASTER_ADDR", hosts.address(0)},
-                                      {"MASTER_PORT", port},
-                                      {"WORLD_SIZE", "3"},
-                                      {"RANK", std::to_string(host)}};
-                         });
-  const std::vector<int> codes = job->Finish(absl::Seconds(120));
-  EXPECT_EQ(codes[0], 4) << job->output();
-  EXPECT_EQ(codes[1], 128 + SIGKILL) << job->output();
-  EXPECT_NE(codes[2], 0) << job->output();
-  EXPECT_TRUE(absl::StrContains(
-      job->on(0).output(),
-      absl::StrCat("rank 0 shutdown: UNAVAILABLE: graceful shutdown: worker 'worker1' (rank 1) "
-                   "is gone (worker 'worker1' (rank 1) at tcp://",
-                   hosts.address(1))))
-      << job->output();
-  std::printf("what the user saw:\n%s", job->output().c_str());
 }
 
 }  // namespace
