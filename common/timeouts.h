@@ -14,6 +14,11 @@ namespace tessera {
 
 inline constexpr absl::Duration kBuiltinDefaultTimeout = absl::Seconds(60);
 
+// How far past a call's own deadline a blocking wait on it goes: the call
+// fails at its deadline, naming its cause; this only guards against a
+// broken agent that never completes it.
+inline constexpr absl::Duration kWaitBackstop = absl::Seconds(1);
+
 // TESSERA_TIMEOUT_S (seconds, fractions allowed, > 0) when set and valid
 // (an invalid value is logged and ignored), else 60 s.
 absl::Duration DefaultTimeout();

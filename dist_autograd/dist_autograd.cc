@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/timeouts.h"
 #include "dist_autograd/autograd_messages.h"
 
 namespace tessera::dist_autograd {
@@ -227,10 +228,8 @@ absl::Status DistAutograd::TryBackward(int64_t context_id, const std::vector<at:
   if (!to_send.ok()) {
     return Annotate(to_send.status(), "backward on worker '" + self_name() + "'");
   }
-  // The calls carry the deadline and fail at it naming their worker; the
-  // extra second only guards against a broken agent.
-  auto done =
-      Propagate(context_id, *std::move(to_send), deadline).Wait(deadline + absl::Seconds(1));
+  // The calls carry the deadline and fail at it naming their worker.
+  auto done = Propagate(context_id, *std::move(to_send), deadline).Wait(deadline + kWaitBackstop);
   if (!done.ok()) {
     return Annotate(done.status(), absl::StrCat("distributed backward of context ",
                                                 context_id, " from '", self_name(), "'"));

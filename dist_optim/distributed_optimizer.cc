@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "common/timeouts.h"
 #include "rref/remote.h"
 
 namespace tessera::dist_optim {
@@ -54,7 +55,7 @@ DistributedOptimizer DistributedOptimizer::Create(rref::RRefContext& rrefs,
                   "DistributedOptimizer: register the owner side with "
                   "dist_optim::RegisterLocalOptimizer(classes)"));
   }
-  WhenAllOk(created).Get(rrefs.EffectiveTimeout(timeout) + absl::Seconds(1));
+  WhenAllOk(created).Get(rrefs.EffectiveTimeout(timeout) + kWaitBackstop);
   return optimizer;
 }
 
@@ -69,7 +70,7 @@ Future<bool> DistributedOptimizer::StepAsync(int64_t context_id, absl::Duration 
 }
 
 void DistributedOptimizer::Step(int64_t context_id, absl::Duration timeout) const {
-  StepAsync(context_id, timeout).Get(rrefs_->EffectiveTimeout(timeout) + absl::Seconds(1));
+  StepAsync(context_id, timeout).Get(rrefs_->EffectiveTimeout(timeout) + kWaitBackstop);
 }
 
 }  // namespace tessera::dist_optim

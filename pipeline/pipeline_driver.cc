@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "common/timeouts.h"
 #include "rref/remote.h"
 
 namespace tessera::pipeline {
@@ -31,7 +32,7 @@ at::Tensor PipelineDriver::Forward(const at::Tensor& batch) {
   std::vector<at::Tensor> parts;
   for (size_t i = 0; i < outputs.size(); ++i) {
     // The cause names the stage's worker that failed (errors nest per hop).
-    auto part = outputs[i].Wait(rrefs_.EffectiveTimeout(timeout_) + absl::Seconds(1));
+    auto part = outputs[i].Wait(rrefs_.EffectiveTimeout(timeout_) + kWaitBackstop);
     if (!part.ok()) {
       throw StatusError(Annotate(part.status(), absl::StrCat("pipeline forward of micro-batch ",
                                                              i, " of ", outputs.size())));

@@ -45,6 +45,7 @@
 #include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_pool.h"
+#include "common/timeouts.h"
 #include "rpc/internal_service.h"
 #include "rpc/registry.h"
 #include "rpc/rpc_agent.h"
@@ -124,10 +125,8 @@ class Runtime {
   template <typename R = c10::IValue, typename... Args>
   R RpcSync(const CallOptions& options, const std::string& to,
             const std::string& function, Args&&... args) {
-    // The agent's timer fails the call at its deadline; the extra second
-    // here only guards against a broken agent.
     auto result = RpcAsync<R>(options, to, function, std::forward<Args>(args)...)
-                      .Wait(Timeout(options) + absl::Seconds(1));
+                      .Wait(Timeout(options) + kWaitBackstop);
     if constexpr (std::is_void_v<R>) {
       ThrowIfError(result.status());
     } else {

@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "common/status.h"
+#include "common/timeouts.h"
 #include "rpc/runtime.h"
 #include "rpc/value_traits.h"
 #include "rref/rref_context.h"
@@ -117,10 +118,9 @@ class RRef {
   }
 
   // How long a blocking call waits on its future: the call's deadline (its
-  // own, or the runtime's default) fails it first; the extra second only
-  // guards against a broken agent.
+  // own, or the runtime's default), then kWaitBackstop.
   absl::Duration GraceAfter(absl::Duration timeout) const {
-    return impl_->context()->EffectiveTimeout(timeout) + absl::Seconds(1);
+    return impl_->context()->EffectiveTimeout(timeout) + kWaitBackstop;
   }
 
   template <typename R>
