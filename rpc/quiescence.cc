@@ -21,6 +21,7 @@ constexpr absl::Duration kProbeEvery = absl::Seconds(1);
 // is the lowest rank that has arrived; all agree on it, as they read the
 // same keys. The verdict is "<code>:<message>" under "<prefix>/dead".
 absl::Status ProbeOrHear(store::StoreClient& store, const std::string& prefix, int rank,
+                         const std::vector<int>& participants,
                          const std::vector<std::string>& missing_keys, const MissingProbe& probe) {
   std::vector<int> missing;
   for (const auto& key : missing_keys) {
@@ -29,8 +30,13 @@ absl::Status ProbeOrHear(store::StoreClient& store, const std::string& prefix, i
       missing.push_back(missing_rank);
     }
   }
-  int prober = 0;
-  while (std::find(missing.begin(), missing.end(), prober) != missing.end()) ++prober;
+  // The lowest participant that has arrived.
+  int prober = rank;
+  for (int r : participants) {
+    if (std::find(missing.begin(), missing.end(), r) == missing.end()) {
+      prober = std::min(prober, r);
+    }
+  }
   const std::string verdict_key = prefix + "/dead";
   if (rank == prober) {
     absl::Status found = probe(missing);
@@ -77,7 +83,8 @@ bool Balanced(const std::vector<AgentCounters>& all) {
 }  // namespace
 
 absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix, int rank,
-                            int world_size, const RpcAgent& agent, absl::Time deadline,
+                            const std::function<std::vector<int>()>& participants,
+                            const RpcAgent& agent, absl::Time deadline,
                             const MissingProbe& probe) {
   std::vector<AgentCounters> previous;
   // Rounds back off so a long-running call does not hammer the store.
@@ -86,17 +93,28 @@ absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix
     const std::string round_prefix = absl::StrCat(prefix, "/", round, "/");
     auto status = store.Set(round_prefix + std::to_string(rank), Encode(agent.counters()));
     if (!status.ok()) return status;
+    std::vector<int> ranks = participants();
     std::vector<std::string> keys;
-    for (int r = 0; r < world_size; ++r) keys.push_back(round_prefix + std::to_string(r));
+    for (int r : ranks) keys.push_back(round_prefix + std::to_string(r));
     auto slice = [deadline] {
       return std::max(absl::ZeroDuration(), std::min(kProbeEvery, deadline - absl::Now()));
     };
     auto missing = store.WaitForKeys(keys, slice());
     while (missing.ok() && !missing->empty() && absl::Now() < deadline) {
       if (probe != nullptr) {
-        TESSERA_RETURN_IF_ERROR(ProbeOrHear(store, prefix, rank, *missing, probe));
+        TESSERA_RETURN_IF_ERROR(ProbeOrHear(store, prefix, rank, ranks, *missing, probe));
       }
-      missing = store.WaitForKeys(*missing, slice());
+      // A rank that left meanwhile is no longer waited for.
+      std::vector<int> now = participants();
+      std::vector<std::string> still;
+      for (const auto& key : *missing) {
+        int r = -1;
+        if (absl::SimpleAtoi(key.substr(key.rfind('/') + 1), &r) &&
+            std::find(now.begin(), now.end(), r) != now.end()) {
+          still.push_back(key);
+        }
+      }
+      missing = store.WaitForKeys(still, slice());
     }
     if (!missing.ok()) return missing.status();
     if (!missing->empty()) {
@@ -106,13 +124,15 @@ absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix
           "graceful shutdown: rank(s) ", absl::StrJoin(ranks, ", "),
           " did not take part in round ", round, " (gone, or not shutting down)"));
     }
-    std::vector<AgentCounters> current(world_size);
-    for (int r = 0; r < world_size; ++r) {
-      auto value = store.Get(keys[r], absl::ZeroDuration());
+    std::vector<AgentCounters> current;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      auto value = store.Get(keys[i], absl::ZeroDuration());
+      if (absl::IsDeadlineExceeded(value.status())) continue;  // it left meanwhile
       if (!value.ok()) return value.status();
-      if (!Decode(*value, &current[r])) {
+      current.emplace_back();
+      if (!Decode(*value, &current.back())) {
         return absl::DataLossError("graceful shutdown: malformed counters from rank " +
-                                   std::to_string(r));
+                                   std::to_string(ranks[i]));
       }
     }
     if (Balanced(current) && current == previous) return absl::OkStatus();

@@ -37,8 +37,12 @@ using MissingProbe = std::function<absl::Status(const std::vector<int>& missing)
 // that stopped taking part (or the imbalance) at `deadline`, or the error
 // `probe` found. Rounds are published under "<prefix>/<round>/<rank>"; each
 // agreement needs its own prefix.
+// `participants` gives the ranks taking part, asked again each round (an
+// elastic job's members may leave while others wait: Note [Elastic
+// membership], rpc/runtime.h).
 absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix, int rank,
-                            int world_size, const RpcAgent& agent, absl::Time deadline,
+                            const std::function<std::vector<int>()>& participants,
+                            const RpcAgent& agent, absl::Time deadline,
                             const MissingProbe& probe = nullptr);
 
 }  // namespace tessera::rpc

@@ -2,10 +2,13 @@
 
 #include <set>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/host_address.h"
+#include "common/status.h"
+#include "store/elastic_keys.h"
 
 namespace tessera::rpc {
 namespace {
@@ -28,6 +31,7 @@ std::string HostOf(const std::string& address) {
 absl::Status CheckReachable(const std::vector<WorkerInfo>& workers) {
   std::vector<std::string> loopback, remote;
   for (const auto& worker : workers) {
+    if (worker.name.empty()) continue;  // a joined rank not published yet
     (IsLoopbackAddress(HostOf(worker.address)) ? loopback : remote)
         .push_back(absl::StrCat("'", worker.name, "' (rank ", worker.rank, ") at ", worker.address));
   }
@@ -42,47 +46,139 @@ absl::Status CheckReachable(const std::vector<WorkerInfo>& workers) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<WorkerInfo>> Rendezvous(store::StoreClient& store,
-                                                   const std::string& prefix,
-                                                   const WorkerInfo& self,
-                                                   int world_size,
-                                                   absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  auto status = store.Set(WorkerKey(prefix, self.rank),
-                          absl::StrCat(self.name, "\n", self.address, "\n", self.role, "\n", self.locality));
-  if (!status.ok()) return status;
+namespace {
 
-  std::vector<std::string> keys;
-  for (int rank = 0; rank < world_size; ++rank) keys.push_back(WorkerKey(prefix, rank));
-  auto missing = store.WaitForKeys(keys, deadline - absl::Now());
-  if (!missing.ok()) return missing.status();
-  if (!missing->empty()) {
-    std::vector<std::string> ranks;
-    for (const auto& key : *missing) ranks.push_back(key.substr(key.rfind('/') + 1));
-    return absl::DeadlineExceededError(absl::StrCat(
-        "rendezvous of '", self.name, "' timed out after ",
-        absl::FormatDuration(timeout), ": rank(s) ", absl::StrJoin(ranks, ", "),
-        " of world size ", world_size, " never joined (store ", store.target(), ")"));
+absl::Status Publish(store::StoreClient& store, const std::string& prefix,
+                     const WorkerInfo& self) {
+  return store.Set(WorkerKey(prefix, self.rank),
+                   absl::StrCat(self.name, "\n", self.address, "\n", self.role, "\n",
+                                self.locality, "\n", self.incarnation));
+}
+
+absl::StatusOr<WorkerInfo> ParseWorker(int rank, const std::string& value) {
+  std::vector<std::string> parts = absl::StrSplit(value, absl::MaxSplits('\n', 4));
+  // Older forms, which tests still write: no locality (nothing same-host
+  // to use), no incarnation (the first).
+  if (parts.size() == 3) parts.push_back("");
+  if (parts.size() == 4) parts.push_back("0");
+  WorkerInfo worker;
+  worker.rank = rank;
+  if (parts.size() != 5 || !absl::SimpleAtoi(parts[4], &worker.incarnation)) {
+    return absl::DataLossError("malformed rendezvous entry for rank " + std::to_string(rank));
   }
+  worker.name = parts[0];
+  worker.address = parts[1];
+  worker.role = parts[2];
+  worker.locality = parts[3];
+  return worker;
+}
 
-  std::vector<WorkerInfo> workers(world_size);
+// Reads the entries of `keys` (ranks 0..n-1): unpublished ones stay
+// nameless placeholders. Names must be unique.
+absl::StatusOr<std::vector<WorkerInfo>> ReadWorkers(store::StoreClient& store,
+                                                    const std::vector<std::string>& keys) {
+  std::vector<WorkerInfo> workers(keys.size());
   std::set<std::string> names;
-  for (int rank = 0; rank < world_size; ++rank) {
+  for (int rank = 0; rank < static_cast<int>(keys.size()); ++rank) {
+    workers[rank].rank = rank;
     auto value = store.Get(keys[rank], absl::ZeroDuration());
+    if (absl::IsDeadlineExceeded(value.status())) continue;  // not published yet
     if (!value.ok()) return value.status();
-    std::vector<std::string> parts = absl::StrSplit(*value, absl::MaxSplits('\n', 3));
-    if (parts.size() == 3) parts.push_back("");  // no locality: nothing same-host to use
-    if (parts.size() != 4) {
-      return absl::DataLossError("malformed rendezvous entry for rank " +
-                                 std::to_string(rank));
-    }
-    if (!names.insert(parts[0]).second) {
-      return absl::InvalidArgumentError("two workers are named '" + parts[0] +
+    auto worker = ParseWorker(rank, *value);
+    if (!worker.ok()) return worker.status();
+    if (!names.insert(worker->name).second) {
+      return absl::InvalidArgumentError("two workers are named '" + worker->name +
                                         "'; worker names must be unique");
     }
-    workers[rank] = WorkerInfo{parts[0], rank, parts[1], parts[2], parts[3]};
+    workers[rank] = *std::move(worker);
   }
-  if (auto reachable = CheckReachable(workers); !reachable.ok()) return reachable;
+  return workers;
+}
+
+// Waits for the entries of ranks 0..count-1; an error names those missing.
+absl::Status AwaitWorkers(store::StoreClient& store, const std::vector<std::string>& keys,
+                          const WorkerInfo& self, int count, absl::Duration timeout) {
+  const std::vector<std::string> awaited(keys.begin(), keys.begin() + count);
+  auto missing = store.WaitForKeys(awaited, timeout);
+  if (!missing.ok()) return missing.status();
+  if (missing->empty()) return absl::OkStatus();
+  std::vector<std::string> ranks;
+  for (const auto& key : *missing) ranks.push_back(key.substr(key.rfind('/') + 1));
+  return absl::DeadlineExceededError(absl::StrCat(
+      "rendezvous of '", self.name, "' timed out after ", absl::FormatDuration(timeout),
+      ": rank(s) ", absl::StrJoin(ranks, ", "), " of world size ", count,
+      " never joined (store ", store.target(), ")"));
+}
+
+std::vector<std::string> WorkerKeys(const std::string& prefix, int count) {
+  std::vector<std::string> keys;
+  for (int rank = 0; rank < count; ++rank) keys.push_back(WorkerKey(prefix, rank));
+  return keys;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<WorkerInfo>> Rendezvous(store::StoreClient& store,
+                                                   const std::string& prefix,
+                                                   const WorkerInfo& self, int world_size,
+                                                   absl::Duration timeout) {
+  TESSERA_RETURN_IF_ERROR(Publish(store, prefix, self));
+  const std::vector<std::string> keys = WorkerKeys(prefix, world_size);
+  TESSERA_RETURN_IF_ERROR(AwaitWorkers(store, keys, self, world_size, timeout));
+  auto workers = ReadWorkers(store, keys);
+  if (!workers.ok()) return workers.status();
+  TESSERA_RETURN_IF_ERROR(CheckReachable(*workers));
+  return workers;
+}
+
+absl::StatusOr<int> RanksEverInJob(store::StoreClient& store, const std::string& prefix,
+                                   int world_size) {
+  int initial = world_size;
+  auto recorded = store.Get(store::elastic::WorldSizeKey(prefix), absl::ZeroDuration());
+  if (recorded.ok() && !absl::SimpleAtoi(*recorded, &initial)) {
+    return absl::DataLossError("malformed world size in the store: " + *recorded);
+  }
+  auto joined = store.Add(store::elastic::JoinedKey(prefix), 0);
+  if (!joined.ok()) return joined.status();
+  return initial + static_cast<int>(*joined);
+}
+
+absl::StatusOr<std::vector<int>> LeftRanks(store::StoreClient& store, const std::string& prefix,
+                                           int ranks) {
+  std::vector<std::string> keys;
+  for (int rank = 0; rank < ranks; ++rank) keys.push_back(store::elastic::LeftKey(prefix, rank));
+  auto missing = store.WaitForKeys(keys, absl::ZeroDuration());
+  if (!missing.ok()) return missing.status();
+  const std::set<std::string> absent(missing->begin(), missing->end());
+  std::vector<int> left;
+  for (int rank = 0; rank < ranks; ++rank) {
+    if (absent.count(keys[rank]) == 0) left.push_back(rank);
+  }
+  return left;
+}
+
+absl::StatusOr<std::vector<WorkerInfo>> RejoinRendezvous(store::StoreClient& store,
+                                                         const std::string& prefix,
+                                                         const WorkerInfo& self,
+                                                         absl::Duration timeout) {
+  TESSERA_RETURN_IF_ERROR(Publish(store, prefix, self));
+  auto world = store.Get(store::elastic::WorldSizeKey(prefix), timeout);
+  if (!world.ok()) {
+    return Annotate(world.status(), "'" + self.name + "' cannot rejoin: the job recorded no "
+                                    "world size (was it started by tessera-run or rpc::Init?)");
+  }
+  int world_size = 0;
+  if (!absl::SimpleAtoi(*world, &world_size)) {
+    return absl::DataLossError("malformed world size in the store: " + *world);
+  }
+  auto joined = store.Add(store::elastic::JoinedKey(prefix), 0);
+  if (!joined.ok()) return joined.status();
+  const int count = std::max(world_size + static_cast<int>(*joined), self.rank + 1);
+  const std::vector<std::string> keys = WorkerKeys(prefix, count);
+  TESSERA_RETURN_IF_ERROR(AwaitWorkers(store, keys, self, world_size, timeout));
+  auto workers = ReadWorkers(store, keys);
+  if (!workers.ok()) return workers.status();
+  TESSERA_RETURN_IF_ERROR(CheckReachable(*workers));
   return workers;
 }
 

@@ -23,4 +23,25 @@ absl::StatusOr<std::vector<WorkerInfo>> Rendezvous(store::StoreClient& store,
                                                    int world_size,
                                                    absl::Duration timeout);
 
+// For a worker entering a running job (Note [Elastic membership]): a new
+// incarnation of a rank that died, or a rank beyond the initial ones
+// (handed out by tessera-run --join). Publishes `self`, then returns the
+// table as it stands — the initial ranks (waiting for them up to `timeout`)
+// and those that joined since; a joined rank whose worker has not published
+// yet has an empty name.
+absl::StatusOr<std::vector<WorkerInfo>> RejoinRendezvous(store::StoreClient& store,
+                                                         const std::string& prefix,
+                                                         const WorkerInfo& self,
+                                                         absl::Duration timeout);
+
+// The ranks that are, or were, in the job: the initial world size plus the
+// ranks handed out since. `world_size` is the caller's, for when the job
+// never recorded one.
+absl::StatusOr<int> RanksEverInJob(store::StoreClient& store, const std::string& prefix,
+                                   int world_size);
+
+// Those of `ranks` recorded as having left for good (LeftKey).
+absl::StatusOr<std::vector<int>> LeftRanks(store::StoreClient& store, const std::string& prefix,
+                                           int ranks);
+
 }  // namespace tessera::rpc

@@ -41,6 +41,9 @@ struct WorkerInfo {
   // What peers compare to tell whether same-host fast paths can reach this
   // worker (TensorPipe: its shm and cma domain descriptors); backend-specific.
   std::string locality;
+  // 0 for a rank's first process; each restart of the rank alone that
+  // rejoins the running job counts one more (Note [Elastic membership]).
+  int incarnation = 0;
 };
 
 // The rank a connection's peer is served as: its claimed rank if the name
@@ -78,8 +81,12 @@ class RpcAgent {
 
   virtual const WorkerInfo& self() const = 0;
 
-  // Installs the table of all workers (indexed by rank), once, after
-  // rendezvous and before the first Send().
+  // Installs the table of all workers (indexed by rank) after rendezvous,
+  // before the first Send(); and again when membership changes (a rank
+  // rejoined with a new address, a worker joined beyond the table). Then a
+  // connection to a rank whose address changed is dropped (the next call
+  // dials the new one), and connections from peers the old table did not
+  // know are served under their rank from now on.
   virtual void SetWorkers(std::vector<WorkerInfo> workers) = 0;
 
   // Sends `request` to `to_rank`. The agent fills in request_id and

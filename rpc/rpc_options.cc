@@ -34,6 +34,16 @@ absl::StatusOr<RpcOptions> RpcOptions::TryFromEnv() {
   const char* name = std::getenv("TESSERA_WORKER_NAME");
   options.name = name ? name : absl::StrCat("worker", options.rank);
   if (const char* role = std::getenv("TESSERA_WORKER_ROLE")) options.role = role;
+  if (const char* join = std::getenv("TESSERA_JOIN"); join != nullptr && *join != '\0') {
+    const std::string mode = join;
+    if (mode != "rejoin" && mode != "join" && mode != "start") {
+      return absl::InvalidArgumentError("TESSERA_JOIN is '" + mode +
+                                        "' (expected start, rejoin or join)");
+    }
+    options.join = mode == "rejoin" ? JoinMode::kRejoin
+                   : mode == "join" ? JoinMode::kJoin
+                                    : JoinMode::kStart;
+  }
   if (const char* backend = std::getenv("TESSERA_RPC_BACKEND")) {
     auto parsed = ParseBackend(backend);
     if (!parsed.ok()) return Annotate(parsed.status(), "TESSERA_RPC_BACKEND");

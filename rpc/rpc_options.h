@@ -48,6 +48,13 @@ enum class Backend {
 absl::StatusOr<Backend> ParseBackend(const std::string& name);
 const char* BackendName(Backend backend);
 
+// How a worker enters its job (Note [Elastic membership], rpc/runtime.h).
+enum class JoinMode {
+  kStart,   // with the others, at the job's rendezvous
+  kRejoin,  // a new incarnation of a rank that died, into the running job
+  kJoin,    // a rank beyond the initial ones (tessera-run --join hands it out)
+};
+
 struct RpcOptions {
   std::string name;     // unique worker name
   int rank = -1;
@@ -83,8 +90,12 @@ struct RpcOptions {
   int max_worker_threads = 64;
 
   // A worker's role (e.g. "trainer"), published at rendezvous, for
-  // allow-lists that name roles rather than workers (rpc/registry.h).
+  // allow-lists that name roles rather than workers (rpc/registry.h), and
+  // for tessera-run --elastic_roles (which roles restart alone).
   std::string role;
+  // TESSERA_JOIN=rejoin or join (tessera-run sets it when it restarts a
+  // rank alone, or for tessera-run --join).
+  JoinMode join = JoinMode::kStart;
 
   // Where this worker listens and what it advertises (Note [Choosing the
   // host address], common/host_address.h): by default the address of the
@@ -111,7 +122,7 @@ struct RpcOptions {
   // Fills rank, world size, master address/port from RANK, WORLD_SIZE,
   // MASTER_ADDR, MASTER_PORT (as torch's env:// does), the name from
   // TESSERA_WORKER_NAME (default "worker<rank>"), the role from
-  // TESSERA_WORKER_ROLE, the backend from TESSERA_RPC_BACKEND and the job
+  // TESSERA_WORKER_ROLE, how it joins from TESSERA_JOIN, the backend from TESSERA_RPC_BACKEND and the job
   // secret from TESSERA_JOB_SECRET or TESSERA_JOB_SECRET_FILE, gRPC's TLS
   // files from TESSERA_TLS_* (GrpcTlsOptions::FromEnv), the address from
   // TESSERA_ADDRESS, TESSERA_ADVERTISE_ADDRESS and TESSERA_SOCKET_IFNAME

@@ -7,6 +7,7 @@
 #include "rpc/codec.h"
 #include "rpc/quiescence.h"
 #include "rpc/rendezvous.h"
+#include "store/elastic_keys.h"
 
 namespace tessera::rpc {
 namespace {
@@ -84,6 +85,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(
       new Runtime(std::move(options), std::move(registry), std::move(extensions)));
   // Answers shutdown's liveness probes (Note [Shutdown liveness]).
   Serve<PingRequest>(runtime->internal_, [](CallContext&, PingRequest) { return true; });
+  runtime->ServeMembership();
   for (const auto& extension : runtime->extensions_) {
     extension->Attach(runtime.get(), &runtime->internal_);
     if (ValueHooks* hooks = extension->value_hooks()) {
@@ -152,45 +154,61 @@ absl::Status Runtime::Start() {
   agent_ = *std::move(agent);
   agent_->SetPeerFailureHandler([this](int rank) { OnPeerFailure(rank); });
 
-  WorkerInfo self = agent_->self();
-  self.role = options_.role;
-  auto workers = Rendezvous(*store_client_, options_.store_prefix, self,
-                            options_.world_size, options_.rendezvous_timeout);
+  self_ = agent_->self();
+  self_.role = options_.role;
+  const std::string& prefix = options_.store_prefix;
+  namespace elastic = store::elastic;
+  if (options_.join == JoinMode::kRejoin) {
+    auto incarnation = store_client_->Add(elastic::IncarnationKey(prefix, options_.rank), 1);
+    if (!incarnation.ok()) return incarnation.status();
+    self_.incarnation = static_cast<int>(*incarnation);
+  }
+  TESSERA_RETURN_IF_ERROR(
+      store_client_->Set(elastic::RoleKey(prefix, options_.rank), options_.role));
+  auto workers = options_.join == JoinMode::kStart
+                     ? Rendezvous(*store_client_, prefix, self_, options_.world_size,
+                                  options_.rendezvous_timeout)
+                     : RejoinRendezvous(*store_client_, prefix, self_,
+                                        options_.rendezvous_timeout);
   if (!workers.ok()) return workers.status();
-  workers_ = *std::move(workers);
-  agent_->SetWorkers(workers_);
-  TESSERA_LOG(INFO) << options_.name << ": joined a world of " << options_.world_size << " at "
-                    << host->Describe();
+  if (options_.join == JoinMode::kStart && options_.rank == 0) {
+    TESSERA_RETURN_IF_ERROR(store_client_->Set(elastic::WorldSizeKey(prefix),
+                                               std::to_string(options_.world_size)));
+  }
+  agent_->SetWorkers(*workers);
+  membership_.Reset(*std::move(workers));
+  if (options_.join != JoinMode::kStart) AnnounceJoin();
+  TESSERA_LOG(INFO) << options_.name << ": "
+                    << (options_.join == JoinMode::kStart ? "joined a world of "
+                                                          : "entered a running job of ")
+                    << membership_.size() << " at " << host->Describe()
+                    << (self_.incarnation > 0
+                            ? absl::StrCat(" (incarnation ", self_.incarnation, ")")
+                            : "");
   return absl::OkStatus();
 }
 
 Runtime::~Runtime() { TryShutdown(/*graceful=*/false).IgnoreError(); }
 
-const WorkerInfo* Runtime::FindWorker(const std::string& name) const {
-  for (const auto& worker : workers_) {
-    if (worker.name == name) return &worker;
-  }
-  return nullptr;
+std::optional<WorkerInfo> Runtime::FindWorker(const std::string& name) const {
+  return membership_.Find(name);
 }
 
-const WorkerInfo* Runtime::FindWorker(int rank) const {
-  if (rank < 0 || rank >= static_cast<int>(workers_.size())) return nullptr;
-  return &workers_[rank];
-}
+std::optional<WorkerInfo> Runtime::FindWorker(int rank) const { return membership_.Find(rank); }
 
 absl::Status Runtime::NoWorkerNamed(const std::string& name) {
   return absl::NotFoundError("no worker named '" + name + "'");
 }
 
-const WorkerInfo& Runtime::GetWorkerInfo(const std::string& name) const {
-  const WorkerInfo* worker = FindWorker(name);
-  if (worker == nullptr) throw StatusError(NoWorkerNamed(name));
+WorkerInfo Runtime::GetWorkerInfo(const std::string& name) const {
+  std::optional<WorkerInfo> worker = FindWorker(name);
+  if (!worker.has_value()) throw StatusError(NoWorkerNamed(name));
   return *worker;
 }
 
-const WorkerInfo& Runtime::GetWorkerInfo(int rank) const {
-  const WorkerInfo* worker = FindWorker(rank);
-  if (worker == nullptr) {
+WorkerInfo Runtime::GetWorkerInfo(int rank) const {
+  std::optional<WorkerInfo> worker = FindWorker(rank);
+  if (!worker.has_value()) {
     throw StatusError(absl::NotFoundError(absl::StrCat("no worker with rank ", rank)));
   }
   return *worker;
@@ -205,9 +223,9 @@ Future<c10::IValue> Runtime::CallAsync(const std::string& to,
                                        const std::string& function,
                                        std::vector<c10::IValue> args,
                                        const CallOptions& options) {
-  const WorkerInfo* worker = FindWorker(to);
-  if (worker == nullptr) return Future<c10::IValue>::Ready(NoWorkerNamed(to));
-  return CallAsync(worker->rank, function, std::move(args), options);
+  const std::optional<int> rank = membership_.RankOf(to);
+  if (!rank.has_value()) return Future<c10::IValue>::Ready(NoWorkerNamed(to));
+  return CallAsync(*rank, function, std::move(args), options);
 }
 
 Future<c10::IValue> Runtime::CallAsync(int to_rank, const std::string& function,
@@ -221,14 +239,6 @@ Future<c10::IValue> Runtime::CallInternal(int to_rank, const std::string& servic
                                           const CallOptions& options) {
   return Call(to_rank, service, std::move(args), options, pool_.get(),
               proto::INTERNAL_CALL);
-}
-
-void Runtime::OnPeerFailure(int rank) {
-  // On a transport thread: hand it to the pool, extensions may take locks.
-  if (shutting_down_.load() || extensions_.empty() || pool_ == nullptr) return;
-  pool_->Post([this, rank] {
-    for (const auto& extension : extensions_) extension->OnPeerUnavailable(rank);
-  });
 }
 
 Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
@@ -306,9 +316,9 @@ Future<Message> Runtime::Dispatch(int from_rank, const Message& request,
   CallContext context;
   context.runtime = this;
   context.caller_rank = from_rank;
-  if (from_rank >= 0 && from_rank < static_cast<int>(workers_.size())) {
-    context.caller_name = workers_[from_rank].name;
-    context.caller_role = workers_[from_rank].role;
+  if (std::optional<WorkerInfo> caller = membership_.Find(from_rank)) {
+    context.caller_name = std::move(caller->name);
+    context.caller_role = std::move(caller->role);
   }
   const bool internal = envelope.kind() == proto::INTERNAL_CALL;
   const RegisteredFunction* function = (internal ? internal_ : registry_).Find(envelope.target());
@@ -374,6 +384,8 @@ absl::Status Runtime::ProbeMissing(const std::vector<int>& ranks) {
     const std::string who = DescribeWorker(rank);
     if (answer.ok()) {
       unanswered_probes_.erase(rank);
+    } else if (BeingRestarted(rank)) {
+      continue;  // its new incarnation will take part (Note [Elastic membership])
     } else if (absl::IsUnavailable(answer.status())) {
       return absl::UnavailableError(
           absl::StrCat("graceful shutdown: ", who, " is gone (", answer.status().message(), ")"));
@@ -388,8 +400,8 @@ absl::Status Runtime::ProbeMissing(const std::vector<int>& ranks) {
 }
 
 std::string Runtime::DescribeWorker(int rank) const {
-  if (rank >= 0 && rank < static_cast<int>(workers_.size())) {
-    return absl::StrCat("worker '", workers_[rank].name, "' (rank ", rank, ")");
+  if (std::optional<WorkerInfo> worker = membership_.Find(rank)) {
+    return absl::StrCat("worker '", worker->name, "' (rank ", rank, ")");
   }
   return absl::StrCat("rank ", rank);
 }
@@ -404,14 +416,15 @@ absl::Status Runtime::TryShutdown(bool graceful) {
   if (agent_ != nullptr && graceful) {
     const absl::Time deadline = absl::Now() + options_.shutdown_timeout;
     auto probe = [this](const std::vector<int>& missing) { return ProbeMissing(missing); };
+    auto participants = [this] { return ShutdownParticipants(); };
     status = AgreeQuiescent(*store_client_, options_.store_prefix + "/shutdown", options_.rank,
-                            options_.world_size, *agent_, deadline, probe);
+                            participants, *agent_, deadline, probe);
     if (status.ok() && !extensions_.empty()) {
       // Second phase: references held across workers are released now that
       // nobody can make new ones, and the releases drain before the check.
       for (const auto& extension : extensions_) extension->ReleaseReferences();
       status = AgreeQuiescent(*store_client_, options_.store_prefix + "/release", options_.rank,
-                              options_.world_size, *agent_, deadline, probe);
+                              participants, *agent_, deadline, probe);
       for (const auto& extension : extensions_) {
         if (!status.ok()) break;
         status = extension->CheckReleased();
@@ -423,7 +436,7 @@ absl::Status Runtime::TryShutdown(bool graceful) {
       status = store_client_->Set(
           absl::StrCat(options_.store_prefix, "/shutdown/done/", options_.rank), "1");
       std::vector<std::string> keys;
-      for (int r = 0; r < options_.world_size; ++r) {
+      for (int r : ShutdownParticipants()) {
         keys.push_back(absl::StrCat(options_.store_prefix, "/shutdown/done/", r));
       }
       if (status.ok()) status = store_client_->Wait(keys, deadline - absl::Now());

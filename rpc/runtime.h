@@ -28,6 +28,20 @@
 // workers need not agree on an order of set-up: a server may start, build
 // its state, then register the functions that serve it.
 //
+// Note [Elastic membership]: a job's membership may change while it runs.
+// A rank restarted alone (tessera-run --elastic_roles) starts with
+// JoinMode::kRejoin: it takes the next incarnation of its rank from the
+// store, publishes its new address and announces itself to every member
+// (internal "join" service). Each member first releases whatever the old
+// incarnation held (its RRef forks, its autograd contexts — as when a peer
+// dies), then installs the new address (its agent drops any connection to
+// the old one) and records kRejoined (rpc/membership.h). A worker started
+// with kJoin takes a rank beyond the initial ones and announces itself
+// the same way (kJoined); Leave() ends a worker's part early (kLeft). A
+// graceful shutdown waits for the ranks that have not left, and while
+// tessera-run restarts a rank it waits for its new incarnation instead of
+// calling the rank dead (Note [Shutdown liveness], store/elastic_keys.h).
+//
 // Thread-safety: all methods are thread-safe; Shutdown() runs once.
 #pragma once
 
@@ -47,6 +61,7 @@
 #include "common/thread_pool.h"
 #include "common/timeouts.h"
 #include "rpc/internal_service.h"
+#include "rpc/membership.h"
 #include "rpc/registry.h"
 #include "rpc/rpc_agent.h"
 #include "rpc/rpc_options.h"
@@ -85,14 +100,18 @@ class Runtime {
     registry_.Register(name, std::move(fn), std::move(allowed));
   }
 
-  const WorkerInfo& self() const { return agent_->self(); }
-  const std::vector<WorkerInfo>& workers() const { return workers_; }
+  const WorkerInfo& self() const { return self_; }
+  // Every rank's latest worker, by rank (it grows as workers join).
+  std::vector<WorkerInfo> workers() const { return membership_.Table(); }
   // The worker named so; StatusError (NotFound) if the job has none.
-  const WorkerInfo& GetWorkerInfo(const std::string& name) const;
-  const WorkerInfo& GetWorkerInfo(int rank) const;
-  // The same, nullptr if there is none.
-  const WorkerInfo* FindWorker(const std::string& name) const;
-  const WorkerInfo* FindWorker(int rank) const;
+  WorkerInfo GetWorkerInfo(const std::string& name) const;
+  WorkerInfo GetWorkerInfo(int rank) const;
+  // The same, nullopt if there is none.
+  std::optional<WorkerInfo> FindWorker(const std::string& name) const;
+  std::optional<WorkerInfo> FindWorker(int rank) const;
+  // Who is in the job, and what happened to them (rpc/membership.h).
+  Membership& membership() { return membership_; }
+  const Membership& membership() const { return membership_; }
 
   // Untyped call: arguments and result as IValues.
   Future<c10::IValue> CallAsync(const std::string& to, const std::string& function,
@@ -113,10 +132,10 @@ class Runtime {
   Future<ResultOf<R>> RpcAsync(const CallOptions& options, const std::string& to,
                                const std::string& function, Args&&... args) {
     std::vector<c10::IValue> values{ToIValue(std::forward<Args>(args))...};
-    const WorkerInfo* worker = FindWorker(to);
-    if (worker == nullptr) return Future<ResultOf<R>>::Ready(NoWorkerNamed(to));
-    return Typed<R>(Call(worker->rank, function, std::move(values), options, nullptr),
-                    to, function, pool_.get());
+    const std::optional<int> rank = membership_.RankOf(to);
+    if (!rank.has_value()) return Future<ResultOf<R>>::Ready(NoWorkerNamed(to));
+    return Typed<R>(Call(*rank, function, std::move(values), options, nullptr), to, function,
+                    pool_.get());
   }
   template <typename R = c10::IValue, typename... Args>
   R RpcSync(const std::string& to, const std::string& function, Args&&... args) {
@@ -142,9 +161,8 @@ class Runtime {
                                                      const CallOptions& options = {}) {
     Future<c10::IValue> raw = Call(to_rank, M::kService, EncodeMessage(std::move(message)), options,
                                    nullptr, proto::INTERNAL_CALL, M::kCarriesUserValues);
-    const std::string to = to_rank >= 0 && to_rank < static_cast<int>(workers_.size())
-                               ? workers_[to_rank].name
-                               : "rank " + std::to_string(to_rank);
+    const std::optional<WorkerInfo> worker = membership_.Find(to_rank);
+    const std::string to = worker.has_value() ? worker->name : "rank " + std::to_string(to_rank);
     return Typed<typename M::Response>(std::move(raw), to, M::kService, pool_.get());
   }
   // Untyped: for tests that send internal services malformed values.
@@ -162,6 +180,12 @@ class Runtime {
   void Shutdown(bool graceful = true);
   // The same, returning the reason instead of throwing.
   absl::Status TryShutdown(bool graceful = true);
+  // Ends this worker's part in the job early, for good (Note [Elastic
+  // membership]): records it in the store, tells every live member (each
+  // releases what this worker held there and records kLeft), then closes
+  // without waiting for the others. Calls this worker still has in flight
+  // fail. Throws StatusError if the store cannot record it.
+  void Leave(const std::string& reason = "left");
 
   // For a continuation that makes calls on another thread: see
   // CallObserver::CaptureThreadState. Empty when nothing is to be carried.
@@ -197,6 +221,20 @@ class Runtime {
                            const CallOptions& options, Executor* executor,
                            proto::MessageKind kind = proto::CALL, bool carries_user_values = true);
   void OnPeerFailure(int rank);
+  // --- elastic membership (rpc/runtime_membership.cc) ---
+  // Answers the join and leave announcements of other workers.
+  void ServeMembership();
+  // Tells every live member that this worker (re)joined.
+  void AnnounceJoin();
+  // A member's old incarnation is gone or it left: extensions release what
+  // it held.
+  void ReleasePeer(int rank);
+  // Hands new membership events to subscribers, on the pool.
+  void PostMembershipEvents();
+  // The ranks a graceful shutdown waits for: those that have not left.
+  std::vector<int> ShutdownParticipants();
+  // Whether tessera-run is starting `rank` again (then it is not dead).
+  bool BeingRestarted(int rank);
   Future<Message> HandleRequest(int from_rank, Message request);
   Future<Message> Dispatch(int from_rank, const Message& request, bool waited_for_registration);
   std::string DescribeWorker(int rank) const;
@@ -235,15 +273,20 @@ class Runtime {
   std::unique_ptr<DeadlineTimer> timer_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<RpcAgent> agent_;
-  std::vector<WorkerInfo> workers_;  // written once, before ready_ is set
+  WorkerInfo self_;  // the agent's, with role and incarnation
+  Membership membership_;
   // Set when rendezvous completed (or failed). A peer that finished its own
   // rendezvous first may call us before that; such requests wait on this.
   Promise<bool> ready_;
   Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+  // Serialises membership changes with the releases they imply.
+  Mutex peer_changes_mu_;
   std::atomic<bool> shutting_down_{false};  // closing: no more peer-failure notices
-  // Shutdown probes: consecutive unanswered probes per rank.
-  std::map<int, int> unanswered_probes_;  // touched only by the Shutdown caller
+  // Shutdown probes: consecutive unanswered probes per rank, and when a
+  // rank was first seen being restarted (touched only by the Shutdown caller).
+  std::map<int, int> unanswered_probes_;
+  std::map<int, absl::Time> restarting_since_;
 };
 
 }  // namespace tessera::rpc

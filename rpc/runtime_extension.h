@@ -69,6 +69,9 @@ class RuntimeExtension {
   virtual CallObserver* call_observer() { return nullptr; }
   // The connection to `rank` broke: the peer is presumed gone.
   virtual void OnPeerUnavailable(int rank) {}
+  // A new incarnation of `rank` rejoined the job (after OnPeerUnavailable
+  // released the old one's state): the rank may be served again.
+  virtual void OnPeerRejoined(int rank) {}
   // Graceful shutdown, once the workers agree that no call is in flight
   // anywhere: release what this worker holds of others. The runtime then
   // agrees a second time, so whatever this sends is delivered before...

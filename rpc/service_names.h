@@ -7,6 +7,10 @@ namespace tessera::rpc::services {
 
 // The runtime's own (rpc/runtime.cc): shutdown's liveness probe.
 inline constexpr char kPing[] = "tessera.ping";
+// Elastic membership (rpc/runtime_membership.cc): a worker announcing
+// that it (re)joined the running job, or that it leaves it.
+inline constexpr char kJoin[] = "tessera.join";
+inline constexpr char kLeave[] = "tessera.leave";
 
 // RRefs (rref/rref_messages.h, Note [RRef protocol]).
 inline constexpr char kRRefRemote[] = "rref.remote";

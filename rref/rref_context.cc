@@ -34,7 +34,7 @@ GlobalId RRefContext::NextId() { return GlobalId{self_, next_local_.fetch_add(1)
 std::string RRefContext::NameOf(int rank) const {
   rpc::Runtime* runtime = runtime_.load();
   if (runtime != nullptr) {
-    if (const rpc::WorkerInfo* worker = runtime->FindWorker(rank)) return worker->name;
+    if (std::optional<rpc::WorkerInfo> worker = runtime->FindWorker(rank)) return worker->name;
   }
   return "rank " + std::to_string(rank);
 }
@@ -42,8 +42,8 @@ std::string RRefContext::NameOf(int rank) const {
 absl::StatusOr<int> RRefContext::RankOf(const std::string& worker) const {
   rpc::Runtime* runtime = runtime_.load();
   if (runtime == nullptr) return absl::FailedPreconditionError("RRef runtime is closed");
-  const rpc::WorkerInfo* info = runtime->FindWorker(worker);
-  if (info == nullptr) return absl::NotFoundError("no worker named '" + worker + "'");
+  const std::optional<rpc::WorkerInfo> info = runtime->FindWorker(worker);
+  if (!info.has_value()) return absl::NotFoundError("no worker named '" + worker + "'");
   return info->rank;
 }
 
@@ -331,6 +331,11 @@ bool RRefContext::WaitForOwnedValues(size_t count, absl::Duration timeout) const
   return owned_changed_.WaitUntil(
       &mu_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return owned_.size() == count; },
       absl::Now() + timeout);
+}
+
+void RRefContext::OnPeerRejoined(int rank) {
+  MutexLock lock(&mu_);
+  gone_ranks_.erase(rank);
 }
 
 void RRefContext::OnPeerUnavailable(int rank) {

@@ -114,6 +114,7 @@ class RRefContext final : public rpc::RuntimeExtension,
   void Attach(rpc::Runtime* runtime, rpc::Registry* internal) override;
   rpc::ValueHooks* value_hooks() override { return this; }
   void OnPeerUnavailable(int rank) override;
+  void OnPeerRejoined(int rank) override;
   void ReleaseReferences() override;
   absl::Status CheckReleased() override;
   void OnClosed() override;
@@ -255,8 +256,8 @@ class RRefContext final : public rpc::RuntimeExtension,
   std::map<GlobalId, std::shared_ptr<OwnerEntry>> owned_ ABSL_GUARDED_BY(mu_);
   std::map<GlobalId, UserFork> user_forks_ ABSL_GUARDED_BY(mu_);
   std::map<GlobalId, PendingChild> pending_children_ ABSL_GUARDED_BY(mu_);
-  // Ranks reported unavailable (OnPeerUnavailable); never cleared, as a
-  // worker does not rejoin a running job.
+  // Ranks reported unavailable (OnPeerUnavailable), until a new
+  // incarnation rejoins (OnPeerRejoined).
   std::set<int> gone_ranks_ ABSL_GUARDED_BY(mu_);
   // Note [Early arrivals]: a request about a value can reach its owner
   // before the value's creation does — a child's fork request (it comes

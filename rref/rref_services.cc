@@ -118,9 +118,8 @@ absl::Status RRefContext::CheckAccess(int caller, const rpc::AllowList& allowed,
   if (caller == self_ || allowed.empty()) return absl::OkStatus();
   rpc::Runtime* runtime = runtime_.load();
   std::string role;
-  if (runtime != nullptr && caller >= 0 &&
-      caller < static_cast<int>(runtime->workers().size())) {
-    role = runtime->workers()[caller].role;
+  if (runtime != nullptr) {
+    if (std::optional<rpc::WorkerInfo> worker = runtime->FindWorker(caller)) role = worker->role;
   }
   return allowed.Check(what, NameOf(caller), role);
 }

@@ -27,4 +27,6 @@ Worker::~Worker() = default;
 
 void Worker::Shutdown() { runtime_->Shutdown(); }
 
+void Worker::Leave(const std::string& reason) { runtime_->Leave(reason); }
+
 }  // namespace tessera

@@ -103,7 +103,9 @@ class Worker {
   const std::string& name() const { return runtime_->self().name; }
   int rank() const { return runtime_->self().rank; }
   int world_size() const { return runtime_->options().world_size; }
-  const std::vector<rpc::WorkerInfo>& workers() const { return runtime_->workers(); }
+  std::vector<rpc::WorkerInfo> workers() const { return runtime_->workers(); }
+  // Who is in the job, with events to wait on (rpc/membership.h).
+  rpc::Membership& membership() { return runtime_->membership(); }
 
   // --- the parts ---
   rpc::Runtime& rpc() { return *runtime_; }
@@ -114,6 +116,10 @@ class Worker {
   // is outstanding anywhere (bounded by options.shutdown_timeout; a worker
   // that died is reported by name), then closes. Throws StatusError.
   void Shutdown();
+  // Ends this worker's part early, for good, without waiting for the others
+  // (elastic jobs: a trainer done before the rest; Note [Elastic
+  // membership], rpc/runtime.h). What it held elsewhere is released there.
+  void Leave(const std::string& reason = "left");
 
  private:
   Worker() = default;

@@ -79,6 +79,16 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
   const WorkerInfo& self() const override { return self_; }
   void SetWorkers(std::vector<WorkerInfo> workers) override {
     MutexLock lock(&mu_);
+    for (int rank = 0; rank < static_cast<int>(workers_.size()); ++rank) {
+      if (rank < static_cast<int>(workers.size()) &&
+          workers[rank].address == workers_[rank].address) {
+        continue;
+      }
+      // A rank that restarted elsewhere: the next call dials the new
+      // address; the old stream ends on its own, without a failure notice.
+      stubs_.erase(rank);
+      streams_.erase(rank);
+    }
     workers_ = std::move(workers);
   }
   Future<Message> Send(int to_rank, Message request, absl::Time deadline) override;
@@ -289,16 +299,18 @@ Future<Message> GrpcAgent::Send(int to_rank, Message request, absl::Time deadlin
 
 void GrpcAgent::OnClientStreamDone(ClientStream* stream, const absl::Status& why) {
   bool closed = false;
+  bool current = false;  // not replaced by a stream to a rejoined incarnation
   {
     MutexLock lock(&mu_);
     auto it = streams_.find(stream->peer_rank());
     // Forget the broken stream, so the next call opens a new one.
-    if (it != streams_.end() && it->second.get() == stream) streams_.erase(it);
+    current = it != streams_.end() && it->second.get() == stream;
+    if (current) streams_.erase(it);
     closed = closed_;
   }
   const absl::Status status = ConnectionEnded(PeerAt(stream->peer_rank()), why);
   pending_.FailConnectionAndWarn(stream->id(), status, self_.name, /*warn=*/!closed);
-  peer_failures_.Notify(stream->peer_rank());
+  if (current) peer_failures_.Notify(stream->peer_rank());
   MutexLock lock(&mu_);
   --live_client_streams_;
   streams_done_.SignalAll();

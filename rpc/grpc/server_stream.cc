@@ -116,6 +116,13 @@ void ServerStream::OnReadDone(bool ok) {
       from = peer_rank_;
       if (kind == proto::CALL || kind == proto::INTERNAL_CALL) ++in_flight_;
     }
+    if (from < 0 && peer_.has_value()) {
+      // Not a member at its handshake: it may have joined since (the
+      // agent's table grew), and is served under its rank from then on.
+      from = host_->MemberRankOf(*peer_);
+      MutexLock lock(&mu_);
+      peer_rank_ = from;
+    }
     if (kind != proto::CALL && kind != proto::INTERNAL_CALL) {
       FinishSoon(ToGrpc(absl::InvalidArgumentError(
           absl::StrCat("expected a request, got message kind ", kind))));
@@ -139,10 +146,12 @@ absl::Status ServerStream::HandleHandshake(const Message& message) {
   auto peer = handshake_.OnProof(message.envelope);
   if (!peer.ok()) return peer.status();
   host_->timer()->Cancel(handshake_timer_);
+  const int member_rank = host_->MemberRankOf(*peer);
   {
     MutexLock lock(&mu_);
-    peer_rank_ = host_->MemberRankOf(*peer);
+    peer_rank_ = member_rank;
   }
+  peer_ = *std::move(peer);
   phase_ = Phase::kReady;
   Write(EncodeEnvelopeFrame(ServerHandshake::Accepted()));
   return absl::OkStatus();

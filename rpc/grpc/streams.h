@@ -136,6 +136,7 @@ class ServerStream final : public AsyncServerBidi,
   enum class Phase { kHello, kProof, kReady, kHealth } phase_ = Phase::kHello;
   HealthMethod health_ = HealthMethod::kNone;
   DeadlineTimer::Id handshake_timer_ = 0;
+  std::optional<PeerIdentity> peer_;  // the identity it proved; read reactions only
   WriteQueue writes_;
 
   Mutex mu_;

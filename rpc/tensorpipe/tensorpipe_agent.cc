@@ -57,7 +57,12 @@ struct ServerPipe {
   std::shared_ptr<tp::Pipe> pipe;
   ServerHandshake handshake;  // driven by the pipe's reads, one at a time
   bool challenged = false;    // likewise
-  std::optional<PeerIdentity> peer;  // set once the peer proved itself
+  // Set once the peer proved itself (under the agent's mu_): the identity
+  // it claimed.
+  std::optional<PeerIdentity> peer;
+  // The rank its requests are served as (MemberRank); may change from -1 to
+  // its rank when SetWorkers learns of a worker that joined.
+  std::atomic<int> member_rank{-1};
   DeadlineTimer::Id handshake_timer = 0;
 };
 
@@ -167,10 +172,7 @@ class TensorPipeAgent final : public RpcAgent {
 
   const WorkerInfo& self() const override { return self_; }
 
-  void SetWorkers(std::vector<WorkerInfo> workers) override {
-    MutexLock lock(&mu_);
-    workers_ = std::move(workers);
-  }
+  void SetWorkers(std::vector<WorkerInfo> workers) override;
 
   Future<Message> Send(int to_rank, Message request,
                        absl::Time deadline) override;
@@ -197,7 +199,8 @@ class TensorPipeAgent final : public RpcAgent {
   absl::Status HandleClientHandshake(const std::shared_ptr<ClientPipe>& client,
                                      const Message& message);
   void WriteRequest(const std::shared_ptr<ClientPipe>& client, std::shared_ptr<Message> request);
-  void FailPipe(const std::shared_ptr<ClientPipe>& client, const absl::Status& why);
+  void FailPipe(const std::shared_ptr<ClientPipe>& client, const absl::Status& why,
+                bool notify = true);
   std::string PeerAt(int rank) const;  // with its address, for connection errors
 
   const TensorPipeOptions options_;
@@ -323,6 +326,31 @@ Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
   return future;
 }
 
+void TensorPipeAgent::SetWorkers(std::vector<WorkerInfo> workers) {
+  std::vector<std::shared_ptr<ClientPipe>> stale;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [rank, client] : client_pipes_) {
+      if (rank >= static_cast<int>(workers.size()) ||
+          workers[rank].address != workers_[rank].address) {
+        stale.push_back(client);
+      }
+    }
+    workers_ = std::move(workers);
+    for (const auto& server : server_pipes_) {
+      if (server->peer.has_value()) {
+        server->member_rank = MemberRank(server->peer->name, server->peer->rank, workers_);
+      }
+    }
+  }
+  // A pipe to a rank's old incarnation: the rank itself is not failing
+  // (its new incarnation is there), so no failure notice.
+  for (const auto& client : stale) {
+    FailPipe(client, absl::UnavailableError("the worker restarted at a new address"),
+             /*notify=*/false);
+  }
+}
+
 void TensorPipeAgent::WriteRequest(const std::shared_ptr<ClientPipe>& client,
                                    std::shared_ptr<Message> request) {
   bool failed = false;
@@ -348,7 +376,7 @@ void TensorPipeAgent::WriteRequest(const std::shared_ptr<ClientPipe>& client,
 }
 
 void TensorPipeAgent::FailPipe(const std::shared_ptr<ClientPipe>& client,
-                               const absl::Status& why) {
+                               const absl::Status& why, bool notify) {
   {
     MutexLock lock(&mu_);
     auto it = client_pipes_.find(client->rank);
@@ -361,7 +389,7 @@ void TensorPipeAgent::FailPipe(const std::shared_ptr<ClientPipe>& client,
     client->failure = why;
     client->waiting.clear();
   }
-  peer_failures_.Notify(client->rank);
+  if (notify) peer_failures_.Notify(client->rank);
   const absl::Status status = ConnectionEnded(PeerAt(client->rank), why);
   pending_.FailConnectionAndWarn(client->id, status, self_.name, /*warn=*/true);
   client->pipe->close();
@@ -505,7 +533,7 @@ void TensorPipeAgent::ReadRequest(std::shared_ptr<ServerPipe> server) {
     if (!message.ok()) {
       if (message.status().code() == absl::StatusCode::kUnavailable) {
         TESSERA_LOG(DEBUG) << self_.name << ": incoming connection ended: " << message.status();
-        if (server->peer.has_value()) peer_failures_.Notify(server->peer->rank);
+        if (server->peer.has_value()) peer_failures_.Notify(server->member_rank.load());
       } else {
         TESSERA_LOG(WARNING) << self_.name << ": closing incoming connection: bad frame: "
                              << message.status().message();
@@ -531,7 +559,7 @@ void TensorPipeAgent::ReadRequest(std::shared_ptr<ServerPipe> server) {
     }
     served_.RequestReceived();
     // The identity the peer proved, not what the envelope claims.
-    const int from = server->peer->rank;
+    const int from = server->member_rank.load();
     message->envelope.set_origin_rank(from);
     executor_->Post([this, pipe = server->pipe, from, request = *std::move(message)]() mutable {
       ServeRequest(pipe, from, std::move(request));
@@ -554,9 +582,9 @@ absl::Status TensorPipeAgent::HandleServerHandshake(const std::shared_ptr<Server
     timer_->Cancel(server->handshake_timer);
     {
       MutexLock lock(&mu_);
-      peer->rank = MemberRank(peer->name, peer->rank, workers_);
+      server->member_rank = MemberRank(peer->name, peer->rank, workers_);
+      server->peer = *std::move(peer);
     }
-    server->peer = *std::move(peer);
     reply->envelope = ServerHandshake::Accepted();
   }
   WriteMessage(server->pipe, std::move(reply), [](const tp::Error&) {});

@@ -1,0 +1,175 @@
+// The runtime's side of elastic membership (Note [Elastic membership],
+// rpc/runtime.h): join and leave announcements, peer failures, and which
+// ranks a graceful shutdown waits for.
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "rpc/rendezvous.h"
+#include "rpc/runtime.h"
+#include "store/elastic_keys.h"
+
+namespace tessera::rpc {
+namespace {
+
+struct JoinAnnouncement {
+  static constexpr const char* kService = services::kJoin;
+  static constexpr bool kCarriesUserValues = false;
+  using Response = bool;
+  std::string name;
+  int64_t rank = -1;
+  std::string address;
+  std::string role;
+  std::string locality;
+  int64_t incarnation = 0;
+  auto Fields() { return std::tie(name, rank, address, role, locality, incarnation); }
+};
+
+// The rank that leaves is the caller's proven one, not a field.
+struct LeaveAnnouncement {
+  static constexpr const char* kService = services::kLeave;
+  static constexpr bool kCarriesUserValues = false;
+  using Response = bool;
+  std::string reason;
+  auto Fields() { return std::tie(reason); }
+};
+
+constexpr absl::Duration kAnnounceTimeout = absl::Seconds(10);
+
+}  // namespace
+
+void Runtime::ServeMembership() {
+  Serve<JoinAnnouncement>(internal_, [this](CallContext&, JoinAnnouncement m) {
+    const WorkerInfo info{m.name,     static_cast<int>(m.rank), m.address, m.role,
+                          m.locality, static_cast<int>(m.incarnation)};
+    MutexLock lock(&peer_changes_mu_);
+    std::optional<MembershipEvent> event = membership_.Admit(info);
+    if (!event.has_value()) return true;  // known already (announced twice)
+    if (event->kind == MembershipEventKind::kRejoined) {
+      // Nothing of the old incarnation may be taken for the new one's.
+      ReleasePeer(info.rank);
+      for (const auto& extension : extensions_) extension->OnPeerRejoined(info.rank);
+    }
+    agent_->SetWorkers(membership_.Table());
+    TESSERA_LOG(INFO) << options_.name << ": '" << info.name << "' (rank " << info.rank << ") "
+                      << MembershipEventName(event->kind) << " at " << info.address
+                      << (info.incarnation > 0
+                              ? absl::StrCat(", incarnation ", info.incarnation)
+                              : "");
+    PostMembershipEvents();
+    return true;
+  });
+  Serve<LeaveAnnouncement>(internal_, [this](CallContext& ctx, LeaveAnnouncement m) {
+    MutexLock lock(&peer_changes_mu_);
+    if (membership_.MarkLeft(ctx.caller_rank).has_value()) {
+      ReleasePeer(ctx.caller_rank);
+      TESSERA_LOG(INFO) << options_.name << ": " << DescribeWorker(ctx.caller_rank)
+                        << " left the job: " << m.reason;
+      PostMembershipEvents();
+    }
+    return true;
+  });
+}
+
+void Runtime::AnnounceJoin() {
+  const std::string& prefix = options_.store_prefix;
+  if (auto left = LeftRanks(*store_client_, prefix, static_cast<int>(membership_.size()));
+      left.ok()) {
+    for (int rank : *left) membership_.MarkLeft(rank);
+  }
+  JoinAnnouncement message{self_.name, self_.rank,  self_.address, self_.role, self_.locality,
+                           self_.incarnation};
+  std::vector<std::pair<int, Future<bool>>> calls;
+  for (const Member& member : membership_.Members()) {
+    const WorkerInfo& peer = member.info;
+    if (peer.rank == self_.rank || peer.name.empty() || member.state == MemberState::kLeft) {
+      continue;
+    }
+    calls.emplace_back(peer.rank, CallService(peer.rank, message, CallOptions{kAnnounceTimeout}));
+  }
+  for (auto& [rank, call] : calls) {
+    auto answer = call.Wait(kAnnounceTimeout + kWaitBackstop);
+    if (answer.ok()) continue;
+    // Dead, or being restarted itself: its new incarnation will announce
+    // itself to us.
+    TESSERA_LOG(INFO) << options_.name << ": could not tell " << DescribeWorker(rank)
+                      << " that it joined: " << answer.status().message();
+    membership_.MarkFailed(rank);
+  }
+  // The launcher's mark is spent: this incarnation is the restart.
+  store_client_->Delete(store::elastic::RestartingKey(prefix, self_.rank)).IgnoreError();
+}
+
+void Runtime::ReleasePeer(int rank) {
+  for (const auto& extension : extensions_) extension->OnPeerUnavailable(rank);
+}
+
+void Runtime::OnPeerFailure(int rank) {
+  // On a transport thread: hand it to the pool, extensions may take locks.
+  if (shutting_down_.load() || pool_ == nullptr) return;
+  const std::optional<WorkerInfo> peer = membership_.Find(rank);
+  if (!peer.has_value()) return;
+  pool_->Post([this, rank, incarnation = peer->incarnation] {
+    MutexLock lock(&peer_changes_mu_);
+    // A failure noticed after a newer incarnation rejoined is the old one's,
+    // whose state the rejoin already released.
+    const std::optional<WorkerInfo> now = membership_.Find(rank);
+    if (!now.has_value() || now->incarnation != incarnation) return;
+    membership_.MarkFailed(rank);
+    ReleasePeer(rank);
+    PostMembershipEvents();
+  });
+}
+
+void Runtime::PostMembershipEvents() {
+  if (pool_ != nullptr) pool_->Post([this] { membership_.DeliverPending(); });
+}
+
+std::vector<int> Runtime::ShutdownParticipants() {
+  const std::string& prefix = options_.store_prefix;
+  int ranks = static_cast<int>(membership_.size());
+  if (auto ever = RanksEverInJob(*store_client_, prefix, options_.world_size); ever.ok()) {
+    ranks = std::max(ranks, *ever);
+  }
+  std::vector<int> left;
+  if (auto recorded = LeftRanks(*store_client_, prefix, ranks); recorded.ok()) {
+    left = *std::move(recorded);
+  }
+  std::vector<int> participants;
+  for (int rank = 0; rank < ranks; ++rank) {
+    if (std::find(left.begin(), left.end(), rank) == left.end()) participants.push_back(rank);
+  }
+  return participants;
+}
+
+bool Runtime::BeingRestarted(int rank) {
+  auto mark = store_client_->Get(store::elastic::RestartingKey(options_.store_prefix, rank),
+                                 absl::ZeroDuration());
+  if (!mark.ok()) {
+    restarting_since_.erase(rank);
+    return false;
+  }
+  // A restart that never comes back (its launcher died too) is a death
+  // after all.
+  const absl::Time since = restarting_since_.try_emplace(rank, absl::Now()).first->second;
+  return absl::Now() - since < 2 * options_.rendezvous_timeout;
+}
+
+void Runtime::Leave(const std::string& reason) {
+  ThrowIfError(store_client_->Set(
+      store::elastic::LeftKey(options_.store_prefix, options_.rank), reason));
+  std::vector<std::pair<int, Future<bool>>> calls;
+  for (const Member& member : membership_.Members()) {
+    if (member.info.rank == self_.rank || member.state != MemberState::kLive) continue;
+    calls.emplace_back(member.info.rank, CallService(member.info.rank, LeaveAnnouncement{reason},
+                                                     CallOptions{kAnnounceTimeout}));
+  }
+  for (auto& [rank, call] : calls) {
+    auto answer = call.Wait(kAnnounceTimeout + kWaitBackstop);
+    if (!answer.ok()) {
+      TESSERA_LOG(INFO) << options_.name << ": could not tell " << DescribeWorker(rank)
+                        << " that it leaves: " << answer.status().message();
+    }
+  }
+  TryShutdown(/*graceful=*/false).IgnoreError();
+}
+
+}  // namespace tessera::rpc

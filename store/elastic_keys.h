@@ -1,0 +1,42 @@
+// Note [Elastic keys]: what tessera-run and the workers of an elastic job
+// tell each other through the rendezvous store, all under the job's prefix
+// (RpcOptions::store_prefix; tessera-run uses the default, kDefaultPrefix).
+// A restart of the whole group clears the store, and with it all of these.
+#pragma once
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera::store::elastic {
+
+inline constexpr char kDefaultPrefix[] = "tessera";
+
+// The number of ranks the job started with (set by tessera-run and rank 0).
+inline std::string WorldSizeKey(const std::string& prefix) {
+  return prefix + "/elastic/world_size";
+}
+// A counter: how many ranks were handed out beyond the initial ones
+// (tessera-run --join takes the next ones with Add).
+inline std::string JoinedKey(const std::string& prefix) { return prefix + "/elastic/joined"; }
+// A counter per rank: the incarnation a restarted process of it takes.
+inline std::string IncarnationKey(const std::string& prefix, int rank) {
+  return absl::StrCat(prefix, "/elastic/incarnation/", rank);
+}
+// The role the rank's worker declared (RpcOptions::role), which tessera-run
+// reads to decide whether the rank restarts alone (--elastic_roles).
+inline std::string RoleKey(const std::string& prefix, int rank) {
+  return absl::StrCat(prefix, "/elastic/role/", rank);
+}
+// Set by tessera-run, to the reason, just before it starts the rank again
+// alone: a graceful shutdown waits for the rank instead of calling it dead.
+inline std::string RestartingKey(const std::string& prefix, int rank) {
+  return absl::StrCat(prefix, "/elastic/restarting/", rank);
+}
+// Set, to the reason, when a rank will not come back: its worker left
+// (Worker::Leave) or tessera-run gave up restarting it. Nobody waits for it.
+inline std::string LeftKey(const std::string& prefix, int rank) {
+  return absl::StrCat(prefix, "/elastic/left/", rank);
+}
+
+}  // namespace tessera::store::elastic
