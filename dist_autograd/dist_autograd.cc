@@ -15,8 +15,12 @@ namespace {
 
 // How many released ids each worker remembers, to ignore late messages.
 constexpr size_t kReleasedMemory = 1 << 16;
-// Context ids: the creating rank above this many bits, a counter below.
+// Context ids: the creating rank above kCounterBits; below, the creating
+// process's incarnation (a rank restarted alone starts its counter again,
+// and must not reuse its old incarnation's ids, which peers may remember as
+// released: Note [Elastic membership]) above kIncarnationShift, a counter.
 constexpr int kCounterBits = 48;
+constexpr int kIncarnationShift = 32;
 
 struct CurrentContext {
   const DistAutograd* owner = nullptr;
@@ -91,8 +95,10 @@ std::string DistAutograd::self_name() const {
 }
 
 int64_t DistAutograd::NewContext() {
-  const int64_t id =
-      (static_cast<int64_t>(self_rank_) << kCounterBits) | next_context_.fetch_add(1);
+  rpc::Runtime* runtime = runtime_.load();
+  const int64_t incarnation = runtime == nullptr ? 0 : runtime->self().incarnation & 0xffff;
+  const int64_t id = (static_cast<int64_t>(self_rank_) << kCounterBits) |
+                     (incarnation << kIncarnationShift) | next_context_.fetch_add(1);
   MutexLock lock(&mu_);
   contexts_[id] = std::make_shared<Context>(id);
   contexts_changed_.SignalAll();

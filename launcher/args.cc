@@ -18,6 +18,12 @@ ABSL_FLAG(int, master_port, 29500, "port of the rendezvous store on master_addr"
 ABSL_FLAG(bool, standalone, false,
           "one node, the store on a free port of 127.0.0.1 (ignores master_addr/port)");
 ABSL_FLAG(int, max_restarts, 0, "times the worker group is restarted after a worker fails");
+ABSL_FLAG(std::string, elastic_roles, "",
+          "roles (comma-separated, as workers declare them: RpcOptions::role) whose failed "
+          "workers restart alone, each rank up to --max_restarts times, while the job runs on");
+ABSL_FLAG(bool, join, false,
+          "join the running job at --master_addr:--master_port with --nproc_per_node more "
+          "workers (ranks beyond the job's); needs the job's TESSERA_JOB_SECRET(_FILE)");
 ABSL_FLAG(int, rdzv_timeout, 300,
           "seconds a node waits for the others (and node 0 declares a silent node lost)");
 
@@ -30,8 +36,11 @@ constexpr char kUsage[] =
     "Starts and supervises this node's workers of a Tessera job, like torchrun:\n"
     "each gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and\n"
     "MASTER_PORT; a failed worker stops the group, which restarts up to\n"
-    "--max_restarts times. Example:\n"
-    "  tessera-run --standalone --nproc_per_node 3 ./parameter_server --epochs 1";
+    "--max_restarts times; workers of --elastic_roles restart alone. Examples:\n"
+    "  tessera-run --standalone --nproc_per_node 3 ./parameter_server --epochs 1\n"
+    "  tessera-run --master_port 29500 --nproc_per_node 3 --elastic_roles trainer \\\n"
+    "      --max_restarts 3 ./parameter_server --epochs 1\n"
+    "  tessera-run --join --master_port 29500 ./parameter_server --epochs 1";
 
 // Inside a Slurm allocation (one tessera-run per node, e.g. `srun
 // --ntasks-per-node 1 tessera-run ...`), what the command line leaves out
@@ -68,6 +77,8 @@ absl::StatusOr<LaunchOptions> ParseArgs(int argc, char** argv) {
   options.standalone = absl::GetFlag(FLAGS_standalone);
   options.max_restarts = absl::GetFlag(FLAGS_max_restarts);
   options.rendezvous_timeout = absl::Seconds(absl::GetFlag(FLAGS_rdzv_timeout));
+  options.elastic_roles = absl::GetFlag(FLAGS_elastic_roles);
+  options.join = absl::GetFlag(FLAGS_join);
   if (options.command.empty()) return absl::InvalidArgumentError("no program to run");
   if (auto slurm = ApplySlurmDefaults(parsed.given, &options); !slurm.ok()) return slurm;
   if (options.nproc_per_node < 1 || options.nnodes < 1 || options.node_rank < 0 ||
@@ -75,6 +86,11 @@ absl::StatusOr<LaunchOptions> ParseArgs(int argc, char** argv) {
     return absl::InvalidArgumentError(absl::StrCat(
         "bad sizes: --nproc_per_node ", options.nproc_per_node, " --nnodes ", options.nnodes,
         " --node_rank ", options.node_rank));
+  }
+  if (options.join && (options.standalone || options.nnodes != 1)) {
+    return absl::InvalidArgumentError(
+        "--join adds workers to a running job at --master_addr:--master_port: not with "
+        "--standalone or --nnodes");
   }
   if (options.standalone && options.nnodes != 1) {
     return absl::InvalidArgumentError("--standalone runs one node");

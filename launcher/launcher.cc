@@ -11,15 +11,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "auth/job_secret.h"
 #include "common/subprocess.h"
+#include "launcher/elastic_restarts.h"
 #include "launcher/node_coordinator.h"
+#include "store/elastic_keys.h"
 #include "store/store_client.h"
 #include "store/store_server.h"
 
@@ -28,10 +32,15 @@ namespace {
 
 struct Worker {
   int rank = -1;
+  int local_rank = -1;
+  int world_size = 0;       // WORLD_SIZE as this worker was told it
   pid_t pid = -1;
   int output_fd = -1;       // the worker's stdout and stderr
   std::string partial;      // output not yet ended by a newline
   std::optional<int> exit;  // exit code, or 128 + signal
+  // Its failure was dealt with by itself (restarted alone, or left): it
+  // no longer decides how the group ends (Note [Restarting a rank alone]).
+  bool settled = false;
 };
 
 void Say(const std::string& text) {
@@ -57,11 +66,15 @@ void Emit(Worker& worker, const char* data, size_t size, bool flush) {
 
 // Starts one worker with its environment; its output goes to a pipe. A
 // worker that cannot be started is reported and counts as having exited
-// with 127, as a shell's "command not found".
-Worker Spawn(const LaunchOptions& options, int local_rank, int port,
-             const sigset_t& original_mask) {
+// with 127, as a shell's "command not found". `join` is TESSERA_JOIN:
+// empty at the job's start, "rejoin" for a rank restarted alone, "join" for
+// a rank beyond the initial ones.
+Worker Spawn(const LaunchOptions& options, int rank, int local_rank, int world_size,
+             const std::string& join, int port, const sigset_t& original_mask) {
   Worker worker;
-  worker.rank = options.node_rank * options.nproc_per_node + local_rank;
+  worker.rank = rank;
+  worker.local_rank = local_rank;
+  worker.world_size = world_size;
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
     Say(absl::StrCat("cannot start rank ", worker.rank, ": pipe: ", std::strerror(errno)));
@@ -72,11 +85,12 @@ Worker Spawn(const LaunchOptions& options, int local_rank, int port,
   spawn.argv = options.command;
   spawn.env = {{"RANK", std::to_string(worker.rank)},
                {"LOCAL_RANK", std::to_string(local_rank)},
-               {"WORLD_SIZE", std::to_string(options.nnodes * options.nproc_per_node)},
+               {"WORLD_SIZE", std::to_string(world_size)},
                {"LOCAL_WORLD_SIZE", std::to_string(options.nproc_per_node)},
                {"MASTER_ADDR", options.master_addr},
                {"MASTER_PORT", std::to_string(port)},
-               {"TESSERA_STORE_HOSTED", "1"}};
+               {"TESSERA_STORE_HOSTED", "1"},
+               {"TESSERA_JOIN", join}};
   spawn.output_fd = fds[1];
   // Workers start with default signal handling, whatever the launcher
   // inherited (an ignored SIGTERM would defeat stopping them).
@@ -102,11 +116,18 @@ struct Outcome {
   bool failed_elsewhere = false;   // another node reported a failure
 };
 
+// Starts a failed worker's rank again by itself (Note [Restarting a rank
+// alone]); null when no rank restarts alone.
+using Respawn = std::function<Worker(const Worker& failed)>;
+
 // Runs until every worker has exited and its output is drained. `failure_fd`
-// (or -1) becomes readable when another node's worker failed.
+// (or -1) becomes readable when another node's worker failed. With
+// `elastic`, a failed worker of an elastic role is restarted by `respawn`
+// (or let go) instead of stopping the group.
 Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd,
-                  absl::Duration grace) {
+                  absl::Duration grace, ElasticRestarts* elastic, const Respawn& respawn) {
   Outcome outcome;
+  std::vector<Worker> restarted;  // appended to `workers` between loops
   std::optional<absl::Time> kill_at;
   auto stop_all = [&](int signal) {
     for (auto& w : workers) {
@@ -116,10 +137,24 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd,
   };
   // The first worker to fail (of this node, before any interruption) stops
   // the others.
-  auto exited = [&](const Worker& w) {
+  auto exited = [&](Worker& w) {
     if (*w.exit == 0 || outcome.failed_rank.has_value() || outcome.interrupted_by != 0 ||
         outcome.failed_elsewhere) {
       return;
+    }
+    if (elastic != nullptr) {
+      std::string why;
+      const auto decision = elastic->OnFailure(w.rank, *w.exit, &why);
+      Say(absl::StrCat("rank ", w.rank, " failed with exit code ", *w.exit, ": ", why));
+      if (decision == ElasticRestarts::Decision::kRestartAlone) {
+        restarted.push_back(respawn(w));
+        w.settled = true;
+        return;
+      }
+      if (decision == ElasticRestarts::Decision::kGoOnWithout) {
+        w.settled = true;
+        return;
+      }
     }
     outcome.failed_rank = w.rank;
     outcome.failed_code = *w.exit;
@@ -127,10 +162,12 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd,
                      "; stopping the other workers"));
     stop_all(SIGTERM);
   };
-  for (const auto& w : workers) {
+  for (auto& w : workers) {
     if (w.exit.has_value()) exited(w);  // could not be started
   }
   while (true) {
+    for (auto& w : restarted) workers.push_back(std::move(w));
+    restarted.clear();
     bool running = false;
     std::vector<pollfd> fds = {{signal_fd, POLLIN, 0},
                                {outcome.failed_elsewhere ? -1 : failure_fd, POLLIN, 0}};
@@ -198,12 +235,32 @@ void EnsureJobSecret(const LaunchOptions& options) {
       std::getenv("TESSERA_JOB_SECRET_FILE") != nullptr) {
     return;
   }
+  if (options.join) {
+    Say("warning: --join without TESSERA_JOB_SECRET or TESSERA_JOB_SECRET_FILE: a job started "
+        "with a secret will refuse these workers");
+    return;
+  }
   if (options.nnodes > 1) {
     Say("warning: no TESSERA_JOB_SECRET or TESSERA_JOB_SECRET_FILE: workers on several nodes "
         "run without a shared secret; anyone who can reach their ports can call them");
     return;
   }
   setenv("TESSERA_JOB_SECRET", absl::BytesToHexString(auth::RandomBytes(32)).c_str(), 1);
+}
+
+// tessera-run --join: takes the next nproc_per_node ranks beyond those the
+// job has (the initial world plus earlier joins).
+absl::StatusOr<int> TakeJoinRanks(store::StoreClient& store, const LaunchOptions& options) {
+  namespace elastic = store::elastic;
+  auto world = store.Get(elastic::WorldSizeKey(elastic::kDefaultPrefix), options.rendezvous_timeout);
+  if (!world.ok()) return world.status();
+  int initial = 0;
+  if (!absl::SimpleAtoi(*world, &initial)) {
+    return absl::DataLossError("malformed world size in the store: " + *world);
+  }
+  auto joined = store.Add(elastic::JoinedKey(elastic::kDefaultPrefix), options.nproc_per_node);
+  if (!joined.ok()) return joined.status();
+  return initial + static_cast<int>(*joined) - options.nproc_per_node;
 }
 
 }  // namespace
@@ -237,7 +294,7 @@ int Run(const LaunchOptions& options) {
 
   std::unique_ptr<store::StoreServer> store;
   int port = options.master_port;
-  if (options.node_rank == 0) {
+  if (options.node_rank == 0 && !options.join) {
     // Reached at --master_addr by the other nodes.
     auto server = options.standalone ? store::StoreServer::Start("127.0.0.1", 0, *secret)
                                      : store::StoreServer::StartForMaster(options.master_addr,
@@ -265,8 +322,40 @@ int Run(const LaunchOptions& options) {
   }
   const bool hosts_store = nodes != nullptr && options.node_rank == 0;
 
+  // Elastic jobs talk to the store themselves (store/elastic_keys.h).
+  namespace elastic = store::elastic;
+  std::unique_ptr<store::StoreClient> job_store;
+  std::unique_ptr<ElasticRestarts> elastic_restarts;
+  if (!options.elastic_roles.empty() || options.join) {
+    job_store = std::make_unique<store::StoreClient>(resolved.master_addr, port,
+                                                     absl::Seconds(10), *secret);
+    elastic_restarts = std::make_unique<ElasticRestarts>(
+        ParseRoles(options.elastic_roles), options.max_restarts, job_store.get(),
+        elastic::kDefaultPrefix);
+  }
+  int first_rank = options.node_rank * options.nproc_per_node;
+  int world_size = options.nnodes * options.nproc_per_node;
+  if (options.join) {
+    auto joined = TakeJoinRanks(*job_store, options);
+    if (!joined.ok()) {
+      Say("cannot join the job at " + job_store->target() + ": " + joined.status().ToString());
+      close(signal_fd);
+      sigprocmask(SIG_SETMASK, &original, nullptr);
+      return 1;
+    }
+    first_rank = *joined;
+    world_size = first_rank + options.nproc_per_node;
+    Say(absl::StrCat("joining the running job as rank(s) ", first_rank, "..", world_size - 1));
+  }
+  const Respawn respawn = [&](const Worker& failed) {
+    return Spawn(resolved, failed.rank, failed.local_rank, failed.world_size, "rejoin", port,
+                 original);
+  };
+
   int exit_code = 1;
-  for (int attempt = 0; attempt <= options.max_restarts; ++attempt) {
+  // A joining node cannot restart the group: the running job owns the store.
+  const int max_group_restarts = options.join ? 0 : options.max_restarts;
+  for (int attempt = 0; attempt <= max_group_restarts; ++attempt) {
     if (attempt > 0) {
       Say(absl::StrCat("restarting the group (", attempt, "/", options.max_restarts, ")"));
       // Every worker of the last attempt is gone; its rendezvous entries
@@ -282,12 +371,20 @@ int Run(const LaunchOptions& options) {
         break;
       }
     }
+    if (job_store != nullptr && options.node_rank == 0 && !options.join) {
+      job_store->Set(elastic::WorldSizeKey(elastic::kDefaultPrefix), std::to_string(world_size))
+          .IgnoreError();  // rank 0 records it too
+      job_store->Set(elastic::ElasticRolesKey(elastic::kDefaultPrefix), options.elastic_roles)
+          .IgnoreError();
+    }
     std::vector<Worker> workers;
     for (int local = 0; local < options.nproc_per_node; ++local) {
-      workers.push_back(Spawn(resolved, local, port, original));
+      workers.push_back(Spawn(resolved, first_rank + local, local, world_size,
+                              options.join ? "join" : "", port, original));
     }
     const int failure_fd = nodes != nullptr ? nodes->WatchFailures(attempt) : -1;
-    Outcome outcome = Supervise(workers, signal_fd, failure_fd, options.stop_grace);
+    Outcome outcome = Supervise(workers, signal_fd, failure_fd, options.stop_grace,
+                                elastic_restarts.get(), respawn);
     const bool succeeded = outcome.interrupted_by == 0 && !outcome.failed_rank.has_value() &&
                            !outcome.failed_elsewhere;
     std::string failure;
@@ -316,12 +413,12 @@ int Run(const LaunchOptions& options) {
     }
     // A lost node cannot be restarted with the others: give up at once.
     const bool last = succeeded || outcome.interrupted_by != 0 || lost.has_value() ||
-                      attempt == options.max_restarts;
+                      attempt == max_group_restarts;
     if (succeeded) {
       exit_code = 0;
     } else if (outcome.interrupted_by != 0) {
       exit_code = 128 + outcome.interrupted_by;
-    } else if (attempt == options.max_restarts || lost.has_value()) {
+    } else if (attempt == max_group_restarts || lost.has_value()) {
       Say("giving up: " + failure);
       exit_code = outcome.failed_code != 0 ? outcome.failed_code : 1;
     }

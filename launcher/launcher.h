@@ -8,7 +8,9 @@
 // MASTER_ADDR, MASTER_PORT; its output is prefixed with "[rank N] ".
 // SIGINT/SIGTERM are forwarded to the workers. When a worker fails, the
 // others are stopped and the group is restarted (up to --max_restarts) or
-// the launcher exits non-zero naming the rank and its exit code. With
+// the launcher exits non-zero naming the rank and its exit code — unless
+// the worker's role is elastic (--elastic_roles): then it restarts alone
+// and the job runs on (launcher/elastic_restarts.h). With
 // several nodes, a failure on any node restarts the workers of every node
 // (launcher/node_coordinator.h).
 #pragma once
@@ -34,6 +36,12 @@ struct LaunchOptions {
   absl::Duration rendezvous_timeout = absl::Minutes(5);
   // How long stopped workers get between SIGTERM and SIGKILL.
   absl::Duration stop_grace = absl::Seconds(5);
+  // Roles whose workers restart alone (comma-separated; Note [Restarting a
+  // rank alone], launcher/elastic_restarts.h), each rank up to max_restarts.
+  std::string elastic_roles;
+  // Join a running job (at master_addr:master_port) with nproc_per_node
+  // more workers, on ranks beyond the job's; hosts nothing.
+  bool join = false;
   std::vector<std::string> command;  // program and its arguments
 };
 

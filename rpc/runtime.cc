@@ -30,7 +30,6 @@ struct PingRequest {
   auto Fields() { return std::tie(); }
 };
 constexpr absl::Duration kProbeTimeout = absl::Seconds(10);
-constexpr int kProbesBeforeGivingUp = 3;
 
 // Turns a response envelope into the call's result or remote error.
 absl::StatusOr<c10::IValue> ResultFromResponse(const Message& response, Peer peer) {
@@ -384,8 +383,8 @@ absl::Status Runtime::ProbeMissing(const std::vector<int>& ranks) {
     const std::string who = DescribeWorker(rank);
     if (answer.ok()) {
       unanswered_probes_.erase(rank);
-    } else if (BeingRestarted(rank)) {
-      continue;  // its new incarnation will take part (Note [Elastic membership])
+    } else if (AbsenceExcused(rank)) {
+      continue;  // restarting, or gone for good (Note [Elastic membership])
     } else if (absl::IsUnavailable(answer.status())) {
       return absl::UnavailableError(
           absl::StrCat("graceful shutdown: ", who, " is gone (", answer.status().message(), ")"));

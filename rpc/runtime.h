@@ -233,8 +233,11 @@ class Runtime {
   void PostMembershipEvents();
   // The ranks a graceful shutdown waits for: those that have not left.
   std::vector<int> ShutdownParticipants();
-  // Whether tessera-run is starting `rank` again (then it is not dead).
-  bool BeingRestarted(int rank);
+  // For a rank that does not answer shutdown's probes: whether it is not
+  // dead after all — tessera-run is starting it again, or it left for good,
+  // or it is of an elastic role and the launcher has had only seconds to
+  // say which.
+  bool AbsenceExcused(int rank);
   Future<Message> HandleRequest(int from_rank, Message request);
   Future<Message> Dispatch(int from_rank, const Message& request, bool waited_for_registration);
   std::string DescribeWorker(int rank) const;
@@ -285,6 +288,7 @@ class Runtime {
   std::atomic<bool> shutting_down_{false};  // closing: no more peer-failure notices
   // Shutdown probes: consecutive unanswered probes per rank, and when a
   // rank was first seen being restarted (touched only by the Shutdown caller).
+  static constexpr int kProbesBeforeGivingUp = 3;
   std::map<int, int> unanswered_probes_;
   std::map<int, absl::Time> restarting_since_;
 };

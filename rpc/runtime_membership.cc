@@ -2,6 +2,7 @@
 // rpc/runtime.h): join and leave announcements, peer failures, and which
 // ranks a graceful shutdown waits for.
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/logging.h"
 #include "rpc/rendezvous.h"
 #include "rpc/runtime.h"
@@ -140,17 +141,27 @@ std::vector<int> Runtime::ShutdownParticipants() {
   return participants;
 }
 
-bool Runtime::BeingRestarted(int rank) {
-  auto mark = store_client_->Get(store::elastic::RestartingKey(options_.store_prefix, rank),
-                                 absl::ZeroDuration());
-  if (!mark.ok()) {
-    restarting_since_.erase(rank);
+bool Runtime::AbsenceExcused(int rank) {
+  namespace elastic = store::elastic;
+  const std::string& prefix = options_.store_prefix;
+  store::StoreClient& store = *store_client_;
+  if (store.Get(elastic::LeftKey(prefix, rank), absl::ZeroDuration()).ok()) return true;
+  if (store.Get(elastic::RestartingKey(prefix, rank), absl::ZeroDuration()).ok()) {
+    // A restart that never comes back (its launcher died too) is a death
+    // after all.
+    const absl::Time since = restarting_since_.try_emplace(rank, absl::Now()).first->second;
+    return absl::Now() - since < 2 * options_.rendezvous_timeout;
+  }
+  restarting_since_.erase(rank);
+  auto roles = store.Get(elastic::ElasticRolesKey(prefix), absl::ZeroDuration());
+  auto role = store.Get(elastic::RoleKey(prefix, rank), absl::ZeroDuration());
+  if (!roles.ok() || !role.ok() || role->empty()) return false;
+  const std::vector<std::string> elastic_roles = absl::StrSplit(*roles, ',');
+  if (std::find(elastic_roles.begin(), elastic_roles.end(), *role) == elastic_roles.end()) {
     return false;
   }
-  // A restart that never comes back (its launcher died too) is a death
-  // after all.
-  const absl::Time since = restarting_since_.try_emplace(rank, absl::Now()).first->second;
-  return absl::Now() - since < 2 * options_.rendezvous_timeout;
+  // The launcher marks it as soon as it reaps the process: a few probes.
+  return ++unanswered_probes_[rank] < kProbesBeforeGivingUp;
 }
 
 void Runtime::Leave(const std::string& reason) {

@@ -29,7 +29,13 @@ void RRefContext::Attach(rpc::Runtime* runtime, rpc::Registry* internal) {
   RegisterServices(internal);
 }
 
-GlobalId RRefContext::NextId() { return GlobalId{self_, next_local_.fetch_add(1)}; }
+GlobalId RRefContext::NextId() {
+  // A rank restarted alone must not reuse ids its old incarnation gave out
+  // (peers may still hold some): the incarnation goes in the high bits.
+  rpc::Runtime* runtime = runtime_.load();
+  const int64_t incarnation = runtime == nullptr ? 0 : runtime->self().incarnation;
+  return GlobalId{self_, (incarnation << 40) | next_local_.fetch_add(1)};
+}
 
 std::string RRefContext::NameOf(int rank) const {
   rpc::Runtime* runtime = runtime_.load();

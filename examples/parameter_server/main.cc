@@ -1,31 +1,49 @@
 // Parameter-server training of a CNN on Fashion-MNIST (Debian's
 // dataset-fashion-mnist): rank 0 is the parameter server ("ps"), holding the
-// model; ranks 1..N are trainers, each on its own shard. A trainer step:
-// inside a distributed autograd context, forward through the server
-// (rpc "forward"), loss here, dist_autograd Backward (gradients flow back to
-// the server), DistributedOptimizer step (runs on the server). The server
-// reports the test accuracy once every trainer is done — its Shutdown()
-// returns then, as rpc.shutdown() does.
+// model and the plan of which batch each trainer trains next (Note [Work
+// handed out by the server], batch_plan.h); ranks 1..N are trainers. A
+// trainer step: lease a batch from the server, then inside a distributed
+// autograd context forward through the server (rpc "forward"), loss here,
+// dist_autograd Backward (gradients flow back to the server),
+// DistributedOptimizer step (runs on the server). The server reports the
+// test accuracy once every batch is trained and every trainer is done.
 //
-//   bazel-bin/launcher/tessera-run --standalone --nproc_per_node 3
-//       bazel-bin/examples/parameter_server/parameter_server --epochs 2
-// (one command line; a backslash would end a // comment's line in C++).
-// `parameter_server --help` lists the flags.
+// Elastic: trainers may die and come back, join late or leave early, and
+// the server trains on (README "When workers fail"):
+//   tessera-run --standalone --nproc_per_node 3 --elastic_roles trainer
+//       --max_restarts 3 parameter_server --epochs 1
+// then `kill -9` a trainer: tessera-run starts it again alone, it rejoins
+// and leases the next batch. `tessera-run --join --master_port P
+// parameter_server` adds a trainer to a running job (give both the same
+// TESSERA_JOB_SECRET). (Command lines are one line each; a backslash would
+// end a // comment's line in C++.) `parameter_server --help` lists the flags.
 #include <chrono>
 #include <cstdio>
 #include <string>
 
+#include <ATen/ops/index_select.h>
+#include <ATen/ops/tensor.h>
+#include <unistd.h>
+
+#include <map>
+#include <optional>
+#include <vector>
+
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 #include "data/fashion_mnist.h"
-#include "ddp/distributed_sampler.h"
 #include "dist_optim/distributed_optimizer.h"
 #include "examples/common/dist_training.h"
 #include "examples/common/training.h"
+#include "examples/parameter_server/batch_plan.h"
 #include "examples/parameter_server/parameter_server.h"
 #include "tessera/worker.h"
 
 ABSL_FLAG(std::string, optimizer, "adam", "adam, or sgd (momentum 0.9)");
+ABSL_FLAG(int64_t, leave_after_steps, 0,
+          "a trainer leaves the job (Worker::Leave) after this many steps; 0: it trains until "
+          "the batches run out");
 
 namespace tessera::examples {
 namespace {
@@ -46,41 +64,134 @@ dist_optim::OptimizerOptions OptimizerFor(const TrainingFlags& flags) {
   return sgd;
 }
 
-// Rank 0: serves the model until every trainer is done, then evaluates.
+// Unix time in seconds, for lines a benchmark lines up with its own clock.
+double UnixSeconds() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
+
+// A lease as it travels: {epoch, step, steps in all, indices...}; empty
+// when training is over.
+std::vector<int64_t> ToWire(const std::optional<Batch>& batch, int64_t steps_total) {
+  if (!batch.has_value()) return {};
+  std::vector<int64_t> wire = {batch->epoch, batch->step, steps_total};
+  wire.insert(wire.end(), batch->indices.begin(), batch->indices.end());
+  return wire;
+}
+
+// The server's log of the job's membership: each change, and how long a
+// failed trainer took to train again (its new incarnation's first lease).
+class MembershipLog {
+ public:
+  void OnEvent(const rpc::MembershipEvent& event) {
+    MutexLock lock(&mu_);
+    std::printf("[ps] %.3f: %s (rank %d) %s%s\n", UnixSeconds(), event.name.c_str(), event.rank,
+                rpc::MembershipEventName(event.kind),
+                event.incarnation > 0 ? absl::StrCat(", incarnation ", event.incarnation).c_str()
+                                      : "");
+    std::fflush(stdout);
+    if (event.kind == rpc::MembershipEventKind::kFailed) failed_at_[event.name] = event.at;
+  }
+  void OnLease(const std::string& trainer) {
+    MutexLock lock(&mu_);
+    auto it = failed_at_.find(trainer);
+    if (it == failed_at_.end()) return;
+    std::printf("[ps] %s training again %.2f s after it failed\n", trainer.c_str(),
+                absl::ToDoubleSeconds(absl::Now() - it->second));
+    std::fflush(stdout);
+    failed_at_.erase(it);
+  }
+
+ private:
+  Mutex mu_;
+  std::map<std::string, absl::Time> failed_at_ ABSL_GUARDED_BY(mu_);
+};
+
+// Rank 0: serves the model and the batch plan until every batch is trained
+// and every trainer is done, then evaluates. Trainers may fail, come back,
+// join and leave meanwhile.
 int RunServer(WorkerOptions options, const TrainingFlags& flags) {
   const auto start = Clock::now();
   const data::Examples test = data::LoadFashionMnist(data::Split::kTest);
+  const int64_t samples = data::LoadFashionMnist(data::Split::kTrain).labels.size(0);
   auto worker = Worker::Start(options);
   auto server = std::make_shared<ParameterServer>(flags.seed);
+  auto plan = std::make_shared<BatchPlan>(samples, flags.batch, flags.epochs, flags.seed,
+                                          flags.max_steps);
+  auto log = std::make_shared<MembershipLog>();
+  worker->membership().Subscribe([plan, log](const rpc::MembershipEvent& event) {
+    log->OnEvent(event);
+    if (event.kind == rpc::MembershipEventKind::kFailed ||
+        event.kind == rpc::MembershipEventKind::kLeft) {
+      plan->Release(event.name, event.incarnation);
+    }
+  });
   worker->Register("parameters",
                    [server](rpc::CallContext& ctx) { return server->Parameters(ctx); });
   worker->Register("forward", [server](at::Tensor images) { return server->Forward(images); });
-  std::printf("[ps] serving a CNN to %d trainers\n", worker->world_size() - 1);
+  worker->Register("next_batch", [plan, log](rpc::CallContext& ctx, bool more)
+                                     -> absl::StatusOr<std::vector<int64_t>> {
+    const rpc::WorkerInfo caller = ctx.runtime->GetWorkerInfo(ctx.caller_rank);
+    auto batch = plan->Next(caller.name, caller.incarnation, more, ctx.deadline);
+    if (!batch.ok()) return batch.status();
+    if (batch->has_value()) log->OnLease(caller.name);
+    return ToWire(*batch, plan->steps_total());
+  });
+  std::printf("[ps] pid %d serving a CNN to %d trainers, %lld steps in all\n",
+              static_cast<int>(getpid()), worker->world_size() - 1,
+              static_cast<long long>(plan->steps_total()));
   std::fflush(stdout);
-  worker->Shutdown();  // returns once every trainer has finished and shut down
-  std::printf("[ps] test accuracy %.2f%% (%lld images) after %d epochs x %d trainers, %.1f s\n",
-              100 * server->Accuracy(test.images, test.labels),
-              static_cast<long long>(test.labels.size(0)), flags.epochs, options.world_size - 1,
-              SecondsSince(start));
+  worker->Shutdown();  // returns once every trainer still in the job has shut down
+  std::string by_trainer;
+  for (const auto& [name, steps] : plan->StepsByTrainer()) {
+    absl::StrAppend(&by_trainer, by_trainer.empty() ? "" : ", ", name, " ", steps);
+  }
+  std::printf("[ps] steps trained: %lld of %lld (%s)\n",
+              static_cast<long long>(plan->steps_done()),
+              static_cast<long long>(plan->steps_total()), by_trainer.c_str());
+  std::printf("[ps] pid %d: test accuracy %.2f%% (%lld images) after %d epochs, %.1f s\n",
+              static_cast<int>(getpid()), 100 * server->Accuracy(test.images, test.labels),
+              static_cast<long long>(test.labels.size(0)), flags.epochs, SecondsSince(start));
   return 0;
 }
 
-// Ranks 1..N: train on this trainer's shard through the server.
+// Ranks 1..: train on the batches the server hands out, until there are
+// none left (or, with --leave_after_steps, leave the job early).
 int RunTrainer(WorkerOptions options, const TrainingFlags& flags) {
   const data::Examples train = data::LoadFashionMnist(data::Split::kTrain);
   auto worker = Worker::Start(options);
   auto params = worker->RpcSync<std::vector<rref::RRef<at::Tensor>>>("ps", "parameters");
   auto optimizer =
       dist_optim::DistributedOptimizer::Create(worker->rrefs(), params, OptimizerFor(flags));
-  ddp::DistributedSampler sampler(static_cast<size_t>(train.labels.size(0)),
-                                  {options.world_size - 1, options.rank - 1, /*shuffle=*/true,
-                                   /*seed=*/1, /*drop_last=*/false});
-  TrainEpochs(flags, train, sampler, worker->name(),
-              [&](const at::Tensor& images, const at::Tensor& labels) {
-                return DistAutogradStep(worker->autograd(), optimizer, labels, [&] {
-                  return worker->RpcSync<at::Tensor>("ps", "forward", images);
-                });
-              });
+  const int64_t leave_after = absl::GetFlag(FLAGS_leave_after_steps);
+  int64_t trained = 0;
+  double window_loss = 0;
+  int64_t window_steps = 0;
+  while (leave_after == 0 || trained < leave_after) {
+    const auto lease = worker->RpcSync<std::vector<int64_t>>("ps", "next_batch", true);
+    if (lease.empty()) break;
+    const int64_t epoch = lease[0], step = lease[1], steps_total = lease[2];
+    at::Tensor index = at::tensor(std::vector<int64_t>(lease.begin() + 3, lease.end()));
+    window_loss += DistAutogradStep(
+        worker->autograd(), optimizer, train.labels.index_select(0, index),
+        [&] { return worker->RpcSync<at::Tensor>("ps", "forward", train.images.index_select(0, index)); });
+    ++window_steps;
+    ++trained;
+    if ((step + 1) % flags.log_every == 0 || step + 1 == steps_total) {
+      const int64_t per_epoch = steps_total / flags.epochs;
+      std::printf("[%s] epoch %lld step %lld/%lld: loss %.4f\n", worker->name().c_str(),
+                  static_cast<long long>(epoch + 1), static_cast<long long>(step % per_epoch + 1),
+                  static_cast<long long>(per_epoch), window_loss / window_steps);
+      std::fflush(stdout);
+      window_loss = 0;
+      window_steps = 0;
+    }
+  }
+  if (leave_after > 0 && trained >= leave_after) {
+    worker->RpcSync<std::vector<int64_t>>("ps", "next_batch", false);  // acknowledges the last
+    std::printf("[%s] leaving the job after %lld steps\n", worker->name().c_str(),
+                static_cast<long long>(trained));
+    std::fflush(stdout);
+    worker->Leave("done after --leave_after_steps");
+    return 0;
+  }
   worker->Shutdown();
   return 0;
 }
@@ -100,6 +211,7 @@ int main(int argc, char** argv) {
                           "needs a parameter server and at least one trainer: "
                           "--nproc_per_node >= 2");
         options.name = options.rank == 0 ? "ps" : absl::StrCat("trainer", options.rank);
+        options.role = options.rank == 0 ? "ps" : "trainer";
         return options.rank == 0 ? examples::RunServer(options, flags)
                                  : examples::RunTrainer(options, flags);
       });

@@ -1,0 +1,56 @@
+#include "launcher/elastic_restarts.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "store/elastic_keys.h"
+
+namespace tessera::launcher {
+
+ElasticRestarts::ElasticRestarts(std::set<std::string> roles, int max_restarts,
+                                 store::StoreClient* store, std::string prefix)
+    : roles_(std::move(roles)),
+      max_restarts_(max_restarts),
+      store_(store),
+      prefix_(std::move(prefix)) {}
+
+ElasticRestarts::Decision ElasticRestarts::OnFailure(int rank, int exit_code, std::string* why) {
+  namespace elastic = store::elastic;
+  auto role = store_->Get(elastic::RoleKey(prefix_, rank), absl::ZeroDuration());
+  if (!role.ok() || roles_.count(*role) == 0) {
+    *why = role.ok() ? absl::StrCat("its role '", *role, "' is not elastic")
+                     : "it died before declaring a role";
+    return Decision::kRestartGroup;
+  }
+  int& restarts = restarts_[rank];
+  if (restarts >= max_restarts_) {
+    *why = absl::StrCat("a ", *role, ", out of restarts (", max_restarts_,
+                        "); the job goes on without it");
+    store_
+        ->Set(elastic::LeftKey(prefix_, rank),
+              absl::StrCat("tessera-run gave up after ", restarts, " restarts (exit code ",
+                           exit_code, ")"))
+        .IgnoreError();
+    return Decision::kGoOnWithout;
+  }
+  ++restarts;
+  *why = absl::StrCat("a ", *role, "; restarting it alone (", restarts, "/", max_restarts_, ")");
+  // Without the mark a graceful shutdown elsewhere would call it dead; if
+  // the store cannot take it, the group restarts instead.
+  if (auto marked = store_->Set(elastic::RestartingKey(prefix_, rank),
+                                absl::StrCat("exit code ", exit_code));
+      !marked.ok()) {
+    *why = "cannot mark it restarting in the store: " + marked.ToString();
+    return Decision::kRestartGroup;
+  }
+  return Decision::kRestartAlone;
+}
+
+std::set<std::string> ParseRoles(const std::string& list) {
+  std::set<std::string> roles;
+  for (absl::string_view role : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
+    roles.emplace(role);
+  }
+  return roles;
+}
+
+}  // namespace tessera::launcher

@@ -1,0 +1,55 @@
+// ElasticRestarts: which failed workers tessera-run restarts alone.
+//
+// Note [Restarting a rank alone]: with --elastic_roles (say "trainer"), a
+// worker of one of those roles that fails is started again by itself while
+// the rest of the job runs on: a parameter server does not lose its model
+// because a trainer died. The role is the one the worker declared
+// (RpcOptions::role), which its runtime records in the store (RoleKey,
+// store/elastic_keys.h); a worker that died before declaring one restarts
+// the group as before. Before starting it again the launcher marks the rank
+// restarting (RestartingKey), so that a graceful shutdown elsewhere waits
+// for the new incarnation instead of calling the rank dead; the new process
+// gets TESSERA_JOIN=rejoin and enters the running job (Note [Elastic
+// membership], rpc/runtime.h). Each rank restarts alone up to
+// --max_restarts times; after that it is recorded as left (LeftKey) and the
+// job goes on without it.
+//
+// Thread-safety: one launcher thread uses it.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "store/store_client.h"
+
+namespace tessera::launcher {
+
+class ElasticRestarts {
+ public:
+  // `store` (not owned) is the job's; `prefix` the runtime's store prefix.
+  ElasticRestarts(std::set<std::string> roles, int max_restarts, store::StoreClient* store,
+                  std::string prefix);
+
+  enum class Decision {
+    kRestartGroup,  // not an elastic role (or unknown): torchrun's behaviour
+    kRestartAlone,  // start the rank again by itself
+    kGoOnWithout,   // out of restarts: the rank has left, the job goes on
+  };
+  // For a worker of `rank` that exited with `exit_code` (non-zero). Records
+  // what it decides in the store; `why` says it in words for the log.
+  Decision OnFailure(int rank, int exit_code, std::string* why);
+
+ private:
+  const std::set<std::string> roles_;
+  const int max_restarts_;
+  store::StoreClient* const store_;
+  const std::string prefix_;
+  std::map<int, int> restarts_;  // per rank
+};
+
+// "trainer,observer" -> {"trainer", "observer"}.
+std::set<std::string> ParseRoles(const std::string& list);
+
+}  // namespace tessera::launcher
