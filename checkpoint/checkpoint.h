@@ -1,5 +1,7 @@
-// Checkpoints that survive a crash while they are written (issue 24's first
-// building block; the examples do not use it yet).
+// Checkpoints that survive a crash while they are written; the training
+// examples resume from them (--checkpoint_dir, --checkpoint_every:
+// examples/common/training.h). Optimizer state goes in as bytes
+// (checkpoint/optimizer_state.h).
 //
 //   Checkpoint checkpoint;
 //   checkpoint.tensors["model.fc.weight"] = fc->weight;   // parameters, buffers,

@@ -142,23 +142,22 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd,
         outcome.failed_elsewhere) {
       return;
     }
+    std::string why;  // why the group stops, when a rank could restart alone
     if (elastic != nullptr) {
-      std::string why;
       const auto decision = elastic->OnFailure(w.rank, *w.exit, &why);
-      Say(absl::StrCat("rank ", w.rank, " failed with exit code ", *w.exit, ": ", why));
-      if (decision == ElasticRestarts::Decision::kRestartAlone) {
-        restarted.push_back(respawn(w));
+      if (decision != ElasticRestarts::Decision::kRestartGroup) {
+        Say(absl::StrCat("rank ", w.rank, " failed with exit code ", *w.exit, ": ", why));
+        if (decision == ElasticRestarts::Decision::kRestartAlone) {
+          restarted.push_back(respawn(w));
+        }
         w.settled = true;
         return;
       }
-      if (decision == ElasticRestarts::Decision::kGoOnWithout) {
-        w.settled = true;
-        return;
-      }
+      why = " (" + why + ")";
     }
     outcome.failed_rank = w.rank;
     outcome.failed_code = *w.exit;
-    Say(absl::StrCat("rank ", w.rank, " failed with exit code ", *w.exit,
+    Say(absl::StrCat("rank ", w.rank, " failed with exit code ", *w.exit, why,
                      "; stopping the other workers"));
     stop_all(SIGTERM);
   };
@@ -308,6 +307,10 @@ int Run(const LaunchOptions& options) {
     }
     store = *std::move(server);
     port = store->port();
+    // Where more workers can join (--join --master_port; an elastic job's
+    // own restarted ranks find it through their environment).
+    Say(absl::StrCat("rendezvous store at ",
+                     options.standalone ? "127.0.0.1" : options.master_addr, ":", port));
   }
   LaunchOptions resolved = options;
   if (options.standalone) resolved.master_addr = "127.0.0.1";

@@ -429,6 +429,9 @@ absl::Status Runtime::TryShutdown(bool graceful) {
         status = extension->CheckReleased();
       }
     }
+    // Agreed: from here on, peers closing their connections is expected,
+    // not a failure (no membership event for it).
+    if (status.ok()) shutting_down_.store(true);
     if (status.ok() && store_server_ != nullptr) {
       // The hosting rank keeps the store up until everyone has read the
       // final round; each worker says so before it closes.

@@ -109,6 +109,7 @@ void Runtime::OnPeerFailure(int rank) {
   const std::optional<WorkerInfo> peer = membership_.Find(rank);
   if (!peer.has_value()) return;
   pool_->Post([this, rank, incarnation = peer->incarnation] {
+    if (shutting_down_.load()) return;
     MutexLock lock(&peer_changes_mu_);
     // A failure noticed after a newer incarnation rejoined is the old one's,
     // whose state the rejoin already released.

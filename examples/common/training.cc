@@ -17,6 +17,10 @@ ABSL_FLAG(double, lr, 1e-3, "learning rate");
 ABSL_FLAG(int64_t, max_steps, 0, "steps per epoch at most; 0: the whole shard");
 ABSL_FLAG(int64_t, log_every, 100, "steps between progress lines");
 ABSL_FLAG(uint64_t, seed, 0, "seed of the model's initial parameters");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "directory of the checkpoints to resume from and to save; empty: none");
+ABSL_FLAG(int64_t, checkpoint_every, 200,
+          "steps between checkpoints (with --checkpoint_dir); 0: none saved");
 
 namespace tessera::examples {
 
@@ -43,11 +47,13 @@ int RunExample(int argc, char** argv, const std::string& usage,
   flags.max_steps = absl::GetFlag(FLAGS_max_steps);
   flags.log_every = absl::GetFlag(FLAGS_log_every);
   flags.seed = absl::GetFlag(FLAGS_seed);
+  flags.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  flags.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
   if (flags.epochs < 1 || flags.batch < 1 || flags.log_every < 1 || flags.lr <= 0 ||
-      flags.max_steps < 0) {
+      flags.max_steps < 0 || flags.checkpoint_every < 0) {
     std::fprintf(stderr,
                  "%s: --epochs, --batch, --log_every must be >= 1, --lr > 0 and "
-                 "--max_steps >= 0\n",
+                 "--max_steps, --checkpoint_every >= 0\n",
                  program.c_str());
     return 2;
   }

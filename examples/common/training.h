@@ -24,6 +24,10 @@ struct TrainingFlags {
   int64_t max_steps = 0;  // per epoch; 0 = the whole shard
   int64_t log_every = 100;
   uint64_t seed = 0;
+  // Checkpoints (examples/common/resume.h): where, and every how many
+  // steps; an empty directory turns them off.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
 };
 
 // An example's own default learning rate (before the command line is read).

@@ -5,6 +5,9 @@
 //
 //   bazel-bin/launcher/tessera-run --nproc_per_node 2 --standalone
 //       bazel-bin/examples/ddp_fashion_mnist/ddp_fashion_mnist --epochs 4
+// With --checkpoint_dir D (and tessera-run --max_restarts 1), rank 0 saves
+// the model, the optimizer state and the position every --checkpoint_every
+// steps, and a restarted group resumes from the last checkpoint.
 // (one command line; a backslash would end a // comment's line in C++).
 // `ddp_fashion_mnist --help` lists the flags.
 #include <torch/torch.h>
@@ -16,6 +19,8 @@
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/distributed_sampler.h"
 #include "ddp/gloo/gloo_process_group.h"
+#include "checkpoint/optimizer_state.h"
+#include "examples/common/resume.h"
 #include "examples/common/training.h"
 
 namespace {
@@ -37,6 +42,30 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
+// What a checkpoint holds: the model's parameters and buffers by name, and
+// the optimizer's state (every rank holds the same; rank 0 saves them).
+std::map<std::string, torch::Tensor> Capture(const Net& net, const torch::optim::Adam& optimizer) {
+  std::map<std::string, torch::Tensor> tensors;
+  for (const auto& item : net->named_parameters()) tensors["model." + item.key()] = item.value();
+  for (const auto& item : net->named_buffers()) tensors["model." + item.key()] = item.value();
+  tensors["optimizer"] = tessera::checkpoint::SaveOptimizerState(optimizer);
+  return tensors;
+}
+
+void Restore(const tessera::checkpoint::Checkpoint& last, Net& net,
+             torch::optim::Adam& optimizer) {
+  torch::NoGradGuard no_grad;
+  auto load = [&](const std::string& name, torch::Tensor& into) {
+    auto it = last.tensors.find("model." + name);
+    tessera::examples::Require(it != last.tensors.end(),
+                               "the checkpoint has no tensor model." + name);
+    into.copy_(it->second);
+  };
+  for (auto& item : net->named_parameters()) load(item.key(), item.value());
+  for (auto& item : net->named_buffers()) load(item.key(), item.value());
+  tessera::checkpoint::LoadOptimizerState(optimizer, last.tensors.at("optimizer"));
+}
+
 int Train(const tessera::examples::TrainingFlags& flags) {
   const auto train = tessera::data::LoadFashionMnist(tessera::data::Split::kTrain);
   const auto test = tessera::data::LoadFashionMnist(tessera::data::Split::kTest);
@@ -44,22 +73,36 @@ int Train(const tessera::examples::TrainingFlags& flags) {
   tessera::ddp::ProcessGroup* group = env.group.get();
   const int rank = group->rank();
   const int world = group->size();
+  const std::string who = "ddp";
 
   torch::manual_seed(static_cast<uint64_t>(flags.seed));
   Net net;
-  auto ddp = tessera::ddp::DistributedDataParallel::Create(net.ptr(), group);
   torch::optim::Adam optimizer(net->parameters(), torch::optim::AdamOptions(flags.lr));
+  // Every rank reads the last checkpoint; rank 0 writes them.
+  tessera::examples::Resume resume(flags, "ddp_fashion_mnist", rank == 0);
+  if (resume.last().has_value()) Restore(*resume.last(), net, optimizer);
+  const tessera::checkpoint::TrainingPosition start_at = resume.Start(who);
+  auto ddp = tessera::ddp::DistributedDataParallel::Create(net.ptr(), group);
 
   tessera::ddp::DistributedSampler sampler(static_cast<size_t>(train.labels.size(0)),
                                            {world, rank, /*shuffle=*/true, /*seed=*/1, false});
+  const int64_t per_epoch =
+      (static_cast<int64_t>(sampler.num_samples()) + flags.batch - 1) / flags.batch;
+  const int64_t steps = flags.max_steps > 0 ? std::min(flags.max_steps, per_epoch) : per_epoch;
   const auto start = std::chrono::steady_clock::now();
-  for (int epoch = 0; epoch < flags.epochs; ++epoch) {
+  for (int epoch = static_cast<int>(start_at.epoch); epoch < flags.epochs; ++epoch) {
     sampler.set_epoch(static_cast<uint64_t>(epoch));
     net->train();
-    double loss_sum = 0;
-    int64_t batches = 0;
-    while (auto indices = sampler.next(static_cast<size_t>(flags.batch))) {
-      if (flags.max_steps > 0 && batches == flags.max_steps) break;
+    double loss_sum = 0, window_loss = 0;
+    int64_t batches = 0, window = 0;
+    int64_t step = 0;
+    // Resuming mid-epoch: the batches before the checkpoint were trained.
+    for (; epoch == start_at.epoch && step < start_at.step; ++step) {
+      sampler.next(static_cast<size_t>(flags.batch));
+    }
+    while (step < steps) {
+      auto indices = sampler.next(static_cast<size_t>(flags.batch));
+      if (!indices) break;
       std::vector<int64_t> idx(indices->begin(), indices->end());
       auto index = torch::tensor(idx);
       auto x = train.images.index_select(0, index);
@@ -69,10 +112,24 @@ int Train(const tessera::examples::TrainingFlags& flags) {
       loss.backward();
       optimizer.step();
       loss_sum += loss.item<double>();
+      window_loss += loss.item<double>();
       ++batches;
+      ++window;
+      ++step;
+      if (rank == 0 && (step % flags.log_every == 0 || step == steps)) {
+        std::printf("epoch %d step %lld/%lld: loss %.4f\n", epoch + 1,
+                    static_cast<long long>(step), static_cast<long long>(steps),
+                    window_loss / window);
+        std::fflush(stdout);
+        window_loss = 0;
+        window = 0;
+      }
+      if (resume.Due(epoch * steps + step)) {
+        resume.Save(who, Capture(net, optimizer), {epoch, step, 0, {}});
+      }
     }
     const double seconds = tessera::examples::SecondsSince(start);
-    if (rank == 0) {
+    if (rank == 0 && batches > 0) {
       std::printf("epoch %d: mean loss %.4f, %.0f samples/s per rank, %.0f s elapsed\n", epoch + 1,
                   loss_sum / batches, batches * flags.batch * (epoch + 1) / seconds, seconds);
       std::fflush(stdout);

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace tessera::examples {
 
@@ -19,13 +20,15 @@ BatchPlan::BatchPlan(int64_t samples, int64_t batch, int epochs, uint64_t seed, 
 
 absl::StatusOr<std::optional<Batch>> BatchPlan::Next(const std::string& trainer,
                                                      int incarnation, bool more,
-                                                     absl::Time deadline) {
+                                                     absl::Time deadline, int64_t* acked) {
   MutexLock lock(&mu_);
+  if (acked != nullptr) *acked = 0;
   if (auto it = leases_.find(trainer); it != leases_.end()) {
     if (it->second.incarnation == incarnation) {
       leases_.erase(it);
       ++done_;
       ++done_by_[trainer];
+      if (acked != nullptr) *acked = done_;
       changed_.SignalAll();
     } else {
       ReturnLocked(it);  // its process died mid-batch
@@ -76,6 +79,28 @@ int64_t BatchPlan::steps_done() const {
 std::map<std::string, int64_t> BatchPlan::StepsByTrainer() const {
   MutexLock lock(&mu_);
   return done_by_;
+}
+
+std::vector<int64_t> BatchPlan::Position() const {
+  MutexLock lock(&mu_);
+  std::vector<int64_t> position = {done_, next_fresh_};
+  position.insert(position.end(), returned_.begin(), returned_.end());
+  for (const auto& [trainer, lease] : leases_) position.push_back(lease.step);
+  return position;
+}
+
+void BatchPlan::Restore(const std::vector<int64_t>& position) {
+  MutexLock lock(&mu_);
+  const bool fits = position.size() >= 2 && position[1] <= steps_total() &&
+                    position[0] + static_cast<int64_t>(position.size()) - 2 == position[1];
+  if (!fits) {
+    throw StatusError(absl::DataLossError(absl::StrCat(
+        "the checkpoint's batch plan does not fit this one (", steps_total(), " steps)")));
+  }
+  done_ = position[0];
+  next_fresh_ = position[1];
+  returned_.assign(position.begin() + 2, position.end());
+  leases_.clear();
 }
 
 std::vector<int64_t> BatchPlan::IndicesOf(int64_t step) {

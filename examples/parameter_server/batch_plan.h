@@ -44,8 +44,11 @@ class BatchPlan {
   // died mid-batch, which this one replaced) goes back to the queue instead. While every remaining batch is leased to others (one of whom may
   // yet fail) it waits, up to `deadline`. nullopt: all batches are done (or
   // `more` is false); DeadlineExceeded at the deadline.
+  // `acked` (if not null) is set to the steps done after this call's
+  // acknowledgement, or 0 when it acknowledged nothing.
   absl::StatusOr<std::optional<Batch>> Next(const std::string& trainer, int incarnation,
-                                            bool more, absl::Time deadline);
+                                            bool more, absl::Time deadline,
+                                            int64_t* acked = nullptr);
   // `trainer`'s `incarnation` failed or left: its lease goes back to the
   // queue (not a newer incarnation's: the notice may come late).
   void Release(const std::string& trainer, int incarnation);
@@ -55,6 +58,13 @@ class BatchPlan {
   int64_t steps_done() const;
   // Every trainer's acknowledged steps, by name.
   std::map<std::string, int64_t> StepsByTrainer() const;
+
+  // For checkpoints: what is done, as {steps done, next fresh step, the
+  // steps before it not done yet...}; a lease counts as not done.
+  std::vector<int64_t> Position() const;
+  // Resumes from a Position(), before any lease. Throws StatusError
+  // (DataLoss) if it does not fit this plan.
+  void Restore(const std::vector<int64_t>& position);
 
  private:
   struct Lease {

@@ -35,6 +35,7 @@
 #include "data/fashion_mnist.h"
 #include "dist_optim/distributed_optimizer.h"
 #include "examples/common/dist_training.h"
+#include "examples/common/resume.h"
 #include "examples/common/training.h"
 #include "examples/parameter_server/batch_plan.h"
 #include "examples/parameter_server/parameter_server.h"
@@ -116,6 +117,17 @@ int RunServer(WorkerOptions options, const TrainingFlags& flags) {
   auto plan = std::make_shared<BatchPlan>(samples, flags.batch, flags.epochs, flags.seed,
                                           flags.max_steps);
   auto log = std::make_shared<MembershipLog>();
+  // The server owns the training state: it saves it, and resumes from it
+  // when tessera-run restarts the group (examples/common/resume.h).
+  auto resume = std::make_shared<Resume>(flags, "parameter_server", /*writer=*/true);
+  if (resume->last().has_value()) {
+    server->Load(resume->last()->tensors);
+    const at::Tensor position = resume->last()->tensors.at("plan").contiguous();
+    const int64_t* begin = position.data_ptr<int64_t>();
+    plan->Restore(std::vector<int64_t>(begin, begin + position.numel()));
+    resume->Start("ps");
+  }
+  auto saving = std::make_shared<Mutex>();
   worker->membership().Subscribe([plan, log](const rpc::MembershipEvent& event) {
     log->OnEvent(event);
     if (event.kind == rpc::MembershipEventKind::kFailed ||
@@ -126,11 +138,22 @@ int RunServer(WorkerOptions options, const TrainingFlags& flags) {
   worker->Register("parameters",
                    [server](rpc::CallContext& ctx) { return server->Parameters(ctx); });
   worker->Register("forward", [server](at::Tensor images) { return server->Forward(images); });
-  worker->Register("next_batch", [plan, log](rpc::CallContext& ctx, bool more)
+  worker->Register("next_batch", [server, plan, log, resume, saving](rpc::CallContext& ctx,
+                                                                      bool more)
                                      -> absl::StatusOr<std::vector<int64_t>> {
     const rpc::WorkerInfo caller = ctx.runtime->GetWorkerInfo(ctx.caller_rank);
-    auto batch = plan->Next(caller.name, caller.incarnation, more, ctx.deadline);
+    int64_t acked = 0;
+    auto batch = plan->Next(caller.name, caller.incarnation, more, ctx.deadline, &acked);
     if (!batch.ok()) return batch.status();
+    if (resume->Due(acked)) {
+      MutexLock lock(saving.get());
+      std::map<std::string, at::Tensor> tensors = server->Snapshot();
+      const std::vector<int64_t> position = plan->Position();
+      tensors["plan"] = at::tensor(position);
+      const int64_t done = position[0];
+      resume->Save("ps", std::move(tensors),
+                   {done / plan->steps_per_epoch(), done % plan->steps_per_epoch(), 0, {}});
+    }
     if (batch->has_value()) log->OnLease(caller.name);
     return ToWire(*batch, plan->steps_total());
   });

@@ -4,6 +4,8 @@
 #include <ATen/ops/eq.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include "absl/status/status.h"
+#include "common/status.h"
 #include "dist_optim/parameter_guard.h"
 #include "examples/common/cnn.h"
 #include "rpc/runtime.h"
@@ -25,6 +27,28 @@ at::Tensor ParameterServer::Forward(at::Tensor images) {
     for (const auto& param : params_) snapshot.push_back(param.clone());
   }
   return CnnForward(snapshot, images);
+}
+
+std::map<std::string, at::Tensor> ParameterServer::Snapshot() {
+  std::map<std::string, at::Tensor> tensors;
+  dist_optim::ParameterGuard guard(params_);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    tensors["param." + std::to_string(i)] = params_[i].detach().clone();
+  }
+  return tensors;
+}
+
+void ParameterServer::Load(const std::map<std::string, at::Tensor>& tensors) {
+  torch::autograd::AutoGradMode no_grad(false);
+  dist_optim::ParameterGuard guard(params_);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto it = tensors.find("param." + std::to_string(i));
+    if (it == tensors.end() || !it->second.sizes().equals(params_[i].sizes())) {
+      throw StatusError(absl::DataLossError("the checkpoint has no parameter " +
+                                            std::to_string(i) + " of this model's shape"));
+    }
+    params_[i].copy_(it->second);
+  }
 }
 
 double ParameterServer::Accuracy(const at::Tensor& images, const at::Tensor& labels) {

@@ -6,6 +6,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "rpc/call_context.h"
@@ -25,6 +27,11 @@ class ParameterServer {
   at::Tensor Forward(at::Tensor images);
   // Accuracy (0..1) of the current parameters on `images`/`labels`.
   double Accuracy(const at::Tensor& images, const at::Tensor& labels);
+  // For checkpoints: a copy of the parameters ("param.<i>"), taken under
+  // their ParameterGuard; and back (before serving). Load throws
+  // StatusError if the checkpoint's parameters do not fit.
+  std::map<std::string, at::Tensor> Snapshot();
+  void Load(const std::map<std::string, at::Tensor>& tensors);
 
  private:
   std::vector<at::Tensor> params_;
