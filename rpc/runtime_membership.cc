@@ -115,7 +115,17 @@ void Runtime::OnPeerFailure(int rank) {
     // whose state the rejoin already released.
     const std::optional<WorkerInfo> now = membership_.Find(rank);
     if (!now.has_value() || now->incarnation != incarnation) return;
-    membership_.MarkFailed(rank);
+    // A peer that finished its graceful shutdown (it says so in the store
+    // before it closes) left; it did not fail.
+    const bool finished =
+        store_client_
+            ->Get(absl::StrCat(options_.store_prefix, "/shutdown/done/", rank), absl::ZeroDuration())
+            .ok();
+    if (finished) {
+      membership_.MarkLeft(rank);
+    } else {
+      membership_.MarkFailed(rank);
+    }
     ReleasePeer(rank);
     PostMembershipEvents();
   });
