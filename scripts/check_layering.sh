@@ -29,6 +29,7 @@ declare -A allowed=(
   [dist_optim]="rref/ dist_autograd/ rpc-core common/ proto/"
   [pipeline]="dist_optim/ rref/ dist_autograd/ rpc-core common/ proto/"
   [ddp]="store/ common/ auth/ proto/ dist_autograd/gradient_sink.h"
+  [ddp/fault_tolerant]="ddp/ checkpoint/ store/ common/ auth/ proto/"
   [launcher]="store/ common/ auth/ proto/"
   [tessera]="pipeline/ dist_optim/ rref/ dist_autograd/ rpc/ ddp/ store/ common/ auth/ proto/"
 )

@@ -20,27 +20,13 @@
 #include "ddp/distributed_sampler.h"
 #include "ddp/gloo/gloo_process_group.h"
 #include "checkpoint/optimizer_state.h"
+#include "examples/common/fashion_cnn.h"
 #include "examples/common/resume.h"
 #include "examples/common/training.h"
 
 namespace {
 
-struct NetImpl : torch::nn::Module {
-  NetImpl()
-      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3)))),
-        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3)))),
-        fc1(register_module("fc1", torch::nn::Linear(64 * 5 * 5, 128))),
-        fc2(register_module("fc2", torch::nn::Linear(128, 10))) {}
-  torch::Tensor forward(torch::Tensor x) {
-    x = torch::max_pool2d(torch::relu(conv1(x)), 2);
-    x = torch::max_pool2d(torch::relu(conv2(x)), 2);
-    x = torch::relu(fc1(x.flatten(1)));
-    return fc2(x);
-  }
-  torch::nn::Conv2d conv1, conv2;
-  torch::nn::Linear fc1, fc2;
-};
-TORCH_MODULE(Net);
+using Net = tessera::examples::FashionCnn;
 
 // What a checkpoint holds: the model's parameters and buffers by name, and
 // the optimizer's state (every rank holds the same; rank 0 saves them).

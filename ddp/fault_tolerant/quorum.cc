@@ -1,0 +1,192 @@
+#include "ddp/fault_tolerant/quorum.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/status.h"
+
+namespace tessera::ddp {
+namespace {
+
+// A quorum's value in the store: "id step" per line.
+std::string Encode(const std::vector<QuorumMember>& members) {
+  std::vector<std::string> lines;
+  for (const auto& m : members) lines.push_back(absl::StrCat(m.id, " ", m.step));
+  return absl::StrJoin(lines, "\n");
+}
+
+absl::StatusOr<QuorumMember> DecodeMember(absl::string_view line) {
+  std::vector<std::string> parts = absl::StrSplit(line, ' ');
+  QuorumMember member;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &member.step)) {
+    return absl::DataLossError(absl::StrCat("malformed quorum entry '", line, "'"));
+  }
+  member.id = parts[0];
+  return member;
+}
+
+absl::StatusOr<std::vector<QuorumMember>> Decode(const std::string& value) {
+  std::vector<QuorumMember> members;
+  for (absl::string_view line : absl::StrSplit(value, '\n', absl::SkipEmpty())) {
+    auto member = DecodeMember(line);
+    if (!member.ok()) return member.status();
+    members.push_back(*std::move(member));
+  }
+  return members;
+}
+
+std::vector<std::string> Ids(const std::vector<QuorumMember>& members) {
+  std::vector<std::string> ids;
+  for (const auto& m : members) ids.push_back(m.id);
+  return ids;
+}
+
+}  // namespace
+
+int64_t QuorumRound::max_step() const {
+  int64_t most = 0;
+  for (const auto& m : members) most = std::max(most, m.step);
+  return most;
+}
+
+Quorum::Quorum(store::StoreClient* store, std::string replica_id, QuorumOptions options)
+    : store_(store), id_(std::move(replica_id)), options_(std::move(options)) {}
+
+std::string Quorum::Key(int64_t round, const std::string& what) const {
+  return absl::StrCat(options_.prefix, "/", round, "/", what);
+}
+
+absl::StatusOr<std::vector<QuorumMember>> Quorum::Arrivals(int64_t round) const {
+  auto count = store_->Add(Key(round, "arrivals"), 0);
+  if (!count.ok()) return count.status();
+  std::vector<QuorumMember> arrivals;
+  for (int64_t slot = 0; slot < *count; ++slot) {
+    // Slots are taken (Add) before they are filled: wait briefly for one.
+    auto value = store_->Get(Key(round, absl::StrCat("slot/", slot)), options_.timeout);
+    if (!value.ok()) return value.status();
+    auto member = DecodeMember(*value);
+    if (!member.ok()) return member.status();
+    arrivals.push_back(*std::move(member));
+  }
+  return arrivals;
+}
+
+absl::StatusOr<std::vector<QuorumMember>> Quorum::Closed(int64_t round,
+                                                         absl::Duration wait) const {
+  auto value = store_->Get(Key(round, "quorum"), wait);
+  if (!value.ok()) return value.status();
+  return Decode(*value);
+}
+
+absl::StatusOr<QuorumRound> Quorum::Join(int64_t step) {
+  if (next_round_ < 0) {
+    // A replica entering a running job starts at the last round closed.
+    auto hint = store_->Get(options_.prefix + "/last_closed", absl::ZeroDuration());
+    next_round_ = 0;
+    if (hint.ok() && !absl::SimpleAtoi(*hint, &next_round_)) {
+      return absl::DataLossError("malformed quorum round hint '" + *hint + "'");
+    }
+  }
+  // A replica that keeps arriving late (rounds closing without it) gives up.
+  const absl::Time give_up = absl::Now() + 4 * options_.timeout;
+  for (;; ++next_round_) {
+    const int64_t r = next_round_;
+    if (absl::Now() > give_up) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "replica '", id_, "' found no quorum to join by round ", r, " (store ",
+          store_->target(), ")"));
+    }
+    if (Closed(r, absl::ZeroDuration()).ok()) continue;  // closed before we came
+    auto slot = store_->Add(Key(r, "arrivals"), 1);
+    if (!slot.ok()) return slot.status();
+    TESSERA_RETURN_IF_ERROR(store_->Set(Key(r, absl::StrCat("slot/", *slot - 1)),
+                                        absl::StrCat(id_, " ", step)));
+    // Whom to wait for: the previous quorum, or the first round's replicas.
+    std::vector<std::string> expected;
+    size_t expected_count = static_cast<size_t>(options_.initial_replicas);
+    if (r > 0) {
+      auto previous = Closed(r - 1, options_.timeout);
+      if (previous.ok()) {
+        expected = Ids(*previous);
+        expected_count = expected.size();
+      }
+    }
+    const absl::Time deadline = absl::Now() + options_.timeout;
+    std::vector<QuorumMember> arrivals;
+    while (true) {
+      auto now = Arrivals(r);
+      if (!now.ok()) return now.status();
+      arrivals = *std::move(now);
+      const std::vector<std::string> ids = Ids(arrivals);
+      const bool all_expected =
+          std::all_of(expected.begin(), expected.end(), [&](const std::string& id) {
+            return std::find(ids.begin(), ids.end(), id) != ids.end();
+          });
+      if ((all_expected && arrivals.size() >= expected_count) || absl::Now() >= deadline) break;
+      // Someone else closed it: no need to wait on.
+      if (Closed(r, absl::ZeroDuration()).ok()) break;
+      // The next arrival's slot, or the close, whichever the store shows first.
+      std::vector<std::string> next = {Key(r, absl::StrCat("slot/", arrivals.size()))};
+      auto missing = store_->WaitForKeys(next, std::min(absl::Milliseconds(50),
+                                                        deadline - absl::Now()));
+      if (!missing.ok()) return missing.status();
+    }
+    auto closed = store_->CompareSet(Key(r, "quorum"), "", Encode(arrivals));
+    if (!closed.ok()) return closed.status();
+    auto members = Decode(*closed);
+    if (!members.ok()) return members.status();
+    const std::vector<std::string> ids = Ids(*members);
+    const auto self = std::find(ids.begin(), ids.end(), id_);
+    if (self == ids.end()) continue;  // closed without us: the next round
+    store_->Set(options_.prefix + "/last_closed", std::to_string(r)).IgnoreError();
+    QuorumRound round;
+    round.round = r;
+    round.members = *std::move(members);
+    round.rank = static_cast<int>(self - ids.begin());
+    round.changed = ids != previous_;
+    previous_ = ids;
+    ++next_round_;
+    if (static_cast<int>(round.members.size()) < options_.min_replicas) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "quorum of round ", r, " has ", round.members.size(), " replicas, fewer than the ",
+          options_.min_replicas, " required"));
+    }
+    return round;
+  }
+}
+
+absl::StatusOr<bool> Quorum::Commit(const QuorumRound& round, bool ok) {
+  const std::string decision_key = Key(round.round, "commit");
+  TESSERA_RETURN_IF_ERROR(store_->Set(Key(round.round, "vote/" + id_), ok ? "1" : "0"));
+  std::vector<std::string> votes;
+  for (const auto& m : round.members) votes.push_back(Key(round.round, "vote/" + m.id));
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  std::string decision = ok ? "" : "abort";  // a no needs nobody else's vote
+  while (decision.empty()) {
+    auto missing = store_->WaitForKeys(
+        votes, std::max(absl::ZeroDuration(), std::min(absl::Milliseconds(50),
+                                                       deadline - absl::Now())));
+    if (!missing.ok()) return missing.status();
+    bool any_no = false;
+    for (const auto& key : votes) {
+      if (std::find(missing->begin(), missing->end(), key) != missing->end()) continue;
+      auto vote = store_->Get(key, absl::ZeroDuration());
+      any_no = any_no || !vote.ok() || *vote != "1";
+    }
+    if (any_no || absl::Now() >= deadline) {
+      decision = "abort";
+    } else if (missing->empty()) {
+      decision = "commit";
+    } else if (store_->Get(decision_key, absl::ZeroDuration()).ok()) {
+      break;  // decided by another member
+    }
+  }
+  auto decided = store_->CompareSet(decision_key, "", decision.empty() ? "abort" : decision);
+  if (!decided.ok()) return decided.status();
+  return *decided == "commit";
+}
+
+}  // namespace tessera::ddp

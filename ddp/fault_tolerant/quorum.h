@@ -1,0 +1,82 @@
+// Quorum: the replicas of a fault-tolerant DDP job agree, at every step,
+// on who takes part — through the rendezvous store, with a deadline.
+//
+// Note [Quorum per step] (torchft's idea, over Tessera's store): steps are
+// taken in rounds r = 0, 1, ... Each replica that wants to take part in a
+// round says so (an arrival slot: its id and how many steps it has
+// committed). The round's quorum is closed by the first replica whose wait
+// ends — when every member of the previous quorum has arrived, or at the
+// deadline (a member that died never does) — with a compare-and-set of the
+// round's quorum key: whatever the others saw, all of them read the one
+// value that won, so all agree. A replica that arrives after the close (a
+// restarted or new one) is in no quorum of that round and takes part from
+// a later one. After the round's work, each member votes whether its part
+// succeeded; the commit decision is closed the same way (all voted yes, or
+// no at the deadline), so either every member applies the step or none
+// does, even when one dies mid-step.
+//
+// Thread-safety: one thread per replica uses its Quorum.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "store/store_client.h"
+
+namespace tessera::ddp {
+
+struct QuorumOptions {
+  // Keys under this prefix of the store.
+  std::string prefix = "tessera/ft";
+  // How long a round waits for the members of the previous quorum (and the
+  // first round for `initial_replicas`) before closing without them; and
+  // how long a commit waits for votes.
+  absl::Duration timeout = absl::Seconds(5);
+  // Replicas expected in the first round.
+  int initial_replicas = 1;
+  // Fewer than this in a quorum: an error (FailedPrecondition), not a step.
+  int min_replicas = 1;
+};
+
+struct QuorumMember {
+  std::string id;
+  int64_t step = 0;  // steps it has committed
+};
+
+struct QuorumRound {
+  int64_t round = 0;
+  std::vector<QuorumMember> members;  // in arrival order; index = rank in the round's group
+  int rank = -1;                      // this replica's index in `members`
+  // Whether the members differ from the previous round's (the process group
+  // must be formed again).
+  bool changed = true;
+  int64_t max_step() const;
+};
+
+class Quorum {
+ public:
+  Quorum(store::StoreClient* store, std::string replica_id, QuorumOptions options);
+
+  // Takes part in the next round this replica can enter, with `step`
+  // committed steps: waits for the round's quorum (bounded by a few
+  // timeouts), skipping rounds closed without it.
+  absl::StatusOr<QuorumRound> Join(int64_t step);
+  // Votes on `round`'s step and returns the decision all members share.
+  absl::StatusOr<bool> Commit(const QuorumRound& round, bool ok);
+
+ private:
+  std::string Key(int64_t round, const std::string& what) const;
+  absl::StatusOr<std::vector<QuorumMember>> Arrivals(int64_t round) const;
+  absl::StatusOr<std::vector<QuorumMember>> Closed(int64_t round, absl::Duration wait) const;
+
+  store::StoreClient* const store_;
+  const std::string id_;
+  const QuorumOptions options_;
+  int64_t next_round_ = -1;  // -1: not joined yet
+  std::vector<std::string> previous_;  // the last quorum's member ids
+};
+
+}  // namespace tessera::ddp

@@ -1,0 +1,169 @@
+// Fault-tolerant data-parallel training of a CNN on Fashion-MNIST
+// (ddp/fault_tolerant/fault_tolerant_ddp.h): each replica trains on its own
+// shard; at every step the live replicas agree on a quorum, average their
+// gradients over it and step together. Kill a replica (kill -9) and the
+// others go on without it; tessera-run starts it again alone, and it
+// rejoins at a step boundary with the parameters and optimizer state of a
+// live peer:
+//
+//   tessera-run --standalone --nproc_per_node 3 --elastic_roles replica
+//       --max_restarts 3 fault_tolerant_ddp --steps 600
+// (one command line; a backslash would end a // comment's line in C++).
+#include <ATen/ops/index_select.h>
+#include <ATen/ops/tensor.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/adam.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "auth/job_secret.h"
+#include "common/status.h"
+#include "data/fashion_mnist.h"
+#include "ddp/fault_tolerant/fault_tolerant_ddp.h"
+#include "examples/common/fashion_cnn.h"
+#include "examples/common/training.h"
+#include "store/elastic_keys.h"
+#include "store/rendezvous_env.h"
+#include "store/store_client.h"
+
+ABSL_FLAG(int64_t, steps, 600, "steps to train (committed by the quorum)");
+ABSL_FLAG(double, quorum_timeout_s, 3,
+          "seconds a step's quorum waits for a replica of the last one before going on "
+          "without it");
+ABSL_FLAG(int, min_replicas, 1, "fewer live replicas than this stop the job");
+
+namespace tessera::examples {
+namespace {
+
+// This replica's batches: its shard of the training set (every world-th
+// example), shuffled once, taken in order by committed step — so a replica
+// that rejoins at step s trains the batch any incarnation of it would.
+class Shard {
+ public:
+  Shard(int64_t samples, int rank, int world, int64_t batch) : batch_(batch) {
+    for (int64_t i = rank; i < samples; i += world) indices_.push_back(i);
+    std::mt19937_64 random(static_cast<uint64_t>(rank) + 1);
+    std::shuffle(indices_.begin(), indices_.end(), random);
+  }
+  at::Tensor BatchAt(int64_t step) const {
+    std::vector<int64_t> batch;
+    const int64_t n = static_cast<int64_t>(indices_.size());
+    for (int64_t i = 0; i < batch_; ++i) batch.push_back(indices_[(step * batch_ + i) % n]);
+    return at::tensor(batch);
+  }
+
+ private:
+  const int64_t batch_;
+  std::vector<int64_t> indices_;
+};
+
+// FNV-1a over every parameter's bytes: replicas with identical parameters
+// print the same.
+uint64_t Fingerprint(torch::nn::Module& model) {
+  uint64_t hash = 1469598103934665603ull;
+  for (const auto& param : model.parameters()) {
+    const at::Tensor p = param.detach().contiguous();
+    const auto* bytes = static_cast<const unsigned char*>(p.data_ptr());
+    for (int64_t i = 0; i < p.nbytes(); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+  }
+  return hash;
+}
+
+int Train(const TrainingFlags& flags) {
+  const data::Examples train = data::LoadFashionMnist(data::Split::kTrain);
+  const store::RendezvousEnv env = ValueOrThrow(store::ReadRendezvousEnv());
+  Require(env.store_hosted,
+          "fault-tolerant DDP needs a store that outlives the replicas: run it under tessera-run");
+  store::StoreClient store(env.master_addr, env.master_port, absl::Seconds(60),
+                           ValueOrThrow(auth::JobSecret::FromEnv()));
+  // tessera-run --elastic_roles replica restarts a dead replica alone.
+  ThrowIfError(store.Set(store::elastic::RoleKey(store::elastic::kDefaultPrefix, env.rank),
+                         "replica"));
+  const std::string who = absl::StrCat("replica", env.rank);
+
+  torch::manual_seed(flags.seed);
+  FashionCnn net;
+  torch::optim::Adam optimizer(net->parameters(), torch::optim::AdamOptions(flags.lr));
+  ddp::FaultTolerantOptions options;
+  options.replica_id = who;
+  options.quorum.initial_replicas = env.world_size;
+  options.quorum.min_replicas = absl::GetFlag(FLAGS_min_replicas);
+  options.quorum.timeout = absl::Seconds(absl::GetFlag(FLAGS_quorum_timeout_s));
+  options.gloo.timeout = absl::Seconds(10);
+  ddp::FaultTolerantDdp ft(&store, *net, optimizer, options);
+
+  const Shard shard(train.labels.size(0), env.rank, env.world_size, flags.batch);
+  const int64_t steps = absl::GetFlag(FLAGS_steps);
+  double window_loss = 0;
+  int64_t window = 0;
+  absl::Duration coordination;
+  int64_t attempts = 0;
+  while (ft.step() < steps) {
+    int64_t step = ft.step();
+    const ddp::FaultTolerantStep result = ft.Step([&] {
+      // Read here, not before Step: a replica that recovered has just taken
+      // its peer's step count, and trains that step's batch of its shard.
+      step = ft.step();
+      const at::Tensor index = shard.BatchAt(step);
+      auto loss = torch::nn::functional::cross_entropy(
+          net->forward(train.images.index_select(0, index)), train.labels.index_select(0, index));
+      loss.backward();
+      return loss.item<double>();
+    });
+    coordination += result.coordination;
+    ++attempts;
+    if (result.recovered) {
+      std::printf("[%s] recovered the state at step %lld from a live peer\n", who.c_str(),
+                  static_cast<long long>(step));
+    }
+    if (!result.committed) {
+      std::printf("[%s] step %lld dropped: a replica failed; retrying\n", who.c_str(),
+                  static_cast<long long>(step));
+      std::fflush(stdout);
+      continue;
+    }
+    window_loss += result.loss;
+    ++window;
+    if (ft.step() % flags.log_every == 0 || ft.step() == steps) {
+      std::printf("[%s] step %lld/%lld: loss %.4f, %d replicas\n", who.c_str(),
+                  static_cast<long long>(ft.step()), static_cast<long long>(steps),
+                  window_loss / window, result.replicas);
+      std::fflush(stdout);
+      window_loss = 0;
+      window = 0;
+    }
+  }
+  std::printf("[%s] parameters %016" PRIx64 " after %lld steps; quorum and commit took %.2f ms "
+              "a step\n",
+              who.c_str(), Fingerprint(*net), static_cast<long long>(ft.step()),
+              absl::ToDoubleMilliseconds(coordination) / static_cast<double>(attempts));
+  if (env.rank == 0) {
+    const data::Examples test = data::LoadFashionMnist(data::Split::kTest);
+    torch::NoGradGuard no_grad;
+    net->eval();
+    const double accuracy =
+        net->forward(test.images).argmax(1).eq(test.labels).to(at::kFloat).mean().item<double>();
+    std::printf("[%s] test accuracy %.2f%% after %lld steps\n", who.c_str(), 100 * accuracy,
+                static_cast<long long>(ft.step()));
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera::examples
+
+int main(int argc, char** argv) {
+  return tessera::examples::RunExample(
+      argc, argv,
+      "Fault-tolerant data-parallel training of a CNN on Fashion-MNIST; run it with "
+      "tessera-run --nproc_per_node N --elastic_roles replica --max_restarts K.",
+      tessera::examples::Train);
+}
