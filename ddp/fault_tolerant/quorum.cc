@@ -134,6 +134,10 @@ absl::StatusOr<QuorumRound> Quorum::Join(int64_t step) {
                                                         deadline - absl::Now()));
       if (!missing.ok()) return missing.status();
     }
+    // By id, not arrival order: the same members make the same group, with
+    // the same ranks, round after round (no group formed again for nothing).
+    std::sort(arrivals.begin(), arrivals.end(),
+              [](const QuorumMember& a, const QuorumMember& b) { return a.id < b.id; });
     auto closed = store_->CompareSet(Key(r, "quorum"), "", Encode(arrivals));
     if (!closed.ok()) return closed.status();
     auto members = Decode(*closed);

@@ -48,7 +48,7 @@ struct QuorumMember {
 
 struct QuorumRound {
   int64_t round = 0;
-  std::vector<QuorumMember> members;  // in arrival order; index = rank in the round's group
+  std::vector<QuorumMember> members;  // by id; index = rank in the round's group
   int rank = -1;                      // this replica's index in `members`
   // Whether the members differ from the previous round's (the process group
   // must be formed again).
