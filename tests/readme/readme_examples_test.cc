@@ -42,5 +42,11 @@ TEST(ReadmeExamplesTest, DdpJoinWithUnevenInputs) {
   EXPECT_EQ(out.substr(first + 19, 7), out.substr(second + 19, 7)) << out;
 }
 
+TEST(ReadmeExamplesTest, MembershipSeesAWorkerLeave) {
+  Launcher launcher({"--standalone", "--nproc_per_node", "3", "tests/readme/readme_membership"});
+  ASSERT_EQ(launcher.Finish(absl::Seconds(180)), 0) << launcher.output();
+  EXPECT_EQ(launcher.Count("worker2 left; live: worker0, worker1"), 1) << launcher.output();
+}
+
 }  // namespace
 }  // namespace tessera::testing
