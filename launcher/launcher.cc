@@ -114,6 +114,8 @@ struct Outcome {
   int failed_code = 0;
   int interrupted_by = 0;          // a signal the launcher received
   bool failed_elsewhere = false;   // another node reported a failure
+  std::vector<int> given_up;       // elastic ranks out of restarts, let go
+  bool any_succeeded = false;      // some worker of this node exited 0
 };
 
 // Starts a failed worker's rank again by itself (Note [Restarting a rank
@@ -138,6 +140,7 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd,
   // The first worker to fail (of this node, before any interruption) stops
   // the others.
   auto exited = [&](Worker& w) {
+    if (*w.exit == 0) outcome.any_succeeded = true;
     if (*w.exit == 0 || outcome.failed_rank.has_value() || outcome.interrupted_by != 0 ||
         outcome.failed_elsewhere) {
       return;
@@ -149,6 +152,8 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd,
         Say(absl::StrCat("rank ", w.rank, " failed with exit code ", *w.exit, ": ", why));
         if (decision == ElasticRestarts::Decision::kRestartAlone) {
           restarted.push_back(respawn(w));
+        } else {
+          outcome.given_up.push_back(w.rank);
         }
         w.settled = true;
         return;
@@ -165,8 +170,12 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd,
     if (w.exit.has_value()) exited(w);  // could not be started
   }
   while (true) {
-    for (auto& w : restarted) workers.push_back(std::move(w));
+    std::vector<Worker> fresh = std::move(restarted);
     restarted.clear();
+    for (auto& w : fresh) {
+      workers.push_back(std::move(w));
+      if (workers.back().exit.has_value()) exited(workers.back());  // could not be started
+    }
     bool running = false;
     std::vector<pollfd> fds = {{signal_fd, POLLIN, 0},
                                {outcome.failed_elsewhere ? -1 : failure_fd, POLLIN, 0}};
@@ -174,7 +183,16 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd,
       if (!w.exit.has_value() || w.output_fd >= 0) running = true;
       if (w.output_fd >= 0) fds.push_back({w.output_fd, POLLIN, 0});
     }
-    if (!running) return outcome;
+    if (!running) {
+      // Every worker let go, none done: the node's part failed after all.
+      if (!outcome.given_up.empty() && !outcome.any_succeeded &&
+          !outcome.failed_rank.has_value()) {
+        outcome.failed_rank = outcome.given_up.front();
+        outcome.failed_code = 1;
+        Say("every worker of this node failed and was given up on");
+      }
+      return outcome;
+    }
     if (kill_at.has_value() && absl::Now() >= *kill_at) {
       for (auto& w : workers) {
         if (!w.exit.has_value()) ::kill(w.pid, SIGKILL);

@@ -59,13 +59,17 @@ std::string Quorum::Key(int64_t round, const std::string& what) const {
   return absl::StrCat(options_.prefix, "/", round, "/", what);
 }
 
-absl::StatusOr<std::vector<QuorumMember>> Quorum::Arrivals(int64_t round) const {
+absl::StatusOr<std::vector<QuorumMember>> Quorum::Arrivals(int64_t round,
+                                                          int64_t* slots) const {
   auto count = store_->Add(Key(round, "arrivals"), 0);
   if (!count.ok()) return count.status();
+  *slots = *count;
   std::vector<QuorumMember> arrivals;
   for (int64_t slot = 0; slot < *count; ++slot) {
-    // Slots are taken (Add) before they are filled: wait briefly for one.
-    auto value = store_->Get(Key(round, absl::StrCat("slot/", slot)), options_.timeout);
+    // A slot is taken (Add) before it is filled, and a replica may die in
+    // between: an empty slot is not an arrival (yet).
+    auto value = store_->Get(Key(round, absl::StrCat("slot/", slot)), absl::ZeroDuration());
+    if (absl::IsDeadlineExceeded(value.status())) continue;
     if (!value.ok()) return value.status();
     auto member = DecodeMember(*value);
     if (!member.ok()) return member.status();
@@ -116,8 +120,9 @@ absl::StatusOr<QuorumRound> Quorum::Join(int64_t step) {
     }
     const absl::Time deadline = absl::Now() + options_.timeout;
     std::vector<QuorumMember> arrivals;
+    int64_t slots = 0;
     while (true) {
-      auto now = Arrivals(r);
+      auto now = Arrivals(r, &slots);
       if (!now.ok()) return now.status();
       arrivals = *std::move(now);
       const std::vector<std::string> ids = Ids(arrivals);
@@ -129,7 +134,7 @@ absl::StatusOr<QuorumRound> Quorum::Join(int64_t step) {
       // Someone else closed it: no need to wait on.
       if (Closed(r, absl::ZeroDuration()).ok()) break;
       // The next arrival's slot, or the close, whichever the store shows first.
-      std::vector<std::string> next = {Key(r, absl::StrCat("slot/", arrivals.size()))};
+      std::vector<std::string> next = {Key(r, absl::StrCat("slot/", slots))};
       auto missing = store_->WaitForKeys(next, std::min(absl::Milliseconds(50),
                                                         deadline - absl::Now()));
       if (!missing.ok()) return missing.status();

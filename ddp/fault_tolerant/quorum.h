@@ -69,7 +69,8 @@ class Quorum {
 
  private:
   std::string Key(int64_t round, const std::string& what) const;
-  absl::StatusOr<std::vector<QuorumMember>> Arrivals(int64_t round) const;
+  // The filled arrival slots of `round`; `slots` is set to the slots taken.
+  absl::StatusOr<std::vector<QuorumMember>> Arrivals(int64_t round, int64_t* slots) const;
   absl::StatusOr<std::vector<QuorumMember>> Closed(int64_t round, absl::Duration wait) const;
 
   store::StoreClient* const store_;

@@ -37,12 +37,6 @@ std::vector<std::string> Fingerprints(const std::string& out) {
   return found;
 }
 
-double Number(const std::string& out, const std::string& pattern) {
-  std::smatch match;
-  if (!std::regex_search(out, match, std::regex(pattern))) return -1;
-  return std::atof(match[1].str().c_str());
-}
-
 class FaultTolerantDdpTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -86,10 +80,10 @@ TEST_F(FaultTolerantDdpTest, AKilledReplicaRejoinsFromALivePeerAndAllEndIdentica
                         "--log_every", "25"});
   ASSERT_EQ(undisturbed.Finish(absl::Seconds(300)), 0) << undisturbed.output();
   const std::string last_loss = "\\[replica0\\] step 300/300: loss ([0-9.]+)";
-  EXPECT_NEAR(Number(out, last_loss), Number(undisturbed.output(), last_loss), 0.15)
+  EXPECT_NEAR(FirstNumber(out, last_loss), FirstNumber(undisturbed.output(), last_loss), 0.15)
       << out << undisturbed.output();
   const std::string accuracy = "test accuracy ([0-9.]+)%";
-  EXPECT_NEAR(Number(out, accuracy), Number(undisturbed.output(), accuracy), 2.0)
+  EXPECT_NEAR(FirstNumber(out, accuracy), FirstNumber(undisturbed.output(), accuracy), 2.0)
       << out << undisturbed.output();
 }
 

@@ -24,12 +24,6 @@ namespace {
 constexpr char kProgram[] = "examples/parameter_server/parameter_server";
 constexpr char kStepLine[] = "] epoch 1 step ";
 
-double Number(const std::string& out, const std::string& pattern) {
-  std::smatch match;
-  if (!std::regex_search(out, match, std::regex(pattern))) return -1;
-  return std::atof(match[1].str().c_str());
-}
-
 class ElasticParameterServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -66,8 +60,8 @@ TEST_F(ElasticParameterServerTest, KilledTrainersRejoinAJoiningTrainerHelpsAndTh
   Launcher job({"--standalone", "--nproc_per_node", "3", "--elastic_roles", "trainer",
                 "--max_restarts", "3", kProgram, "--epochs", "1", "--log_every", "20"});
   ASSERT_TRUE(job.WaitFor("serving a CNN", 1, absl::Seconds(120))) << job.output();
-  const int port = static_cast<int>(Number(job.output(), "rendezvous store at [0-9.]+:(\\d+)"));
-  const int server_pid = static_cast<int>(Number(job.output(), "\\[ps\\] pid (\\d+) serving"));
+  const int port = static_cast<int>(FirstNumber(job.output(), "rendezvous store at [0-9.]+:(\\d+)"));
+  const int server_pid = static_cast<int>(FirstNumber(job.output(), "\\[ps\\] pid (\\d+) serving"));
   ASSERT_GT(port, 0) << job.output();
 
   KillAfterSteps(job, lines(random), /*rank=*/1, /*incarnation=*/1);
@@ -82,16 +76,16 @@ TEST_F(ElasticParameterServerTest, KilledTrainersRejoinAJoiningTrainerHelpsAndTh
   const std::string& out = job.output();
   EXPECT_EQ(job.Count("serving a CNN"), 1) << out;
   EXPECT_EQ(job.Count("restarting the group"), 0) << out;
-  EXPECT_EQ(Number(out, "\\[ps\\] pid (\\d+): test accuracy"), server_pid) << out;
+  EXPECT_EQ(FirstNumber(out, "\\[ps\\] pid (\\d+): test accuracy"), server_pid) << out;
   EXPECT_TRUE(std::regex_search(out, std::regex("steps trained: (\\d+) of \\1 ")))
       << "every batch trained\n" << out;
-  EXPECT_GT(Number(out, "steps trained: .*trainer3 (\\d+)"), 0) << "the joiner trained\n" << out;
-  const double accuracy = Number(out, "test accuracy ([0-9.]+)%");
+  EXPECT_GT(FirstNumber(out, "steps trained: .*trainer3 (\\d+)"), 0) << "the joiner trained\n" << out;
+  const double accuracy = FirstNumber(out, "test accuracy ([0-9.]+)%");
 
   Launcher undisturbed({"--standalone", "--nproc_per_node", "3", kProgram, "--epochs", "1",
                         "--log_every", "200"});
   ASSERT_EQ(undisturbed.Finish(absl::Seconds(300)), 0) << undisturbed.output();
-  const double expected = Number(undisturbed.output(), "test accuracy ([0-9.]+)%");
+  const double expected = FirstNumber(undisturbed.output(), "test accuracy ([0-9.]+)%");
   // One-sided: two undisturbed runs of this asynchronous job already differ
   // by up to about a point either way (docs/benchmarks.md), and a disturbed
   // run that does better is no fault of elasticity.
@@ -104,7 +98,7 @@ TEST_F(ElasticParameterServerTest, ATrainerThatLeavesEarlyIsNotWaitedFor) {
   Launcher job({"--standalone", "--nproc_per_node", "3", "--elastic_roles", "trainer", kProgram,
                 "--epochs", "1", "--max_steps", "300", "--log_every", "50"});
   ASSERT_TRUE(job.WaitFor("serving a CNN", 1, absl::Seconds(120))) << job.output();
-  const int port = static_cast<int>(Number(job.output(), "rendezvous store at [0-9.]+:(\\d+)"));
+  const int port = static_cast<int>(FirstNumber(job.output(), "rendezvous store at [0-9.]+:(\\d+)"));
   Launcher leaver({"--join", "--master_port", std::to_string(port), kProgram, "--epochs", "1",
                    "--max_steps", "300", "--leave_after_steps", "20"});
   ASSERT_EQ(leaver.Finish(absl::Seconds(120)), 0) << leaver.output();

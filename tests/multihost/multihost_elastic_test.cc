@@ -26,12 +26,6 @@ namespace {
 constexpr char kProgram[] = "examples/parameter_server/parameter_server";
 constexpr char kStepLine[] = "] epoch 1 step ";
 
-double Number(const std::string& out, const std::string& pattern) {
-  std::smatch match;
-  if (!std::regex_search(out, match, std::regex(pattern))) return -1;
-  return std::atof(match[1].str().c_str());
-}
-
 TEST(MultiHostElasticTest, TrainersKilledOnOtherHostsRejoinAndAJoinerFromAnotherHostHelps) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
   const std::string marker = absl::StrCat("multihost-elastic-", getpid());
@@ -42,8 +36,8 @@ TEST(MultiHostElasticTest, TrainersKilledOnOtherHostsRejoinAndAJoinerFromAnother
                            {"--elastic_roles", "trainer", "--max_restarts", "2"});
   ObservedProcess& server = job->on(0);
   ASSERT_TRUE(server.WaitFor("serving a CNN", 1, absl::Seconds(120))) << job->output();
-  const int server_pid = static_cast<int>(Number(server.output(), "\\[ps\\] pid (\\d+) serving"));
-  const int port = static_cast<int>(Number(server.output(), "rendezvous store at [0-9.]+:(\\d+)"));
+  const int server_pid = static_cast<int>(FirstNumber(server.output(), "\\[ps\\] pid (\\d+) serving"));
+  const int port = static_cast<int>(FirstNumber(server.output(), "rendezvous store at [0-9.]+:(\\d+)"));
   ASSERT_GT(port, 0) << job->output();
 
   // Kills the trainer of `rank` (on host `rank`) once it has logged a few
@@ -73,10 +67,10 @@ TEST(MultiHostElasticTest, TrainersKilledOnOtherHostsRejoinAndAJoinerFromAnother
   EXPECT_EQ(joiner.Finish(absl::Seconds(60)), 0) << joiner.output();
   const std::string& out = server.output();
   EXPECT_EQ(server.Count("serving a CNN"), 1) << out;
-  EXPECT_EQ(Number(out, "\\[ps\\] pid (\\d+): test accuracy"), server_pid) << out;
+  EXPECT_EQ(FirstNumber(out, "\\[ps\\] pid (\\d+): test accuracy"), server_pid) << out;
   EXPECT_TRUE(std::regex_search(out, std::regex("steps trained: 500 of 500 "))) << out;
-  EXPECT_GT(Number(out, "steps trained: .*trainer3 (\\d+)"), 0) << out;
-  EXPECT_GT(Number(out, "test accuracy ([0-9.]+)%"), 70.0) << out;
+  EXPECT_GT(FirstNumber(out, "steps trained: .*trainer3 (\\d+)"), 0) << out;
+  EXPECT_GT(FirstNumber(out, "test accuracy ([0-9.]+)%"), 70.0) << out;
   std::printf("what the user saw:\n%s%s", job->output().c_str(), joiner.output().c_str());
 }
 

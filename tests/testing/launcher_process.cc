@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <regex>
 
 #include "absl/time/clock.h"
 #include "common/subprocess.h"
@@ -26,6 +28,12 @@ std::vector<std::string> TesseraRun(std::vector<std::string> args,
 }
 
 }  // namespace
+
+double FirstNumber(const std::string& text, const std::string& pattern) {
+  std::smatch match;
+  if (!std::regex_search(text, match, std::regex(pattern))) return -1;
+  return std::atof(match[1].str().c_str());
+}
 
 Launcher::Launcher(std::vector<std::string> args, std::vector<std::string> wrapper)
     : ObservedProcess(TesseraRun(std::move(args), wrapper)) {}

@@ -41,6 +41,10 @@ class ObservedProcess {
   std::string output_;
 };
 
+// The first capture group of `pattern` (a std::regex) in `text`, as a
+// number; -1 when it does not match. For reading numbers off job output.
+double FirstNumber(const std::string& text, const std::string& pattern);
+
 class Launcher : public ObservedProcess {
  public:
   // Runs tessera-run with `args`, through `wrapper` when given (e.g.
