@@ -68,19 +68,25 @@ int RunExample(int argc, char** argv, const std::string& usage,
 
 double TrainEpochs(const TrainingFlags& flags, const data::Examples& data,
                    ddp::DistributedSampler& sampler, const std::string& who,
-                   const std::function<double(const at::Tensor&, const at::Tensor&)>& step) {
+                   const std::function<double(const at::Tensor&, const at::Tensor&)>& step,
+                   const EpochHooks& hooks) {
   const int64_t per_epoch =
       (static_cast<int64_t>(sampler.num_samples()) + flags.batch - 1) / flags.batch;
   const int64_t steps = flags.max_steps > 0 ? std::min(flags.max_steps, per_epoch) : per_epoch;
   int64_t trained = 0;
   double seconds = 0;
-  for (int epoch = 1; epoch <= flags.epochs; ++epoch) {
+  for (int epoch = static_cast<int>(hooks.start_epoch) + 1; epoch <= flags.epochs; ++epoch) {
     sampler.set_epoch(static_cast<uint64_t>(epoch - 1));
+    int64_t first = 1;
+    // Resuming mid-epoch: the batches before the checkpoint were trained.
+    if (epoch == hooks.start_epoch + 1) {
+      for (; first <= hooks.start_step; ++first) sampler.next(static_cast<size_t>(flags.batch));
+    }
     const auto epoch_start = Clock::now();
     double window_loss = 0;
     int64_t window_steps = 0, window_samples = 0;
     auto window_start = Clock::now();
-    for (int64_t s = 1; s <= steps; ++s) {
+    for (int64_t s = first; s <= steps; ++s) {
       auto indices = sampler.next(static_cast<size_t>(flags.batch));
       if (!indices) break;
       at::Tensor index = at::tensor(std::vector<int64_t>(indices->begin(), indices->end()));
@@ -97,6 +103,7 @@ double TrainEpochs(const TrainingFlags& flags, const data::Examples& data,
         window_steps = window_samples = 0;
         window_start = Clock::now();
       }
+      if (hooks.after_step) hooks.after_step(epoch - 1, s, (epoch - 1) * steps + s);
     }
     seconds += SecondsSince(epoch_start);
   }

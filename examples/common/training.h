@@ -47,12 +47,23 @@ void Require(bool holds, const std::string& requirement);
 // Wall-clock seconds since `start`.
 double SecondsSince(std::chrono::steady_clock::time_point start);
 
+// Where TrainEpochs starts, and what it does after each step: resuming
+// from a checkpoint and saving them (examples/common/resume.h).
+struct EpochHooks {
+  int64_t start_epoch = 0;  // 0-based
+  int64_t start_step = 0;   // steps of start_epoch already done
+  // After each step: the epoch (0-based), the steps done in it, and the
+  // steps done in all since the beginning of training.
+  std::function<void(int64_t epoch, int64_t step, int64_t steps_done)> after_step;
+};
+
 // Trains `flags.epochs` epochs over this rank's `sampler` shard of `data`:
 // `step(images, labels)` runs one step and returns its loss. Prints
 // "[who] epoch E step S/N: loss L, X samples/s" every log_every steps and at
 // the end of each epoch. Returns the training throughput in samples/s.
 double TrainEpochs(const TrainingFlags& flags, const data::Examples& data,
                    ddp::DistributedSampler& sampler, const std::string& who,
-                   const std::function<double(const at::Tensor&, const at::Tensor&)>& step);
+                   const std::function<double(const at::Tensor&, const at::Tensor&)>& step,
+                   const EpochHooks& hooks = {});
 
 }  // namespace tessera::examples

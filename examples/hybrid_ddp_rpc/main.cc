@@ -8,6 +8,8 @@
 //
 //   bazel-bin/launcher/tessera-run --standalone --nproc_per_node 3
 //       bazel-bin/examples/hybrid_ddp_rpc/hybrid_ddp_rpc --epochs 2
+// With --checkpoint_dir (and tessera-run --max_restarts 1) the first trainer
+// saves the table and the dense part, and a restarted group resumes.
 // (one command line; a backslash would end a // comment's line in C++).
 // `hybrid_ddp_rpc --help` lists the flags.
 #include <chrono>
@@ -18,6 +20,8 @@
 #include "data/fashion_mnist.h"
 #include "ddp/distributed_sampler.h"
 #include "ddp/gloo/gloo_process_group.h"
+#include "examples/common/remote_parameters.h"
+#include "examples/common/resume.h"
 #include "examples/common/training.h"
 #include "examples/hybrid_ddp_rpc/hybrid_trainer.h"
 #include "tessera/worker.h"
@@ -54,12 +58,41 @@ int RunTrainer(Worker& worker, const TrainingFlags& flags) {
   adam.lr = flags.lr;
   auto trainer = HybridTrainer::Create(worker.rrefs(), worker.autograd(), group.get(), table, adam);
 
+  // The first trainer saves the table (fetched from the server) and the
+  // dense part (the same on every replica) with the position; on a restart
+  // every trainer loads the dense part and the first loads the table back
+  // into the server's new one, before anyone trains (the barrier). Adam's
+  // moments start afresh: they live in LocalOptimizers.
+  const auto table_params = table.RpcSync<std::vector<rref::RRef<at::Tensor>>>("parameter_rrefs");
+  Resume resume(flags, "hybrid_ddp_rpc", /*writer=*/index == 0);
+  if (resume.last().has_value()) {
+    torch::NoGradGuard no_grad;
+    for (auto& item : trainer->dense()->named_parameters()) {
+      auto saved = resume.last()->tensors.find("dense." + item.key());
+      Require(saved != resume.last()->tensors.end(), "the checkpoint has no dense." + item.key());
+      item.value().copy_(saved->second);
+    }
+    if (index == 0) LoadParameters(worker, table_params, resume.last()->tensors, "table.");
+  }
+  group->Barrier().Get(absl::Minutes(5));
+  const checkpoint::TrainingPosition start_at = resume.Start(worker.name());
+  EpochHooks hooks{start_at.epoch, start_at.step,
+                   [&](int64_t epoch, int64_t step, int64_t steps_done) {
+                     if (!resume.Due(steps_done)) return;
+                     auto tensors = FetchParameters(table_params, "table.");
+                     for (const auto& item : trainer->dense()->named_parameters()) {
+                       tensors["dense." + item.key()] = item.value().detach().clone();
+                     }
+                     resume.Save(worker.name(), std::move(tensors), {epoch, step, 0, {}});
+                   }};
   ddp::DistributedSampler sampler(static_cast<size_t>(train.labels.size(0)),
                                   {trainers, index, /*shuffle=*/true, /*seed=*/1, false});
-  TrainEpochs(flags, train, sampler, worker.name(),
-              [&](const at::Tensor& images, const at::Tensor& labels) {
-                return trainer->Step(images, labels);
-              });
+  TrainEpochs(
+      flags, train, sampler, worker.name(),
+      [&](const at::Tensor& images, const at::Tensor& labels) {
+        return trainer->Step(images, labels);
+      },
+      hooks);
   if (index == 0) {
     const data::Examples test = data::LoadFashionMnist(data::Split::kTest);
     std::printf(
@@ -91,6 +124,7 @@ int main(int argc, char** argv) {
         options.name = options.rank == 0 ? "ps" : absl::StrCat("trainer", options.rank);
         auto worker = Worker::Start(options);
         examples::RegisterHybridClasses(worker->rrefs().classes());
+        examples::RegisterParameterLoading(*worker);
         const int status = options.rank == 0 ? examples::RunServer(*worker, flags)
                                              : examples::RunTrainer(*worker, flags);
         worker->Shutdown();  // the server's returns once every trainer is done

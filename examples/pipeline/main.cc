@@ -8,6 +8,8 @@
 //
 //   bazel-bin/launcher/tessera-run --standalone --nproc_per_node 3
 //       bazel-bin/examples/pipeline/pipeline --micro_batches 4
+// With --checkpoint_dir (and tessera-run --max_restarts 1) the driver saves
+// the stages' parameters and the position, and a restarted group resumes.
 // (one command line; a backslash would end a // comment's line in C++).
 // `pipeline --help` lists the flags.
 #include <ATen/ops/argmax.h>
@@ -24,6 +26,8 @@
 #include "dist_optim/distributed_optimizer.h"
 #include "examples/common/cnn.h"
 #include "examples/common/dist_training.h"
+#include "examples/common/remote_parameters.h"
+#include "examples/common/resume.h"
 #include "examples/common/training.h"
 #include "pipeline/pipeline_driver.h"
 #include "pipeline/stage.h"
@@ -80,8 +84,20 @@ int RunDriver(Worker& worker, const TrainingFlags& flags) {
   pipeline::PipelineDriver driver(worker.rrefs(), {features, classifier}, micro_batches);
   dist_optim::AdamOptions adam;
   adam.lr = flags.lr;
-  auto optimizer =
-      dist_optim::DistributedOptimizer::Create(worker.rrefs(), driver.ParameterRRefs(), adam);
+  const std::vector<rref::RRef<at::Tensor>> params = driver.ParameterRRefs();
+  auto optimizer = dist_optim::DistributedOptimizer::Create(worker.rrefs(), params, adam);
+  // The driver saves the stages' parameters and the position; on a restart
+  // it loads them back into the new stages (the stages' Adam moments start
+  // afresh: they live in each stage's LocalOptimizer).
+  Resume resume(flags, "pipeline", /*writer=*/true);
+  if (resume.last().has_value()) LoadParameters(worker, params, resume.last()->tensors, "stage.");
+  const checkpoint::TrainingPosition start_at = resume.Start("driver");
+  EpochHooks hooks{start_at.epoch, start_at.step,
+                   [&](int64_t epoch, int64_t step, int64_t steps_done) {
+                     if (resume.Due(steps_done)) {
+                       resume.Save("driver", FetchParameters(params, "stage."), {epoch, step, 0, {}});
+                     }
+                   }};
   std::printf("[driver] CNN in 2 stages (stage1: convolutions, stage2: linear layers), "
               "batch %lld in %lld micro-batches\n",
               static_cast<long long>(flags.batch), static_cast<long long>(micro_batches));
@@ -93,7 +109,8 @@ int RunDriver(Worker& worker, const TrainingFlags& flags) {
       flags, train, sampler, "driver", [&](const at::Tensor& images, const at::Tensor& labels) {
         return DistAutogradStep(worker.autograd(), optimizer, labels,
                                 [&] { return driver.Forward(images); });
-      });
+      },
+      hooks);
   std::printf(
       "[driver] test accuracy %.2f%% (%lld images), training %.0f samples/s with %lld "
       "micro-batches, %.1f s in all\n",
@@ -122,6 +139,7 @@ int main(int argc, char** argv) {
         // Ranks 1 and 2 host the stages the driver creates on them; the
         // driver's Shutdown releases them once training is done.
         pipeline::RegisterStage(worker->rrefs().classes(), examples::CnnStages());
+        examples::RegisterParameterLoading(*worker);
         const int status = options.rank == 0 ? examples::RunDriver(*worker, flags) : 0;
         worker->Shutdown();
         return status;

@@ -1,5 +1,6 @@
 // Checkpoints that resume (examples/common/resume.h): a worker whose loss
-// ends the group — the parameter server itself, a rank of a DDP job — is
+// ends the group — the parameter server itself, a rank of a DDP job, a
+// pipeline stage, a trainer of the hybrid DDP + RPC job — is
 // killed (SIGKILL) mid-epoch; tessera-run --max_restarts 1 restarts the
 // group, which resumes at the last checkpointed step: the step counts go on
 // from there and the loss goes on from where it was, not from the start.
@@ -98,6 +99,16 @@ TEST_F(ResumeTest, AKilledParameterServerResumesFromItsCheckpoint) {
 TEST_F(ResumeTest, AKilledDdpRankRestartsTheGroupFromTheCheckpoint) {
   KillAndResume({"--nproc_per_node", "2", "examples/ddp_fashion_mnist/ddp_fashion_mnist"},
                 /*rank=*/1, "[ddp] checkpoint at epoch 1 step 100", 50);
+}
+
+TEST_F(ResumeTest, AKilledPipelineStageRestartsTheGroupFromTheDriversCheckpoint) {
+  KillAndResume({"--nproc_per_node", "3", "examples/pipeline/pipeline"},
+                /*rank=*/1, "[driver] checkpoint at epoch 1 step 100", 50);
+}
+
+TEST_F(ResumeTest, AKilledHybridTrainerRestartsTheGroupFromTheCheckpoint) {
+  KillAndResume({"--nproc_per_node", "3", "examples/hybrid_ddp_rpc/hybrid_ddp_rpc"},
+                /*rank=*/2, "[trainer1] checkpoint at epoch 1 step 100", 50);
 }
 
 }  // namespace

@@ -1,0 +1,48 @@
+#include "examples/common/remote_parameters.h"
+
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace tessera::examples {
+namespace {
+
+constexpr char kLoadParameter[] = "examples.load_parameter";
+
+}  // namespace
+
+void RegisterParameterLoading(Worker& worker) {
+  worker.Register(kLoadParameter, [](rref::RRef<at::Tensor> param, at::Tensor value) {
+    at::Tensor target = param.local_value();
+    if (!target.sizes().equals(value.sizes())) {
+      return absl::InvalidArgumentError("a saved parameter of another shape");
+    }
+    torch::autograd::AutoGradMode no_grad(false);
+    target.copy_(value);
+    return absl::OkStatus();
+  });
+}
+
+std::map<std::string, at::Tensor> FetchParameters(const std::vector<rref::RRef<at::Tensor>>& params,
+                                                  const std::string& prefix) {
+  std::map<std::string, at::Tensor> tensors;
+  for (size_t i = 0; i < params.size(); ++i) {
+    tensors[absl::StrCat(prefix, i)] = params[i].to_here().detach().clone();
+  }
+  return tensors;
+}
+
+void LoadParameters(Worker& worker, const std::vector<rref::RRef<at::Tensor>>& params,
+                    const std::map<std::string, at::Tensor>& tensors, const std::string& prefix) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto it = tensors.find(absl::StrCat(prefix, i));
+    if (it == tensors.end()) {
+      throw StatusError(absl::DataLossError(absl::StrCat("the checkpoint has no ", prefix, i)));
+    }
+    worker.RpcSync<void>(params[i].owner_name(), kLoadParameter, params[i], it->second);
+  }
+}
+
+}  // namespace tessera::examples

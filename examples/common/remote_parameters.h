@@ -1,0 +1,30 @@
+// Checkpointing parameters that live on other workers (a pipeline's stages,
+// a parameter server's table): the writer fetches them by RRef; on resume
+// it loads the saved values into them on their owners.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "rref/rref.h"
+#include "tessera/worker.h"
+
+namespace tessera::examples {
+
+// Lets peers load values into parameters this worker owns (LoadParameters).
+// Every worker that may own such parameters registers it.
+void RegisterParameterLoading(Worker& worker);
+
+// The current values of `params`, as "<prefix><i>".
+std::map<std::string, at::Tensor> FetchParameters(const std::vector<rref::RRef<at::Tensor>>& params,
+                                                  const std::string& prefix);
+
+// Copies "<prefix><i>" of `tensors` into `params` on their owners. Throws
+// StatusError if one is missing or of another shape.
+void LoadParameters(Worker& worker, const std::vector<rref::RRef<at::Tensor>>& params,
+                    const std::map<std::string, at::Tensor>& tensors, const std::string& prefix);
+
+}  // namespace tessera::examples
