@@ -93,16 +93,16 @@ absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix
     const std::string round_prefix = absl::StrCat(prefix, "/", round, "/");
     auto status = store.Set(round_prefix + std::to_string(rank), Encode(agent.counters()));
     if (!status.ok()) return status;
-    std::vector<int> ranks = participants();
+    const std::vector<int> members = participants();
     std::vector<std::string> keys;
-    for (int r : ranks) keys.push_back(round_prefix + std::to_string(r));
+    for (int r : members) keys.push_back(round_prefix + std::to_string(r));
     auto slice = [deadline] {
       return std::max(absl::ZeroDuration(), std::min(kProbeEvery, deadline - absl::Now()));
     };
     auto missing = store.WaitForKeys(keys, slice());
     while (missing.ok() && !missing->empty() && absl::Now() < deadline) {
       if (probe != nullptr) {
-        TESSERA_RETURN_IF_ERROR(ProbeOrHear(store, prefix, rank, ranks, *missing, probe));
+        TESSERA_RETURN_IF_ERROR(ProbeOrHear(store, prefix, rank, members, *missing, probe));
       }
       // A rank that left meanwhile is no longer waited for.
       std::vector<int> now = participants();
@@ -132,7 +132,7 @@ absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix
       current.emplace_back();
       if (!Decode(*value, &current.back())) {
         return absl::DataLossError("graceful shutdown: malformed counters from rank " +
-                                   std::to_string(ranks[i]));
+                                   std::to_string(members[i]));
       }
     }
     if (Balanced(current) && current == previous) return absl::OkStatus();

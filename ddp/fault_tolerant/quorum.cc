@@ -55,6 +55,29 @@ int64_t QuorumRound::max_step() const {
 Quorum::Quorum(store::StoreClient* store, std::string replica_id, QuorumOptions options)
     : store_(store), id_(std::move(replica_id)), options_(std::move(options)) {}
 
+Quorum::~Quorum() {
+  if (cleaner_.joinable()) cleaner_.join();
+}
+
+void Quorum::CleanUpBefore(int64_t before) {
+  if (cleaner_.joinable()) cleaner_.join();  // the last batch (long done, as a rule)
+  const int64_t from = cleaned_;
+  cleaned_ = before;
+  cleaner_ = std::thread([this, from, before] {
+    for (int64_t r = from; r < before; ++r) {
+      auto slots = store_->Add(Key(r, "arrivals"), 0);
+      for (int64_t slot = 0; slots.ok() && slot < *slots; ++slot) {
+        auto value = store_->Get(Key(r, absl::StrCat("slot/", slot)), absl::ZeroDuration());
+        if (auto member = value.ok() ? DecodeMember(*value) : value.status(); member.ok()) {
+          store_->Delete(Key(r, "vote/" + member->id)).IgnoreError();
+        }
+        store_->Delete(Key(r, absl::StrCat("slot/", slot))).IgnoreError();
+      }
+      store_->Delete(Key(r, "arrivals")).IgnoreError();
+    }
+  });
+}
+
 std::string Quorum::Key(int64_t round, const std::string& what) const {
   return absl::StrCat(options_.prefix, "/", round, "/", what);
 }
@@ -158,6 +181,8 @@ absl::StatusOr<QuorumRound> Quorum::Join(int64_t step) {
     round.changed = ids != previous_;
     previous_ = ids;
     ++next_round_;
+    // Members of round r are done with round r - 2 (they voted in r - 1).
+    if (round.rank == 0 && r >= 2 && r - 2 - cleaned_ >= kCleanupEvery) CleanUpBefore(r - 1);
     if (static_cast<int>(round.members.size()) < options_.min_replicas) {
       return absl::FailedPreconditionError(absl::StrCat(
           "quorum of round ", r, " has ", round.members.size(), " replicas, fewer than the ",

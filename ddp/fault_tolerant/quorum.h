@@ -15,11 +15,18 @@
 // no at the deadline), so either every member applies the step or none
 // does, even when one dies mid-step.
 //
+// Each round leaves keys in the store (arrival slots, votes: ~2 per
+// member); the member of rank 0 deletes those of rounds no one reads any
+// more, every kCleanupEvery rounds, on a thread of its own so that the step
+// does not wait for it. The small quorum and commit keys stay: a replica
+// entering late must see those rounds as closed.
+//
 // Thread-safety: one thread per replica uses its Quorum.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -59,6 +66,9 @@ struct QuorumRound {
 class Quorum {
  public:
   Quorum(store::StoreClient* store, std::string replica_id, QuorumOptions options);
+  ~Quorum();
+  Quorum(const Quorum&) = delete;
+  Quorum& operator=(const Quorum&) = delete;
 
   // Takes part in the next round this replica can enter, with `step`
   // committed steps: waits for the round's quorum (bounded by a few
@@ -72,12 +82,18 @@ class Quorum {
   // The filled arrival slots of `round`; `slots` is set to the slots taken.
   absl::StatusOr<std::vector<QuorumMember>> Arrivals(int64_t round, int64_t* slots) const;
   absl::StatusOr<std::vector<QuorumMember>> Closed(int64_t round, absl::Duration wait) const;
+  // Deletes the bulky keys of rounds [cleaned_, before) in the background.
+  void CleanUpBefore(int64_t before);
+
+  static constexpr int64_t kCleanupEvery = 64;
 
   store::StoreClient* const store_;
   const std::string id_;
   const QuorumOptions options_;
   int64_t next_round_ = -1;  // -1: not joined yet
   std::vector<std::string> previous_;  // the last quorum's member ids
+  int64_t cleaned_ = 0;                // rounds below this are cleaned up
+  std::thread cleaner_;
 };
 
 }  // namespace tessera::ddp
