@@ -92,6 +92,24 @@ TEST_F(ElasticParameterServerTest, KilledTrainersRejoinAJoiningTrainerHelpsAndTh
   EXPECT_GT(accuracy, expected - 1.0) << out << undisturbed.output();
 }
 
+// The same over the gRPC backend: its agent too drops the old incarnation's
+// stream and dials the new address.
+TEST_F(ElasticParameterServerTest, AKilledTrainerRejoinsOverGrpc) {
+  setenv("TESSERA_RPC_BACKEND", "grpc", 1);
+  Launcher job({"--standalone", "--nproc_per_node", "3", "--elastic_roles", "trainer",
+                "--max_restarts", "1", kProgram, "--epochs", "1", "--max_steps", "300",
+                "--log_every", "20"});
+  unsetenv("TESSERA_RPC_BACKEND");
+  ASSERT_TRUE(job.WaitFor("serving a CNN", 1, absl::Seconds(120))) << job.output();
+  const int server_pid = static_cast<int>(FirstNumber(job.output(), "\\[ps\\] pid (\\d+) serving"));
+  KillAfterSteps(job, 3, /*rank=*/1, /*incarnation=*/1);
+  ASSERT_EQ(job.Finish(absl::Seconds(300)), 0) << job.output();
+  EXPECT_EQ(FirstNumber(job.output(), "\\[ps\\] pid (\\d+): test accuracy"), server_pid)
+      << job.output();
+  EXPECT_TRUE(std::regex_search(job.output(), std::regex("steps trained: 300 of 300 ")))
+      << job.output();
+}
+
 // A trainer that leaves early (Worker::Leave) is not waited for: the others
 // train its share and the job ends normally.
 TEST_F(ElasticParameterServerTest, ATrainerThatLeavesEarlyIsNotWaitedFor) {
