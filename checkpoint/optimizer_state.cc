@@ -29,16 +29,15 @@ void LoadOptimizerState(torch::optim::Optimizer& optimizer, const at::Tensor& st
     throw StatusError(absl::DataLossError("optimizer state is not a byte tensor"));
   }
   const at::Tensor bytes = state.contiguous();
-  std::istringstream in(std::string(static_cast<const char*>(bytes.data_ptr()),
-                                    static_cast<size_t>(bytes.numel())));
+  std::istringstream in(
+      std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.numel())));
   try {
     torch::serialize::InputArchive archive;
     archive.load_from(in);
-    // Const: Optimizer::load is not const-correct about what it reads.
     optimizer.load(archive);
   } catch (const std::exception& e) {
-    throw StatusError(absl::DataLossError(std::string("cannot restore optimizer state: ") +
-                                          e.what()));
+    throw StatusError(
+        absl::DataLossError(std::string("cannot restore optimizer state: ") + e.what()));
   }
 }
 

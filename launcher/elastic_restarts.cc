@@ -36,8 +36,8 @@ ElasticRestarts::Decision ElasticRestarts::OnFailure(int rank, int exit_code, st
   *why = absl::StrCat("a ", *role, "; restarting it alone (", restarts, "/", max_restarts_, ")");
   // Without the mark a graceful shutdown elsewhere would call it dead; if
   // the store cannot take it, the group restarts instead.
-  if (auto marked = store_->Set(elastic::RestartingKey(prefix_, rank),
-                                absl::StrCat("exit code ", exit_code));
+  if (auto marked =
+          store_->Set(elastic::RestartingKey(prefix_, rank), absl::StrCat("exit code ", exit_code));
       !marked.ok()) {
     *why = "cannot mark it restarting in the store: " + marked.ToString();
     return Decision::kRestartGroup;

@@ -33,7 +33,7 @@ namespace {
 struct Worker {
   int rank = -1;
   int local_rank = -1;
-  int world_size = 0;       // WORLD_SIZE as this worker was told it
+  int world_size = 0;  // WORLD_SIZE as this worker was told it
   pid_t pid = -1;
   int output_fd = -1;       // the worker's stdout and stderr
   std::string partial;      // output not yet ended by a newline
@@ -126,8 +126,8 @@ using Respawn = std::function<Worker(const Worker& failed)>;
 // (or -1) becomes readable when another node's worker failed. With
 // `elastic`, a failed worker of an elastic role is restarted by `respawn`
 // (or let go) instead of stopping the group.
-Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd,
-                  absl::Duration grace, ElasticRestarts* elastic, const Respawn& respawn) {
+Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd, absl::Duration grace,
+                  ElasticRestarts* elastic, const Respawn& respawn) {
   Outcome outcome;
   std::vector<Worker> restarted;  // appended to `workers` between loops
   std::optional<absl::Time> kill_at;
@@ -185,8 +185,7 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd,
     }
     if (!running) {
       // Every worker let go, none done: the node's part failed after all.
-      if (!outcome.given_up.empty() && !outcome.any_succeeded &&
-          !outcome.failed_rank.has_value()) {
+      if (!outcome.given_up.empty() && !outcome.any_succeeded && !outcome.failed_rank.has_value()) {
         outcome.failed_rank = outcome.given_up.front();
         outcome.failed_code = 1;
         Say("every worker of this node failed and was given up on");
@@ -269,7 +268,8 @@ void EnsureJobSecret(const LaunchOptions& options) {
 // job has (the initial world plus earlier joins).
 absl::StatusOr<int> TakeJoinRanks(store::StoreClient& store, const LaunchOptions& options) {
   namespace elastic = store::elastic;
-  auto world = store.Get(elastic::WorldSizeKey(elastic::kDefaultPrefix), options.rendezvous_timeout);
+  auto world =
+      store.Get(elastic::WorldSizeKey(elastic::kDefaultPrefix), options.rendezvous_timeout);
   if (!world.ok()) return world.status();
   int initial = 0;
   if (!absl::SimpleAtoi(*world, &initial)) {
@@ -327,8 +327,8 @@ int Run(const LaunchOptions& options) {
     port = store->port();
     // Where more workers can join (--join --master_port; an elastic job's
     // own restarted ranks find it through their environment).
-    Say(absl::StrCat("rendezvous store at ",
-                     options.standalone ? "127.0.0.1" : options.master_addr, ":", port));
+    Say(absl::StrCat("rendezvous store at ", options.standalone ? "127.0.0.1" : options.master_addr,
+                     ":", port));
   }
   LaunchOptions resolved = options;
   if (options.standalone) resolved.master_addr = "127.0.0.1";
@@ -348,11 +348,11 @@ int Run(const LaunchOptions& options) {
   std::unique_ptr<store::StoreClient> job_store;
   std::unique_ptr<ElasticRestarts> elastic_restarts;
   if (!options.elastic_roles.empty() || options.join) {
-    job_store = std::make_unique<store::StoreClient>(resolved.master_addr, port,
-                                                     absl::Seconds(10), *secret);
-    elastic_restarts = std::make_unique<ElasticRestarts>(
-        ParseRoles(options.elastic_roles), options.max_restarts, job_store.get(),
-        elastic::kDefaultPrefix);
+    job_store = std::make_unique<store::StoreClient>(resolved.master_addr, port, absl::Seconds(10),
+                                                     *secret);
+    elastic_restarts =
+        std::make_unique<ElasticRestarts>(ParseRoles(options.elastic_roles), options.max_restarts,
+                                          job_store.get(), elastic::kDefaultPrefix);
   }
   int first_rank = options.node_rank * options.nproc_per_node;
   int world_size = options.nnodes * options.nproc_per_node;

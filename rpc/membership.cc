@@ -109,8 +109,8 @@ void Membership::Reset(std::vector<WorkerInfo> workers) {
 }
 
 MembershipEvent Membership::RecordLocked(MembershipEventKind kind, const WorkerInfo& info) {
-  MembershipEvent event{events_.size() + 1, kind, info.name, info.rank, info.incarnation,
-                        absl::Now()};
+  MembershipEvent event{events_.size() + 1, kind,       info.name, info.rank,
+                        info.incarnation,   absl::Now()};
   events_.push_back(event);
   changed_.SignalAll();
   return event;

@@ -84,8 +84,7 @@ bool Balanced(const std::vector<AgentCounters>& all) {
 
 absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix, int rank,
                             const std::function<std::vector<int>()>& participants,
-                            const RpcAgent& agent, absl::Time deadline,
-                            const MissingProbe& probe) {
+                            const RpcAgent& agent, absl::Time deadline, const MissingProbe& probe) {
   std::vector<AgentCounters> previous;
   // Rounds back off so a long-running call does not hammer the store.
   absl::Duration pause = absl::Milliseconds(1);

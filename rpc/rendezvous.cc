@@ -48,11 +48,10 @@ absl::Status CheckReachable(const std::vector<WorkerInfo>& workers) {
 
 namespace {
 
-absl::Status Publish(store::StoreClient& store, const std::string& prefix,
-                     const WorkerInfo& self) {
+absl::Status Publish(store::StoreClient& store, const std::string& prefix, const WorkerInfo& self) {
   return store.Set(WorkerKey(prefix, self.rank),
-                   absl::StrCat(self.name, "\n", self.address, "\n", self.role, "\n",
-                                self.locality, "\n", self.incarnation));
+                   absl::StrCat(self.name, "\n", self.address, "\n", self.role, "\n", self.locality,
+                                "\n", self.incarnation));
 }
 
 absl::StatusOr<WorkerInfo> ParseWorker(int rank, const std::string& value) {
@@ -104,10 +103,10 @@ absl::Status AwaitWorkers(store::StoreClient& store, const std::vector<std::stri
   if (missing->empty()) return absl::OkStatus();
   std::vector<std::string> ranks;
   for (const auto& key : *missing) ranks.push_back(key.substr(key.rfind('/') + 1));
-  return absl::DeadlineExceededError(absl::StrCat(
-      "rendezvous of '", self.name, "' timed out after ", absl::FormatDuration(timeout),
-      ": rank(s) ", absl::StrJoin(ranks, ", "), " of world size ", count,
-      " never joined (store ", store.target(), ")"));
+  return absl::DeadlineExceededError(
+      absl::StrCat("rendezvous of '", self.name, "' timed out after ",
+                   absl::FormatDuration(timeout), ": rank(s) ", absl::StrJoin(ranks, ", "),
+                   " of world size ", count, " never joined (store ", store.target(), ")"));
 }
 
 std::vector<std::string> WorkerKeys(const std::string& prefix, int count) {
@@ -164,8 +163,9 @@ absl::StatusOr<std::vector<WorkerInfo>> RejoinRendezvous(store::StoreClient& sto
   TESSERA_RETURN_IF_ERROR(Publish(store, prefix, self));
   auto world = store.Get(store::elastic::WorldSizeKey(prefix), timeout);
   if (!world.ok()) {
-    return Annotate(world.status(), "'" + self.name + "' cannot rejoin: the job recorded no "
-                                    "world size (was it started by tessera-run or rpc::Init?)");
+    return Annotate(world.status(), "'" + self.name +
+                                        "' cannot rejoin: the job recorded no "
+                                        "world size (was it started by tessera-run or rpc::Init?)");
   }
   int world_size = 0;
   if (!absl::SimpleAtoi(*world, &world_size)) {

@@ -122,12 +122,11 @@ struct RpcOptions {
   // Fills rank, world size, master address/port from RANK, WORLD_SIZE,
   // MASTER_ADDR, MASTER_PORT (as torch's env:// does), the name from
   // TESSERA_WORKER_NAME (default "worker<rank>"), the role from
-  // TESSERA_WORKER_ROLE, how it joins from TESSERA_JOIN, the backend from TESSERA_RPC_BACKEND and the job
-  // secret from TESSERA_JOB_SECRET or TESSERA_JOB_SECRET_FILE, gRPC's TLS
-  // files from TESSERA_TLS_* (GrpcTlsOptions::FromEnv), the address from
-  // TESSERA_ADDRESS, TESSERA_ADVERTISE_ADDRESS and TESSERA_SOCKET_IFNAME
-  // (TP_SOCKET_IFNAME first on TensorPipe, as PyTorch's RPC reads it).
-  // Throws StatusError naming a missing or malformed variable.
+  // TESSERA_WORKER_ROLE, how it joins from TESSERA_JOIN, the backend from TESSERA_RPC_BACKEND and
+  // the job secret from TESSERA_JOB_SECRET or TESSERA_JOB_SECRET_FILE, gRPC's TLS files from
+  // TESSERA_TLS_* (GrpcTlsOptions::FromEnv), the address from TESSERA_ADDRESS,
+  // TESSERA_ADVERTISE_ADDRESS and TESSERA_SOCKET_IFNAME (TP_SOCKET_IFNAME first on TensorPipe, as
+  // PyTorch's RPC reads it). Throws StatusError naming a missing or malformed variable.
   static RpcOptions FromEnv();
   // The same, returning the failure.
   static absl::StatusOr<RpcOptions> TryFromEnv();

@@ -167,23 +167,20 @@ absl::Status Runtime::Start() {
   auto workers = options_.join == JoinMode::kStart
                      ? Rendezvous(*store_client_, prefix, self_, options_.world_size,
                                   options_.rendezvous_timeout)
-                     : RejoinRendezvous(*store_client_, prefix, self_,
-                                        options_.rendezvous_timeout);
+                     : RejoinRendezvous(*store_client_, prefix, self_, options_.rendezvous_timeout);
   if (!workers.ok()) return workers.status();
   if (options_.join == JoinMode::kStart && options_.rank == 0) {
-    TESSERA_RETURN_IF_ERROR(store_client_->Set(elastic::WorldSizeKey(prefix),
-                                               std::to_string(options_.world_size)));
+    TESSERA_RETURN_IF_ERROR(
+        store_client_->Set(elastic::WorldSizeKey(prefix), std::to_string(options_.world_size)));
   }
   agent_->SetWorkers(*workers);
   membership_.Reset(*std::move(workers));
   if (options_.join != JoinMode::kStart) AnnounceJoin();
-  TESSERA_LOG(INFO) << options_.name << ": "
-                    << (options_.join == JoinMode::kStart ? "joined a world of "
-                                                          : "entered a running job of ")
-                    << membership_.size() << " at " << host->Describe()
-                    << (self_.incarnation > 0
-                            ? absl::StrCat(" (incarnation ", self_.incarnation, ")")
-                            : "");
+  TESSERA_LOG(INFO)
+      << options_.name << ": "
+      << (options_.join == JoinMode::kStart ? "joined a world of " : "entered a running job of ")
+      << membership_.size() << " at " << host->Describe()
+      << (self_.incarnation > 0 ? absl::StrCat(" (incarnation ", self_.incarnation, ")") : "");
   return absl::OkStatus();
 }
 

@@ -39,7 +39,7 @@ constexpr absl::Duration kAnnounceTimeout = absl::Seconds(10);
 
 void Runtime::ServeMembership() {
   Serve<JoinAnnouncement>(internal_, [this](CallContext&, JoinAnnouncement m) {
-    const WorkerInfo info{m.name,     static_cast<int>(m.rank), m.address, m.role,
+    const WorkerInfo info{m.name,     static_cast<int>(m.rank),       m.address, m.role,
                           m.locality, static_cast<int>(m.incarnation)};
     MutexLock lock(&peer_changes_mu_);
     std::optional<MembershipEvent> event = membership_.Admit(info);
@@ -52,9 +52,8 @@ void Runtime::ServeMembership() {
     agent_->SetWorkers(membership_.Table());
     TESSERA_LOG(INFO) << options_.name << ": '" << info.name << "' (rank " << info.rank << ") "
                       << MembershipEventName(event->kind) << " at " << info.address
-                      << (info.incarnation > 0
-                              ? absl::StrCat(", incarnation ", info.incarnation)
-                              : "");
+                      << (info.incarnation > 0 ? absl::StrCat(", incarnation ", info.incarnation)
+                                               : "");
     PostMembershipEvents();
     return true;
   });
@@ -76,8 +75,8 @@ void Runtime::AnnounceJoin() {
       left.ok()) {
     for (int rank : *left) membership_.MarkLeft(rank);
   }
-  JoinAnnouncement message{self_.name, self_.rank,  self_.address, self_.role, self_.locality,
-                           self_.incarnation};
+  JoinAnnouncement message{self_.name, self_.rank,     self_.address,
+                           self_.role, self_.locality, self_.incarnation};
   std::vector<std::pair<int, Future<bool>>> calls;
   for (const Member& member : membership_.Members()) {
     const WorkerInfo& peer = member.info;
@@ -117,10 +116,10 @@ void Runtime::OnPeerFailure(int rank) {
     if (!now.has_value() || now->incarnation != incarnation) return;
     // A peer that finished its graceful shutdown (it says so in the store
     // before it closes) left; it did not fail.
-    const bool finished =
-        store_client_
-            ->Get(absl::StrCat(options_.store_prefix, "/shutdown/done/", rank), absl::ZeroDuration())
-            .ok();
+    const bool finished = store_client_
+                              ->Get(absl::StrCat(options_.store_prefix, "/shutdown/done/", rank),
+                                    absl::ZeroDuration())
+                              .ok();
     if (finished) {
       membership_.MarkLeft(rank);
     } else {
@@ -176,8 +175,8 @@ bool Runtime::AbsenceExcused(int rank) {
 }
 
 void Runtime::Leave(const std::string& reason) {
-  ThrowIfError(store_client_->Set(
-      store::elastic::LeftKey(options_.store_prefix, options_.rank), reason));
+  ThrowIfError(
+      store_client_->Set(store::elastic::LeftKey(options_.store_prefix, options_.rank), reason));
   std::vector<std::pair<int, Future<bool>>> calls;
   for (const Member& member : membership_.Members()) {
     if (member.info.rank == self_.rank || member.state != MemberState::kLive) continue;

@@ -54,7 +54,8 @@ absl::StatusOr<c10::IValue> RRefContext::DecodeRRef(const proto::RRefHandle& han
     if (parent != self_) SendMessage(parent, ChildAcceptRequest{fork_id});
     return c10::IValue(c10::intrusive_ptr<c10::RRefInterface>(handle_here));
   }
-  if (owner < 0 || (runtime_.load() != nullptr && !runtime_.load()->FindWorker(owner).has_value())) {
+  if (owner < 0 ||
+      (runtime_.load() != nullptr && !runtime_.load()->FindWorker(owner).has_value())) {
     return absl::InvalidArgumentError(absl::StrCat("RRef names unknown owner rank ", owner));
   }
   const bool owner_made_it = parent == owner;

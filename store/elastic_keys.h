@@ -31,9 +31,7 @@ inline std::string RoleKey(const std::string& prefix, int rank) {
 // The roles tessera-run restarts alone (--elastic_roles, comma-separated):
 // until it marks such a rank restarting, a worker waiting in a graceful
 // shutdown gives a rank of these roles that died a few seconds' grace.
-inline std::string ElasticRolesKey(const std::string& prefix) {
-  return prefix + "/elastic/roles";
-}
+inline std::string ElasticRolesKey(const std::string& prefix) { return prefix + "/elastic/roles"; }
 // Set by tessera-run, to the reason, just before it starts the rank again
 // alone: a graceful shutdown waits for the rank instead of calling it dead.
 inline std::string RestartingKey(const std::string& prefix, int rank) {

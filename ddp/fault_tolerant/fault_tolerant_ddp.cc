@@ -24,8 +24,7 @@ void Await(const Work& work, absl::Duration timeout) {
 }  // namespace
 
 FaultTolerantDdp::FaultTolerantDdp(store::StoreClient* store, torch::nn::Module& model,
-                                   torch::optim::Optimizer& optimizer,
-                                   FaultTolerantOptions options)
+                                   torch::optim::Optimizer& optimizer, FaultTolerantOptions options)
     : store_(store),
       model_(model),
       optimizer_(optimizer),
@@ -40,8 +39,7 @@ void FaultTolerantDdp::FormGroup(const QuorumRound& round) {
   // A fresh group per quorum: its keys must not meet an older group's.
   gloo.store_prefix = absl::StrCat(options_.quorum.prefix, "/group/", round.round);
   gloo.connect_timeout = options_.quorum.timeout;
-  group_ = CreateGlooProcessGroup(store_, round.rank, static_cast<int>(round.members.size()),
-                                  gloo);
+  group_ = CreateGlooProcessGroup(store_, round.rank, static_cast<int>(round.members.size()), gloo);
   group_broken_ = false;
 }
 
@@ -53,8 +51,8 @@ void FaultTolerantDdp::Recover(const QuorumRound& round) {
   for (auto& param : model_.parameters()) Await(group_->Broadcast(param.data(), source), timeout);
   for (auto& buffer : model_.buffers()) Await(group_->Broadcast(buffer.data(), source), timeout);
   // The optimizer state travels as bytes: its length first.
-  at::Tensor state = round.rank == source ? checkpoint::SaveOptimizerState(optimizer_)
-                                          : at::Tensor();
+  at::Tensor state =
+      round.rank == source ? checkpoint::SaveOptimizerState(optimizer_) : at::Tensor();
   at::Tensor length = at::empty({1}, at::kLong);
   length.fill_(state.defined() ? state.numel() : 0);
   Await(group_->Broadcast(length, source), timeout);
@@ -62,8 +60,8 @@ void FaultTolerantDdp::Recover(const QuorumRound& round) {
   Await(group_->Broadcast(state, source), timeout);
   if (round.rank != source) {
     checkpoint::LoadOptimizerState(optimizer_, state);
-    TESSERA_LOG(INFO) << options_.replica_id << ": recovered step " << round.max_step()
-                      << " from '" << round.members[source].id << "'";
+    TESSERA_LOG(INFO) << options_.replica_id << ": recovered step " << round.max_step() << " from '"
+                      << round.members[source].id << "'";
   }
   step_ = round.max_step();
 }
@@ -107,8 +105,8 @@ FaultTolerantStep FaultTolerantDdp::Step(const std::function<double()>& forward_
   } catch (const std::exception& e) {
     // A member died mid-step (or while the group formed): this step is
     // dropped everywhere; the next quorum leaves the dead one out.
-    TESSERA_LOG(WARNING) << options_.replica_id << ": step " << step_ << " of round "
-                         << round.round << " failed: " << e.what();
+    TESSERA_LOG(WARNING) << options_.replica_id << ": step " << step_ << " of round " << round.round
+                         << " failed: " << e.what();
     ok = false;
   }
   const absl::Time voting = absl::Now();

@@ -82,8 +82,7 @@ std::string Quorum::Key(int64_t round, const std::string& what) const {
   return absl::StrCat(options_.prefix, "/", round, "/", what);
 }
 
-absl::StatusOr<std::vector<QuorumMember>> Quorum::Arrivals(int64_t round,
-                                                          int64_t* slots) const {
+absl::StatusOr<std::vector<QuorumMember>> Quorum::Arrivals(int64_t round, int64_t* slots) const {
   auto count = store_->Add(Key(round, "arrivals"), 0);
   if (!count.ok()) return count.status();
   *slots = *count;
@@ -101,8 +100,7 @@ absl::StatusOr<std::vector<QuorumMember>> Quorum::Arrivals(int64_t round,
   return arrivals;
 }
 
-absl::StatusOr<std::vector<QuorumMember>> Quorum::Closed(int64_t round,
-                                                         absl::Duration wait) const {
+absl::StatusOr<std::vector<QuorumMember>> Quorum::Closed(int64_t round, absl::Duration wait) const {
   auto value = store_->Get(Key(round, "quorum"), wait);
   if (!value.ok()) return value.status();
   return Decode(*value);
@@ -122,15 +120,15 @@ absl::StatusOr<QuorumRound> Quorum::Join(int64_t step) {
   for (;; ++next_round_) {
     const int64_t r = next_round_;
     if (absl::Now() > give_up) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "replica '", id_, "' found no quorum to join by round ", r, " (store ",
-          store_->target(), ")"));
+      return absl::DeadlineExceededError(absl::StrCat("replica '", id_,
+                                                      "' found no quorum to join by round ", r,
+                                                      " (store ", store_->target(), ")"));
     }
     if (Closed(r, absl::ZeroDuration()).ok()) continue;  // closed before we came
     auto slot = store_->Add(Key(r, "arrivals"), 1);
     if (!slot.ok()) return slot.status();
-    TESSERA_RETURN_IF_ERROR(store_->Set(Key(r, absl::StrCat("slot/", *slot - 1)),
-                                        absl::StrCat(id_, " ", step)));
+    TESSERA_RETURN_IF_ERROR(
+        store_->Set(Key(r, absl::StrCat("slot/", *slot - 1)), absl::StrCat(id_, " ", step)));
     // Whom to wait for: the previous quorum, or the first round's replicas.
     std::vector<std::string> expected;
     size_t expected_count = static_cast<size_t>(options_.initial_replicas);
@@ -158,8 +156,8 @@ absl::StatusOr<QuorumRound> Quorum::Join(int64_t step) {
       if (Closed(r, absl::ZeroDuration()).ok()) break;
       // The next arrival's slot, or the close, whichever the store shows first.
       std::vector<std::string> next = {Key(r, absl::StrCat("slot/", slots))};
-      auto missing = store_->WaitForKeys(next, std::min(absl::Milliseconds(50),
-                                                        deadline - absl::Now()));
+      auto missing =
+          store_->WaitForKeys(next, std::min(absl::Milliseconds(50), deadline - absl::Now()));
       if (!missing.ok()) return missing.status();
     }
     // By id, not arrival order: the same members make the same group, with
@@ -184,9 +182,9 @@ absl::StatusOr<QuorumRound> Quorum::Join(int64_t step) {
     // Members of round r are done with round r - 2 (they voted in r - 1).
     if (round.rank == 0 && r >= 2 && r - 2 - cleaned_ >= kCleanupEvery) CleanUpBefore(r - 1);
     if (static_cast<int>(round.members.size()) < options_.min_replicas) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "quorum of round ", r, " has ", round.members.size(), " replicas, fewer than the ",
-          options_.min_replicas, " required"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("quorum of round ", r, " has ", round.members.size(),
+                       " replicas, fewer than the ", options_.min_replicas, " required"));
     }
     return round;
   }
@@ -201,8 +199,8 @@ absl::StatusOr<bool> Quorum::Commit(const QuorumRound& round, bool ok) {
   std::string decision = ok ? "" : "abort";  // a no needs nobody else's vote
   while (decision.empty()) {
     auto missing = store_->WaitForKeys(
-        votes, std::max(absl::ZeroDuration(), std::min(absl::Milliseconds(50),
-                                                       deadline - absl::Now())));
+        votes,
+        std::max(absl::ZeroDuration(), std::min(absl::Milliseconds(50), deadline - absl::Now())));
     if (!missing.ok()) return missing.status();
     bool any_no = false;
     for (const auto& key : votes) {

@@ -90,7 +90,7 @@ class Quorum {
   store::StoreClient* const store_;
   const std::string id_;
   const QuorumOptions options_;
-  int64_t next_round_ = -1;  // -1: not joined yet
+  int64_t next_round_ = -1;            // -1: not joined yet
   std::vector<std::string> previous_;  // the last quorum's member ids
   int64_t cleaned_ = 0;                // rounds below this are cleaned up
   std::thread cleaner_;

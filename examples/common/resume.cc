@@ -31,8 +31,8 @@ checkpoint::TrainingPosition Resume::Start(const std::string& who) {
     std::lock_guard<std::mutex> lock(DefaultGenerator().mutex());
     DefaultGenerator().set_state(position.rng_state);
   }
-  std::printf("[%s] resuming from %s/%s.ckpt at epoch %lld step %lld\n", who.c_str(),
-              dir_.c_str(), name_.c_str(), static_cast<long long>(position.epoch + 1),
+  std::printf("[%s] resuming from %s/%s.ckpt at epoch %lld step %lld\n", who.c_str(), dir_.c_str(),
+              name_.c_str(), static_cast<long long>(position.epoch + 1),
               static_cast<long long>(position.step));
   std::fflush(stdout);
   return position;

@@ -15,11 +15,11 @@
 #include <chrono>
 #include <cstdio>
 
+#include "checkpoint/optimizer_state.h"
 #include "data/fashion_mnist.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/distributed_sampler.h"
 #include "ddp/gloo/gloo_process_group.h"
-#include "checkpoint/optimizer_state.h"
 #include "examples/common/fashion_cnn.h"
 #include "examples/common/resume.h"
 #include "examples/common/training.h"
@@ -38,8 +38,7 @@ std::map<std::string, torch::Tensor> Capture(const Net& net, const torch::optim:
   return tensors;
 }
 
-void Restore(const tessera::checkpoint::Checkpoint& last, Net& net,
-             torch::optim::Adam& optimizer) {
+void Restore(const tessera::checkpoint::Checkpoint& last, Net& net, torch::optim::Adam& optimizer) {
   torch::NoGradGuard no_grad;
   auto load = [&](const std::string& name, torch::Tensor& into) {
     auto it = last.tensors.find("model." + name);
@@ -103,9 +102,8 @@ int Train(const tessera::examples::TrainingFlags& flags) {
       ++window;
       ++step;
       if (rank == 0 && (step % flags.log_every == 0 || step == steps)) {
-        std::printf("epoch %d step %lld/%lld: loss %.4f\n", epoch + 1,
-                    static_cast<long long>(step), static_cast<long long>(steps),
-                    window_loss / window);
+        std::printf("epoch %d step %lld/%lld: loss %.4f\n", epoch + 1, static_cast<long long>(step),
+                    static_cast<long long>(steps), window_loss / window);
         std::fflush(stdout);
         window_loss = 0;
         window = 0;

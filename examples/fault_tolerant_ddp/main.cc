@@ -84,8 +84,8 @@ int Train(const TrainingFlags& flags) {
   store::StoreClient store(env.master_addr, env.master_port, absl::Seconds(60),
                            ValueOrThrow(auth::JobSecret::FromEnv()));
   // tessera-run --elastic_roles replica restarts a dead replica alone.
-  ThrowIfError(store.Set(store::elastic::RoleKey(store::elastic::kDefaultPrefix, env.rank),
-                         "replica"));
+  ThrowIfError(
+      store.Set(store::elastic::RoleKey(store::elastic::kDefaultPrefix, env.rank), "replica"));
   const std::string who = absl::StrCat("replica", env.rank);
 
   torch::manual_seed(flags.seed);
@@ -140,7 +140,8 @@ int Train(const TrainingFlags& flags) {
       window = 0;
     }
   }
-  std::printf("[%s] parameters %016" PRIx64 " after %lld steps; quorum and commit took %.2f ms "
+  std::printf("[%s] parameters %016" PRIx64
+              " after %lld steps; quorum and commit took %.2f ms "
               "a step\n",
               who.c_str(), Fingerprint(*net), static_cast<long long>(ft.step()),
               absl::ToDoubleMilliseconds(coordination) / static_cast<double>(attempts));

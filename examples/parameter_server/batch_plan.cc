@@ -18,9 +18,9 @@ BatchPlan::BatchPlan(int64_t samples, int64_t batch, int epochs, uint64_t seed, 
       steps_per_epoch_(max_steps > 0 ? std::min(max_steps, (samples + batch - 1) / batch)
                                      : (samples + batch - 1) / batch) {}
 
-absl::StatusOr<std::optional<Batch>> BatchPlan::Next(const std::string& trainer,
-                                                     int incarnation, bool more,
-                                                     absl::Time deadline, int64_t* acked) {
+absl::StatusOr<std::optional<Batch>> BatchPlan::Next(const std::string& trainer, int incarnation,
+                                                     bool more, absl::Time deadline,
+                                                     int64_t* acked) {
   MutexLock lock(&mu_);
   if (acked != nullptr) *acked = 0;
   if (auto it = leases_.find(trainer); it != leases_.end()) {

@@ -29,8 +29,8 @@
 namespace tessera::examples {
 
 struct Batch {
-  int epoch = 0;             // 0-based
-  int64_t step = 0;          // global, 0-based: epoch * steps_per_epoch + i
+  int epoch = 0;                 // 0-based
+  int64_t step = 0;              // global, 0-based: epoch * steps_per_epoch + i
   std::vector<int64_t> indices;  // into the training set
 };
 
@@ -41,14 +41,12 @@ class BatchPlan {
 
   // Acknowledges `trainer`'s last lease and, if `more`, leases it the next
   // batch. A lease of an older incarnation of `trainer` (a process that
-  // died mid-batch, which this one replaced) goes back to the queue instead. While every remaining batch is leased to others (one of whom may
-  // yet fail) it waits, up to `deadline`. nullopt: all batches are done (or
-  // `more` is false); DeadlineExceeded at the deadline.
-  // `acked` (if not null) is set to the steps done after this call's
-  // acknowledgement, or 0 when it acknowledged nothing.
-  absl::StatusOr<std::optional<Batch>> Next(const std::string& trainer, int incarnation,
-                                            bool more, absl::Time deadline,
-                                            int64_t* acked = nullptr);
+  // died mid-batch, which this one replaced) goes back to the queue instead. While every remaining
+  // batch is leased to others (one of whom may yet fail) it waits, up to `deadline`. nullopt: all
+  // batches are done (or `more` is false); DeadlineExceeded at the deadline. `acked` (if not null)
+  // is set to the steps done after this call's acknowledgement, or 0 when it acknowledged nothing.
+  absl::StatusOr<std::optional<Batch>> Next(const std::string& trainer, int incarnation, bool more,
+                                            absl::Time deadline, int64_t* acked = nullptr);
   // `trainer`'s `incarnation` failed or left: its lease goes back to the
   // queue (not a newer incarnation's: the notice may come late).
   void Release(const std::string& trainer, int incarnation);

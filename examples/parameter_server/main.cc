@@ -17,16 +17,15 @@
 // parameter_server` adds a trainer to a running job (give both the same
 // TESSERA_JOB_SECRET). (Command lines are one line each; a backslash would
 // end a // comment's line in C++.) `parameter_server --help` lists the flags.
-#include <chrono>
-#include <cstdio>
-#include <string>
-
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/tensor.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -83,10 +82,10 @@ class MembershipLog {
  public:
   void OnEvent(const rpc::MembershipEvent& event) {
     MutexLock lock(&mu_);
-    std::printf("[ps] %.3f: %s (rank %d) %s%s\n", UnixSeconds(), event.name.c_str(), event.rank,
-                rpc::MembershipEventName(event.kind),
-                event.incarnation > 0 ? absl::StrCat(", incarnation ", event.incarnation).c_str()
-                                      : "");
+    std::printf(
+        "[ps] %.3f: %s (rank %d) %s%s\n", UnixSeconds(), event.name.c_str(), event.rank,
+        rpc::MembershipEventName(event.kind),
+        event.incarnation > 0 ? absl::StrCat(", incarnation ", event.incarnation).c_str() : "");
     std::fflush(stdout);
     if (event.kind == rpc::MembershipEventKind::kFailed) failed_at_[event.name] = event.at;
   }
@@ -114,8 +113,8 @@ int RunServer(WorkerOptions options, const TrainingFlags& flags) {
   const int64_t samples = data::LoadFashionMnist(data::Split::kTrain).labels.size(0);
   auto worker = Worker::Start(options);
   auto server = std::make_shared<ParameterServer>(flags.seed);
-  auto plan = std::make_shared<BatchPlan>(samples, flags.batch, flags.epochs, flags.seed,
-                                          flags.max_steps);
+  auto plan =
+      std::make_shared<BatchPlan>(samples, flags.batch, flags.epochs, flags.seed, flags.max_steps);
   auto log = std::make_shared<MembershipLog>();
   // The server owns the training state: it saves it, and resumes from it
   // when tessera-run restarts the group (examples/common/resume.h).
@@ -138,25 +137,26 @@ int RunServer(WorkerOptions options, const TrainingFlags& flags) {
   worker->Register("parameters",
                    [server](rpc::CallContext& ctx) { return server->Parameters(ctx); });
   worker->Register("forward", [server](at::Tensor images) { return server->Forward(images); });
-  worker->Register("next_batch", [server, plan, log, resume, saving](rpc::CallContext& ctx,
-                                                                      bool more)
-                                     -> absl::StatusOr<std::vector<int64_t>> {
-    const rpc::WorkerInfo caller = ctx.runtime->GetWorkerInfo(ctx.caller_rank);
-    int64_t acked = 0;
-    auto batch = plan->Next(caller.name, caller.incarnation, more, ctx.deadline, &acked);
-    if (!batch.ok()) return batch.status();
-    if (resume->Due(acked)) {
-      MutexLock lock(saving.get());
-      std::map<std::string, at::Tensor> tensors = server->Snapshot();
-      const std::vector<int64_t> position = plan->Position();
-      tensors["plan"] = at::tensor(position);
-      const int64_t done = position[0];
-      resume->Save("ps", std::move(tensors),
-                   {done / plan->steps_per_epoch(), done % plan->steps_per_epoch(), 0, {}});
-    }
-    if (batch->has_value()) log->OnLease(caller.name);
-    return ToWire(*batch, plan->steps_total());
-  });
+  worker->Register(
+      "next_batch",
+      [server, plan, log, resume, saving](rpc::CallContext& ctx,
+                                          bool more) -> absl::StatusOr<std::vector<int64_t>> {
+        const rpc::WorkerInfo caller = ctx.runtime->GetWorkerInfo(ctx.caller_rank);
+        int64_t acked = 0;
+        auto batch = plan->Next(caller.name, caller.incarnation, more, ctx.deadline, &acked);
+        if (!batch.ok()) return batch.status();
+        if (resume->Due(acked)) {
+          MutexLock lock(saving.get());
+          std::map<std::string, at::Tensor> tensors = server->Snapshot();
+          const std::vector<int64_t> position = plan->Position();
+          tensors["plan"] = at::tensor(position);
+          const int64_t done = position[0];
+          resume->Save("ps", std::move(tensors),
+                       {done / plan->steps_per_epoch(), done % plan->steps_per_epoch(), 0, {}});
+        }
+        if (batch->has_value()) log->OnLease(caller.name);
+        return ToWire(*batch, plan->steps_total());
+      });
   std::printf("[ps] pid %d serving a CNN to %d trainers, %lld steps in all\n",
               static_cast<int>(getpid()), worker->world_size() - 1,
               static_cast<long long>(plan->steps_total()));
@@ -166,8 +166,7 @@ int RunServer(WorkerOptions options, const TrainingFlags& flags) {
   for (const auto& [name, steps] : plan->StepsByTrainer()) {
     absl::StrAppend(&by_trainer, by_trainer.empty() ? "" : ", ", name, " ", steps);
   }
-  std::printf("[ps] steps trained: %lld of %lld (%s)\n",
-              static_cast<long long>(plan->steps_done()),
+  std::printf("[ps] steps trained: %lld of %lld (%s)\n", static_cast<long long>(plan->steps_done()),
               static_cast<long long>(plan->steps_total()), by_trainer.c_str());
   std::printf("[ps] pid %d: test accuracy %.2f%% (%lld images) after %d epochs, %.1f s\n",
               static_cast<int>(getpid()), 100 * server->Accuracy(test.images, test.labels),
@@ -192,9 +191,10 @@ int RunTrainer(WorkerOptions options, const TrainingFlags& flags) {
     if (lease.empty()) break;
     const int64_t epoch = lease[0], step = lease[1], steps_total = lease[2];
     at::Tensor index = at::tensor(std::vector<int64_t>(lease.begin() + 3, lease.end()));
-    window_loss += DistAutogradStep(
-        worker->autograd(), optimizer, train.labels.index_select(0, index),
-        [&] { return worker->RpcSync<at::Tensor>("ps", "forward", train.images.index_select(0, index)); });
+    window_loss +=
+        DistAutogradStep(worker->autograd(), optimizer, train.labels.index_select(0, index), [&] {
+          return worker->RpcSync<at::Tensor>("ps", "forward", train.images.index_select(0, index));
+        });
     ++window_steps;
     ++trained;
     if ((step + 1) % flags.log_every == 0 || step + 1 == steps_total) {

@@ -44,8 +44,8 @@ void ParameterServer::Load(const std::map<std::string, at::Tensor>& tensors) {
   for (size_t i = 0; i < params_.size(); ++i) {
     auto it = tensors.find("param." + std::to_string(i));
     if (it == tensors.end() || !it->second.sizes().equals(params_[i].sizes())) {
-      throw StatusError(absl::DataLossError("the checkpoint has no parameter " +
-                                            std::to_string(i) + " of this model's shape"));
+      throw StatusError(absl::DataLossError("the checkpoint has no parameter " + std::to_string(i) +
+                                            " of this model's shape"));
     }
     params_[i].copy_(it->second);
   }

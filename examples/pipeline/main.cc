@@ -92,12 +92,12 @@ int RunDriver(Worker& worker, const TrainingFlags& flags) {
   Resume resume(flags, "pipeline", /*writer=*/true);
   if (resume.last().has_value()) LoadParameters(worker, params, resume.last()->tensors, "stage.");
   const checkpoint::TrainingPosition start_at = resume.Start("driver");
-  EpochHooks hooks{start_at.epoch, start_at.step,
-                   [&](int64_t epoch, int64_t step, int64_t steps_done) {
-                     if (resume.Due(steps_done)) {
-                       resume.Save("driver", FetchParameters(params, "stage."), {epoch, step, 0, {}});
-                     }
-                   }};
+  EpochHooks hooks{
+      start_at.epoch, start_at.step, [&](int64_t epoch, int64_t step, int64_t steps_done) {
+        if (resume.Due(steps_done)) {
+          resume.Save("driver", FetchParameters(params, "stage."), {epoch, step, 0, {}});
+        }
+      }};
   std::printf("[driver] CNN in 2 stages (stage1: convolutions, stage2: linear layers), "
               "batch %lld in %lld micro-batches\n",
               static_cast<long long>(flags.batch), static_cast<long long>(micro_batches));
@@ -106,7 +106,8 @@ int RunDriver(Worker& worker, const TrainingFlags& flags) {
   ddp::DistributedSampler sampler(static_cast<size_t>(train.labels.size(0)),
                                   {1, 0, /*shuffle=*/true, /*seed=*/1, /*drop_last=*/false});
   const double throughput = TrainEpochs(
-      flags, train, sampler, "driver", [&](const at::Tensor& images, const at::Tensor& labels) {
+      flags, train, sampler, "driver",
+      [&](const at::Tensor& images, const at::Tensor& labels) {
         return DistAutogradStep(worker.autograd(), optimizer, labels,
                                 [&] { return driver.Forward(images); });
       },

@@ -375,8 +375,8 @@ void TensorPipeAgent::WriteRequest(const std::shared_ptr<ClientPipe>& client,
   });
 }
 
-void TensorPipeAgent::FailPipe(const std::shared_ptr<ClientPipe>& client,
-                               const absl::Status& why, bool notify) {
+void TensorPipeAgent::FailPipe(const std::shared_ptr<ClientPipe>& client, const absl::Status& why,
+                               bool notify) {
   {
     MutexLock lock(&mu_);
     auto it = client_pipes_.find(client->rank);

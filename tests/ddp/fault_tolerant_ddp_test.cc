@@ -53,8 +53,8 @@ class FaultTolerantDdpTest : public ::testing::Test {
     Launcher job({"--standalone", "--nproc_per_node", "3", "--elastic_roles", "replica",
                   "--max_restarts", std::to_string(max_restarts), kProgram, "--steps", "300",
                   "--log_every", "25"});
-    EXPECT_TRUE(job.WaitFor("replicas\n", lines, absl::Seconds(180)))
-        << "seed " << seed << "\n" << job.output();
+    EXPECT_TRUE(job.WaitFor("replicas\n", lines, absl::Seconds(180))) << "seed " << seed << "\n"
+                                                                      << job.output();
     const pid_t pid = WorkerPid(job_, 1);
     EXPECT_GT(pid, 0) << job.output();
     if (pid > 0) ::kill(pid, SIGKILL);
@@ -76,8 +76,8 @@ TEST_F(FaultTolerantDdpTest, AKilledReplicaRejoinsFromALivePeerAndAllEndIdentica
   ASSERT_EQ(fingerprints.size(), 3u) << out;
   EXPECT_EQ(std::set<std::string>(fingerprints.begin(), fingerprints.end()).size(), 1u) << out;
 
-  Launcher undisturbed({"--standalone", "--nproc_per_node", "3", kProgram, "--steps", "300",
-                        "--log_every", "25"});
+  Launcher undisturbed(
+      {"--standalone", "--nproc_per_node", "3", kProgram, "--steps", "300", "--log_every", "25"});
   ASSERT_EQ(undisturbed.Finish(absl::Seconds(300)), 0) << undisturbed.output();
   const std::string last_loss = "\\[replica0\\] step 300/300: loss ([0-9.]+)";
   EXPECT_NEAR(FirstNumber(out, last_loss), FirstNumber(undisturbed.output(), last_loss), 0.15)
@@ -93,7 +93,8 @@ TEST_F(FaultTolerantDdpTest, WithoutARestartTheOthersGoOnAndEndIdentical) {
   EXPECT_TRUE(absl::StrContains(out, "[replica0] step 300/300")) << out;
   EXPECT_TRUE(std::regex_search(out, std::regex("\\[replica0\\] step \\d+/300: loss [0-9.]+, 2 "
                                                 "replicas")))
-      << "the quorum shrank to the two live replicas\n" << out;
+      << "the quorum shrank to the two live replicas\n"
+      << out;
   const std::vector<std::string> fingerprints = Fingerprints(out);
   ASSERT_EQ(fingerprints.size(), 2u) << out;
   EXPECT_EQ(fingerprints[0], fingerprints[1]) << out;

@@ -38,14 +38,15 @@ class ElasticParameterServerTest : public ::testing::Test {
   void KillAfterSteps(Launcher& job, int steps, int rank, int incarnation) {
     const int target = job.Count(kStepLine) + steps;
     ASSERT_TRUE(job.WaitFor(kStepLine, target, absl::Seconds(120)))
-        << "waited for " << target << " step lines\n" << job.output();
+        << "waited for " << target << " step lines\n"
+        << job.output();
     const pid_t pid = WorkerPid(job_, rank);
     ASSERT_GT(pid, 0) << "no single live process of rank " << rank << "\n" << job.output();
     ASSERT_EQ(::kill(pid, SIGKILL), 0);
     const std::string rejoined =
         absl::StrCat("trainer", rank, " (rank ", rank, ") rejoined, incarnation ", incarnation);
-    ASSERT_TRUE(job.WaitFor(rejoined, 1, absl::Seconds(60)))
-        << "waited for '" << rejoined << "'\n" << job.output();
+    ASSERT_TRUE(job.WaitFor(rejoined, 1, absl::Seconds(60))) << "waited for '" << rejoined << "'\n"
+                                                             << job.output();
   }
 
   std::string job_;
@@ -60,7 +61,8 @@ TEST_F(ElasticParameterServerTest, KilledTrainersRejoinAJoiningTrainerHelpsAndTh
   Launcher job({"--standalone", "--nproc_per_node", "3", "--elastic_roles", "trainer",
                 "--max_restarts", "3", kProgram, "--epochs", "1", "--log_every", "20"});
   ASSERT_TRUE(job.WaitFor("serving a CNN", 1, absl::Seconds(120))) << job.output();
-  const int port = static_cast<int>(FirstNumber(job.output(), "rendezvous store at [0-9.]+:(\\d+)"));
+  const int port =
+      static_cast<int>(FirstNumber(job.output(), "rendezvous store at [0-9.]+:(\\d+)"));
   const int server_pid = static_cast<int>(FirstNumber(job.output(), "\\[ps\\] pid (\\d+) serving"));
   ASSERT_GT(port, 0) << job.output();
 
@@ -78,12 +80,14 @@ TEST_F(ElasticParameterServerTest, KilledTrainersRejoinAJoiningTrainerHelpsAndTh
   EXPECT_EQ(job.Count("restarting the group"), 0) << out;
   EXPECT_EQ(FirstNumber(out, "\\[ps\\] pid (\\d+): test accuracy"), server_pid) << out;
   EXPECT_TRUE(std::regex_search(out, std::regex("steps trained: (\\d+) of \\1 ")))
-      << "every batch trained\n" << out;
-  EXPECT_GT(FirstNumber(out, "steps trained: .*trainer3 (\\d+)"), 0) << "the joiner trained\n" << out;
+      << "every batch trained\n"
+      << out;
+  EXPECT_GT(FirstNumber(out, "steps trained: .*trainer3 (\\d+)"), 0) << "the joiner trained\n"
+                                                                     << out;
   const double accuracy = FirstNumber(out, "test accuracy ([0-9.]+)%");
 
-  Launcher undisturbed({"--standalone", "--nproc_per_node", "3", kProgram, "--epochs", "1",
-                        "--log_every", "200"});
+  Launcher undisturbed(
+      {"--standalone", "--nproc_per_node", "3", kProgram, "--epochs", "1", "--log_every", "200"});
   ASSERT_EQ(undisturbed.Finish(absl::Seconds(300)), 0) << undisturbed.output();
   const double expected = FirstNumber(undisturbed.output(), "test accuracy ([0-9.]+)%");
   // One-sided: two undisturbed runs of this asynchronous job already differ
@@ -116,14 +120,16 @@ TEST_F(ElasticParameterServerTest, ATrainerThatLeavesEarlyIsNotWaitedFor) {
   Launcher job({"--standalone", "--nproc_per_node", "3", "--elastic_roles", "trainer", kProgram,
                 "--epochs", "1", "--max_steps", "300", "--log_every", "50"});
   ASSERT_TRUE(job.WaitFor("serving a CNN", 1, absl::Seconds(120))) << job.output();
-  const int port = static_cast<int>(FirstNumber(job.output(), "rendezvous store at [0-9.]+:(\\d+)"));
+  const int port =
+      static_cast<int>(FirstNumber(job.output(), "rendezvous store at [0-9.]+:(\\d+)"));
   Launcher leaver({"--join", "--master_port", std::to_string(port), kProgram, "--epochs", "1",
                    "--max_steps", "300", "--leave_after_steps", "20"});
   ASSERT_EQ(leaver.Finish(absl::Seconds(120)), 0) << leaver.output();
   EXPECT_EQ(leaver.Count("leaving the job after 20 steps"), 1) << leaver.output();
   ASSERT_EQ(job.Finish(absl::Seconds(300)), 0) << job.output();
   EXPECT_EQ(job.Count("trainer3 (rank 3) left"), 1) << job.output();
-  EXPECT_TRUE(std::regex_search(job.output(), std::regex("steps trained: 300 of 300 .*trainer3 20")))
+  EXPECT_TRUE(
+      std::regex_search(job.output(), std::regex("steps trained: 300 of 300 .*trainer3 20")))
       << job.output();
 }
 

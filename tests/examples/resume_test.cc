@@ -51,8 +51,8 @@ class ResumeTest : public ::testing::Test {
                      int64_t checkpoint_every) {
     std::vector<std::string> launch = {"--standalone", "--max_restarts", "1"};
     launch.insert(launch.end(), args.begin(), args.end());
-    for (const char* flag : {"--epochs", "1", "--max_steps", "400", "--log_every", "25",
-                             "--checkpoint_every"}) {
+    for (const char* flag :
+         {"--epochs", "1", "--max_steps", "400", "--log_every", "25", "--checkpoint_every"}) {
       launch.push_back(flag);
     }
     launch.push_back(std::to_string(checkpoint_every));
@@ -68,8 +68,8 @@ class ResumeTest : public ::testing::Test {
     EXPECT_EQ(job.Count("restarting the group (1/1)"), 1) << out;
 
     std::smatch resumed;
-    ASSERT_TRUE(std::regex_search(out, resumed,
-                                  std::regex("resuming from [^ ]+ at epoch 1 step (\\d+)")))
+    ASSERT_TRUE(
+        std::regex_search(out, resumed, std::regex("resuming from [^ ]+ at epoch 1 step (\\d+)")))
         << out;
     const int64_t from = std::atoll(resumed[1].str().c_str());
     EXPECT_GE(from, checkpoint_every) << "resumed at a checkpoint after the one awaited\n" << out;

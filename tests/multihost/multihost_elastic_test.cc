@@ -30,14 +30,16 @@ TEST(MultiHostElasticTest, TrainersKilledOnOtherHostsRejoinAndAJoinerFromAnother
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
   const std::string marker = absl::StrCat("multihost-elastic-", getpid());
   const Env env = {{"TESSERA_TEST_JOB", marker}};
-  const std::vector<std::string> command = {kProgram, "--epochs", "1", "--max_steps", "500",
-                                            "--log_every", "20"};
+  const std::vector<std::string> command = {kProgram, "--epochs",    "1", "--max_steps",
+                                            "500",    "--log_every", "20"};
   auto job = Job::Launched(hosts, 1, command, env, "",
                            {"--elastic_roles", "trainer", "--max_restarts", "2"});
   ObservedProcess& server = job->on(0);
   ASSERT_TRUE(server.WaitFor("serving a CNN", 1, absl::Seconds(120))) << job->output();
-  const int server_pid = static_cast<int>(FirstNumber(server.output(), "\\[ps\\] pid (\\d+) serving"));
-  const int port = static_cast<int>(FirstNumber(server.output(), "rendezvous store at [0-9.]+:(\\d+)"));
+  const int server_pid =
+      static_cast<int>(FirstNumber(server.output(), "\\[ps\\] pid (\\d+) serving"));
+  const int port =
+      static_cast<int>(FirstNumber(server.output(), "rendezvous store at [0-9.]+:(\\d+)"));
   ASSERT_GT(port, 0) << job->output();
 
   // Kills the trainer of `rank` (on host `rank`) once it has logged a few
@@ -52,13 +54,14 @@ TEST(MultiHostElasticTest, TrainersKilledOnOtherHostsRejoinAndAJoinerFromAnother
     const std::string rejoined =
         absl::StrCat("trainer", rank, " (rank ", rank, ") rejoined, incarnation 1");
     ASSERT_TRUE(server.WaitFor(rejoined, 1, absl::Seconds(60)))
-        << "waited for '" << rejoined << "'\n" << job->output();
+        << "waited for '" << rejoined << "'\n"
+        << job->output();
   };
   kill_and_await_rejoin(1);
-  Launcher joiner({"--join", "--master_addr", hosts.address(0), "--master_port",
-                   std::to_string(port), kProgram, "--epochs", "1", "--max_steps", "500",
-                   "--log_every", "20"},
-                  hosts.On(2, JobEnv(env)));
+  Launcher joiner(
+      {"--join", "--master_addr", hosts.address(0), "--master_port", std::to_string(port), kProgram,
+       "--epochs", "1", "--max_steps", "500", "--log_every", "20"},
+      hosts.On(2, JobEnv(env)));
   ASSERT_TRUE(server.WaitFor("trainer3 (rank 3) joined", 1, absl::Seconds(60)))
       << job->output() << joiner.output();
   kill_and_await_rejoin(2);
