@@ -38,9 +38,6 @@ struct Worker {
   int output_fd = -1;       // the worker's stdout and stderr
   std::string partial;      // output not yet ended by a newline
   std::optional<int> exit;  // exit code, or 128 + signal
-  // Its failure was dealt with by itself (restarted alone, or left): it
-  // no longer decides how the group ends (Note [Restarting a rank alone]).
-  bool settled = false;
 };
 
 void Say(const std::string& text) {
@@ -139,7 +136,7 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd, a
   };
   // The first worker to fail (of this node, before any interruption) stops
   // the others.
-  auto exited = [&](Worker& w) {
+  auto exited = [&](const Worker& w) {
     if (*w.exit == 0) outcome.any_succeeded = true;
     if (*w.exit == 0 || outcome.failed_rank.has_value() || outcome.interrupted_by != 0 ||
         outcome.failed_elsewhere) {
@@ -155,8 +152,7 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd, a
         } else {
           outcome.given_up.push_back(w.rank);
         }
-        w.settled = true;
-        return;
+        return;  // dealt with alone: the group goes on (Note [Restarting a rank alone])
       }
       why = " (" + why + ")";
     }
