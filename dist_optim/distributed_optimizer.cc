@@ -69,6 +69,26 @@ Future<bool> DistributedOptimizer::StepAsync(int64_t context_id, absl::Duration 
   return WhenAllOk(steps);
 }
 
+std::vector<at::Tensor> DistributedOptimizer::SaveState(absl::Duration timeout) const {
+  std::vector<at::Tensor> states;
+  for (const auto& local : optimizers_) {
+    states.push_back(local.RpcSync<at::Tensor>(rpc::CallOptions{timeout}, "state"));
+  }
+  return states;
+}
+
+void DistributedOptimizer::LoadState(const std::vector<at::Tensor>& states,
+                                     absl::Duration timeout) const {
+  if (states.size() != optimizers_.size()) {
+    throw StatusError(absl::InvalidArgumentError(
+        absl::StrCat("DistributedOptimizer: ", states.size(), " saved states for ",
+                     optimizers_.size(), " owners")));
+  }
+  for (size_t i = 0; i < states.size(); ++i) {
+    optimizers_[i].RpcSync<void>(rpc::CallOptions{timeout}, "load_state", states[i]);
+  }
+}
+
 void DistributedOptimizer::Step(int64_t context_id, absl::Duration timeout) const {
   StepAsync(context_id, timeout).Get(rrefs_->EffectiveTimeout(timeout) + kWaitBackstop);
 }

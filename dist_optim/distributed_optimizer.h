@@ -51,6 +51,13 @@ class DistributedOptimizer {
   // The same, as a future (each owner's failure named in its status).
   Future<bool> StepAsync(int64_t context_id, absl::Duration timeout = absl::ZeroDuration()) const;
 
+  // For checkpoints: each owner's optimizer state (in the order of the
+  // owners' first parameters), and back into an optimizer created over the
+  // same parameters. Throw StatusError naming the owner that failed.
+  std::vector<at::Tensor> SaveState(absl::Duration timeout = absl::ZeroDuration()) const;
+  void LoadState(const std::vector<at::Tensor>& states,
+                 absl::Duration timeout = absl::ZeroDuration()) const;
+
   // How many owners the parameters live on.
   size_t num_owners() const { return optimizers_.size(); }
 

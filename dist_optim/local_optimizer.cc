@@ -3,6 +3,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/optimizer_state.h"
 #include "common/status.h"
 #include "dist_autograd/dist_autograd.h"
 #include "dist_optim/optimizer_options.h"
@@ -49,12 +50,24 @@ absl::Status LocalOptimizer::Step(rpc::CallContext& ctx, int64_t context_id) {
   return status;
 }
 
+at::Tensor LocalOptimizer::State() {
+  ParameterGuard guard(params_);
+  return checkpoint::SaveOptimizerState(*optimizer_);
+}
+
+absl::Status LocalOptimizer::LoadState(at::Tensor state) {
+  ParameterGuard guard(params_);
+  return StatusOf([&] { checkpoint::LoadOptimizerState(*optimizer_, state); });
+}
+
 void RegisterLocalOptimizer(rref::ClassRegistry& classes) {
   classes.Class<LocalOptimizer>(LocalOptimizer::kClassName)
       .Constructor<std::vector<rref::RRef<at::Tensor>>, std::string,
                    std::map<std::string, double>>()
       .Method("num_params", &LocalOptimizer::NumParams)
-      .Method("step", &LocalOptimizer::Step);
+      .Method("step", &LocalOptimizer::Step)
+      .Method("state", &LocalOptimizer::State)
+      .Method("load_state", &LocalOptimizer::LoadState);
 }
 
 }  // namespace tessera::dist_optim

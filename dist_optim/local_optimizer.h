@@ -38,6 +38,10 @@ class LocalOptimizer {
   // (parameters without a gradient there are left alone), under a
   // ParameterGuard over the parameters.
   absl::Status Step(rpc::CallContext& ctx, int64_t context_id);
+  // For checkpoints: the optimizer's state as bytes (Adam's moments and step
+  // counts; checkpoint/optimizer_state.h), and back.
+  at::Tensor State();
+  absl::Status LoadState(at::Tensor state);
 
  private:
   std::vector<at::Tensor> params_;

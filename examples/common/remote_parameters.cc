@@ -45,4 +45,25 @@ void LoadParameters(Worker& worker, const std::vector<rref::RRef<at::Tensor>>& p
   }
 }
 
+std::map<std::string, at::Tensor> FetchOptimizerState(
+    const dist_optim::DistributedOptimizer& optimizer, const std::string& prefix) {
+  std::map<std::string, at::Tensor> tensors;
+  const std::vector<at::Tensor> states = optimizer.SaveState();
+  for (size_t i = 0; i < states.size(); ++i) tensors[absl::StrCat(prefix, i)] = states[i];
+  return tensors;
+}
+
+bool LoadOptimizerState(const dist_optim::DistributedOptimizer& optimizer,
+                        const std::map<std::string, at::Tensor>& tensors,
+                        const std::string& prefix) {
+  std::vector<at::Tensor> states;
+  for (size_t i = 0; i < optimizer.num_owners(); ++i) {
+    auto it = tensors.find(absl::StrCat(prefix, i));
+    if (it == tensors.end()) return false;
+    states.push_back(it->second);
+  }
+  optimizer.LoadState(states);
+  return true;
+}
+
 }  // namespace tessera::examples

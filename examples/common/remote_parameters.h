@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "dist_optim/distributed_optimizer.h"
 #include "rref/rref.h"
 #include "tessera/worker.h"
 
@@ -26,5 +27,14 @@ std::map<std::string, at::Tensor> FetchParameters(const std::vector<rref::RRef<a
 // StatusError if one is missing or of another shape.
 void LoadParameters(Worker& worker, const std::vector<rref::RRef<at::Tensor>>& params,
                     const std::map<std::string, at::Tensor>& tensors, const std::string& prefix);
+
+// A DistributedOptimizer's state (its LocalOptimizers' on the parameters'
+// owners) as "<prefix><i>"; and back, if `tensors` has it (returns whether
+// it had).
+std::map<std::string, at::Tensor> FetchOptimizerState(
+    const dist_optim::DistributedOptimizer& optimizer, const std::string& prefix);
+bool LoadOptimizerState(const dist_optim::DistributedOptimizer& optimizer,
+                        const std::map<std::string, at::Tensor>& tensors,
+                        const std::string& prefix);
 
 }  // namespace tessera::examples

@@ -43,13 +43,14 @@ bool Resume::Due(int64_t steps) const {
 }
 
 void Resume::Save(const std::string& who, std::map<std::string, at::Tensor> tensors,
-                  checkpoint::TrainingPosition position) const {
+                  checkpoint::TrainingPosition position, bool announce) const {
   if (!enabled() || !writer_) return;
   {
     std::lock_guard<std::mutex> lock(DefaultGenerator().mutex());
     position.rng_state = DefaultGenerator().get_state();
   }
   checkpoint::SaveCheckpoint(dir_, name_, checkpoint::Checkpoint{std::move(tensors), position});
+  if (!announce) return;
   std::printf("[%s] checkpoint at epoch %lld step %lld\n", who.c_str(),
               static_cast<long long>(position.epoch + 1), static_cast<long long>(position.step));
   std::fflush(stdout);

@@ -37,9 +37,9 @@ class Resume {
   // count since the beginning of training, not of this process).
   bool Due(int64_t steps) const;
   // Saves `tensors` at `position` (with the RNG state), if this is the
-  // writer; prints "[who] checkpoint at epoch E step S".
+  // writer; prints "[who] checkpoint at epoch E step S" if `announce`.
   void Save(const std::string& who, std::map<std::string, at::Tensor> tensors,
-            checkpoint::TrainingPosition position) const;
+            checkpoint::TrainingPosition position, bool announce = true) const;
 
  private:
   const std::string dir_;

@@ -42,6 +42,7 @@ class HybridTrainer {
   // different numbers of batches).
   ddp::DistributedDataParallel& ddp() { return *ddp_; }
   rref::RRef<EmbeddingTable>& table() { return table_; }
+  const dist_optim::DistributedOptimizer& optimizer() const { return *optimizer_; }
 
  private:
   HybridTrainer(dist_autograd::DistAutograd& autograd, rref::RRef<EmbeddingTable> table);

@@ -58,11 +58,12 @@ int RunTrainer(Worker& worker, const TrainingFlags& flags) {
   adam.lr = flags.lr;
   auto trainer = HybridTrainer::Create(worker.rrefs(), worker.autograd(), group.get(), table, adam);
 
-  // The first trainer saves the table (fetched from the server) and the
-  // dense part (the same on every replica) with the position; on a restart
-  // every trainer loads the dense part and the first loads the table back
-  // into the server's new one, before anyone trains (the barrier). Adam's
-  // moments start afresh: they live in LocalOptimizers.
+  // The first trainer saves the table (fetched from the server), the dense
+  // part (the same on every replica), its optimizer's state and the
+  // position; on a restart every trainer loads the dense part and that
+  // optimizer state (the dense moments are the same on every replica; the
+  // table's are the first trainer's), and the first loads the table back
+  // into the server's new one, before anyone trains (the barrier).
   const auto table_params = table.RpcSync<std::vector<rref::RRef<at::Tensor>>>("parameter_rrefs");
   Resume resume(flags, "hybrid_ddp_rpc", /*writer=*/index == 0);
   if (resume.last().has_value()) {
@@ -73,6 +74,7 @@ int RunTrainer(Worker& worker, const TrainingFlags& flags) {
       item.value().copy_(saved->second);
     }
     if (index == 0) LoadParameters(worker, table_params, resume.last()->tensors, "table.");
+    LoadOptimizerState(trainer->optimizer(), resume.last()->tensors, "optimizer.");
   }
   group->Barrier().Get(absl::Minutes(5));
   const checkpoint::TrainingPosition start_at = resume.Start(worker.name());
@@ -83,6 +85,7 @@ int RunTrainer(Worker& worker, const TrainingFlags& flags) {
                      for (const auto& item : trainer->dense()->named_parameters()) {
                        tensors["dense." + item.key()] = item.value().detach().clone();
                      }
+                     tensors.merge(FetchOptimizerState(trainer->optimizer(), "optimizer."));
                      resume.Save(worker.name(), std::move(tensors), {epoch, step, 0, {}});
                    }};
   ddp::DistributedSampler sampler(static_cast<size_t>(train.labels.size(0)),

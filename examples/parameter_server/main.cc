@@ -34,6 +34,7 @@
 #include "data/fashion_mnist.h"
 #include "dist_optim/distributed_optimizer.h"
 #include "examples/common/dist_training.h"
+#include "examples/common/remote_parameters.h"
 #include "examples/common/resume.h"
 #include "examples/common/training.h"
 #include "examples/parameter_server/batch_plan.h"
@@ -182,6 +183,11 @@ int RunTrainer(WorkerOptions options, const TrainingFlags& flags) {
   auto params = worker->RpcSync<std::vector<rref::RRef<at::Tensor>>>("ps", "parameters");
   auto optimizer =
       dist_optim::DistributedOptimizer::Create(worker->rrefs(), params, OptimizerFor(flags));
+  // This trainer's optimizer state lives on the server (a LocalOptimizer of
+  // its own): it saves it itself, and a new process of it — a restart alone
+  // or of the group — takes it back.
+  Resume own(flags, "parameter_server." + worker->name(), /*writer=*/true);
+  if (own.last().has_value()) LoadOptimizerState(optimizer, own.last()->tensors, "optimizer.");
   const int64_t leave_after = absl::GetFlag(FLAGS_leave_after_steps);
   int64_t trained = 0;
   double window_loss = 0;
@@ -197,6 +203,10 @@ int RunTrainer(WorkerOptions options, const TrainingFlags& flags) {
         });
     ++window_steps;
     ++trained;
+    if (own.Due(trained)) {
+      own.Save(worker->name(), FetchOptimizerState(optimizer, "optimizer."), {0, trained, 0, {}},
+               /*announce=*/false);
+    }
     if ((step + 1) % flags.log_every == 0 || step + 1 == steps_total) {
       const int64_t per_epoch = steps_total / flags.epochs;
       std::printf("[%s] epoch %lld step %lld/%lld: loss %.4f\n", worker->name().c_str(),

@@ -80,6 +80,39 @@ TEST_F(DistOptimTest, EveryOptimizerMatchesLocalTraining) {
   ExpectNoContextsAnywhere();
 }
 
+// A checkpoint's optimizer state: Adam trained two steps, its state saved,
+// a second DistributedOptimizer over the same parameters loads it and
+// trains two more — ending where four local steps end (with fresh moments
+// and step counts it would not), and a state of the wrong shape is refused.
+TEST_F(DistOptimTest, SavedStateResumesTraining) {
+  StartWorld(3);
+  dist_optim::AdamOptions adam;
+  adam.lr = 0.01;
+  at::Tensor w1_local = ParamFor(1), w2_local = ParamFor(2);
+  auto local =
+      ValueOrThrow(dist_optim::MakeOptimizer(dist_optim::ToWire(adam), {w1_local, w2_local}));
+  RRef<at::Tensor> w1 = ParamOn("worker1", w1_local), w2 = ParamOn("worker2", w2_local);
+  auto first = DistributedOptimizer::Create(*rrefs_, {w1, w2}, adam);
+  auto second = DistributedOptimizer::Create(*rrefs_, {w1, w2}, adam);
+  for (int step = 0; step < 4; ++step) {
+    at::manual_seed(100 + step);
+    at::Tensor x = at::randn({5, 4}), target = at::randn({5, 4});
+    local->zero_grad();
+    torch::autograd::backward({(Stage(Stage(x, w1_local), w2_local) - target).pow(2).mean()});
+    local->step();
+    if (step == 2) second.LoadState(first.SaveState());
+    ContextGuard context(*autograd_);
+    at::Tensor h = rt().RpcSync<at::Tensor>("worker1", "apply_stage", x, w1);
+    at::Tensor y = rt().RpcSync<at::Tensor>("worker2", "apply_stage", h, w2);
+    autograd_->Backward(context.id(), {(y - target).pow(2).mean()});
+    (step < 2 ? first : second).Step(context.id());
+  }
+  EXPECT_TRUE(at::allclose(w1.to_here(), w1_local, 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose(w2.to_here(), w2_local, 1e-5, 1e-6));
+  EXPECT_THROW(second.LoadState({at::zeros({3}, at::kByte)}), StatusError);
+  ExpectNoContextsAnywhere();
+}
+
 // Several trainers, each with its own optimizer, step one parameter at
 // once: with SGD (lr 1) and a gradient of ones per step, every step must
 // show in the final value.
