@@ -94,13 +94,13 @@ int RunDriver(Worker& worker, const TrainingFlags& flags) {
     LoadOptimizerState(optimizer, resume.last()->tensors, "optimizer.");
   }
   const checkpoint::TrainingPosition start_at = resume.Start("driver");
-  EpochHooks hooks{
-      start_at.epoch, start_at.step, [&](int64_t epoch, int64_t step, int64_t steps_done) {
-        if (!resume.Due(steps_done)) return;
-        auto tensors = FetchParameters(params, "stage.");
-        tensors.merge(FetchOptimizerState(optimizer, "optimizer."));
-        resume.Save("driver", std::move(tensors), {epoch, step, 0, {}});
-      }};
+  EpochHooks hooks{start_at.epoch, start_at.step,
+                   [&](int64_t epoch, int64_t step, int64_t steps_done) {
+                     if (!resume.Due(steps_done)) return;
+                     auto tensors = FetchParameters(params, "stage.");
+                     tensors.merge(FetchOptimizerState(optimizer, "optimizer."));
+                     resume.Save("driver", std::move(tensors), {epoch, step, 0, {}});
+                   }};
   std::printf("[driver] CNN in 2 stages (stage1: convolutions, stage2: linear layers), "
               "batch %lld in %lld micro-batches\n",
               static_cast<long long>(flags.batch), static_cast<long long>(micro_batches));
