@@ -24,6 +24,9 @@ ABSL_FLAG(std::string, elastic_roles, "",
 ABSL_FLAG(bool, join, false,
           "join the running job at --master_addr:--master_port with --nproc_per_node more "
           "workers (ranks beyond the job's); needs the job's TESSERA_JOB_SECRET(_FILE)");
+ABSL_FLAG(int, max_ranks, 0,
+          "the most ranks the job may have, workers joined with --join included (like the MAX "
+          "of torchrun's --nnodes MIN:MAX); 0: no bound");
 ABSL_FLAG(int, rdzv_timeout, 300,
           "seconds a node waits for the others (and node 0 declares a silent node lost)");
 
@@ -79,6 +82,7 @@ absl::StatusOr<LaunchOptions> ParseArgs(int argc, char** argv) {
   options.rendezvous_timeout = absl::Seconds(absl::GetFlag(FLAGS_rdzv_timeout));
   options.elastic_roles = absl::GetFlag(FLAGS_elastic_roles);
   options.join = absl::GetFlag(FLAGS_join);
+  options.max_ranks = absl::GetFlag(FLAGS_max_ranks);
   if (options.command.empty()) return absl::InvalidArgumentError("no program to run");
   if (auto slurm = ApplySlurmDefaults(parsed.given, &options); !slurm.ok()) return slurm;
   if (options.nproc_per_node < 1 || options.nnodes < 1 || options.node_rank < 0 ||

@@ -273,7 +273,17 @@ absl::StatusOr<int> TakeJoinRanks(store::StoreClient& store, const LaunchOptions
   }
   auto joined = store.Add(elastic::JoinedKey(elastic::kDefaultPrefix), options.nproc_per_node);
   if (!joined.ok()) return joined.status();
-  return initial + static_cast<int>(*joined) - options.nproc_per_node;
+  const int ranks = initial + static_cast<int>(*joined);
+  int max_ranks = 0;
+  auto bound = store.Get(elastic::MaxRanksKey(elastic::kDefaultPrefix), absl::ZeroDuration());
+  if (bound.ok() && absl::SimpleAtoi(*bound, &max_ranks) && max_ranks > 0 && ranks > max_ranks) {
+    // Give the ranks back: a later, smaller join may still fit.
+    store.Add(elastic::JoinedKey(elastic::kDefaultPrefix), -options.nproc_per_node).IgnoreError();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the job allows at most ", max_ranks, " ranks (its --max_ranks) and has had ",
+        ranks - options.nproc_per_node, "; ", options.nproc_per_node, " more do not fit"));
+  }
+  return ranks - options.nproc_per_node;
 }
 
 }  // namespace
@@ -343,7 +353,7 @@ int Run(const LaunchOptions& options) {
   namespace elastic = store::elastic;
   std::unique_ptr<store::StoreClient> job_store;
   std::unique_ptr<ElasticRestarts> elastic_restarts;
-  if (!options.elastic_roles.empty() || options.join) {
+  if (!options.elastic_roles.empty() || options.join || options.max_ranks > 0) {
     job_store = std::make_unique<store::StoreClient>(resolved.master_addr, port, absl::Seconds(10),
                                                      *secret);
     elastic_restarts =
@@ -393,6 +403,11 @@ int Run(const LaunchOptions& options) {
           .IgnoreError();  // rank 0 records it too
       job_store->Set(elastic::ElasticRolesKey(elastic::kDefaultPrefix), options.elastic_roles)
           .IgnoreError();
+      if (options.max_ranks > 0) {
+        job_store
+            ->Set(elastic::MaxRanksKey(elastic::kDefaultPrefix), std::to_string(options.max_ranks))
+            .IgnoreError();
+      }
     }
     std::vector<Worker> workers;
     for (int local = 0; local < options.nproc_per_node; ++local) {

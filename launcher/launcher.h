@@ -42,6 +42,9 @@ struct LaunchOptions {
   // Join a running job (at master_addr:master_port) with nproc_per_node
   // more workers, on ranks beyond the job's; hosts nothing.
   bool join = false;
+  // The most ranks the job may have, joined ones included (0: no bound);
+  // tessera-run --join beyond it is refused.
+  int max_ranks = 0;
   std::vector<std::string> command;  // program and its arguments
 };
 

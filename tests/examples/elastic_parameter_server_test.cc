@@ -115,10 +115,12 @@ TEST_F(ElasticParameterServerTest, AKilledTrainerRejoinsOverGrpc) {
 }
 
 // A trainer that leaves early (Worker::Leave) is not waited for: the others
-// train its share and the job ends normally.
+// train its share and the job ends normally. With --max_ranks 4, that
+// joiner took the last rank: a second one is refused, naming the bound.
 TEST_F(ElasticParameterServerTest, ATrainerThatLeavesEarlyIsNotWaitedFor) {
-  Launcher job({"--standalone", "--nproc_per_node", "3", "--elastic_roles", "trainer", kProgram,
-                "--epochs", "1", "--max_steps", "300", "--log_every", "50"});
+  Launcher job({"--standalone", "--nproc_per_node", "3", "--elastic_roles", "trainer",
+                "--max_ranks", "4", kProgram, "--epochs", "1", "--max_steps", "300", "--log_every",
+                "50"});
   ASSERT_TRUE(job.WaitFor("serving a CNN", 1, absl::Seconds(120))) << job.output();
   const int port =
       static_cast<int>(FirstNumber(job.output(), "rendezvous store at [0-9.]+:(\\d+)"));
@@ -126,6 +128,10 @@ TEST_F(ElasticParameterServerTest, ATrainerThatLeavesEarlyIsNotWaitedFor) {
                    "--max_steps", "300", "--leave_after_steps", "20"});
   ASSERT_EQ(leaver.Finish(absl::Seconds(120)), 0) << leaver.output();
   EXPECT_EQ(leaver.Count("leaving the job after 20 steps"), 1) << leaver.output();
+  Launcher refused({"--join", "--master_port", std::to_string(port), kProgram});
+  EXPECT_EQ(refused.Finish(absl::Seconds(60)), 1) << refused.output();
+  EXPECT_EQ(refused.Count("the job allows at most 4 ranks (its --max_ranks) and has had 4"), 1)
+      << refused.output();
   ASSERT_EQ(job.Finish(absl::Seconds(300)), 0) << job.output();
   EXPECT_EQ(job.Count("trainer3 (rank 3) left"), 1) << job.output();
   EXPECT_TRUE(
