@@ -21,9 +21,7 @@ inline std::string WorldSizeKey(const std::string& prefix) {
 inline std::string JoinedKey(const std::string& prefix) { return prefix + "/elastic/joined"; }
 // The most ranks the job may have, joined ones included (tessera-run
 // --max_ranks); absent: no bound.
-inline std::string MaxRanksKey(const std::string& prefix) {
-  return prefix + "/elastic/max_ranks";
-}
+inline std::string MaxRanksKey(const std::string& prefix) { return prefix + "/elastic/max_ranks"; }
 // A counter per rank: the incarnation a restarted process of it takes.
 inline std::string IncarnationKey(const std::string& prefix, int rank) {
   return absl::StrCat(prefix, "/elastic/incarnation/", rank);
