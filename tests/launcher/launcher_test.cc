@@ -276,6 +276,7 @@ TEST(LauncherTest, EveryProgramHasHelpAndNamesTheNearestFlag) {
       {"examples/hybrid_ddp_rpc/hybrid_ddp_rpc", "--epochs"},
       {"examples/ddp_fashion_mnist/ddp_fashion_mnist", "--epochs"},
       {"examples/ddp_toy/ddp_toy", "--checkpoint"},
+      {"examples/fault_tolerant_ddp/fault_tolerant_ddp", "--quorum_timeout_s"},
       {"examples/rpc_demo/rpc_demo", "--help"},
   };
   for (const auto& [program, flag] : programs) {
