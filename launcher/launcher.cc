@@ -16,7 +16,6 @@
 #include <optional>
 
 #include "absl/strings/escaping.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "auth/job_secret.h"
@@ -264,23 +263,19 @@ void EnsureJobSecret(const LaunchOptions& options) {
 // job has (the initial world plus earlier joins).
 absl::StatusOr<int> TakeJoinRanks(store::StoreClient& store, const LaunchOptions& options) {
   namespace elastic = store::elastic;
-  auto world =
-      store.Get(elastic::WorldSizeKey(elastic::kDefaultPrefix), options.rendezvous_timeout);
-  if (!world.ok()) return world.status();
-  int initial = 0;
-  if (!absl::SimpleAtoi(*world, &initial)) {
-    return absl::DataLossError("malformed world size in the store: " + *world);
-  }
-  auto joined = store.Add(elastic::JoinedKey(elastic::kDefaultPrefix), options.nproc_per_node);
+  const std::string prefix = elastic::kDefaultPrefix;
+  auto initial =
+      elastic::ReadNumber(store, elastic::WorldSizeKey(prefix), options.rendezvous_timeout);
+  if (!initial.ok()) return initial.status();
+  auto joined = store.Add(elastic::JoinedKey(prefix), options.nproc_per_node);
   if (!joined.ok()) return joined.status();
-  const int ranks = initial + static_cast<int>(*joined);
-  int max_ranks = 0;
-  auto bound = store.Get(elastic::MaxRanksKey(elastic::kDefaultPrefix), absl::ZeroDuration());
-  if (bound.ok() && absl::SimpleAtoi(*bound, &max_ranks) && max_ranks > 0 && ranks > max_ranks) {
+  const int ranks = *initial + static_cast<int>(*joined);
+  auto bound = elastic::ReadNumber(store, elastic::MaxRanksKey(prefix), absl::ZeroDuration());
+  if (bound.ok() && *bound > 0 && ranks > *bound) {
     // Give the ranks back: a later, smaller join may still fit.
-    store.Add(elastic::JoinedKey(elastic::kDefaultPrefix), -options.nproc_per_node).IgnoreError();
+    store.Add(elastic::JoinedKey(prefix), -options.nproc_per_node).IgnoreError();
     return absl::ResourceExhaustedError(absl::StrCat(
-        "the job allows at most ", max_ranks, " ranks (its --max_ranks) and has had ",
+        "the job allows at most ", *bound, " ranks (its --max_ranks) and has had ",
         ranks - options.nproc_per_node, "; ", options.nproc_per_node, " more do not fit"));
   }
   return ranks - options.nproc_per_node;

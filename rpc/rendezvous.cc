@@ -72,18 +72,16 @@ absl::StatusOr<WorkerInfo> ParseWorker(int rank, const std::string& value) {
   return worker;
 }
 
-// Reads the entries of `keys` (ranks 0..n-1): unpublished ones stay
-// nameless placeholders. Names must be unique.
+// Reads the entries of ranks 0..count-1: unpublished ones stay nameless
+// placeholders. Names must be unique.
 absl::StatusOr<std::vector<WorkerInfo>> ReadWorkers(store::StoreClient& store,
-                                                    const std::vector<std::string>& keys) {
-  std::vector<WorkerInfo> workers(keys.size());
+                                                    const std::string& prefix, int count) {
+  std::vector<WorkerInfo> workers(count);
   std::set<std::string> names;
-  for (int rank = 0; rank < static_cast<int>(keys.size()); ++rank) {
+  for (int rank = 0; rank < count; ++rank) {
     workers[rank].rank = rank;
-    auto value = store.Get(keys[rank], absl::ZeroDuration());
-    if (absl::IsDeadlineExceeded(value.status())) continue;  // not published yet
-    if (!value.ok()) return value.status();
-    auto worker = ParseWorker(rank, *value);
+    auto worker = ReadWorker(store, prefix, rank);
+    if (absl::IsDeadlineExceeded(worker.status())) continue;  // not published yet
     if (!worker.ok()) return worker.status();
     if (!names.insert(worker->name).second) {
       return absl::InvalidArgumentError("two workers are named '" + worker->name +
@@ -124,19 +122,25 @@ absl::StatusOr<std::vector<WorkerInfo>> Rendezvous(store::StoreClient& store,
   TESSERA_RETURN_IF_ERROR(Publish(store, prefix, self));
   const std::vector<std::string> keys = WorkerKeys(prefix, world_size);
   TESSERA_RETURN_IF_ERROR(AwaitWorkers(store, keys, self, world_size, timeout));
-  auto workers = ReadWorkers(store, keys);
+  auto workers = ReadWorkers(store, prefix, static_cast<int>(keys.size()));
   if (!workers.ok()) return workers.status();
   TESSERA_RETURN_IF_ERROR(CheckReachable(*workers));
   return workers;
 }
 
+absl::StatusOr<WorkerInfo> ReadWorker(store::StoreClient& store, const std::string& prefix,
+                                      int rank) {
+  auto value = store.Get(WorkerKey(prefix, rank), absl::ZeroDuration());
+  if (!value.ok()) return value.status();
+  return ParseWorker(rank, *value);
+}
+
 absl::StatusOr<int> RanksEverInJob(store::StoreClient& store, const std::string& prefix,
                                    int world_size) {
-  int initial = world_size;
-  auto recorded = store.Get(store::elastic::WorldSizeKey(prefix), absl::ZeroDuration());
-  if (recorded.ok() && !absl::SimpleAtoi(*recorded, &initial)) {
-    return absl::DataLossError("malformed world size in the store: " + *recorded);
-  }
+  auto recorded =
+      store::elastic::ReadNumber(store, store::elastic::WorldSizeKey(prefix), absl::ZeroDuration());
+  if (!recorded.ok() && !absl::IsDeadlineExceeded(recorded.status())) return recorded.status();
+  const int initial = recorded.ok() ? *recorded : world_size;
   auto joined = store.Add(store::elastic::JoinedKey(prefix), 0);
   if (!joined.ok()) return joined.status();
   return initial + static_cast<int>(*joined);
@@ -161,22 +165,17 @@ absl::StatusOr<std::vector<WorkerInfo>> RejoinRendezvous(store::StoreClient& sto
                                                          const WorkerInfo& self,
                                                          absl::Duration timeout) {
   TESSERA_RETURN_IF_ERROR(Publish(store, prefix, self));
-  auto world = store.Get(store::elastic::WorldSizeKey(prefix), timeout);
+  auto world = store::elastic::ReadNumber(store, store::elastic::WorldSizeKey(prefix), timeout);
   if (!world.ok()) {
     return Annotate(world.status(), "'" + self.name +
                                         "' cannot rejoin: the job recorded no "
                                         "world size (was it started by tessera-run or rpc::Init?)");
   }
-  int world_size = 0;
-  if (!absl::SimpleAtoi(*world, &world_size)) {
-    return absl::DataLossError("malformed world size in the store: " + *world);
-  }
-  auto joined = store.Add(store::elastic::JoinedKey(prefix), 0);
-  if (!joined.ok()) return joined.status();
-  const int count = std::max(world_size + static_cast<int>(*joined), self.rank + 1);
-  const std::vector<std::string> keys = WorkerKeys(prefix, count);
-  TESSERA_RETURN_IF_ERROR(AwaitWorkers(store, keys, self, world_size, timeout));
-  auto workers = ReadWorkers(store, keys);
+  auto ranks = RanksEverInJob(store, prefix, *world);
+  if (!ranks.ok()) return ranks.status();
+  const std::vector<std::string> keys = WorkerKeys(prefix, std::max(*ranks, self.rank + 1));
+  TESSERA_RETURN_IF_ERROR(AwaitWorkers(store, keys, self, *world, timeout));
+  auto workers = ReadWorkers(store, prefix, static_cast<int>(keys.size()));
   if (!workers.ok()) return workers.status();
   TESSERA_RETURN_IF_ERROR(CheckReachable(*workers));
   return workers;

@@ -34,6 +34,11 @@ absl::StatusOr<std::vector<WorkerInfo>> RejoinRendezvous(store::StoreClient& sto
                                                          const WorkerInfo& self,
                                                          absl::Duration timeout);
 
+// Rank `rank`'s entry as its worker last published it (DeadlineExceeded if
+// none is there).
+absl::StatusOr<WorkerInfo> ReadWorker(store::StoreClient& store, const std::string& prefix,
+                                      int rank);
+
 // The ranks that are, or were, in the job: the initial world size plus the
 // ranks handed out since. `world_size` is the caller's, for when the job
 // never recorded one.

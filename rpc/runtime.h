@@ -226,6 +226,9 @@ class Runtime {
   void ServeMembership();
   // Tells every live member that this worker (re)joined.
   void AnnounceJoin();
+  // A worker announced that `rank` (re)joined: admits what the store says
+  // of it (an error for a rank never handed out or not published).
+  absl::StatusOr<bool> AdmitAnnounced(int64_t rank);
   // A member's old incarnation is gone or it left: extensions release what
   // it held.
   void ReleasePeer(int rank);

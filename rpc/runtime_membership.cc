@@ -11,17 +11,15 @@
 namespace tessera::rpc {
 namespace {
 
+// Only the rank travels: who it is and where it listens are read from the
+// store, where its worker published them — so a peer can neither announce
+// another address for some rank nor a rank the job never handed out.
 struct JoinAnnouncement {
   static constexpr const char* kService = services::kJoin;
   static constexpr bool kCarriesUserValues = false;
   using Response = bool;
-  std::string name;
   int64_t rank = -1;
-  std::string address;
-  std::string role;
-  std::string locality;
-  int64_t incarnation = 0;
-  auto Fields() { return std::tie(name, rank, address, role, locality, incarnation); }
+  auto Fields() { return std::tie(rank); }
 };
 
 // The rank that leaves is the caller's proven one, not a field.
@@ -37,25 +35,39 @@ constexpr absl::Duration kAnnounceTimeout = absl::Seconds(10);
 
 }  // namespace
 
+absl::StatusOr<bool> Runtime::AdmitAnnounced(int64_t rank) {
+  auto ranks = RanksEverInJob(*store_client_, options_.store_prefix, options_.world_size);
+  if (!ranks.ok()) return ranks.status();
+  if (rank < 0 || rank >= *ranks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " announced a join, but the job has handed out ", *ranks,
+                     " ranks"));
+  }
+  auto published = ReadWorker(*store_client_, options_.store_prefix, static_cast<int>(rank));
+  if (!published.ok()) {
+    return Annotate(published.status(), absl::StrCat("rank ", rank, " announced a join"));
+  }
+  const WorkerInfo& info = *published;
+  MutexLock lock(&peer_changes_mu_);
+  std::optional<MembershipEvent> event = membership_.Admit(info);
+  if (!event.has_value()) return true;  // known already (announced twice)
+  if (event->kind == MembershipEventKind::kRejoined) {
+    // Nothing of the old incarnation may be taken for the new one's.
+    ReleasePeer(info.rank);
+    for (const auto& extension : extensions_) extension->OnPeerRejoined(info.rank);
+  }
+  agent_->SetWorkers(membership_.Table());
+  TESSERA_LOG(INFO) << options_.name << ": '" << info.name << "' (rank " << info.rank << ") "
+                    << MembershipEventName(event->kind) << " at " << info.address
+                    << (info.incarnation > 0 ? absl::StrCat(", incarnation ", info.incarnation)
+                                             : "");
+  PostMembershipEvents();
+  return true;
+}
+
 void Runtime::ServeMembership() {
   Serve<JoinAnnouncement>(internal_, [this](CallContext&, JoinAnnouncement m) {
-    const WorkerInfo info{m.name,     static_cast<int>(m.rank),       m.address, m.role,
-                          m.locality, static_cast<int>(m.incarnation)};
-    MutexLock lock(&peer_changes_mu_);
-    std::optional<MembershipEvent> event = membership_.Admit(info);
-    if (!event.has_value()) return true;  // known already (announced twice)
-    if (event->kind == MembershipEventKind::kRejoined) {
-      // Nothing of the old incarnation may be taken for the new one's.
-      ReleasePeer(info.rank);
-      for (const auto& extension : extensions_) extension->OnPeerRejoined(info.rank);
-    }
-    agent_->SetWorkers(membership_.Table());
-    TESSERA_LOG(INFO) << options_.name << ": '" << info.name << "' (rank " << info.rank << ") "
-                      << MembershipEventName(event->kind) << " at " << info.address
-                      << (info.incarnation > 0 ? absl::StrCat(", incarnation ", info.incarnation)
-                                               : "");
-    PostMembershipEvents();
-    return true;
+    return AdmitAnnounced(m.rank);
   });
   Serve<LeaveAnnouncement>(internal_, [this](CallContext& ctx, LeaveAnnouncement m) {
     MutexLock lock(&peer_changes_mu_);
@@ -75,8 +87,7 @@ void Runtime::AnnounceJoin() {
       left.ok()) {
     for (int rank : *left) membership_.MarkLeft(rank);
   }
-  JoinAnnouncement message{self_.name, self_.rank,     self_.address,
-                           self_.role, self_.locality, self_.incarnation};
+  const JoinAnnouncement message{self_.rank};
   std::vector<std::pair<int, Future<bool>>> calls;
   for (const Member& member : membership_.Members()) {
     const WorkerInfo& peer = member.info;

@@ -6,7 +6,11 @@
 
 #include <string>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "store/store_client.h"
 
 namespace tessera::store::elastic {
 
@@ -44,6 +48,20 @@ inline std::string RestartingKey(const std::string& prefix, int rank) {
 // (Worker::Leave) or tessera-run gave up restarting it. Nobody waits for it.
 inline std::string LeftKey(const std::string& prefix, int rank) {
   return absl::StrCat(prefix, "/elastic/left/", rank);
+}
+
+// The number stored under `key` (WorldSizeKey, MaxRanksKey), waiting up to
+// `timeout` for it: DeadlineExceeded when absent, DataLoss when malformed.
+inline absl::StatusOr<int> ReadNumber(StoreClient& store, const std::string& key,
+                                      absl::Duration timeout) {
+  auto value = store.Get(key, timeout);
+  if (!value.ok()) return value.status();
+  int number = 0;
+  if (!absl::SimpleAtoi(*value, &number)) {
+    return absl::DataLossError(absl::StrCat("malformed number under '", key, "' in the store: '",
+                                            *value, "'"));
+  }
+  return number;
 }
 
 }  // namespace tessera::store::elastic

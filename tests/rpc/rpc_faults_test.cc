@@ -89,6 +89,30 @@ TEST_F(RpcFaultsTest, GracefulShutdownWaitsForCallsInFlight) {
   }
 }
 
+// Scenario: a peer (it knows the secret) sends forged join announcements
+// (Note [Elastic membership]): a rank the job never handed out, a huge one
+// (which must not grow the member table), a value of the wrong type. Each
+// is refused with an error naming it, and the worker keeps serving; a
+// repeated announcement of a known rank changes nothing.
+TEST_F(RpcFaultsTest, ForgedJoinAnnouncementsAreRefused) {
+  StartWorld(2);
+  auto join = [&](c10::IValue rank) {
+    return rt().CallInternal(1, "tessera.join", {std::move(rank)}).Wait(absl::Seconds(30));
+  };
+  for (int64_t rank : {int64_t{2}, int64_t{1} << 40, int64_t{-1}}) {
+    auto refused = join(c10::IValue(rank));
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << rank;
+    EXPECT_NE(refused.status().message().find("the job has handed out 2 ranks"),
+              std::string::npos)
+        << refused.status();
+  }
+  EXPECT_EQ(join(c10::IValue("worker0")).status().code(), absl::StatusCode::kInvalidArgument);
+  auto again = join(c10::IValue(int64_t{0}));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->toBool());
+  EXPECT_EQ(rt().RpcSync<int64_t>("worker1", "echo", int64_t{5}), 5);
+}
+
 TEST_F(RpcFaultsTest, ForcedShutdownFailsPendingCalls) {
   expect_clean_exit_ = false;
   StartWorld(2, {{"TESSERA_TEST_SHUTDOWN_TIMEOUT_S", "5"}});
