@@ -39,9 +39,8 @@ absl::StatusOr<bool> Runtime::AdmitAnnounced(int64_t rank) {
   auto ranks = RanksEverInJob(*store_client_, options_.store_prefix, options_.world_size);
   if (!ranks.ok()) return ranks.status();
   if (rank < 0 || rank >= *ranks) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, " announced a join, but the job has handed out ", *ranks,
-                     " ranks"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank, " announced a join, but the job has handed out ", *ranks, " ranks"));
   }
   auto published = ReadWorker(*store_client_, options_.store_prefix, static_cast<int>(rank));
   if (!published.ok()) {
@@ -66,9 +65,8 @@ absl::StatusOr<bool> Runtime::AdmitAnnounced(int64_t rank) {
 }
 
 void Runtime::ServeMembership() {
-  Serve<JoinAnnouncement>(internal_, [this](CallContext&, JoinAnnouncement m) {
-    return AdmitAnnounced(m.rank);
-  });
+  Serve<JoinAnnouncement>(
+      internal_, [this](CallContext&, JoinAnnouncement m) { return AdmitAnnounced(m.rank); });
   Serve<LeaveAnnouncement>(internal_, [this](CallContext& ctx, LeaveAnnouncement m) {
     MutexLock lock(&peer_changes_mu_);
     if (membership_.MarkLeft(ctx.caller_rank).has_value()) {

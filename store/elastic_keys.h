@@ -58,8 +58,8 @@ inline absl::StatusOr<int> ReadNumber(StoreClient& store, const std::string& key
   if (!value.ok()) return value.status();
   int number = 0;
   if (!absl::SimpleAtoi(*value, &number)) {
-    return absl::DataLossError(absl::StrCat("malformed number under '", key, "' in the store: '",
-                                            *value, "'"));
+    return absl::DataLossError(
+        absl::StrCat("malformed number under '", key, "' in the store: '", *value, "'"));
   }
   return number;
 }

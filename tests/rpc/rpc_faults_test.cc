@@ -102,8 +102,7 @@ TEST_F(RpcFaultsTest, ForgedJoinAnnouncementsAreRefused) {
   for (int64_t rank : {int64_t{2}, int64_t{1} << 40, int64_t{-1}}) {
     auto refused = join(c10::IValue(rank));
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << rank;
-    EXPECT_NE(refused.status().message().find("the job has handed out 2 ranks"),
-              std::string::npos)
+    EXPECT_NE(refused.status().message().find("the job has handed out 2 ranks"), std::string::npos)
         << refused.status();
   }
   EXPECT_EQ(join(c10::IValue("worker0")).status().code(), absl::StatusCode::kInvalidArgument);
