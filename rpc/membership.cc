@@ -88,6 +88,14 @@ std::optional<int> Membership::RankOf(const std::string& name) const {
   return std::nullopt;
 }
 
+bool Membership::NameAndRole(int rank, std::string* name, std::string* role) const {
+  MutexLock lock(&mu_);
+  if (rank < 0 || rank >= static_cast<int>(members_.size())) return false;
+  *name = members_[rank].info.name;
+  if (role != nullptr) *role = members_[rank].info.role;
+  return true;
+}
+
 std::vector<WorkerInfo> Membership::Table() const {
   MutexLock lock(&mu_);
   std::vector<WorkerInfo> table;

@@ -73,6 +73,9 @@ class Membership {
   std::optional<WorkerInfo> Find(int rank) const;
   std::optional<WorkerInfo> Find(const std::string& name) const;
   std::optional<int> RankOf(const std::string& name) const;
+  // For every call's path: the name (and role) of `rank` without copying
+  // the rest of its info; false (and unchanged) if there is no such rank.
+  bool NameAndRole(int rank, std::string* name, std::string* role = nullptr) const;
   std::vector<WorkerInfo> Table() const;  // every rank's latest info, by rank
   size_t size() const;
   void Reset(std::vector<WorkerInfo> workers);  // the rendezvous table

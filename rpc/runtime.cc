@@ -312,10 +312,7 @@ Future<Message> Runtime::Dispatch(int from_rank, const Message& request,
   CallContext context;
   context.runtime = this;
   context.caller_rank = from_rank;
-  if (std::optional<WorkerInfo> caller = membership_.Find(from_rank)) {
-    context.caller_name = std::move(caller->name);
-    context.caller_role = std::move(caller->role);
-  }
+  membership_.NameAndRole(from_rank, &context.caller_name, &context.caller_role);
   const bool internal = envelope.kind() == proto::INTERNAL_CALL;
   const RegisteredFunction* function = (internal ? internal_ : registry_).Find(envelope.target());
   if (function == nullptr && !internal && !waited_for_registration) {
@@ -396,8 +393,8 @@ absl::Status Runtime::ProbeMissing(const std::vector<int>& ranks) {
 }
 
 std::string Runtime::DescribeWorker(int rank) const {
-  if (std::optional<WorkerInfo> worker = membership_.Find(rank)) {
-    return absl::StrCat("worker '", worker->name, "' (rank ", rank, ")");
+  if (std::string name; membership_.NameAndRole(rank, &name)) {
+    return absl::StrCat("worker '", name, "' (rank ", rank, ")");
   }
   return absl::StrCat("rank ", rank);
 }

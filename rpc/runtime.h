@@ -161,8 +161,8 @@ class Runtime {
                                                      const CallOptions& options = {}) {
     Future<c10::IValue> raw = Call(to_rank, M::kService, EncodeMessage(std::move(message)), options,
                                    nullptr, proto::INTERNAL_CALL, M::kCarriesUserValues);
-    const std::optional<WorkerInfo> worker = membership_.Find(to_rank);
-    const std::string to = worker.has_value() ? worker->name : "rank " + std::to_string(to_rank);
+    std::string to;
+    if (!membership_.NameAndRole(to_rank, &to)) to = "rank " + std::to_string(to_rank);
     return Typed<typename M::Response>(std::move(raw), to, M::kService, pool_.get());
   }
   // Untyped: for tests that send internal services malformed values.
