@@ -106,6 +106,43 @@ absl::StatusOr<std::vector<QuorumMember>> Quorum::Closed(int64_t round, absl::Du
   return Decode(*value);
 }
 
+absl::StatusOr<std::vector<QuorumMember>> Quorum::AwaitArrivals(int64_t r) const {
+  // Whom to wait for: the previous quorum (known if this replica was in it),
+  // or the first round's replicas.
+  std::vector<std::string> expected = previous_;
+  size_t expected_count = expected.size();
+  if (r == 0) {
+    expected.clear();
+    expected_count = static_cast<size_t>(options_.initial_replicas);
+  } else if (previous_round_ != r - 1) {
+    auto previous = Closed(r - 1, options_.timeout);
+    expected = previous.ok() ? Ids(*previous) : std::vector<std::string>();
+    expected_count =
+        previous.ok() ? expected.size() : static_cast<size_t>(options_.initial_replicas);
+  }
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  while (true) {
+    int64_t slots = 0;
+    auto arrivals = Arrivals(r, &slots);
+    if (!arrivals.ok()) return arrivals.status();
+    const std::vector<std::string> ids = Ids(*arrivals);
+    const bool all_expected =
+        std::all_of(expected.begin(), expected.end(), [&](const std::string& id) {
+          return std::find(ids.begin(), ids.end(), id) != ids.end();
+        });
+    // Done when the expected are all here, at the deadline, or when someone
+    // else closed the round (no need to wait on).
+    if ((all_expected && arrivals->size() >= expected_count) || absl::Now() >= deadline ||
+        Closed(r, absl::ZeroDuration()).ok()) {
+      return arrivals;
+    }
+    // The next arrival's slot, or 50 ms, whichever comes first.
+    auto missing = store_->WaitForKeys({Key(r, absl::StrCat("slot/", slots))},
+                                       std::min(absl::Milliseconds(50), deadline - absl::Now()));
+    if (!missing.ok()) return missing.status();
+  }
+}
+
 absl::StatusOr<QuorumRound> Quorum::Join(int64_t step) {
   if (next_round_ < 0) {
     // A replica entering a running job starts at the last round closed.
@@ -129,37 +166,9 @@ absl::StatusOr<QuorumRound> Quorum::Join(int64_t step) {
     if (!slot.ok()) return slot.status();
     TESSERA_RETURN_IF_ERROR(
         store_->Set(Key(r, absl::StrCat("slot/", *slot - 1)), absl::StrCat(id_, " ", step)));
-    // Whom to wait for: the previous quorum, or the first round's replicas.
-    std::vector<std::string> expected;
-    size_t expected_count = static_cast<size_t>(options_.initial_replicas);
-    if (r > 0) {
-      auto previous = Closed(r - 1, options_.timeout);
-      if (previous.ok()) {
-        expected = Ids(*previous);
-        expected_count = expected.size();
-      }
-    }
-    const absl::Time deadline = absl::Now() + options_.timeout;
-    std::vector<QuorumMember> arrivals;
-    int64_t slots = 0;
-    while (true) {
-      auto now = Arrivals(r, &slots);
-      if (!now.ok()) return now.status();
-      arrivals = *std::move(now);
-      const std::vector<std::string> ids = Ids(arrivals);
-      const bool all_expected =
-          std::all_of(expected.begin(), expected.end(), [&](const std::string& id) {
-            return std::find(ids.begin(), ids.end(), id) != ids.end();
-          });
-      if ((all_expected && arrivals.size() >= expected_count) || absl::Now() >= deadline) break;
-      // Someone else closed it: no need to wait on.
-      if (Closed(r, absl::ZeroDuration()).ok()) break;
-      // The next arrival's slot, or the close, whichever the store shows first.
-      std::vector<std::string> next = {Key(r, absl::StrCat("slot/", slots))};
-      auto missing =
-          store_->WaitForKeys(next, std::min(absl::Milliseconds(50), deadline - absl::Now()));
-      if (!missing.ok()) return missing.status();
-    }
+    auto arrived = AwaitArrivals(r);
+    if (!arrived.ok()) return arrived.status();
+    std::vector<QuorumMember> arrivals = *std::move(arrived);
     // By id, not arrival order: the same members make the same group, with
     // the same ranks, round after round (no group formed again for nothing).
     std::sort(arrivals.begin(), arrivals.end(),
@@ -178,6 +187,7 @@ absl::StatusOr<QuorumRound> Quorum::Join(int64_t step) {
     round.rank = static_cast<int>(self - ids.begin());
     round.changed = ids != previous_;
     previous_ = ids;
+    previous_round_ = r;
     ++next_round_;
     // Members of round r are done with round r - 2 (they voted in r - 1).
     if (round.rank == 0 && r >= 2 && r - 2 - cleaned_ >= kCleanupEvery) CleanUpBefore(r - 1);

@@ -82,6 +82,9 @@ class Quorum {
   // The filled arrival slots of `round`; `slots` is set to the slots taken.
   absl::StatusOr<std::vector<QuorumMember>> Arrivals(int64_t round, int64_t* slots) const;
   absl::StatusOr<std::vector<QuorumMember>> Closed(int64_t round, absl::Duration wait) const;
+  // Waits (up to the timeout) for round `r`'s expected replicas to arrive;
+  // returns those that did.
+  absl::StatusOr<std::vector<QuorumMember>> AwaitArrivals(int64_t r) const;
   // Deletes the bulky keys of rounds [cleaned_, before) in the background.
   void CleanUpBefore(int64_t before);
 
@@ -91,7 +94,8 @@ class Quorum {
   const std::string id_;
   const QuorumOptions options_;
   int64_t next_round_ = -1;            // -1: not joined yet
-  std::vector<std::string> previous_;  // the last quorum's member ids
+  std::vector<std::string> previous_;  // the member ids of the last quorum it was in
+  int64_t previous_round_ = -1;        // that quorum's round
   int64_t cleaned_ = 0;                // rounds below this are cleaned up
   std::thread cleaner_;
 };

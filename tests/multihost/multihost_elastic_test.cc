@@ -1,16 +1,18 @@
-// An elastic parameter-server job across separate network hosts (Note
-// [Restarting a rank alone], launcher/elastic_restarts.h): the server on
+// Elastic jobs across separate network hosts. First a parameter-server
+// job (Note [Restarting a rank alone], launcher/elastic_restarts.h): the server on
 // host 0, a trainer on each of hosts 1 and 2, one tessera-run per host.
 // Each trainer is killed (SIGKILL) mid-epoch and restarted alone by its own
 // host's launcher; it rejoins the server at its new address. A trainer
 // joins from host 2 with tessera-run --join and is given batches. The
-// server's process lives from start to end and the job learns.
+// server's process lives from start to end and the job learns. Then
+// fault-tolerant DDP, a replica killed on its host (below).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -75,6 +77,37 @@ TEST(MultiHostElasticTest, TrainersKilledOnOtherHostsRejoinAndAJoinerFromAnother
   EXPECT_GT(FirstNumber(out, "steps trained: .*trainer3 (\\d+)"), 0) << out;
   EXPECT_GT(FirstNumber(out, "test accuracy ([0-9.]+)%"), 70.0) << out;
   std::printf("what the user saw:\n%s%s", job->output().c_str(), joiner.output().c_str());
+}
+
+// Fault-tolerant DDP across three hosts (ddp/fault_tolerant/): the replica
+// on host 1 is killed mid-run and restarted alone by its host's launcher;
+// it rejoins the quorum and recovers a live peer's state over Gloo between
+// hosts, and every replica ends with the same parameters.
+TEST(MultiHostElasticTest, AFaultTolerantDdpReplicaKilledOnItsHostRecoversFromAPeer) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  const std::string marker = absl::StrCat("multihost-ft-ddp-", getpid());
+  auto job = Job::Launched(hosts, 1,
+                           {"examples/fault_tolerant_ddp/fault_tolerant_ddp", "--steps", "200",
+                            "--log_every", "25"},
+                           {{"TESSERA_TEST_JOB", marker}}, "",
+                           {"--elastic_roles", "replica", "--max_restarts", "1"});
+  ObservedProcess& host1 = job->on(1);
+  ASSERT_TRUE(host1.WaitFor("replicas\n", 2, absl::Seconds(180))) << job->output();
+  const pid_t pid = WorkerPid(marker, 1);
+  ASSERT_GT(pid, 0) << job->output();
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  ASSERT_TRUE(host1.WaitFor("[replica1] recovered the state at step", 1, absl::Seconds(120)))
+      << job->output();
+  EXPECT_EQ(job->Finish(absl::Seconds(300)), std::vector<int>(3, 0)) << job->output();
+  std::set<std::string> fingerprints;
+  for (int host = 0; host < 3; ++host) {
+    std::smatch match;
+    const std::string& out = job->on(host).output();
+    ASSERT_TRUE(std::regex_search(out, match, std::regex("parameters ([0-9a-f]+) after 200 steps")))
+        << job->output();
+    fingerprints.insert(match[1].str());
+  }
+  EXPECT_EQ(fingerprints.size(), 1u) << job->output();
 }
 
 }  // namespace
