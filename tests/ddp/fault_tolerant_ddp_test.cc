@@ -68,7 +68,7 @@ class FaultTolerantDdpTest : public ::testing::Test {
 
 TEST_F(FaultTolerantDdpTest, AKilledReplicaRejoinsFromALivePeerAndAllEndIdentical) {
   const std::string out = RunAndKillReplica1(/*max_restarts=*/1);
-  EXPECT_EQ(absl::StrContains(out, "restarting it alone (1/1)"), true) << out;
+  EXPECT_TRUE(absl::StrContains(out, "restarting it alone (1/1)")) << out;
   EXPECT_TRUE(std::regex_search(out, std::regex("\\[replica1\\] recovered the state at step "
                                                 "[1-9]\\d* from a live peer")))
       << out;
