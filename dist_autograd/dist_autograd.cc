@@ -190,6 +190,22 @@ std::vector<at::Tensor> DistAutograd::GetGradients(int64_t context_id,
   return result;
 }
 
+absl::Status DistAutograd::AccumulateGradients(int64_t context_id,
+                                               const std::vector<at::Tensor>& leaves,
+                                               const std::vector<at::Tensor>& grads) {
+  auto context = Find(context_id);
+  if (context == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no distributed autograd context ", context_id,
+                                            " on worker '", self_name(), "'"));
+  }
+  for (size_t i = 0; i < leaves.size() && i < grads.size(); ++i) {
+    if (grads[i].defined()) context->AccumulateGrad(leaves[i], grads[i]);
+  }
+  return absl::OkStatus();
+}
+
+bool DistAutograd::HasContext(int64_t context_id) const { return Find(context_id) != nullptr; }
+
 DistAutograd& DistAutograd::Of(const rpc::Runtime& runtime) {
   auto* autograd = runtime.FindExtension<DistAutograd>();
   if (autograd == nullptr) {

@@ -94,6 +94,13 @@ class DistAutograd final : public rpc::RuntimeExtension,
   // The gradients of `leaves` in order, zeros for a leaf that got none.
   std::vector<at::Tensor> GetGradients(int64_t context_id,
                                        const std::vector<at::Tensor>& leaves) const;
+  // Adds gradients computed outside the engine's passes (a pipeline stage's
+  // own backward, pipeline/stage.h) to what the context holds for `leaves`;
+  // undefined gradients are skipped. Status NotFound for an unknown context.
+  absl::Status AccumulateGradients(int64_t context_id, const std::vector<at::Tensor>& leaves,
+                                   const std::vector<at::Tensor>& grads);
+  // Whether this worker holds the context (not yet released here).
+  bool HasContext(int64_t context_id) const;
 
   // The DistAutograd attached to `runtime` (from a registered function:
   // CallContext::runtime); StatusError (FailedPrecondition) naming the

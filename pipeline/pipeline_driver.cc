@@ -12,27 +12,27 @@
 namespace tessera::pipeline {
 
 PipelineDriver::PipelineDriver(rref::RRefContext& rrefs, std::vector<rref::RRef<Stage>> stages,
-                               int64_t micro_batches, absl::Duration timeout)
-    : rrefs_(rrefs), stages_(std::move(stages)), micro_batches_(micro_batches), timeout_(timeout) {
-  if (stages_.empty() || micro_batches_ < 1) {
+                               PipelineOptions options)
+    : rrefs_(rrefs), stages_(std::move(stages)), options_(options) {
+  if (stages_.empty() || options_.micro_batches < 1) {
     throw std::invalid_argument("PipelineDriver needs at least one stage and one micro-batch");
   }
 }
 
 at::Tensor PipelineDriver::Forward(const at::Tensor& batch) {
   std::vector<Future<at::Tensor>> outputs;
-  for (const at::Tensor& micro : batch.chunk(micro_batches_)) {
+  for (const at::Tensor& micro : batch.chunk(options_.micro_batches)) {
     rref::RRef<at::Tensor> input = rref::MakeRRef(rrefs_, micro);
     for (size_t k = 0; k + 1 < stages_.size(); ++k) {
       input = stages_[k].Remote<at::Tensor>("forward", input);
     }
     outputs.push_back(
-        stages_.back().RpcAsync<at::Tensor>(rpc::CallOptions{timeout_}, "forward", input));
+        stages_.back().RpcAsync<at::Tensor>(rpc::CallOptions{options_.timeout}, "forward", input));
   }
   std::vector<at::Tensor> parts;
   for (size_t i = 0; i < outputs.size(); ++i) {
     // The cause names the stage's worker that failed (errors nest per hop).
-    auto part = outputs[i].Wait(rrefs_.EffectiveTimeout(timeout_) + kWaitBackstop);
+    auto part = outputs[i].Wait(rrefs_.EffectiveTimeout(options_.timeout) + kWaitBackstop);
     if (!part.ok()) {
       throw StatusError(Annotate(part.status(), absl::StrCat("pipeline forward of micro-batch ",
                                                              i, " of ", outputs.size())));
@@ -40,6 +40,20 @@ at::Tensor PipelineDriver::Forward(const at::Tensor& batch) {
     parts.push_back(*std::move(part));
   }
   return at::cat(parts);
+}
+
+StepResult PipelineDriver::Train(const at::Tensor& batch, const at::Tensor& target,
+                                 const MicroBatchLoss& loss) {
+  return RunScheduledStep(rrefs_, stages_, options_.schedule, options_.micro_batches,
+                          options_.timeout, batch, target, loss);
+}
+
+std::vector<int64_t> PipelineDriver::PeakActivations() const {
+  std::vector<int64_t> peaks;
+  for (const auto& stage : stages_) {
+    peaks.push_back(stage.RpcSync<std::vector<int64_t>>("activations", true).at(1));
+  }
+  return peaks;
 }
 
 std::vector<rref::RRef<at::Tensor>> PipelineDriver::ParameterRRefs() const {

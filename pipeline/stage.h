@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/activation_stash.h"
 #include "rpc/call_context.h"
 #include "rref/class_registry.h"
 #include "rref/rref.h"
@@ -34,7 +35,7 @@ struct StageModel {
 
 using StageFactory = std::function<StageModel(int64_t seed)>;
 
-class Stage {
+class Stage : public std::enable_shared_from_this<Stage> {
  public:
   explicit Stage(StageModel model) : model_(std::move(model)) {}
 
@@ -45,6 +46,22 @@ class Stage {
   // server thread waits for the fetch (with many micro-batches in flight,
   // blocked threads would starve the pool that completes the fetches).
   Future<at::Tensor> Forward(rref::RRef<at::Tensor> input);
+
+  // The scheduled path (Note [Pipeline schedules], schedule.h), in the
+  // driver's distributed autograd context: TrainForward runs micro-batch
+  // `micro` and keeps its graph here (returning the output detached, so no
+  // graph crosses the wire); TrainBackward takes the gradient of that
+  // output, runs the micro-batch's backward here, frees its graph, adds the
+  // parameters' gradients to the context and returns the input's gradient
+  // (an empty tensor unless `input_gradient`). Both asynchronous.
+  Future<at::Tensor> TrainForward(rpc::CallContext& ctx, rref::RRef<at::Tensor> input,
+                                  int64_t micro, bool input_gradient);
+  Future<at::Tensor> TrainBackward(rpc::CallContext& ctx, rref::RRef<at::Tensor> output_gradient,
+                                   int64_t micro, bool input_gradient);
+  // {micro-batches whose activations are kept now, the most kept at once};
+  // with reset, the peak starts again from now.
+  std::vector<int64_t> Activations(bool reset);
+
   // The model's parameters as RRefs owned here (for a DistributedOptimizer).
   std::vector<rref::RRef<at::Tensor>> ParameterRRefs(rpc::CallContext& ctx);
   // The gradients the parameters accumulated in a distributed autograd
@@ -55,6 +72,7 @@ class Stage {
 
  private:
   StageModel model_;
+  ActivationStash stash_;
 };
 
 // Registers Stage as "tessera.pipeline.Stage", constructed remotely from

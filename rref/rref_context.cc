@@ -159,14 +159,22 @@ absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::RemoteMethod(
   RemoteMethodRequest message{target.rref_id(), rref_id,   fork_id,
                               method,           type_name, std::move(args)};
   // The target must be known to its owner before a method of it can run.
+  // A send from the confirming thread carries what one from here would (the
+  // caller's autograd context): without it, the first remote() on a fresh
+  // RRef inside a context went unrecorded and its backward never came.
   std::weak_ptr<RRefContext> weak = weak_from_this();
-  target.Confirmed().OnReady([weak, owner, message, fork_id](const absl::StatusOr<bool>& ok) {
+  rpc::Runtime* runtime = runtime_.load();
+  auto enter = runtime != nullptr ? runtime->CaptureThreadState()
+                                  : std::function<std::shared_ptr<void>()>();
+  target.Confirmed().OnReady([weak, owner, message, fork_id,
+                              enter = std::move(enter)](const absl::StatusOr<bool>& ok) {
     auto self = weak.lock();
     if (self == nullptr) return;
     if (!ok.ok()) {
       self->OnForkFailed(fork_id, ok.status());
       return;
     }
+    std::shared_ptr<void> scope = enter ? enter() : nullptr;
     self->ConfirmWhenAcked(owner, message, fork_id);
   });
   return handle;
@@ -190,7 +198,6 @@ void RRefContext::OnForkConfirmed(const GlobalId& fork_id, int parent_rank) {
     auto it = user_forks_.find(fork_id);
     if (it != user_forks_.end()) {
       it->second.state->confirmed.store(true);
-      it->second.state->confirmation.Set(true);
       fork = it->second;
       if (it->second.dropped) {
         send_delete = true;  // G1: the handle died before the owner knew of it
@@ -198,16 +205,24 @@ void RRefContext::OnForkConfirmed(const GlobalId& fork_id, int parent_rank) {
       }
     }
   }
+  // Outside the lock: waiting calls send from the confirmation's callbacks,
+  // and encoding their RRefs takes the lock (it deadlocked here when a
+  // pipeline's remote() chains waited on forks being confirmed).
+  if (fork.state != nullptr) fork.state->confirmation.Set(true);
   if (send_delete) SendMessage(fork.owner, DeleteRequest{fork.rref_id, fork_id});
   if (parent_rank >= 0) SendMessage(parent_rank, ChildAcceptRequest{fork_id});
 }
 
 void RRefContext::OnForkFailed(const GlobalId& fork_id, const absl::Status& why) {
-  MutexLock lock(&mu_);
-  auto it = user_forks_.find(fork_id);
-  if (it == user_forks_.end()) return;
-  it->second.state->confirmation.Set(why);
-  user_forks_.erase(it);  // the owner never knew of it: nothing to delete
+  UserFork fork;
+  {
+    MutexLock lock(&mu_);
+    auto it = user_forks_.find(fork_id);
+    if (it == user_forks_.end()) return;
+    fork = it->second;
+    user_forks_.erase(it);  // the owner never knew of it: nothing to delete
+  }
+  fork.state->confirmation.Set(why);  // outside the lock, as in OnForkConfirmed
 }
 
 Future<c10::IValue> RRefContext::WhenConfirmed(const RRefImpl& rref,

@@ -28,6 +28,7 @@ pipeline::StageModel LinearStage(int64_t in, int64_t out, int64_t seed, bool tan
 
 std::map<std::string, pipeline::StageFactory> TestStageFactories() {
   return {{"front", [](int64_t seed) { return LinearStage(6, 8, seed, /*tanh=*/true); }},
+          {"hidden", [](int64_t seed) { return LinearStage(8, 8, seed, /*tanh=*/true); }},
           {"back", [](int64_t seed) { return LinearStage(8, 3, seed, /*tanh=*/false); }}};
 }
 
