@@ -8,7 +8,8 @@
 // the median local step, the median DDP step and the median of the rounds'
 // DDP/local ratios minus one (the overhead), as JSON. bench/compare_ddp.sh
 // runs the same with PyTorch's DDP (Gloo) in the same run. DDP_COMM_HOOK=fp16
-// or bf16 sends the buckets compressed (CommHook), as both scripts do.
+// or bf16 sends the buckets compressed (ddp/comm_hook.h), as both scripts do;
+// powersgd[:R] (Tessera only) PowerSGD at rank R.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -54,12 +55,15 @@ struct Stepper {
   torch::optim::SGD optimizer;
 };
 
-tessera::ddp::CommHook CommHookFromEnv() {
+// DDP_COMM_HOOK: allreduce (default), fp16, bf16, powersgd[:R].
+std::shared_ptr<tessera::ddp::CommHook> CommHookFromEnv() {
   const char* hook = std::getenv("DDP_COMM_HOOK");
-  const std::string name = hook == nullptr ? "" : hook;
-  if (name == "fp16") return tessera::ddp::CommHook::kFp16Compress;
-  if (name == "bf16") return tessera::ddp::CommHook::kBf16Compress;
-  return tessera::ddp::CommHook::kAllreduce;
+  auto named = tessera::ddp::CommHookNamed(hook == nullptr || *hook == 0 ? "allreduce" : hook);
+  if (named == nullptr) {
+    std::fprintf(stderr, "unknown DDP_COMM_HOOK '%s'\n", hook);
+    std::exit(2);
+  }
+  return named;
 }
 
 int RunRank(int rank, int port, const std::vector<std::string>&) {

@@ -47,7 +47,8 @@ struct DdpOptions {
   // The first bucket (the last layers' gradients) closes sooner, so its
   // allreduce starts early in backward (ddp/bucket_assignment.h).
   double first_bucket_cap_mb = 1;
-  CommHook comm_hook = CommHook::kAllreduce;
+  // How buckets are averaged (ddp/comm_hook.h); null: one allreduce each.
+  std::shared_ptr<CommHook> comm_hook;
   absl::Duration timeout = DefaultTimeout();  // common/timeouts.h
   // See Reducer. Without find_unused_parameters a parameter that gets no
   // gradient still averages correctly (as zero), but its bucket is only

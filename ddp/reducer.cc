@@ -56,19 +56,6 @@ struct Reducer::State {
 
 namespace {
 
-// The dtype a bucket of `flat` travels in.
-at::ScalarType WireType(CommHook hook, at::ScalarType flat) {
-  switch (hook) {
-    case CommHook::kFp16Compress:
-      return at::kHalf;
-    case CommHook::kBf16Compress:
-      return at::kBFloat16;
-    case CommHook::kAllreduce:
-      break;
-  }
-  return flat;
-}
-
 class GradReadyHook final : public torch::autograd::FunctionPostHook {
  public:
   GradReadyHook(std::weak_ptr<Reducer::State> state, size_t parameter)
@@ -99,7 +86,8 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, ProcessGroup* group, Reduce
     : parameters_(std::move(parameters)),
       state_(std::make_shared<State>()),
       group_(group),
-      options_(options) {
+      options_(options),
+      hook_(options.comm_hook != nullptr ? options.comm_hook : AllreduceHook()) {
   // Reverse registration order: the last layers' gradients are ready first.
   std::vector<size_t> order(parameters_.size());
   for (size_t k = 0; k < order.size(); ++k) order[k] = order.size() - 1 - k;
@@ -113,6 +101,16 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, ProcessGroup* group, Reduce
     accumulators_.push_back(torch::autograd::impl::grad_accumulator(parameters_[k]));
     accumulators_.back()->add_post_hook(std::make_unique<GradReadyHook>(state_, k));
   }
+}
+
+GradBucket Reducer::HookView(size_t index, const at::Tensor& flat) const {
+  const Bucket& bucket = buckets_[index];
+  GradBucket view{index, flat, {}};
+  for (size_t i = 0; i < bucket.parameters.size(); ++i) {
+    const at::Tensor& p = parameters_[bucket.parameters[i]];
+    view.gradients.push_back(flat.narrow(0, bucket.offsets[i], p.numel()).view(p.sizes()));
+  }
+  return view;
 }
 
 void Reducer::AssignBuckets(const std::vector<size_t>& order) {
@@ -168,9 +166,8 @@ void Reducer::set_join(std::shared_ptr<JoinTracker> join) {
 absl::Status Reducer::ShadowPass() {
   MutexLock lock(&state_->mu);
   std::vector<Work> works;
-  for (const auto& bucket : buckets_) {
-    const at::ScalarType wire = WireType(options_.comm_hook, bucket.flat.scalar_type());
-    works.push_back(group_->Allreduce(at::zeros({bucket.flat.numel()}, wire), ReduceOp::kAverage));
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    works.push_back(hook_->Reduce(HookView(b, at::zeros_like(buckets_[b].flat)), *group_));
   }
   for (size_t b = 0; b < works.size(); ++b) {
     auto done = works[b].Wait(options_.timeout);
@@ -268,8 +265,8 @@ void Reducer::State::Launch(Bucket& bucket) {
     if (as_view) p.mutable_grad() = AliasOf(bucket.flat, bucket.offsets[i], p.sizes());
   }
   if (in_backward) ++stats.launched_during_backward;
-  bucket.wire = bucket.flat.to(WireType(reducer->options_.comm_hook, bucket.flat.scalar_type()));
-  bucket.work = reducer->group_->Allreduce(bucket.wire, ReduceOp::kAverage);
+  const auto index = static_cast<size_t>(&bucket - reducer->buckets_.data());
+  bucket.work = reducer->hook_->Reduce(reducer->HookView(index, bucket.flat), *reducer->group_);
 }
 
 void Reducer::State::Finalize() {
@@ -289,7 +286,6 @@ void Reducer::State::Finalize() {
       throw std::runtime_error(absl::StrCat("DistributedDataParallel: averaging gradient bucket ",
                                             b, " failed: ", result.status().ToString()));
     }
-    if (bucket.wire.data_ptr() != bucket.flat.data_ptr()) bucket.flat.copy_(bucket.wire);
     if (scale != 1.0) bucket.flat.mul_(scale);
     WriteBack(bucket);
   }

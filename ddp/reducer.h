@@ -56,6 +56,7 @@
 #include "absl/time/time.h"
 #include "common/mutex.h"
 #include "ddp/bucket_assignment.h"
+#include "ddp/comm_hook.h"
 #include "ddp/join.h"
 #include "ddp/process_group.h"
 
@@ -65,17 +66,10 @@ struct Node;
 
 namespace tessera::ddp {
 
-// How a bucket travels: as is, or compressed to 16 bits (half the bytes of
-// float; the average is computed in the 16-bit type and decompressed into
-// the gradients) — fp16 (11 significant bits, range to 65504; PyTorch's
-// fp16_compress_hook) or bfloat16 (8 significant bits, float's range, so
-// large gradients do not overflow; PyTorch's bf16_compress_hook).
-enum class CommHook { kAllreduce, kFp16Compress, kBf16Compress };
-
 struct ReducerOptions {
   BucketLimits limits;
   absl::Duration timeout = absl::Seconds(60);
-  CommHook comm_hook = CommHook::kAllreduce;
+  std::shared_ptr<CommHook> comm_hook;  // how buckets are averaged; null: AllreduceHook()
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
 };
@@ -119,11 +113,12 @@ class Reducer {
     std::vector<size_t> parameters;  // indices into parameters_
     std::vector<int64_t> offsets;    // of each parameter in `flat`
     at::Tensor flat;
-    at::Tensor wire;  // what is reduced: `flat`, or its 16-bit copy
     size_t pending = 0;
     std::optional<Work> work;
   };
 
+  // The bucket as the communication hook sees it.
+  GradBucket HookView(size_t index, const at::Tensor& flat) const;
   // Groups parameters into buckets, taking them in `order` (Note [Bucket
   // rebuild]); gradients already in the old buckets are not carried over.
   void AssignBuckets(const std::vector<size_t>& order) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mu);
@@ -137,6 +132,7 @@ class Reducer {
   std::shared_ptr<State> state_;
   ProcessGroup* const group_;
   const ReducerOptions options_;
+  const std::shared_ptr<CommHook> hook_;
 };
 
 }  // namespace tessera::ddp

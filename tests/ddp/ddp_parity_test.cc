@@ -125,8 +125,8 @@ absl::Status RunParity(ddp::ProcessGroup& group) {
   // and the hook did compress: the last step's averaged gradients are all
   // values of the 16-bit type (float averages almost never are).
   for (auto [hook, wire, atol, seed] :
-       {std::tuple{ddp::CommHook::kFp16Compress, torch::kHalf, 1e-3, 20},
-        {ddp::CommHook::kBf16Compress, torch::kBFloat16, 5e-3, 21}}) {
+       {std::tuple{ddp::Fp16CompressHook(), torch::kHalf, 1e-3, 20},
+        {ddp::Bf16CompressHook(), torch::kBFloat16, 5e-3, 21}}) {
     const std::string name = c10::toString(wire);
     ddp::DdpOptions compressed_options = options;
     compressed_options.comm_hook = hook;
