@@ -144,6 +144,7 @@ void RegisterStage(rref::ClassRegistry& classes, std::map<std::string, StageFact
         return std::make_shared<Stage>(it->second(seed));
       })
       .Method("forward", &Stage::Forward)
+      .Method("apply", &Stage::Apply)
       .Method("train_forward", &Stage::TrainForward)
       .Method("train_backward", &Stage::TrainBackward)
       .Method("activations", &Stage::Activations)

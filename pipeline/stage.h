@@ -46,6 +46,9 @@ class Stage : public std::enable_shared_from_this<Stage> {
   // server thread waits for the fetch (with many micro-batches in flight,
   // blocked threads would starve the pool that completes the fetches).
   Future<at::Tensor> Forward(rref::RRef<at::Tensor> input);
+  // The model on a tensor sent with the call (a remote module, as PyTorch's
+  // RemoteModule: recorded by distributed autograd like any call).
+  at::Tensor Apply(at::Tensor input) { return model_.forward(input); }
 
   // The scheduled path (Note [Pipeline schedules], schedule.h), in the
   // driver's distributed autograd context: TrainForward runs micro-batch
