@@ -16,7 +16,9 @@
 #include <ATen/ops/cat.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -34,6 +36,9 @@
 #include "tessera/worker.h"
 
 ABSL_FLAG(int64_t, micro_batches, 4, "micro-batches each batch is split into");
+ABSL_FLAG(std::string, schedule, "forward",
+          "forward (PipelineDriver::Forward, backward by distributed autograd), gpipe or 1f1b "
+          "(PipelineDriver::Train: a backward per micro-batch on each stage)");
 
 namespace tessera::examples {
 namespace {
@@ -60,6 +65,16 @@ std::map<std::string, pipeline::StageFactory> CnnStages() {
   return {{"cnn_features", part(true)}, {"cnn_classifier", part(false)}};
 }
 
+// This process's peak resident memory (VmHWM), in MiB.
+double PeakRssMib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) / 1024;
+  }
+  return 0;
+}
+
 double TestAccuracy(pipeline::PipelineDriver& driver, const data::Examples& test) {
   int64_t correct = 0;
   const int64_t n = test.labels.size(0);
@@ -81,7 +96,12 @@ int RunDriver(Worker& worker, const TrainingFlags& flags) {
   auto classifier =
       worker.RemoteObject<pipeline::Stage>("stage2", std::string("cnn_classifier"), seed);
   const int64_t micro_batches = absl::GetFlag(FLAGS_micro_batches);
-  pipeline::PipelineDriver driver(worker.rrefs(), {features, classifier}, micro_batches);
+  const std::string schedule = absl::GetFlag(FLAGS_schedule);
+  pipeline::PipelineOptions pipeline_options;
+  pipeline_options.micro_batches = micro_batches;
+  pipeline_options.schedule =
+      schedule == "1f1b" ? pipeline::Schedule::kOneFOneB : pipeline::Schedule::kGPipe;
+  pipeline::PipelineDriver driver(worker.rrefs(), {features, classifier}, pipeline_options);
   dist_optim::AdamOptions adam;
   adam.lr = flags.lr;
   const std::vector<rref::RRef<at::Tensor>> params = driver.ParameterRRefs();
@@ -102,8 +122,9 @@ int RunDriver(Worker& worker, const TrainingFlags& flags) {
                      resume.Save("driver", std::move(tensors), {epoch, step, 0, {}});
                    }};
   std::printf("[driver] CNN in 2 stages (stage1: convolutions, stage2: linear layers), "
-              "batch %lld in %lld micro-batches\n",
-              static_cast<long long>(flags.batch), static_cast<long long>(micro_batches));
+              "batch %lld in %lld micro-batches, schedule %s\n",
+              static_cast<long long>(flags.batch), static_cast<long long>(micro_batches),
+              schedule.c_str());
   std::fflush(stdout);
 
   ddp::DistributedSampler sampler(static_cast<size_t>(train.labels.size(0)),
@@ -111,10 +132,27 @@ int RunDriver(Worker& worker, const TrainingFlags& flags) {
   const double throughput = TrainEpochs(
       flags, train, sampler, "driver",
       [&](const at::Tensor& images, const at::Tensor& labels) {
-        return DistAutogradStep(worker.autograd(), optimizer, labels,
-                                [&] { return driver.Forward(images); });
+        if (schedule == "forward") {
+          return DistAutogradStep(worker.autograd(), optimizer, labels,
+                                  [&] { return driver.Forward(images); });
+        }
+        dist_autograd::ContextGuard context(worker.autograd());
+        const double loss =
+            driver.Train(images, labels, [](const at::Tensor& logits, const at::Tensor& y) {
+              return at::cross_entropy_loss(logits, y);
+            }).loss;
+        optimizer.Step(context.id());
+        return loss;
       },
       hooks);
+  if (schedule != "forward") {
+    const std::vector<int64_t> peaks = driver.PeakActivations();
+    std::printf("[driver] %s: at most %lld and %lld micro-batches' activations alive at once on "
+                "stage1 and stage2; stages' peak memory %.1f and %.1f MiB\n",
+                schedule.c_str(), static_cast<long long>(peaks[0]),
+                static_cast<long long>(peaks[1]), worker.RpcSync<double>("stage1", "peak_rss_mib"),
+                worker.RpcSync<double>("stage2", "peak_rss_mib"));
+  }
   std::printf(
       "[driver] test accuracy %.2f%% (%lld images), training %.0f samples/s with %lld "
       "micro-batches, %.1f s in all\n",
@@ -143,6 +181,7 @@ int main(int argc, char** argv) {
         // Ranks 1 and 2 host the stages the driver creates on them; the
         // driver's Shutdown releases them once training is done.
         pipeline::RegisterStage(worker->rrefs().classes(), examples::CnnStages());
+        worker->Register("peak_rss_mib", [] { return examples::PeakRssMib(); });
         examples::RegisterParameterLoading(*worker);
         const int status = options.rank == 0 ? examples::RunDriver(*worker, flags) : 0;
         worker->Shutdown();
