@@ -2,7 +2,8 @@
 4-layer 1024-wide MLP, batch 64, one thread per process, world size 2; each
 round a local step on both ranks (a replica without DDP), then a DDP step.
 Prints one JSON object with the same keys. DDP_COMM_HOOK=fp16 or bf16
-registers PyTorch's fp16_compress_hook or bf16_compress_hook. Run with
+registers PyTorch's fp16_compress_hook or bf16_compress_hook, powersgd:R its
+powerSGD_hook at rank R (start_powerSGD_iter 2, as Tessera's). Run with
 /usr/bin/python3."""
 import json
 import os
@@ -11,6 +12,7 @@ import time
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powerSGD
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch_two_processes import run_two_processes
 
@@ -53,7 +55,12 @@ def run(rank, port, out):
         local = Stepper(mlp())
         model = DDP(mlp(), bucket_cap_mb=mb)
         hook = os.environ.get("DDP_COMM_HOOK", "")
-        if hook in ("fp16", "bf16"):
+        if hook.startswith("powersgd"):
+            rank_r = int(hook.split(":")[1]) if ":" in hook else 1
+            state = powerSGD.PowerSGDState(process_group=None, matrix_approximation_rank=rank_r,
+                                           start_powerSGD_iter=2, min_compression_rate=2)
+            model.register_comm_hook(state, powerSGD.powerSGD_hook)
+        elif hook in ("fp16", "bf16"):
             try:
                 model.register_comm_hook(None, getattr(default_hooks, f"{hook}_compress_hook"))
             except TypeError as e:  # 1.13's bf16 hook: "required CUDA 11+ and NCCL 2.10+"
