@@ -35,20 +35,25 @@ ABSL_FLAG(int64_t, requests, 4000, "inference calls each client makes per phase"
 ABSL_FLAG(int64_t, in_flight, 64, "calls each client keeps in flight");
 ABSL_FLAG(int64_t, max_batch, 128, "most requests the server runs as one batch");
 ABSL_FLAG(int64_t, max_delay_us, 2000, "longest a request waits for its batch to fill");
+ABSL_FLAG(int64_t, hidden, 64, "width of the served MLP's hidden layers");
+ABSL_FLAG(int64_t, layers, 8, "layers of the served MLP");
 ABSL_FLAG(int32_t, batch_threads, 1, "threads running batches (the unbatched calls use the pool)");
 
 namespace tessera::examples {
 namespace {
 
-constexpr int64_t kInput = 256, kHidden = 256, kOutput = 16;
+constexpr int64_t kInput = 256, kOutput = 16;
 
 // An MLP with fixed weights (seed 0): the server serves it, every client
-// recomputes it to check answers.
+// recomputes it to check answers. --layers linear layers, ReLU between.
 class Mlp {
  public:
   Mlp() {
     at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(0);
-    for (auto [in, out] : {std::pair{kInput, kHidden}, {kHidden, kHidden}, {kHidden, kOutput}}) {
+    const int64_t hidden = absl::GetFlag(FLAGS_hidden), layers = absl::GetFlag(FLAGS_layers);
+    for (int64_t layer = 0; layer < layers; ++layer) {
+      const int64_t in = layer == 0 ? kInput : hidden;
+      const int64_t out = layer + 1 == layers ? kOutput : hidden;
       weights_.push_back(at::randn({out, in}, generator) / std::sqrt(static_cast<double>(in)));
       biases_.push_back(at::randn({out}, generator) * 0.1);
     }
@@ -125,10 +130,11 @@ int RunServer(Worker& worker) {
     phases.Record(phase, requests, wrong, start, end);
     return true;
   });
-  std::printf("[server] serving a %lldx%lldx%lldx%lld MLP to %d clients (batches of up to %lld, "
-              "waiting at most %lld us)\n",
-              static_cast<long long>(kInput), static_cast<long long>(kHidden),
-              static_cast<long long>(kHidden), static_cast<long long>(kOutput), phases.clients,
+  std::printf("[server] serving an MLP of %lld layers (%lld -> %lld ... -> %lld) to %d clients "
+              "(batches of up to %lld, waiting at most %lld us)\n",
+              static_cast<long long>(absl::GetFlag(FLAGS_layers)), static_cast<long long>(kInput),
+              static_cast<long long>(absl::GetFlag(FLAGS_hidden)),
+              static_cast<long long>(kOutput), phases.clients,
               static_cast<long long>(absl::GetFlag(FLAGS_max_batch)),
               static_cast<long long>(absl::GetFlag(FLAGS_max_delay_us)));
   worker.Shutdown();  // once every client is done
