@@ -15,7 +15,10 @@
 #include <chrono>
 #include <cstdio>
 
+#include "absl/flags/flag.h"
 #include "checkpoint/optimizer_state.h"
+#include "ddp/comm_hook.h"
+#include "ddp/zero_redundancy_optimizer.h"
 #include "data/fashion_mnist.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/distributed_sampler.h"
@@ -23,6 +26,11 @@
 #include "examples/common/fashion_cnn.h"
 #include "examples/common/resume.h"
 #include "examples/common/training.h"
+
+ABSL_FLAG(bool, zero, false,
+          "shard Adam's state across the ranks (ddp::ZeroRedundancyOptimizer)");
+ABSL_FLAG(std::string, comm_hook, "allreduce",
+          "how gradient buckets travel: allreduce, fp16, bf16, powersgd or powersgd:R");
 
 namespace {
 
@@ -67,7 +75,22 @@ int Train(const tessera::examples::TrainingFlags& flags) {
   tessera::examples::Resume resume(flags, "ddp_fashion_mnist", rank == 0);
   if (resume.last().has_value()) Restore(*resume.last(), net, optimizer);
   const tessera::checkpoint::TrainingPosition start_at = resume.Start(who);
-  auto ddp = tessera::ddp::DistributedDataParallel::Create(net.ptr(), group);
+  tessera::ddp::DdpOptions ddp_options;
+  ddp_options.comm_hook = tessera::ddp::CommHookNamed(absl::GetFlag(FLAGS_comm_hook));
+  tessera::examples::Require(ddp_options.comm_hook != nullptr,
+                             "--comm_hook: allreduce, fp16, bf16, powersgd or powersgd:R");
+  auto ddp = tessera::ddp::DistributedDataParallel::Create(net.ptr(), group, ddp_options);
+  // With --zero each rank keeps Adam's state for its shard only.
+  std::unique_ptr<tessera::ddp::ZeroRedundancyOptimizer> zero;
+  if (absl::GetFlag(FLAGS_zero)) {
+    tessera::examples::Require(flags.checkpoint_dir.empty(),
+                               "--zero does not take --checkpoint_dir (sharded state)");
+    zero = std::make_unique<tessera::ddp::ZeroRedundancyOptimizer>(
+        net->parameters(), group, [&](std::vector<at::Tensor> shard) {
+          return std::make_unique<torch::optim::Adam>(std::move(shard),
+                                                      torch::optim::AdamOptions(flags.lr));
+        });
+  }
 
   tessera::ddp::DistributedSampler sampler(static_cast<size_t>(train.labels.size(0)),
                                            {world, rank, /*shuffle=*/true, /*seed=*/1, false});
@@ -92,10 +115,10 @@ int Train(const tessera::examples::TrainingFlags& flags) {
       auto index = torch::tensor(idx);
       auto x = train.images.index_select(0, index);
       auto y = train.labels.index_select(0, index);
-      optimizer.zero_grad();
+      if (zero != nullptr) zero->ZeroGrad(); else optimizer.zero_grad();
       auto loss = torch::cross_entropy_loss(net->forward(x), y);
       loss.backward();
-      optimizer.step();
+      if (zero != nullptr) zero->Step(); else optimizer.step();
       loss_sum += loss.item<double>();
       window_loss += loss.item<double>();
       ++batches;
@@ -118,6 +141,16 @@ int Train(const tessera::examples::TrainingFlags& flags) {
                   loss_sum / batches, batches * flags.batch * (epoch + 1) / seconds, seconds);
       std::fflush(stdout);
     }
+  }
+  if (rank == 0 && zero != nullptr) {
+    int64_t mine = 0, all = 0;
+    for (size_t i = 0; i < net->parameters().size(); ++i) {
+      all += net->parameters()[i].numel();
+      if (zero->OwnerOf(i) == rank) mine += net->parameters()[i].numel();
+    }
+    std::printf("ZeRO: rank 0 held Adam's state for %lld of %lld parameters (%lld bytes)\n",
+                static_cast<long long>(mine), static_cast<long long>(all),
+                static_cast<long long>(zero->StateBytes()));
   }
   if (rank == 0) {
     torch::NoGradGuard no_grad;
