@@ -15,4 +15,5 @@ for name, r in (("tessera", ours), ("pytorch", theirs)):
     print(f"{name:10}{r['adam_ms']:>13.1f}{r['zero_ms']:>13.1f}{r['ratio']:>11.2f}"
           f"{r['adam_state_bytes'] / 2**20:>21.1f}{r['zero_state_bytes'] / 2**20:>21.1f}")
 print(f"ZeRO step, tessera / pytorch: {ours['zero_ms'] / theirs['zero_ms']:.2f}")
+print(f"tessera overlap_with_ddp: {ours['overlap_ms']:.1f} ms ({ours['overlap_ratio']:.2f} x DDP+Adam)")
 PY

@@ -30,6 +30,8 @@ struct GradBucket {
   at::Tensor flat;
   // Views into `flat`, one per parameter of the bucket, in its shape.
   std::vector<at::Tensor> gradients;
+  // The bucket's parameters, in the same order (for hooks that step them).
+  std::vector<at::Tensor> parameters;
 };
 
 class CommHook {

@@ -105,10 +105,11 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, ProcessGroup* group, Reduce
 
 GradBucket Reducer::HookView(size_t index, const at::Tensor& flat) const {
   const Bucket& bucket = buckets_[index];
-  GradBucket view{index, flat, {}};
+  GradBucket view{index, flat, {}, {}};
   for (size_t i = 0; i < bucket.parameters.size(); ++i) {
     const at::Tensor& p = parameters_[bucket.parameters[i]];
     view.gradients.push_back(flat.narrow(0, bucket.offsets[i], p.numel()).view(p.sizes()));
+    view.parameters.push_back(p);
   }
   return view;
 }

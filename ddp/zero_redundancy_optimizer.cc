@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/optimizer_state.h"
 #include "common/status.h"
+#include "ddp/comm_hook.h"
 
 namespace tessera::ddp {
 
@@ -30,17 +31,96 @@ std::vector<std::vector<size_t>> PartitionBySize(const std::vector<int64_t>& num
   return shards;
 }
 
+// Steps a bucket's owned parameters once its average is in, then shares
+// each owner's updated parameters of the bucket (Note [Sharded optimizer
+// state], overlap with DDP).
+class ZeroRedundancyOptimizer::OverlapHookImpl final : public CommHook {
+ public:
+  explicit OverlapHookImpl(ZeroRedundancyOptimizer* zero)
+      : zero_(zero), tail_(Work::Ready(std::monostate{})) {}
+
+  Work Reduce(const GradBucket& bucket, ProcessGroup& group) override {
+    tail_ = tail_.Then([this, bucket, &group](const absl::StatusOr<std::monostate>& before) -> Work {
+      if (!before.ok()) return Work::Ready(before.status());
+      return group.Allreduce(bucket.flat, ReduceOp::kAverage)
+          .Then([this, bucket, &group](const absl::StatusOr<std::monostate>& averaged) -> Work {
+            if (!averaged.ok()) return Work::Ready(averaged.status());
+            return StepAndShare(bucket, group);
+          });
+    });
+    return tail_;
+  }
+  std::string name() const override { return "zero_overlap"; }
+
+ private:
+  Work StepAndShare(const GradBucket& bucket, ProcessGroup& group) {
+    std::vector<std::vector<size_t>> by_owner(group.size());  // positions in the bucket
+    for (size_t i = 0; i < bucket.parameters.size(); ++i) {
+      by_owner[zero_->owner_[IndexOf(bucket.parameters[i])]].push_back(i);
+    }
+    for (size_t i : by_owner[group.rank()]) {
+      at::Tensor p = bucket.parameters[i];
+      p.mutable_grad() = bucket.gradients[i].clone();
+      zero_->per_parameter_.at(IndexOf(p))->step();
+    }
+    std::vector<Work> shared;
+    for (int rank = 0; rank < group.size(); ++rank) {
+      if (by_owner[rank].empty()) continue;
+      std::vector<at::Tensor> pieces;
+      for (size_t i : by_owner[rank]) pieces.push_back(bucket.parameters[i].detach().reshape({-1}));
+      at::Tensor flat = at::cat(pieces);
+      shared.push_back(group.Broadcast(flat, rank).Then(
+          [bucket, positions = by_owner[rank], flat, mine = rank == group.rank()](
+              const absl::StatusOr<std::monostate>& done) -> absl::StatusOr<std::monostate> {
+            if (!done.ok() || mine) return done;
+            at::NoGradGuard no_grad;
+            int64_t offset = 0;
+            for (size_t i : positions) {
+              const at::Tensor& p = bucket.parameters[i];
+              p.detach().copy_(flat.narrow(0, offset, p.numel()).view(p.sizes()));
+              offset += p.numel();
+            }
+            return done;
+          }));
+    }
+    return WhenAllOk(shared).Then(
+        [](const absl::StatusOr<bool>& all) -> absl::StatusOr<std::monostate> {
+          if (!all.ok()) return all.status();
+          return std::monostate{};
+        });
+  }
+
+  size_t IndexOf(const at::Tensor& p) const {
+    auto it = zero_->index_of_.find(p.unsafeGetTensorImpl());
+    if (it == zero_->index_of_.end()) {
+      throw std::invalid_argument("ZeroRedundancyOptimizer: DDP's parameter is not one of ours");
+    }
+    return it->second;
+  }
+
+  ZeroRedundancyOptimizer* const zero_;
+  Work tail_;
+};
+
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<at::Tensor> parameters,
                                                  ProcessGroup* group,
                                                  const ShardOptimizerFactory& make_optimizer,
-                                                 absl::Duration timeout)
-    : parameters_(std::move(parameters)), group_(group), timeout_(timeout) {
+                                                 ZeroOptions options)
+    : parameters_(std::move(parameters)), group_(group), options_(options) {
   std::vector<int64_t> numels;
-  for (const auto& p : parameters_) numels.push_back(p.numel());
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    numels.push_back(parameters_[i].numel());
+    index_of_[parameters_[i].unsafeGetTensorImpl()] = i;
+  }
   shards_ = PartitionBySize(numels, group_->size());
   owner_.assign(parameters_.size(), 0);
   for (int rank = 0; rank < group_->size(); ++rank) {
     for (size_t index : shards_[rank]) owner_[index] = rank;
+  }
+  if (options_.overlap_with_ddp) {
+    for (size_t index : shard()) per_parameter_[index] = make_optimizer({parameters_[index]});
+    overlap_hook_ = std::make_shared<OverlapHookImpl>(this);
+    return;
   }
   std::vector<at::Tensor> mine;
   for (size_t index : shard()) mine.push_back(parameters_[index]);
@@ -50,6 +130,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<at::Tensor> paramet
 ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() = default;
 
 void ZeroRedundancyOptimizer::Step() {
+  if (options_.overlap_with_ddp) return;  // done by the hook during backward
   local_->step();
   at::NoGradGuard no_grad;
   // Issued in rank order on every rank, so the broadcasts match up.
@@ -67,7 +148,7 @@ void ZeroRedundancyOptimizer::Step() {
     works.push_back(group_->Broadcast(flats[rank], rank));
   }
   for (int rank = 0; rank < group_->size(); ++rank) {
-    auto done = works[rank].Wait(timeout_);
+    auto done = works[rank].Wait(options_.timeout);
     if (!done.ok()) {
       throw StatusError(Annotate(done.status(),
                                  absl::StrCat("ZeroRedundancyOptimizer: sharing the parameters "
@@ -90,7 +171,12 @@ void ZeroRedundancyOptimizer::ZeroGrad() {
 }
 
 int64_t ZeroRedundancyOptimizer::StateBytes() const {
-  return checkpoint::SaveOptimizerState(*local_).numel();
+  if (local_ != nullptr) return checkpoint::SaveOptimizerState(*local_).numel();
+  int64_t bytes = 0;
+  for (const auto& [index, optimizer] : per_parameter_) {
+    bytes += checkpoint::SaveOptimizerState(*optimizer).numel();
+  }
+  return bytes;
 }
 
 }  // namespace tessera::ddp

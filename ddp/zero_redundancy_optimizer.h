@@ -25,13 +25,29 @@
 // moves about twice that. Every rank ends the step with the same
 // parameters as a plain optimizer stepping all of them would give.
 //
-// Thread-safety: none; call from the training loop's thread.
+// Overlap with DDP (PyTorch's overlap_with_ddp): with
+// ZeroOptions::overlap_with_ddp, OverlapHook() is DDP's communication hook
+// (set it in DdpOptions::comm_hook before creating DDP). When a gradient
+// bucket's average is in, each rank steps the parameters of that bucket it
+// owns, and each owner's updated parameters of the bucket are broadcast —
+// during backward, while earlier layers' gradients are still being
+// computed; Step() then has nothing left to do. Each owned parameter has an
+// optimizer of its own (built by the factory over that one parameter), so
+// a bucket's parameters step alone. Buckets' collectives are chained in
+// bucket order so every rank issues them alike. Parameters are updated in
+// place during backward: a parameter used twice in the graph (weights
+// shared across layers) would fail autograd's in-place check, as in PyTorch.
+//
+// Thread-safety: none; call from the training loop's thread (the overlap
+// hook runs on the process group's threads during backward).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -44,6 +60,13 @@ class Optimizer;
 
 namespace tessera::ddp {
 
+class CommHook;
+
+struct ZeroOptions {
+  bool overlap_with_ddp = false;
+  absl::Duration timeout = DefaultTimeout();
+};
+
 using ShardOptimizerFactory =
     std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<at::Tensor> shard)>;
 
@@ -51,13 +74,15 @@ class ZeroRedundancyOptimizer {
  public:
   // `parameters` in the same order on every rank (a module's parameters()).
   ZeroRedundancyOptimizer(std::vector<at::Tensor> parameters, ProcessGroup* group,
-                          const ShardOptimizerFactory& make_optimizer,
-                          absl::Duration timeout = DefaultTimeout());
+                          const ShardOptimizerFactory& make_optimizer, ZeroOptions options = {});
   ~ZeroRedundancyOptimizer();
 
   // Steps this rank's shard, then brings every rank's updated shard to all.
   // Throws StatusError naming the rank whose shard could not be shared.
+  // With overlap_with_ddp: nothing (the hook did it during backward).
   void Step();
+  // DDP's communication hook for overlap_with_ddp (null otherwise).
+  std::shared_ptr<CommHook> OverlapHook() { return overlap_hook_; }
   // Clears the gradients of all parameters (not only the shard's).
   void ZeroGrad();
 
@@ -65,18 +90,26 @@ class ZeroRedundancyOptimizer {
   int OwnerOf(size_t index) const { return owner_[index]; }
   // Indices of the parameters this rank owns, in parameter order.
   const std::vector<size_t>& shard() const { return shards_[group_->rank()]; }
-  // The wrapped optimizer over this rank's shard (its state is this rank's).
+  // The wrapped optimizer over this rank's shard (its state is this rank's);
+  // with overlap_with_ddp, that of each owned parameter.
   torch::optim::Optimizer& local_optimizer() { return *local_; }
+  torch::optim::Optimizer& parameter_optimizer(size_t index) { return *per_parameter_.at(index); }
   // Bytes of optimizer state held here (LibTorch's serialization of it).
   int64_t StateBytes() const;
 
  private:
+  class OverlapHookImpl;
+
   std::vector<at::Tensor> parameters_;
   ProcessGroup* const group_;
-  const absl::Duration timeout_;
+  const ZeroOptions options_;
+  std::unordered_map<const c10::TensorImpl*, size_t> index_of_;
   std::vector<int> owner_;                   // per parameter
   std::vector<std::vector<size_t>> shards_;  // per rank, parameter indices
-  std::unique_ptr<torch::optim::Optimizer> local_;
+  std::unique_ptr<torch::optim::Optimizer> local_;  // without overlap
+  // With overlap: per owned parameter index.
+  std::map<size_t, std::unique_ptr<torch::optim::Optimizer>> per_parameter_;
+  std::shared_ptr<CommHook> overlap_hook_;
 };
 
 // Note [Sharded optimizer state]'s partition: per rank, the indices of the

@@ -29,6 +29,8 @@
 
 ABSL_FLAG(bool, zero, false,
           "shard Adam's state across the ranks (ddp::ZeroRedundancyOptimizer)");
+ABSL_FLAG(bool, zero_overlap, false,
+          "with --zero: step each gradient bucket's shard as its average arrives, in DDP's hook");
 ABSL_FLAG(std::string, comm_hook, "allreduce",
           "how gradient buckets travel: allreduce, fp16, bf16, powersgd or powersgd:R");
 
@@ -79,18 +81,27 @@ int Train(const tessera::examples::TrainingFlags& flags) {
   ddp_options.comm_hook = tessera::ddp::CommHookNamed(absl::GetFlag(FLAGS_comm_hook));
   tessera::examples::Require(ddp_options.comm_hook != nullptr,
                              "--comm_hook: allreduce, fp16, bf16, powersgd or powersgd:R");
-  auto ddp = tessera::ddp::DistributedDataParallel::Create(net.ptr(), group, ddp_options);
   // With --zero each rank keeps Adam's state for its shard only.
   std::unique_ptr<tessera::ddp::ZeroRedundancyOptimizer> zero;
   if (absl::GetFlag(FLAGS_zero)) {
     tessera::examples::Require(flags.checkpoint_dir.empty(),
                                "--zero does not take --checkpoint_dir (sharded state)");
+    tessera::ddp::ZeroOptions zero_options;
+    zero_options.overlap_with_ddp = absl::GetFlag(FLAGS_zero_overlap);
     zero = std::make_unique<tessera::ddp::ZeroRedundancyOptimizer>(
-        net->parameters(), group, [&](std::vector<at::Tensor> shard) {
+        net->parameters(), group,
+        [&](std::vector<at::Tensor> shard) {
           return std::make_unique<torch::optim::Adam>(std::move(shard),
                                                       torch::optim::AdamOptions(flags.lr));
-        });
+        },
+        zero_options);
+    if (zero_options.overlap_with_ddp) {
+      tessera::examples::Require(absl::GetFlag(FLAGS_comm_hook) == "allreduce",
+                                 "--zero_overlap is itself the communication hook: no --comm_hook");
+      ddp_options.comm_hook = zero->OverlapHook();
+    }
   }
+  auto ddp = tessera::ddp::DistributedDataParallel::Create(net.ptr(), group, ddp_options);
 
   tessera::ddp::DistributedSampler sampler(static_cast<size_t>(train.labels.size(0)),
                                            {world, rank, /*shuffle=*/true, /*seed=*/1, false});

@@ -93,7 +93,62 @@ absl::Status ZeroMatchesPlainAdamWithStateSharded(ddp::ProcessGroup& group) {
   return absl::OkStatus();
 }
 
+// overlap_with_ddp: each bucket's owned parameters step in DDP's hook during
+// backward; after N steps the same parameters as DDP + Adam, and Step()
+// has nothing left to do.
+absl::Status OverlappedZeroMatchesPlainAdam(ddp::ProcessGroup& group) {
+  auto sharded = Model();
+  auto plain = Model();
+  ddp::ZeroOptions zero_options;
+  zero_options.overlap_with_ddp = true;
+  ddp::ZeroRedundancyOptimizer zero(sharded->parameters(), &group, Adam, zero_options);
+  ddp::DdpOptions ddp_options;
+  ddp_options.comm_hook = zero.OverlapHook();
+  ddp_options.first_bucket_cap_mb = 0.001;  // several buckets, so steps overlap backward
+  ddp_options.bucket_cap_mb = 0.002;
+  auto sharded_ddp = ddp::DistributedDataParallel::Create(sharded, &group, ddp_options);
+  auto plain_ddp = ddp::DistributedDataParallel::Create(plain, &group, {});
+  if (sharded_ddp->num_buckets() < 2) return absl::InternalError("expected several buckets");
+  auto adam = Adam(plain->parameters());
+  for (int step = 0; step < kSteps; ++step) {
+    torch::manual_seed(100 * step + group.rank());
+    const torch::Tensor x = torch::randn({8, 12}), y = torch::randn({8, 4});
+    zero.ZeroGrad();
+    torch::mse_loss(sharded->forward(x), y).backward();  // steps here
+    zero.Step();
+    adam->zero_grad();
+    torch::mse_loss(plain->forward(x), y).backward();
+    adam->step();
+  }
+  const auto got = sharded->parameters(), want = plain->parameters();
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!torch::allclose(got[i], want[i], 1e-5, 1e-6)) {
+      return absl::InternalError(absl::StrCat("rank ", group.rank(), ": overlapped parameter ", i,
+                                              " differs from DDP + Adam by ",
+                                              (got[i] - want[i]).abs().max().item<float>()));
+    }
+  }
+  if (sharded_ddp->last_pass().launched_before_last_gradient < 1) {
+    return absl::InternalError("no bucket (so no step) started before backward's last gradient");
+  }
+  int64_t owned = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (zero.OwnerOf(i) != group.rank()) continue;
+    ++owned;
+    if (zero.parameter_optimizer(i).state().size() != 1) {
+      return absl::InternalError(absl::StrCat("owned parameter ", i, " has no Adam state"));
+    }
+  }
+  if (owned == 0 || owned == static_cast<int64_t>(got.size())) {
+    return absl::InternalError(absl::StrCat("rank ", group.rank(), " owns ", owned, " of ",
+                                            got.size(), " parameters"));
+  }
+  return absl::OkStatus();
+}
+
 class ZeroRedundancyOptimizerTest : public TwoRankGlooTest {};
+TESSERA_TWO_RANK_TEST(ZeroRedundancyOptimizerTest, OverlappedWithDdpMatchesPlainAdam,
+                      OverlappedZeroMatchesPlainAdam)
 TESSERA_TWO_RANK_TEST(ZeroRedundancyOptimizerTest, MatchesPlainAdamWithStateSharded,
                       ZeroMatchesPlainAdamWithStateSharded)
 
