@@ -22,6 +22,7 @@
 #include "ddp/distributed_data_parallel.h"
 #include "bench/gloo_group.h"
 #include "bench/median.h"
+#include "bench/mlp.h"
 #include "bench/two_processes.h"
 
 namespace {
@@ -31,14 +32,6 @@ using tessera::bench::Median;
 using Clock = std::chrono::steady_clock;
 constexpr int kWarmUp = 2;
 constexpr int kRounds = 15;
-
-std::shared_ptr<torch::nn::SequentialImpl> Mlp() {
-  torch::manual_seed(0);
-  return std::make_shared<torch::nn::SequentialImpl>(
-      torch::nn::Linear(1024, 1024), torch::nn::ReLU(), torch::nn::Linear(1024, 1024),
-      torch::nn::ReLU(), torch::nn::Linear(1024, 1024), torch::nn::ReLU(),
-      torch::nn::Linear(1024, 1024));
-}
 
 // One SGD step of `model` on (x, y), in milliseconds.
 struct Stepper {
@@ -75,8 +68,8 @@ int RunRank(int rank, int port, const std::vector<std::string>&) {
   const torch::Tensor y = torch::randn({64, 1024});
   std::string json;
   for (int mb : {1, 5, 25, 100}) {
-    Stepper local(Mlp());
-    Stepper replicated(Mlp());
+    Stepper local(tessera::bench::Mlp1024());
+    Stepper replicated(tessera::bench::Mlp1024());
     tessera::ddp::DdpOptions options;
     options.bucket_cap_mb = mb;
     options.comm_hook = CommHookFromEnv();

@@ -14,19 +14,10 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powerSGD
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch_mlp import mlp
 from torch_two_processes import run_two_processes
 
 WARM_UP, ROUNDS = 2, 15
-
-
-def mlp():
-    torch.manual_seed(0)
-    layers = []
-    for i in range(4):
-        layers.append(torch.nn.Linear(1024, 1024))
-        if i < 3:
-            layers.append(torch.nn.ReLU())
-    return torch.nn.Sequential(*layers)
 
 
 class Stepper:

@@ -9,19 +9,10 @@ import torch
 import torch.distributed as dist
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch_mlp import mlp
 from torch_two_processes import run_two_processes
 
 WARM_UP, ROUNDS = 2, 15
-
-
-def mlp():
-    torch.manual_seed(0)
-    layers = []
-    for i in range(4):
-        layers.append(torch.nn.Linear(1024, 1024))
-        if i < 3:
-            layers.append(torch.nn.ReLU())
-    return torch.nn.Sequential(*layers)
 
 
 def state_bytes(optimizer):

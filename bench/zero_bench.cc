@@ -15,6 +15,7 @@
 
 #include "bench/gloo_group.h"
 #include "bench/median.h"
+#include "bench/mlp.h"
 #include "bench/two_processes.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/zero_redundancy_optimizer.h"
@@ -24,14 +25,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int kWarmUp = 2;
 constexpr int kRounds = 15;
-
-std::shared_ptr<torch::nn::SequentialImpl> Mlp() {
-  torch::manual_seed(0);
-  return std::make_shared<torch::nn::SequentialImpl>(
-      torch::nn::Linear(1024, 1024), torch::nn::ReLU(), torch::nn::Linear(1024, 1024),
-      torch::nn::ReLU(), torch::nn::Linear(1024, 1024), torch::nn::ReLU(),
-      torch::nn::Linear(1024, 1024));
-}
 
 std::unique_ptr<torch::optim::Optimizer> Adam(std::vector<at::Tensor> params) {
   return std::make_unique<torch::optim::Adam>(std::move(params), torch::optim::AdamOptions(1e-3));
@@ -60,7 +53,7 @@ int RunRank(int rank, int port, const std::vector<std::string>&) {
   if (!connected.ok()) return 1;
   tessera::ddp::ProcessGroup* group = connected->group.get();
   const torch::Tensor x = torch::randn({64, 1024}), y = torch::randn({64, 1024});
-  auto plain_model = Mlp(), zero_model = Mlp(), overlap_model = Mlp();
+  auto plain_model = tessera::bench::Mlp1024(), zero_model = tessera::bench::Mlp1024(), overlap_model = tessera::bench::Mlp1024();
   auto plain_ddp = tessera::ddp::DistributedDataParallel::Create(plain_model, group);
   auto zero_ddp = tessera::ddp::DistributedDataParallel::Create(zero_model, group);
   auto plain = Adam(plain_model->parameters());

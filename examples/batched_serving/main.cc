@@ -27,9 +27,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "common/flags.h"
 #include "examples/batched_serving/batcher.h"
-#include "tessera/worker.h"
+#include "examples/common/worker_example.h"
 
 ABSL_FLAG(int64_t, requests, 1000, "inference calls each client makes per phase");
 ABSL_FLAG(int64_t, in_flight, 64, "calls each client keeps in flight");
@@ -197,7 +196,6 @@ int RunClient(Worker& worker) {
                 kPhases[phase], static_cast<long long>(requests), static_cast<long long>(wrong),
                 requests / (end - start));
   }
-  worker.Shutdown();
   return 0;
 }
 
@@ -205,22 +203,16 @@ int RunClient(Worker& worker) {
 }  // namespace tessera::examples
 
 int main(int argc, char** argv) {
-  using namespace tessera;
-  ParseFlags(argc, argv,
-             "Batched serving over RPC: a server batches single-row inference calls from "
-             "many clients; run it with tessera-run --nproc_per_node N (N >= 2).");
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  try {
-    WorkerOptions options = WorkerOptions::FromEnv();
-    if (options.world_size < 2) {
-      std::fprintf(stderr, "batched_serving: needs a server and clients: --nproc_per_node >= 2\n");
-      return 2;
-    }
-    options.name = options.rank == 0 ? "server" : absl::StrCat("client", options.rank);
-    auto worker = Worker::Start(options);
-    return options.rank == 0 ? examples::RunServer(*worker) : examples::RunClient(*worker);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "batched_serving: %s\n", e.what());
-    return 1;
-  }
+  using tessera::examples::RunClient;
+  using tessera::examples::RunServer;
+  return tessera::examples::RunWorkerExample(
+      argc, argv,
+      {"batched_serving",
+       "Batched serving over RPC: a server batches single-row inference calls from many "
+       "clients; run it with tessera-run --nproc_per_node N (N >= 2).",
+       2, 1 << 20, "needs a server and clients: --nproc_per_node >= 2",
+       [](int rank) { return rank == 0 ? std::string("server") : absl::StrCat("client", rank); },
+       [](tessera::Worker& worker) {
+         return worker.rank() == 0 ? RunServer(worker) : RunClient(worker);
+       }});
 }

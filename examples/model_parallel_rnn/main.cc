@@ -22,12 +22,11 @@
 #include <cstdio>
 
 #include "absl/flags/flag.h"
-#include "common/flags.h"
 #include "dist_autograd/dist_autograd.h"
 #include "dist_optim/distributed_optimizer.h"
 #include "pipeline/stage.h"
 #include "rref/remote.h"
-#include "tessera/worker.h"
+#include "examples/common/worker_example.h"
 
 ABSL_FLAG(int64_t, steps, 300, "training steps");
 ABSL_FLAG(int64_t, batch, 32, "sequences a step");
@@ -121,26 +120,17 @@ int RunTrainer(Worker& worker) {
 }  // namespace tessera::examples
 
 int main(int argc, char** argv) {
-  using namespace tessera;
-  ParseFlags(argc, argv,
-             "A model-parallel RNN (embedding and decoder on a parameter server, LSTM on the "
-             "trainer) trained with distributed autograd; run it with tessera-run "
-             "--nproc_per_node 2.");
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  try {
-    WorkerOptions options = WorkerOptions::FromEnv();
-    if (options.world_size != 2) {
-      std::fprintf(stderr, "model_parallel_rnn: runs as 2 workers: --nproc_per_node 2\n");
-      return 2;
-    }
-    options.name = options.rank == 0 ? "trainer" : "ps";
-    auto worker = Worker::Start(options);
-    pipeline::RegisterStage(worker->rrefs().classes(), examples::ServerParts());
-    const int status = options.rank == 0 ? examples::RunTrainer(*worker) : 0;
-    worker->Shutdown();
-    return status;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "model_parallel_rnn: %s\n", e.what());
-    return 1;
-  }
+  return tessera::examples::RunWorkerExample(
+      argc, argv,
+      {"model_parallel_rnn",
+       "A model-parallel RNN (embedding and decoder on a parameter server, LSTM on the "
+       "trainer) trained with distributed autograd; run it with tessera-run "
+       "--nproc_per_node 2.",
+       2, 2, "runs as 2 workers: --nproc_per_node 2",
+       [](int rank) { return std::string(rank == 0 ? "trainer" : "ps"); },
+       [](tessera::Worker& worker) {
+         tessera::pipeline::RegisterStage(worker.rrefs().classes(),
+                                          tessera::examples::ServerParts());
+         return worker.rank() == 0 ? tessera::examples::RunTrainer(worker) : 0;
+       }});
 }

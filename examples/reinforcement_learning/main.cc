@@ -17,10 +17,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "common/flags.h"
 #include "examples/reinforcement_learning/agent.h"
 #include "examples/reinforcement_learning/cart_pole.h"
-#include "tessera/worker.h"
+#include "examples/common/worker_example.h"
 
 ABSL_FLAG(int64_t, rounds, 150, "rounds of episodes (one episode per observer each)");
 ABSL_FLAG(int64_t, max_steps, 200, "longest episode");
@@ -96,24 +95,16 @@ int RunObserver(Worker& worker) {
 }  // namespace tessera::examples
 
 int main(int argc, char** argv) {
-  using namespace tessera;
-  ParseFlags(argc, argv,
-             "Reinforcement learning over RPC: an agent holds the policy, observers run "
-             "CartPole and ask it for actions; run it with tessera-run --nproc_per_node N "
-             "(N >= 2).");
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  try {
-    WorkerOptions options = WorkerOptions::FromEnv();
-    if (options.world_size < 2) {
-      std::fprintf(stderr, "reinforcement_learning: needs an agent and observers: "
-                           "--nproc_per_node >= 2\n");
-      return 2;
-    }
-    options.name = options.rank == 0 ? "agent" : absl::StrCat("observer", options.rank);
-    auto worker = Worker::Start(options);
-    return options.rank == 0 ? examples::RunAgent(*worker) : examples::RunObserver(*worker);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "reinforcement_learning: %s\n", e.what());
-    return 1;
-  }
+  using tessera::examples::RunAgent;
+  using tessera::examples::RunObserver;
+  return tessera::examples::RunWorkerExample(
+      argc, argv,
+      {"reinforcement_learning",
+       "Reinforcement learning over RPC: an agent holds the policy, observers run CartPole "
+       "and ask it for actions; run it with tessera-run --nproc_per_node N (N >= 2).",
+       2, 1 << 20, "needs an agent and observers: --nproc_per_node >= 2",
+       [](int rank) { return rank == 0 ? std::string("agent") : absl::StrCat("observer", rank); },
+       [](tessera::Worker& worker) {
+         return worker.rank() == 0 ? RunAgent(worker) : RunObserver(worker);
+       }});
 }
