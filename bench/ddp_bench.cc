@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "ddp/distributed_data_parallel.h"
 #include "bench/gloo_group.h"
 #include "bench/median.h"
 #include "bench/mlp.h"
 #include "bench/two_processes.h"
+#include "ddp/distributed_data_parallel.h"
 
 namespace {
 

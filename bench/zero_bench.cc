@@ -53,7 +53,8 @@ int RunRank(int rank, int port, const std::vector<std::string>&) {
   if (!connected.ok()) return 1;
   tessera::ddp::ProcessGroup* group = connected->group.get();
   const torch::Tensor x = torch::randn({64, 1024}), y = torch::randn({64, 1024});
-  auto plain_model = tessera::bench::Mlp1024(), zero_model = tessera::bench::Mlp1024(), overlap_model = tessera::bench::Mlp1024();
+  auto plain_model = tessera::bench::Mlp1024(), zero_model = tessera::bench::Mlp1024(),
+       overlap_model = tessera::bench::Mlp1024();
   auto plain_ddp = tessera::ddp::DistributedDataParallel::Create(plain_model, group);
   auto zero_ddp = tessera::ddp::DistributedDataParallel::Create(zero_model, group);
   auto plain = Adam(plain_model->parameters());
@@ -91,12 +92,12 @@ int RunRank(int rank, int port, const std::vector<std::string>&) {
   }
   using tessera::bench::Median;
   if (rank == 0) {
-    std::printf("{\"adam_ms\": %f, \"zero_ms\": %f, \"ratio\": %f, \"overlap_ms\": %f, "
-                "\"overlap_ratio\": %f, \"adam_state_bytes\": %lld, \"zero_state_bytes\": %lld}\n",
-                Median(plain_ms), Median(zero_ms), Median(ratios), Median(overlap_ms),
-                Median(overlap_ratios),
-                static_cast<long long>(AdamStateBytes(*plain)),
-                static_cast<long long>(AdamStateBytes(zero.local_optimizer())));
+    std::printf(
+        "{\"adam_ms\": %f, \"zero_ms\": %f, \"ratio\": %f, \"overlap_ms\": %f, "
+        "\"overlap_ratio\": %f, \"adam_state_bytes\": %lld, \"zero_state_bytes\": %lld}\n",
+        Median(plain_ms), Median(zero_ms), Median(ratios), Median(overlap_ms),
+        Median(overlap_ratios), static_cast<long long>(AdamStateBytes(*plain)),
+        static_cast<long long>(AdamStateBytes(zero.local_optimizer())));
   }
   return 0;
 }

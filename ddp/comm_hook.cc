@@ -23,8 +23,8 @@ class CompressCommHook final : public CommHook {
     if (bucket.flat.scalar_type() == wire_) return group.Allreduce(bucket.flat, ReduceOp::kAverage);
     at::Tensor wire = bucket.flat.to(wire_);
     return group.Allreduce(wire, ReduceOp::kAverage)
-        .Then([flat = bucket.flat, wire](const absl::StatusOr<std::monostate>& done)
-                  -> absl::StatusOr<std::monostate> {
+        .Then([flat = bucket.flat,
+               wire](const absl::StatusOr<std::monostate>& done) -> absl::StatusOr<std::monostate> {
           if (done.ok()) flat.copy_(wire);
           return done;
         });

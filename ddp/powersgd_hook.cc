@@ -17,9 +17,9 @@ namespace tessera::ddp {
 struct PowerSgdHook::BucketState {
   std::vector<std::vector<int64_t>> shapes;  // of its gradients: the layout it was built for
   int64_t passes = 0;
-  at::Tensor error;                // error feedback, like the bucket's flat tensor
-  std::vector<at::Tensor> qs;      // per compressed gradient, m x r (warm start)
-  at::Generator generator;         // for fresh Qs without warm start
+  at::Tensor error;            // error feedback, like the bucket's flat tensor
+  std::vector<at::Tensor> qs;  // per compressed gradient, m x r (warm start)
+  at::Generator generator;     // for fresh Qs without warm start
 };
 
 namespace {
@@ -100,8 +100,8 @@ Work PowerSgdHook::Reduce(const GradBucket& bucket, ProcessGroup& group) {
   }
   const bool compress = state->passes++ >= options_.start_step;
   // After the previous bucket's collectives, in the same order everywhere.
-  tail_ = tail_.Then([this, bucket, &group, state, compress](
-                         const absl::StatusOr<std::monostate>& before) -> Work {
+  tail_ = tail_.Then([this, bucket, &group, state,
+                      compress](const absl::StatusOr<std::monostate>& before) -> Work {
     if (!before.ok()) return Work::Ready(before.status());
     if (compress) return Compress(bucket, group, state);
     bytes_ += bucket.flat.numel() * bucket.flat.element_size();
@@ -135,8 +135,7 @@ Work PowerSgdHook::Compress(const GradBucket& bucket, ProcessGroup& group,
   at::Tensor p_all = Pack(ps, bucket.flat);
   bytes_ += (packed.numel() + p_all.numel()) * bucket.flat.element_size();
   const auto done_now = Work::Ready(std::monostate{});
-  Work flat_done =
-      packed.numel() > 0 ? group.Allreduce(packed, ReduceOp::kAverage) : done_now;
+  Work flat_done = packed.numel() > 0 ? group.Allreduce(packed, ReduceOp::kAverage) : done_now;
   Work p_done = p_all.numel() > 0 ? group.Allreduce(p_all, ReduceOp::kSum) : done_now;
   const int world = group.size();
   return p_done.Then([this, bucket, &group, state, layout, ps, p_all, packed, flat_done, input,
@@ -150,15 +149,15 @@ Work PowerSgdHook::Compress(const GradBucket& bucket, ProcessGroup& group,
     }
     at::Tensor q_all = Pack(qs, bucket.flat);
     bytes_ += q_all.numel() * bucket.flat.element_size();
-    Work q_done = q_all.numel() > 0 ? group.Allreduce(q_all, ReduceOp::kSum)
-                                    : Work::Ready(std::monostate{});
+    Work q_done =
+        q_all.numel() > 0 ? group.Allreduce(q_all, ReduceOp::kSum) : Work::Ready(std::monostate{});
     return q_done
         .Then([flat_done](const absl::StatusOr<std::monostate>& q_ok) -> Work {
           if (!q_ok.ok()) return Work::Ready(q_ok.status());
           return flat_done;
         })
-        .Then([this, bucket, state, layout, ps, q_all, packed, input,
-               world](const absl::StatusOr<std::monostate>& done) -> absl::StatusOr<std::monostate> {
+        .Then([this, bucket, state, layout, ps, q_all, packed, input, world](
+                  const absl::StatusOr<std::monostate>& done) -> absl::StatusOr<std::monostate> {
           if (!done.ok()) return done;
           q_all.div_(world);
           int64_t offset = 0;

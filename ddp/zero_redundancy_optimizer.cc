@@ -22,8 +22,8 @@ std::vector<std::vector<size_t>> PartitionBySize(const std::vector<int64_t>& num
   std::vector<int64_t> held(ranks, 0);
   std::vector<std::vector<size_t>> shards(ranks);
   for (size_t index : by_size) {
-    const auto lightest = static_cast<size_t>(
-        std::min_element(held.begin(), held.end()) - held.begin());  // first: lowest rank
+    const auto lightest = static_cast<size_t>(std::min_element(held.begin(), held.end()) -
+                                              held.begin());  // first: lowest rank
     held[lightest] += numels[index];
     shards[lightest].push_back(index);
   }
@@ -40,14 +40,15 @@ class ZeroRedundancyOptimizer::OverlapHookImpl final : public CommHook {
       : zero_(zero), tail_(Work::Ready(std::monostate{})) {}
 
   Work Reduce(const GradBucket& bucket, ProcessGroup& group) override {
-    tail_ = tail_.Then([this, bucket, &group](const absl::StatusOr<std::monostate>& before) -> Work {
-      if (!before.ok()) return Work::Ready(before.status());
-      return group.Allreduce(bucket.flat, ReduceOp::kAverage)
-          .Then([this, bucket, &group](const absl::StatusOr<std::monostate>& averaged) -> Work {
-            if (!averaged.ok()) return Work::Ready(averaged.status());
-            return StepAndShare(bucket, group);
-          });
-    });
+    tail_ =
+        tail_.Then([this, bucket, &group](const absl::StatusOr<std::monostate>& before) -> Work {
+          if (!before.ok()) return Work::Ready(before.status());
+          return group.Allreduce(bucket.flat, ReduceOp::kAverage)
+              .Then([this, bucket, &group](const absl::StatusOr<std::monostate>& averaged) -> Work {
+                if (!averaged.ok()) return Work::Ready(averaged.status());
+                return StepAndShare(bucket, group);
+              });
+        });
     return tail_;
   }
   std::string name() const override { return "zero_overlap"; }
@@ -69,19 +70,21 @@ class ZeroRedundancyOptimizer::OverlapHookImpl final : public CommHook {
       std::vector<at::Tensor> pieces;
       for (size_t i : by_owner[rank]) pieces.push_back(bucket.parameters[i].detach().reshape({-1}));
       at::Tensor flat = at::cat(pieces);
-      shared.push_back(group.Broadcast(flat, rank).Then(
-          [bucket, positions = by_owner[rank], flat, mine = rank == group.rank()](
-              const absl::StatusOr<std::monostate>& done) -> absl::StatusOr<std::monostate> {
-            if (!done.ok() || mine) return done;
-            at::NoGradGuard no_grad;
-            int64_t offset = 0;
-            for (size_t i : positions) {
-              const at::Tensor& p = bucket.parameters[i];
-              p.detach().copy_(flat.narrow(0, offset, p.numel()).view(p.sizes()));
-              offset += p.numel();
-            }
-            return done;
-          }));
+      shared.push_back(
+          group.Broadcast(flat, rank)
+              .Then([bucket, positions = by_owner[rank], flat,
+                     mine = rank == group.rank()](const absl::StatusOr<std::monostate>& done)
+                        -> absl::StatusOr<std::monostate> {
+                if (!done.ok() || mine) return done;
+                at::NoGradGuard no_grad;
+                int64_t offset = 0;
+                for (size_t i : positions) {
+                  const at::Tensor& p = bucket.parameters[i];
+                  p.detach().copy_(flat.narrow(0, offset, p.numel()).view(p.sizes()));
+                  offset += p.numel();
+                }
+                return done;
+              }));
     }
     return WhenAllOk(shared).Then(
         [](const absl::StatusOr<bool>& all) -> absl::StatusOr<std::monostate> {
@@ -150,9 +153,10 @@ void ZeroRedundancyOptimizer::Step() {
   for (int rank = 0; rank < group_->size(); ++rank) {
     auto done = works[rank].Wait(options_.timeout);
     if (!done.ok()) {
-      throw StatusError(Annotate(done.status(),
-                                 absl::StrCat("ZeroRedundancyOptimizer: sharing the parameters "
-                                              "stepped by rank ", rank)));
+      throw StatusError(
+          Annotate(done.status(), absl::StrCat("ZeroRedundancyOptimizer: sharing the parameters "
+                                               "stepped by rank ",
+                                               rank)));
     }
     if (rank == group_->rank()) continue;  // already in place
     int64_t offset = 0;

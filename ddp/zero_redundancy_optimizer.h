@@ -104,8 +104,8 @@ class ZeroRedundancyOptimizer {
   ProcessGroup* const group_;
   const ZeroOptions options_;
   std::unordered_map<const c10::TensorImpl*, size_t> index_of_;
-  std::vector<int> owner_;                   // per parameter
-  std::vector<std::vector<size_t>> shards_;  // per rank, parameter indices
+  std::vector<int> owner_;                          // per parameter
+  std::vector<std::vector<size_t>> shards_;         // per rank, parameter indices
   std::unique_ptr<torch::optim::Optimizer> local_;  // without overlap
   // With overlap: per owned parameter index.
   std::map<size_t, std::unique_ptr<torch::optim::Optimizer>> per_parameter_;

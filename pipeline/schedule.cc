@@ -144,10 +144,10 @@ StepResult RunScheduledStep(rref::RRefContext& rrefs, const std::vector<rref::RR
     }
     const int64_t i = event->micro;
     if (!event->value.ok()) {
-      throw StatusError(Annotate(event->value.status(),
-                                 absl::StrCat("pipeline ", event->backward ? "backward" : "forward",
-                                              " of micro-batch ", i, " of ", count, " (",
-                                              ScheduleName(schedule), ")")));
+      throw StatusError(Annotate(
+          event->value.status(),
+          absl::StrCat("pipeline ", event->backward ? "backward" : "forward", " of micro-batch ", i,
+                       " of ", count, " (", ScheduleName(schedule), ")")));
     }
     if (event->backward) {
       ++backwards_done;

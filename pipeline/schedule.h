@@ -46,7 +46,8 @@ std::string ScheduleName(Schedule schedule);
 // The loss of one micro-batch's output against its targets, a scalar mean
 // over the micro-batch (e.g. cross-entropy): the step's loss is the mean over
 // the batch, each micro-batch weighted by its rows.
-using MicroBatchLoss = std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)>;
+using MicroBatchLoss =
+    std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)>;
 
 struct StepResult {
   at::Tensor output;  // the model's output for the batch (detached)

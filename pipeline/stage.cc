@@ -6,7 +6,6 @@
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
-
 #include "absl/strings/str_join.h"
 #include "dist_autograd/dist_autograd.h"
 #include "rref/remote.h"
@@ -42,8 +41,8 @@ absl::StatusOr<int64_t> ScheduledContext(rpc::CallContext& ctx) {
 
 Future<at::Tensor> Stage::Forward(rref::RRef<at::Tensor> input) {
   return input.to_here_async().Then(
-      [forward = model_.forward](const absl::StatusOr<at::Tensor>& fetched)
-          -> absl::StatusOr<at::Tensor> {
+      [forward = model_.forward](
+          const absl::StatusOr<at::Tensor>& fetched) -> absl::StatusOr<at::Tensor> {
         if (!fetched.ok()) return fetched.status();
         return Guarded("forward", [&] { return forward(*fetched); });
       });
@@ -55,8 +54,8 @@ Future<at::Tensor> Stage::TrainForward(rpc::CallContext& ctx, rref::RRef<at::Ten
   if (!context.ok()) return Future<at::Tensor>::Ready(context.status());
   auto autograd = dist_autograd::DistAutograd::Of(*ctx.runtime).shared_from_this();
   return input.to_here_async().Then(
-      [self = shared_from_this(), autograd, context = *context, micro, input_gradient](
-          const absl::StatusOr<at::Tensor>& fetched) -> absl::StatusOr<at::Tensor> {
+      [self = shared_from_this(), autograd, context = *context, micro,
+       input_gradient](const absl::StatusOr<at::Tensor>& fetched) -> absl::StatusOr<at::Tensor> {
         if (!fetched.ok()) return fetched.status();
         return Guarded("forward", [&] {
           at::Tensor x = fetched->detach();
@@ -77,8 +76,8 @@ Future<at::Tensor> Stage::TrainBackward(rpc::CallContext& ctx,
   if (!context.ok()) return Future<at::Tensor>::Ready(context.status());
   auto autograd = dist_autograd::DistAutograd::Of(*ctx.runtime).shared_from_this();
   return output_gradient.to_here_async().Then(
-      [self = shared_from_this(), autograd, context = *context, micro, input_gradient](
-          const absl::StatusOr<at::Tensor>& grad) -> absl::StatusOr<at::Tensor> {
+      [self = shared_from_this(), autograd, context = *context, micro,
+       input_gradient](const absl::StatusOr<at::Tensor>& grad) -> absl::StatusOr<at::Tensor> {
         if (!grad.ok()) return grad.status();
         std::optional<StashedMicroBatch> kept = self->stash_.Take(context, micro);
         if (!kept.has_value()) {
@@ -132,7 +131,7 @@ std::vector<at::Tensor> Stage::ParameterValues() {
 void RegisterStage(rref::ClassRegistry& classes, std::map<std::string, StageFactory> factories) {
   classes.Class<Stage>("tessera.pipeline.Stage")
       .Factory<std::string, int64_t>([factories = std::move(factories)](std::string name,
-                                                                          int64_t seed) {
+                                                                        int64_t seed) {
         auto it = factories.find(name);
         if (it == factories.end()) {
           std::vector<std::string> known;

@@ -164,19 +164,19 @@ absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::RemoteMethod(
   // RRef inside a context went unrecorded and its backward never came.
   std::weak_ptr<RRefContext> weak = weak_from_this();
   rpc::Runtime* runtime = runtime_.load();
-  auto enter = runtime != nullptr ? runtime->CaptureThreadState()
-                                  : std::function<std::shared_ptr<void>()>();
-  target.Confirmed().OnReady([weak, owner, message, fork_id,
-                              enter = std::move(enter)](const absl::StatusOr<bool>& ok) {
-    auto self = weak.lock();
-    if (self == nullptr) return;
-    if (!ok.ok()) {
-      self->OnForkFailed(fork_id, ok.status());
-      return;
-    }
-    std::shared_ptr<void> scope = enter ? enter() : nullptr;
-    self->ConfirmWhenAcked(owner, message, fork_id);
-  });
+  auto enter =
+      runtime != nullptr ? runtime->CaptureThreadState() : std::function<std::shared_ptr<void>()>();
+  target.Confirmed().OnReady(
+      [weak, owner, message, fork_id, enter = std::move(enter)](const absl::StatusOr<bool>& ok) {
+        auto self = weak.lock();
+        if (self == nullptr) return;
+        if (!ok.ok()) {
+          self->OnForkFailed(fork_id, ok.status());
+          return;
+        }
+        std::shared_ptr<void> scope = enter ? enter() : nullptr;
+        self->ConfirmWhenAcked(owner, message, fork_id);
+      });
   return handle;
 }
 

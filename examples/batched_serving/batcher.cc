@@ -46,9 +46,8 @@ void Batcher::Loop() {
     std::vector<Request> batch;
     {
       MutexLock lock(&mu_);
-      changed_.Wait(&mu_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        return stopping_ || !waiting_.empty();
-      });
+      changed_.Wait(
+          &mu_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopping_ || !waiting_.empty(); });
       if (stopping_) return;
       // Full, or the oldest has waited long enough.
       changed_.WaitUntil(

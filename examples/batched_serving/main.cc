@@ -11,8 +11,8 @@
 // (one command line; ranks 1..4 are clients).
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/TensorOperators.h>
-#include <ATen/ops/mkldnn_linear.h>
 #include <ATen/ops/allclose.h>
+#include <ATen/ops/mkldnn_linear.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/relu.h>
 #include <ATen/ops/stack.h>
@@ -109,16 +109,14 @@ struct Phases {
 };
 
 double NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 int RunServer(Worker& worker) {
   Mlp model;
-  Batcher batcher([&model](const at::Tensor& batch) { return model(batch); },
-                  absl::GetFlag(FLAGS_max_batch),
-                  absl::Microseconds(absl::GetFlag(FLAGS_max_delay_us)),
-                  absl::GetFlag(FLAGS_batch_threads));
+  Batcher batcher(
+      [&model](const at::Tensor& batch) { return model(batch); }, absl::GetFlag(FLAGS_max_batch),
+      absl::Microseconds(absl::GetFlag(FLAGS_max_delay_us)), absl::GetFlag(FLAGS_batch_threads));
   Phases phases;
   phases.clients = worker.world_size() - 1;
   worker.Register("infer", [&batcher](rpc::CallContext& ctx, at::Tensor row) {
@@ -127,18 +125,18 @@ int RunServer(Worker& worker) {
   worker.Register("infer_unbatched",
                   [&model](at::Tensor row) { return model(row.unsqueeze(0))[0]; });
   worker.Register("arrive", [&phases](int64_t phase) { return phases.Arrive(phase); });
-  worker.Register("report", [&phases](int64_t phase, int64_t requests, int64_t wrong,
-                                      double start, double end) {
+  worker.Register("report", [&phases](int64_t phase, int64_t requests, int64_t wrong, double start,
+                                      double end) {
     phases.Record(phase, requests, wrong, start, end);
     return true;
   });
-  std::printf("[server] serving an MLP of %lld layers (%lld -> %lld ... -> %lld) to %d clients "
-              "(batches of up to %lld, waiting at most %lld us)\n",
-              static_cast<long long>(absl::GetFlag(FLAGS_layers)), static_cast<long long>(kInput),
-              static_cast<long long>(absl::GetFlag(FLAGS_hidden)),
-              static_cast<long long>(kOutput), phases.clients,
-              static_cast<long long>(absl::GetFlag(FLAGS_max_batch)),
-              static_cast<long long>(absl::GetFlag(FLAGS_max_delay_us)));
+  std::printf(
+      "[server] serving an MLP of %lld layers (%lld -> %lld ... -> %lld) to %d clients "
+      "(batches of up to %lld, waiting at most %lld us)\n",
+      static_cast<long long>(absl::GetFlag(FLAGS_layers)), static_cast<long long>(kInput),
+      static_cast<long long>(absl::GetFlag(FLAGS_hidden)), static_cast<long long>(kOutput),
+      phases.clients, static_cast<long long>(absl::GetFlag(FLAGS_max_batch)),
+      static_cast<long long>(absl::GetFlag(FLAGS_max_delay_us)));
   worker.Shutdown();  // once every client is done
   MutexLock lock(&phases.mu);
   int64_t wrong = 0;
@@ -152,12 +150,13 @@ int RunServer(Worker& worker) {
                 throughput.back());
   }
   const BatcherStats stats = batcher.stats();
-  std::printf("[server] batched: %lld batches, %.1f calls a batch on average (largest %lld), "
-              "%lld batches mixed callers; %.2fx the unbatched throughput\n",
-              static_cast<long long>(stats.batches),
-              static_cast<double>(stats.requests) / std::max<int64_t>(1, stats.batches),
-              static_cast<long long>(stats.largest_batch),
-              static_cast<long long>(stats.mixed_batches), throughput[1] / throughput[0]);
+  std::printf(
+      "[server] batched: %lld batches, %.1f calls a batch on average (largest %lld), "
+      "%lld batches mixed callers; %.2fx the unbatched throughput\n",
+      static_cast<long long>(stats.batches),
+      static_cast<double>(stats.requests) / std::max<int64_t>(1, stats.batches),
+      static_cast<long long>(stats.largest_batch), static_cast<long long>(stats.mixed_batches),
+      throughput[1] / throughput[0]);
   std::printf("[server] wrong answers: %lld\n", static_cast<long long>(wrong));
   return wrong == 0 ? 0 : 1;
 }
@@ -168,7 +167,8 @@ int RunClient(Worker& worker) {
   const int64_t in_flight = absl::GetFlag(FLAGS_in_flight);
   for (int64_t phase = 0; phase < 2; ++phase) {
     worker.RpcSync<bool>("server", "arrive", phase);
-    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(1000 * worker.rank() + phase);
+    at::Generator generator =
+        at::make_generator<at::CPUGeneratorImpl>(1000 * worker.rank() + phase);
     std::vector<at::Tensor> rows, answers;
     std::deque<Future<at::Tensor>> pending;
     auto settle_oldest = [&] {

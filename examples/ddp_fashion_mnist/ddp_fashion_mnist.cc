@@ -17,18 +17,17 @@
 
 #include "absl/flags/flag.h"
 #include "checkpoint/optimizer_state.h"
-#include "ddp/comm_hook.h"
-#include "ddp/zero_redundancy_optimizer.h"
 #include "data/fashion_mnist.h"
+#include "ddp/comm_hook.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/distributed_sampler.h"
 #include "ddp/gloo/gloo_process_group.h"
+#include "ddp/zero_redundancy_optimizer.h"
 #include "examples/common/fashion_cnn.h"
 #include "examples/common/resume.h"
 #include "examples/common/training.h"
 
-ABSL_FLAG(bool, zero, false,
-          "shard Adam's state across the ranks (ddp::ZeroRedundancyOptimizer)");
+ABSL_FLAG(bool, zero, false, "shard Adam's state across the ranks (ddp::ZeroRedundancyOptimizer)");
 ABSL_FLAG(bool, zero_overlap, false,
           "with --zero: step each gradient bucket's shard as its average arrives, in DDP's hook");
 ABSL_FLAG(std::string, comm_hook, "allreduce",
@@ -126,10 +125,16 @@ int Train(const tessera::examples::TrainingFlags& flags) {
       auto index = torch::tensor(idx);
       auto x = train.images.index_select(0, index);
       auto y = train.labels.index_select(0, index);
-      if (zero != nullptr) zero->ZeroGrad(); else optimizer.zero_grad();
+      if (zero != nullptr)
+        zero->ZeroGrad();
+      else
+        optimizer.zero_grad();
       auto loss = torch::cross_entropy_loss(net->forward(x), y);
       loss.backward();
-      if (zero != nullptr) zero->Step(); else optimizer.step();
+      if (zero != nullptr)
+        zero->Step();
+      else
+        optimizer.step();
       loss_sum += loss.item<double>();
       window_loss += loss.item<double>();
       ++batches;

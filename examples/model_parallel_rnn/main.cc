@@ -24,9 +24,9 @@
 #include "absl/flags/flag.h"
 #include "dist_autograd/dist_autograd.h"
 #include "dist_optim/distributed_optimizer.h"
+#include "examples/common/worker_example.h"
 #include "pipeline/stage.h"
 #include "rref/remote.h"
-#include "examples/common/worker_example.h"
 
 ABSL_FLAG(int64_t, steps, 300, "training steps");
 ABSL_FLAG(int64_t, batch, 32, "sequences a step");
@@ -43,19 +43,17 @@ std::map<std::string, pipeline::StageFactory> ServerParts() {
            [](int64_t seed) {
              torch::manual_seed(seed);
              auto embedding = std::make_shared<torch::nn::EmbeddingImpl>(kVocabulary, kEmbedding);
-             return pipeline::StageModel{embedding->parameters(),
-                                         [embedding](const at::Tensor& tokens) {
-                                           return embedding->forward(tokens);
-                                         },
-                                         embedding};
+             return pipeline::StageModel{
+                 embedding->parameters(),
+                 [embedding](const at::Tensor& tokens) { return embedding->forward(tokens); },
+                 embedding};
            }},
           {"decoder", [](int64_t seed) {
              torch::manual_seed(seed);
              auto decoder = std::make_shared<torch::nn::LinearImpl>(kHidden, kVocabulary);
              return pipeline::StageModel{
                  decoder->parameters(),
-                 [decoder](const at::Tensor& hidden) { return decoder->forward(hidden); },
-                 decoder};
+                 [decoder](const at::Tensor& hidden) { return decoder->forward(hidden); }, decoder};
            }}};
 }
 
@@ -90,11 +88,11 @@ int RunTrainer(Worker& worker) {
   for (int64_t step = 1; step <= steps; ++step) {
     auto [inputs, targets] = Batch(absl::GetFlag(FLAGS_batch));
     dist_autograd::ContextGuard context(worker.autograd());
-    at::Tensor embedded = embedding.RpcSync<at::Tensor>("apply", inputs);   // on ps
+    at::Tensor embedded = embedding.RpcSync<at::Tensor>("apply", inputs);  // on ps
     at::Tensor hidden = std::get<0>(lstm->forward(embedded));              // here
     at::Tensor logits = decoder.RpcSync<at::Tensor>("apply", hidden);      // on ps
-    at::Tensor loss = at::cross_entropy_loss(logits.reshape({-1, kVocabulary}),
-                                             targets.reshape({-1}));
+    at::Tensor loss =
+        at::cross_entropy_loss(logits.reshape({-1, kVocabulary}), targets.reshape({-1}));
     worker.autograd().Backward(context.id(), {loss});
     optimizer.Step(context.id());
     loss_value = loss.item<double>();

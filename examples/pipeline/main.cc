@@ -16,8 +16,8 @@
 #include <ATen/ops/cat.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -121,10 +121,10 @@ int RunDriver(Worker& worker, const TrainingFlags& flags) {
                      tensors.merge(FetchOptimizerState(optimizer, "optimizer."));
                      resume.Save("driver", std::move(tensors), {epoch, step, 0, {}});
                    }};
-  std::printf("[driver] CNN in 2 stages (stage1: convolutions, stage2: linear layers), "
-              "batch %lld in %lld micro-batches, schedule %s\n",
-              static_cast<long long>(flags.batch), static_cast<long long>(micro_batches),
-              schedule.c_str());
+  std::printf(
+      "[driver] CNN in 2 stages (stage1: convolutions, stage2: linear layers), "
+      "batch %lld in %lld micro-batches, schedule %s\n",
+      static_cast<long long>(flags.batch), static_cast<long long>(micro_batches), schedule.c_str());
   std::fflush(stdout);
 
   ddp::DistributedSampler sampler(static_cast<size_t>(train.labels.size(0)),
@@ -137,21 +137,24 @@ int RunDriver(Worker& worker, const TrainingFlags& flags) {
                                   [&] { return driver.Forward(images); });
         }
         dist_autograd::ContextGuard context(worker.autograd());
-        const double loss =
-            driver.Train(images, labels, [](const at::Tensor& logits, const at::Tensor& y) {
-              return at::cross_entropy_loss(logits, y);
-            }).loss;
+        const double loss = driver
+                                .Train(images, labels,
+                                       [](const at::Tensor& logits, const at::Tensor& y) {
+                                         return at::cross_entropy_loss(logits, y);
+                                       })
+                                .loss;
         optimizer.Step(context.id());
         return loss;
       },
       hooks);
   if (schedule != "forward") {
     const std::vector<int64_t> peaks = driver.PeakActivations();
-    std::printf("[driver] %s: at most %lld and %lld micro-batches' activations alive at once on "
-                "stage1 and stage2; stages' peak memory %.1f and %.1f MiB\n",
-                schedule.c_str(), static_cast<long long>(peaks[0]),
-                static_cast<long long>(peaks[1]), worker.RpcSync<double>("stage1", "peak_rss_mib"),
-                worker.RpcSync<double>("stage2", "peak_rss_mib"));
+    std::printf(
+        "[driver] %s: at most %lld and %lld micro-batches' activations alive at once on "
+        "stage1 and stage2; stages' peak memory %.1f and %.1f MiB\n",
+        schedule.c_str(), static_cast<long long>(peaks[0]), static_cast<long long>(peaks[1]),
+        worker.RpcSync<double>("stage1", "peak_rss_mib"),
+        worker.RpcSync<double>("stage2", "peak_rss_mib"));
   }
   std::printf(
       "[driver] test accuracy %.2f%% (%lld images), training %.0f samples/s with %lld "

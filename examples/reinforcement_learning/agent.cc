@@ -25,8 +25,8 @@ Agent::Agent(uint64_t seed, double learning_rate, double gamma)
     parameters_.push_back((at::randn({out, in}, init) / std::sqrt(in)).set_requires_grad(true));
     parameters_.push_back(at::zeros({out}).set_requires_grad(true));
   }
-  optimizer_ = std::make_unique<torch::optim::Adam>(parameters_,
-                                                    torch::optim::AdamOptions(learning_rate));
+  optimizer_ =
+      std::make_unique<torch::optim::Adam>(parameters_, torch::optim::AdamOptions(learning_rate));
 }
 
 Agent::~Agent() = default;

@@ -17,9 +17,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "examples/common/worker_example.h"
 #include "examples/reinforcement_learning/agent.h"
 #include "examples/reinforcement_learning/cart_pole.h"
-#include "examples/common/worker_example.h"
 
 ABSL_FLAG(int64_t, rounds, 150, "rounds of episodes (one episode per observer each)");
 ABSL_FLAG(int64_t, max_steps, 200, "longest episode");
@@ -61,13 +61,13 @@ int RunAgent(Worker& worker) {
     }
   }
   const size_t window = std::min<size_t>(10, lengths.size());
-  std::printf("[agent] %zu observers, %lld rounds in %.1f s: mean episode length %.1f in the "
-              "first %zu rounds, %.1f in the last %zu\n",
-              observers.size(), static_cast<long long>(rounds),
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-              Mean(lengths, 0, window), window, Mean(lengths, lengths.size() - window,
-                                                     lengths.size()),
-              window);
+  std::printf(
+      "[agent] %zu observers, %lld rounds in %.1f s: mean episode length %.1f in the "
+      "first %zu rounds, %.1f in the last %zu\n",
+      observers.size(), static_cast<long long>(rounds),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+      Mean(lengths, 0, window), window, Mean(lengths, lengths.size() - window, lengths.size()),
+      window);
   worker.Shutdown();
   return 0;
 }
@@ -80,8 +80,9 @@ int RunObserver(Worker& worker) {
     MutexLock lock(&mu);
     auto state = env.Reset();
     while (true) {
-      const auto action = ctx.runtime->RpcSync<int64_t>(
-          ctx.caller_name, "select_action", at::tensor(std::vector<float>(state.begin(), state.end())));
+      const auto action =
+          ctx.runtime->RpcSync<int64_t>(ctx.caller_name, "select_action",
+                                        at::tensor(std::vector<float>(state.begin(), state.end())));
       if (env.Step(static_cast<int>(action))) break;
       state = env.state();
     }

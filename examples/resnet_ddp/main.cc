@@ -60,11 +60,11 @@ int Train(const TrainingFlags& flags) {
   ddp::DistributedSampler sampler(static_cast<size_t>(train.labels.size(0)),
                                   {group->size(), rank, /*shuffle=*/true, /*seed=*/1, false});
   if (rank == 0) {
-    std::printf("[rank0] ResNet-18, width %lld (%lld parameters), %d process(es), batch %lld "
-                "per process\n",
-                static_cast<long long>(absl::GetFlag(FLAGS_width)),
-                static_cast<long long>(parameters), group->size(),
-                static_cast<long long>(flags.batch));
+    std::printf(
+        "[rank0] ResNet-18, width %lld (%lld parameters), %d process(es), batch %lld "
+        "per process\n",
+        static_cast<long long>(absl::GetFlag(FLAGS_width)), static_cast<long long>(parameters),
+        group->size(), static_cast<long long>(flags.batch));
   }
   const auto start = std::chrono::steady_clock::now();
   for (int epoch = 0; epoch < flags.epochs; ++epoch) {
@@ -85,11 +85,12 @@ int Train(const TrainingFlags& flags) {
         },
         hooks);
     if (rank == 0) {
-      std::printf("[rank0] epoch %d: %.1f s, %.0f samples/s in all, test accuracy %.2f%% (%lld "
-                  "images)\n",
-                  epoch + 1, SecondsSince(epoch_start), throughput * group->size(),
-                  100 * Accuracy(net, test, absl::GetFlag(FLAGS_test_images)),
-                  static_cast<long long>(absl::GetFlag(FLAGS_test_images)));
+      std::printf(
+          "[rank0] epoch %d: %.1f s, %.0f samples/s in all, test accuracy %.2f%% (%lld "
+          "images)\n",
+          epoch + 1, SecondsSince(epoch_start), throughput * group->size(),
+          100 * Accuracy(net, test, absl::GetFlag(FLAGS_test_images)),
+          static_cast<long long>(absl::GetFlag(FLAGS_test_images)));
     }
   }
   if (rank == 0) {

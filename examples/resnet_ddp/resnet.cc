@@ -20,8 +20,8 @@ BasicBlockImpl::BasicBlockImpl(int64_t in, int64_t out, int64_t stride) {
   bn2_ = register_module("bn2", torch::nn::BatchNorm2d(out));
   shortcut_ = register_module("shortcut", torch::nn::Sequential());
   if (stride != 1 || in != out) {
-    shortcut_->push_back(torch::nn::Conv2d(
-        torch::nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
+    shortcut_->push_back(
+        torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
     shortcut_->push_back(torch::nn::BatchNorm2d(out));
   }
 }

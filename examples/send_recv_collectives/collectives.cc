@@ -14,8 +14,9 @@ constexpr uint64_t kBroadcastTag = 1000, kRingTag = 2000;
 
 absl::Status Await(ddp::Work work, absl::Duration timeout, const std::string& what) {
   auto done = work.Wait(timeout);
-  return done.ok() ? absl::OkStatus() : absl::Status(done.status().code(),
-                                                     what + ": " + std::string(done.status().message()));
+  return done.ok() ? absl::OkStatus()
+                   : absl::Status(done.status().code(),
+                                  what + ": " + std::string(done.status().message()));
 }
 
 }  // namespace
@@ -52,7 +53,8 @@ absl::Status RingAllreduce(ddp::ProcessGroup& group, at::Tensor& tensor, absl::D
     // without buffering.
     ddp::Work sent = group.Send(chunks[send_chunk], next, kRingTag + step);
     ddp::Work got = group.Recv(incoming, previous, kRingTag + step);
-    absl::Status status = Await(got, timeout, absl::StrCat("ring step ", step, ": recv from rank ", previous));
+    absl::Status status =
+        Await(got, timeout, absl::StrCat("ring step ", step, ": recv from rank ", previous));
     if (!status.ok()) return status;
     status = Await(sent, timeout, absl::StrCat("ring step ", step, ": send to rank ", next));
     if (!status.ok()) return status;

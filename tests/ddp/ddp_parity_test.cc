@@ -124,9 +124,8 @@ absl::Status RunParity(ddp::ProcessGroup& group) {
   // bfloat16; 3 steps at lr 0.1 stay within 1e-3 / 5e-3 of the exact run),
   // and the hook did compress: the last step's averaged gradients are all
   // values of the 16-bit type (float averages almost never are).
-  for (auto [hook, wire, atol, seed] :
-       {std::tuple{ddp::Fp16CompressHook(), torch::kHalf, 1e-3, 20},
-        {ddp::Bf16CompressHook(), torch::kBFloat16, 5e-3, 21}}) {
+  for (auto [hook, wire, atol, seed] : {std::tuple{ddp::Fp16CompressHook(), torch::kHalf, 1e-3, 20},
+                                        {ddp::Bf16CompressHook(), torch::kBFloat16, 5e-3, 21}}) {
     const std::string name = c10::toString(wire);
     ddp::DdpOptions compressed_options = options;
     compressed_options.comm_hook = hook;

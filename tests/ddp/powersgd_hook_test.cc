@@ -2,12 +2,13 @@
 // converges on a small regression problem about as plain DDP does, both
 // ranks keep identical parameters, and each pass puts exactly the bytes
 // that rank r predicts on the wire.
+#include "ddp/powersgd_hook.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
 #include "ddp/distributed_data_parallel.h"
-#include "ddp/powersgd_hook.h"
 #include "tests/ddp/two_ranks.h"
 
 namespace tessera::testing {
@@ -15,8 +16,8 @@ namespace {
 
 std::shared_ptr<torch::nn::SequentialImpl> Model(int64_t seed) {
   torch::manual_seed(seed);
-  return std::make_shared<torch::nn::SequentialImpl>(
-      torch::nn::Linear(32, 16), torch::nn::Tanh(), torch::nn::Linear(16, 4));
+  return std::make_shared<torch::nn::SequentialImpl>(torch::nn::Linear(32, 16), torch::nn::Tanh(),
+                                                     torch::nn::Linear(16, 4));
 }
 
 struct Run {
@@ -81,9 +82,8 @@ absl::Status PowerSgdConvergesAndSendsWhatRankPredicts(ddp::ProcessGroup& group)
                                      2 * plain_pass + 2 * compressed_pass};
   if (after != want) {
     return absl::InternalError(absl::StrCat("bytes after each pass: ", after[0], ", ", after[1],
-                                            ", ", after[2], ", ", after[3], "; predicted ",
-                                            want[0], ", ", want[1], ", ", want[2], ", ",
-                                            want[3]));
+                                            ", ", after[2], ", ", after[3], "; predicted ", want[0],
+                                            ", ", want[1], ", ", want[2], ", ", want[3]));
   }
 
   // Convergence: rank 1 with error feedback ends near plain DDP.

@@ -1,13 +1,14 @@
 // ZeroRedundancyOptimizer over two real ranks (Gloo): DDP + ZeRO(Adam) ends
 // with the same parameters as DDP + Adam, while each rank holds Adam's state
 // for its shard only.
+#include "ddp/zero_redundancy_optimizer.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/optimizer_state.h"
 #include "ddp/distributed_data_parallel.h"
-#include "ddp/zero_redundancy_optimizer.h"
 #include "tests/ddp/two_ranks.h"
 
 namespace tessera::testing {
@@ -17,9 +18,9 @@ constexpr int kSteps = 5;
 
 std::shared_ptr<torch::nn::SequentialImpl> Model() {
   torch::manual_seed(7);
-  return std::make_shared<torch::nn::SequentialImpl>(
-      torch::nn::Linear(12, 32), torch::nn::Tanh(), torch::nn::Linear(32, 16), torch::nn::Tanh(),
-      torch::nn::Linear(16, 4));
+  return std::make_shared<torch::nn::SequentialImpl>(torch::nn::Linear(12, 32), torch::nn::Tanh(),
+                                                     torch::nn::Linear(32, 16), torch::nn::Tanh(),
+                                                     torch::nn::Linear(16, 4));
 }
 
 std::unique_ptr<torch::optim::Optimizer> Adam(std::vector<at::Tensor> params) {
@@ -92,8 +93,8 @@ absl::Status ZeroMatchesPlainAdamWithStateSharded(ddp::ProcessGroup& group) {
   // of 1,012) on different ranks; neither holds more than 60%.
   if (moments_numel != 2 * shard_numel || shard_numel > total * 6 / 10) {
     return absl::InternalError(absl::StrCat("rank ", group.rank(), " holds moments for ",
-                                            moments_numel, " elements, shard ", shard_numel,
-                                            " of ", total));
+                                            moments_numel, " elements, shard ", shard_numel, " of ",
+                                            total));
   }
   auto full = Adam(plain->parameters());  // a plain Adam's state, stepped once
   full->zero_grad();
@@ -139,8 +140,8 @@ absl::Status OverlappedZeroMatchesPlainAdam(ddp::ProcessGroup& group) {
     }
   }
   if (owned == 0 || owned == static_cast<int64_t>(got.size())) {
-    return absl::InternalError(absl::StrCat("rank ", group.rank(), " owns ", owned, " of ",
-                                            got.size(), " parameters"));
+    return absl::InternalError(
+        absl::StrCat("rank ", group.rank(), " owns ", owned, " of ", got.size(), " parameters"));
   }
   return absl::OkStatus();
 }

@@ -16,14 +16,13 @@ namespace {
 
 TEST(BatchedServingExampleTest, EveryCallerGetsItsOwnAnswerFromMixedBatches) {
   Launcher launcher({"--nproc_per_node", "5", "--standalone",
-                     "examples/batched_serving/batched_serving", "--requests", "400",
-                     "--in_flight", "32", "--max_batch", "16"});
+                     "examples/batched_serving/batched_serving", "--requests", "400", "--in_flight",
+                     "32", "--max_batch", "16"});
   ASSERT_EQ(launcher.Finish(absl::Seconds(300)), 0) << launcher.output();
   const std::string& out = launcher.output();
   for (const char* client : {"client1", "client2", "client3", "client4"}) {
     for (const char* phase : {"unbatched", "batched"}) {
-      EXPECT_NE(out.find(std::string("[") + client + "] " + phase +
-                         ": 400 calls, 0 wrong answers"),
+      EXPECT_NE(out.find(std::string("[") + client + "] " + phase + ": 400 calls, 0 wrong answers"),
                 std::string::npos)
           << client << " " << phase << "\n"
           << out;

@@ -15,8 +15,8 @@ namespace {
 
 TEST(ReinforcementLearningExampleTest, PolicyImproves) {
   Launcher launcher({"--nproc_per_node", "3", "--standalone",
-                     "examples/reinforcement_learning/reinforcement_learning", "--rounds",
-                     "120", "--seed", "1"});
+                     "examples/reinforcement_learning/reinforcement_learning", "--rounds", "120",
+                     "--seed", "1"});
   ASSERT_EQ(launcher.Finish(absl::Seconds(300)), 0) << launcher.output();
   const std::string& out = launcher.output();
   std::smatch lengths;

@@ -15,8 +15,8 @@ namespace {
 
 TEST(ResnetDdpExampleTest, AShortEpochRunsAndLossFalls) {
   Launcher launcher({"--nproc_per_node", "2", "--standalone", "examples/resnet_ddp/resnet_ddp",
-                     "--epochs", "1", "--max_steps", "40", "--log_every", "10",
-                     "--test_images", "500"});
+                     "--epochs", "1", "--max_steps", "40", "--log_every", "10", "--test_images",
+                     "500"});
   ASSERT_EQ(launcher.Finish(absl::Seconds(600)), 0) << launcher.output();
   const std::string& out = launcher.output();
   const std::regex line("\\[rank0\\] epoch 1 step \\d+/40: loss ([0-9.]+)");

@@ -16,8 +16,7 @@ TEST(SendRecvCollectivesExampleTest, MatchTheBuiltInCollectives) {
                      "examples/send_recv_collectives/send_recv_collectives"});
   ASSERT_EQ(launcher.Finish(absl::Seconds(300)), 0) << launcher.output();
   const std::string& out = launcher.output();
-  EXPECT_NE(out.find("every rank's results match the built-in collectives: yes"),
-            std::string::npos)
+  EXPECT_NE(out.find("every rank's results match the built-in collectives: yes"), std::string::npos)
       << out;
   EXPECT_EQ(out.find(" NO"), std::string::npos) << out;
 }

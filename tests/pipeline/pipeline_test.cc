@@ -107,8 +107,8 @@ TEST_F(PipelineTest, OneFOneBGivesGPipesGradientsWithActivationsBoundedByStages)
   std::vector<at::Tensor> local_params;
   for (size_t k = 0; k < placement.size(); ++k) {
     const auto seed = static_cast<int64_t>(k + 1);
-    stages.push_back(rref::RemoteObject<Stage>(*rrefs_, placement[k].first,
-                                               placement[k].second, seed));
+    stages.push_back(
+        rref::RemoteObject<Stage>(*rrefs_, placement[k].first, placement[k].second, seed));
     local.push_back(factories[placement[k].second](seed));
     local_params.insert(local_params.end(), local.back().parameters.begin(),
                         local.back().parameters.end());
@@ -205,14 +205,13 @@ TEST_F(PipelineTest, ScheduledStepOutsideAContextIsRefusedAndNamed) {
   // A wrong-shaped target fails the step naming the micro-batch; the stage
   // keeps serving the next step.
   ContextGuard context(*autograd_);
-  EXPECT_THROW(driver.Train(at::randn({4, 6}), at::randn({4, 5}),
-                            [](const at::Tensor& out, const at::Tensor& t) {
-                              return at::mse_loss(out, t);
-                            }),
-               std::exception);
-  pipeline::StepResult ok = driver.Train(
-      at::randn({4, 6}), at::randn({4, 8}),
-      [](const at::Tensor& out, const at::Tensor& t) { return at::mse_loss(out, t); });
+  EXPECT_THROW(
+      driver.Train(at::randn({4, 6}), at::randn({4, 5}),
+                   [](const at::Tensor& out, const at::Tensor& t) { return at::mse_loss(out, t); }),
+      std::exception);
+  pipeline::StepResult ok =
+      driver.Train(at::randn({4, 6}), at::randn({4, 8}),
+                   [](const at::Tensor& out, const at::Tensor& t) { return at::mse_loss(out, t); });
   EXPECT_EQ(ok.output.size(0), 4);
 }
 
