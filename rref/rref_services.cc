@@ -163,11 +163,19 @@ Future<c10::IValue> RRefContext::InvokeMethod(int caller, const GlobalId& target
                                               std::vector<c10::IValue> args) {
   rpc::Runtime* runtime = runtime_.load();
   const std::string caller_name = NameOf(caller);
-  return ValueOf(target).Then([this, runtime, caller, caller_name, method,
+  // The object may not exist yet (its construction runs later, on the
+  // pool): the method then runs on the thread that completes it, and must
+  // still run in the caller's autograd context, as here. Without this, a
+  // method called on a fresh object inside a context ran outside it, and
+  // the calls it made went unrecorded — the first backward lost gradients.
+  auto enter = runtime != nullptr ? runtime->CaptureThreadState()
+                                  : std::function<std::shared_ptr<void>()>();
+  return ValueOf(target).Then([this, runtime, caller, caller_name, method, enter,
                                args = std::move(args)](
                                   const absl::StatusOr<OwnedValue>& owned) mutable
                               -> Future<c10::IValue> {
     if (!owned.ok()) return Future<c10::IValue>::Ready(owned.status());
+    std::shared_ptr<void> scope = enter ? enter() : nullptr;
     if (owned->object == nullptr) {
       return Future<c10::IValue>::Ready(absl::FailedPreconditionError(
           "method '" + method + "' called on an RRef to a value; methods need an object "
@@ -320,10 +328,15 @@ void RRefContext::RegisterServices(rpc::Registry* internal) {
   rpc::Serve<CallRequest>(*internal, [this](rpc::CallContext& ctx, CallRequest m) {
     const int caller = ctx.caller_rank;
     if (!m.may_be_early) return InvokeMethod(caller, m.rref, m.method, std::move(m.args));
+    // Early: the method runs once the creation arrives, on another thread,
+    // in this call's autograd context (see InvokeMethod).
+    auto enter = ctx.runtime != nullptr ? ctx.runtime->CaptureThreadState()
+                                        : std::function<std::shared_ptr<void>()>();
     return AwaitCreation(m.rref, ctx.deadline)
-        .Then([this, caller, m = std::move(m)](
+        .Then([this, caller, enter, m = std::move(m)](
                   const absl::StatusOr<bool>& created) mutable -> Future<c10::IValue> {
           if (!created.ok()) return Future<c10::IValue>::Ready(created.status());
+          std::shared_ptr<void> scope = enter ? enter() : nullptr;
           return InvokeMethod(caller, m.rref, m.method, std::move(m.args));
         });
   });
