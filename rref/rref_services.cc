@@ -168,11 +168,11 @@ Future<c10::IValue> RRefContext::InvokeMethod(int caller, const GlobalId& target
   // still run in the caller's autograd context, as here. Without this, a
   // method called on a fresh object inside a context ran outside it, and
   // the calls it made went unrecorded — the first backward lost gradients.
-  auto enter = runtime != nullptr ? runtime->CaptureThreadState()
-                                  : std::function<std::shared_ptr<void>()>();
+  auto enter =
+      runtime != nullptr ? runtime->CaptureThreadState() : std::function<std::shared_ptr<void>()>();
   return ValueOf(target).Then([this, runtime, caller, caller_name, method, enter,
-                               args = std::move(args)](
-                                  const absl::StatusOr<OwnedValue>& owned) mutable
+                               args =
+                                   std::move(args)](const absl::StatusOr<OwnedValue>& owned) mutable
                               -> Future<c10::IValue> {
     if (!owned.ok()) return Future<c10::IValue>::Ready(owned.status());
     std::shared_ptr<void> scope = enter ? enter() : nullptr;
