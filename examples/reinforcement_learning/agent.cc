@@ -8,7 +8,7 @@
 #include <ATen/ops/multinomial.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/relu.h>
-#include <ATen/ops/stack.h>
+#include <ATen/ops/gather.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -19,7 +19,7 @@
 namespace tessera::examples {
 
 Agent::Agent(uint64_t seed, double learning_rate, double gamma)
-    : gamma_(gamma), generator_(at::make_generator<at::CPUGeneratorImpl>(seed)) {
+    : gamma_(gamma), seed_(seed) {
   at::Generator init = at::make_generator<at::CPUGeneratorImpl>(seed + 1);
   for (auto [in, out] : {std::pair<int64_t, int64_t>{4, 128}, {128, 2}}) {
     parameters_.push_back((at::randn({out, in}, init) / std::sqrt(in)).set_requires_grad(true));
@@ -37,39 +37,50 @@ at::Tensor Agent::Policy(const at::Tensor& state) const {
 }
 
 int64_t Agent::SelectAction(int observer, const at::Tensor& state) {
-  at::Tensor log_probs = Policy(state.reshape({1, 4}));
+  const at::Tensor row = state.reshape({1, 4});
+  at::Tensor probabilities;
+  {
+    at::NoGradGuard no_grad;
+    probabilities = Policy(row).exp();
+  }
   MutexLock lock(&mu_);
-  const int64_t action =
-      at::multinomial(log_probs.detach().exp(), 1, false, generator_).item<int64_t>();
-  log_probs_[observer].push_back(log_probs[0][action]);
+  auto [it, added] = generators_.try_emplace(observer);
+  if (added) it->second = at::make_generator<at::CPUGeneratorImpl>(seed_ * 1000 + observer);
+  const int64_t action = at::multinomial(probabilities, 1, false, it->second).item<int64_t>();
+  steps_[observer].emplace_back(row, action);
   return action;
 }
 
 double Agent::FinishRound() {
-  std::vector<at::Tensor> picked;
+  std::vector<at::Tensor> states;
+  std::vector<int64_t> actions;
   std::vector<double> returns;
   size_t episodes = 0;
   {
     MutexLock lock(&mu_);
-    for (auto& [observer, log_probs] : log_probs_) {
+    for (const auto& [observer, steps] : steps_) {
       // Discounted return from each step to the episode's end (reward 1 a step).
-      std::vector<double> mine(log_probs.size());
+      std::vector<double> mine(steps.size());
       double running = 0;
-      for (size_t t = log_probs.size(); t-- > 0;) mine[t] = running = 1 + gamma_ * running;
+      for (size_t t = steps.size(); t-- > 0;) mine[t] = running = 1 + gamma_ * running;
       returns.insert(returns.end(), mine.begin(), mine.end());
-      picked.insert(picked.end(), log_probs.begin(), log_probs.end());
+      for (const auto& [state, action] : steps) {
+        states.push_back(state);
+        actions.push_back(action);
+      }
     }
-    episodes = log_probs_.size();
-    log_probs_.clear();
+    episodes = steps_.size();
+    steps_.clear();
   }
   if (episodes == 0) return 0;
-  at::Tensor normalized = at::tensor(returns);
+  at::Tensor normalized = at::tensor(returns).to(at::kFloat);
   normalized = (normalized - normalized.mean()) / (normalized.std() + 1e-8);
-  at::Tensor loss = -(at::stack(picked) * normalized.to(at::kFloat)).sum();
+  at::Tensor log_probs = Policy(at::cat(states)).gather(1, at::tensor(actions).unsqueeze(1));
+  at::Tensor loss = -(log_probs.squeeze(1) * normalized).sum();
   optimizer_->zero_grad();
   torch::autograd::backward({loss});
   optimizer_->step();
-  return static_cast<double>(picked.size()) / static_cast<double>(episodes);
+  return static_cast<double>(actions.size()) / static_cast<double>(episodes);
 }
 
 }  // namespace tessera::examples

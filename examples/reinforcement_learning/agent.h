@@ -29,7 +29,7 @@ class Agent {
   ~Agent();
 
   // An action for `observer` in `state` (4 floats), sampled from the policy;
-  // its log-probability is kept for the update.
+  // the state and action are kept for the update.
   int64_t SelectAction(int observer, const at::Tensor& state);
 
   // One REINFORCE step over the episodes since the last call: each
@@ -43,9 +43,18 @@ class Agent {
   const double gamma_;
   std::vector<at::Tensor> parameters_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  const uint64_t seed_;
   Mutex mu_;
-  at::Generator generator_ ABSL_GUARDED_BY(mu_);
-  std::map<int, std::vector<at::Tensor>> log_probs_ ABSL_GUARDED_BY(mu_);  // per observer
+  // One per observer, seeded from (seed, observer): an observer's actions
+  // depend on its own states and the policy only, not on how the
+  // observers' calls interleave, so a seed gives one run.
+  std::map<int, at::Generator> generators_ ABSL_GUARDED_BY(mu_);
+  // Per observer, this round's states (1 x 4) and the actions taken. The
+  // update recomputes their log-probabilities in one pass, in observer
+  // order: graphs built by concurrent calls would be summed in an order
+  // that depends on the threads' interleaving, and a seed would not give
+  // one run.
+  std::map<int, std::vector<std::pair<at::Tensor, int64_t>>> steps_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera::examples
