@@ -4,11 +4,11 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/gather.h>
 #include <ATen/ops/log_softmax.h>
 #include <ATen/ops/multinomial.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/relu.h>
-#include <ATen/ops/gather.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -18,8 +18,7 @@
 
 namespace tessera::examples {
 
-Agent::Agent(uint64_t seed, double learning_rate, double gamma)
-    : gamma_(gamma), seed_(seed) {
+Agent::Agent(uint64_t seed, double learning_rate, double gamma) : gamma_(gamma), seed_(seed) {
   at::Generator init = at::make_generator<at::CPUGeneratorImpl>(seed + 1);
   for (auto [in, out] : {std::pair<int64_t, int64_t>{4, 128}, {128, 2}}) {
     parameters_.push_back((at::randn({out, in}, init) / std::sqrt(in)).set_requires_grad(true));
