@@ -26,15 +26,22 @@ absl::StatusOr<at::Tensor> Guarded(const char* what, Fn&& fn) {
   }
 }
 
-// The distributed autograd context the scheduled call runs in.
-absl::StatusOr<int64_t> ScheduledContext(rpc::CallContext& ctx) {
-  auto context = dist_autograd::DistAutograd::Of(*ctx.runtime).current_context();
+// The distributed autograd context a scheduled call runs in: its id, and
+// the engine holding it (kept alive by the call's continuation).
+struct ScheduledContext {
+  int64_t id;
+  std::shared_ptr<dist_autograd::DistAutograd> autograd;
+};
+
+absl::StatusOr<ScheduledContext> ContextOfCall(rpc::CallContext& ctx) {
+  auto& autograd = dist_autograd::DistAutograd::Of(*ctx.runtime);
+  auto context = autograd.current_context();
   if (!context.has_value()) {
     return absl::FailedPreconditionError(
         "a scheduled pipeline step runs inside a distributed autograd context "
         "(create a dist_autograd::ContextGuard before PipelineDriver::Train)");
   }
-  return *context;
+  return ScheduledContext{*context, autograd.shared_from_this()};
 }
 
 }  // namespace
@@ -50,11 +57,10 @@ Future<at::Tensor> Stage::Forward(rref::RRef<at::Tensor> input) {
 
 Future<at::Tensor> Stage::TrainForward(rpc::CallContext& ctx, rref::RRef<at::Tensor> input,
                                        int64_t micro, bool input_gradient) {
-  auto context = ScheduledContext(ctx);
+  auto context = ContextOfCall(ctx);
   if (!context.ok()) return Future<at::Tensor>::Ready(context.status());
-  auto autograd = dist_autograd::DistAutograd::Of(*ctx.runtime).shared_from_this();
   return input.to_here_async().Then(
-      [self = shared_from_this(), autograd, context = *context, micro,
+      [self = shared_from_this(), autograd = context->autograd, context = context->id, micro,
        input_gradient](const absl::StatusOr<at::Tensor>& fetched) -> absl::StatusOr<at::Tensor> {
         if (!fetched.ok()) return fetched.status();
         return Guarded("forward", [&] {
@@ -72,11 +78,10 @@ Future<at::Tensor> Stage::TrainForward(rpc::CallContext& ctx, rref::RRef<at::Ten
 Future<at::Tensor> Stage::TrainBackward(rpc::CallContext& ctx,
                                         rref::RRef<at::Tensor> output_gradient, int64_t micro,
                                         bool input_gradient) {
-  auto context = ScheduledContext(ctx);
+  auto context = ContextOfCall(ctx);
   if (!context.ok()) return Future<at::Tensor>::Ready(context.status());
-  auto autograd = dist_autograd::DistAutograd::Of(*ctx.runtime).shared_from_this();
   return output_gradient.to_here_async().Then(
-      [self = shared_from_this(), autograd, context = *context, micro,
+      [self = shared_from_this(), autograd = context->autograd, context = context->id, micro,
        input_gradient](const absl::StatusOr<at::Tensor>& grad) -> absl::StatusOr<at::Tensor> {
         if (!grad.ok()) return grad.status();
         std::optional<StashedMicroBatch> kept = self->stash_.Take(context, micro);

@@ -163,18 +163,16 @@ absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::RemoteMethod(
   // caller's autograd context): without it, the first remote() on a fresh
   // RRef inside a context went unrecorded and its backward never came.
   std::weak_ptr<RRefContext> weak = weak_from_this();
-  rpc::Runtime* runtime = runtime_.load();
-  auto enter =
-      runtime != nullptr ? runtime->CaptureThreadState() : std::function<std::shared_ptr<void>()>();
   target.Confirmed().OnReady(
-      [weak, owner, message, fork_id, enter = std::move(enter)](const absl::StatusOr<bool>& ok) {
+      [weak, owner, message, fork_id,
+       carried = CarriedState(runtime_.load())](const absl::StatusOr<bool>& ok) {
         auto self = weak.lock();
         if (self == nullptr) return;
         if (!ok.ok()) {
           self->OnForkFailed(fork_id, ok.status());
           return;
         }
-        std::shared_ptr<void> scope = enter ? enter() : nullptr;
+        std::shared_ptr<void> scope = carried.Enter();
         self->ConfirmWhenAcked(owner, message, fork_id);
       });
   return handle;
@@ -235,13 +233,10 @@ Future<c10::IValue> RRefContext::WhenConfirmed(const RRefImpl& rref,
   }
   // The send happens on the confirming thread: it carries what a send from
   // here would (the caller's autograd context), or the call goes unrecorded.
-  rpc::Runtime* runtime = runtime_.load();
-  auto enter = runtime != nullptr ? runtime->CaptureThreadState()
-                                  : std::function<std::shared_ptr<void>()>();
-  return confirmed.Then([send = std::move(send), enter = std::move(enter)](
+  return confirmed.Then([send = std::move(send), carried = CarriedState(runtime_.load())](
                             const absl::StatusOr<bool>& ok) -> Future<c10::IValue> {
     if (!ok.ok()) return Future<c10::IValue>::Ready(ok.status());
-    std::shared_ptr<void> scope = enter ? enter() : nullptr;
+    std::shared_ptr<void> scope = carried.Enter();
     return send();
   });
 }

@@ -234,6 +234,19 @@ class RRefContext final : public rpc::RuntimeExtension,
   // creation is acknowledged once its fork is registered, not when a slow
   // function or constructor returns (else a creation slower than the call's
   // deadline would fail on the caller while the owner keeps its fork).
+  // What a continuation must carry from the thread that set it up to the
+  // one that runs it later (the caller's distributed autograd context):
+  // captured when made, current on the running thread while Enter()'s
+  // result lives. Every deferred send or method here goes through it.
+  class CarriedState {
+   public:
+    explicit CarriedState(rpc::Runtime* runtime)
+        : enter_(runtime != nullptr ? runtime->CaptureThreadState() : nullptr) {}
+    std::shared_ptr<void> Enter() const { return enter_ ? enter_() : nullptr; }
+
+   private:
+    std::function<std::shared_ptr<void>()> enter_;
+  };
   Future<OwnedValue> Later(std::function<Future<OwnedValue>()> produce);
   // remote() whose owner is this worker: the owner's handle, with the value
   // to come from `value`.

@@ -69,10 +69,10 @@ Future<OwnedValue> RRefContext::Later(std::function<Future<OwnedValue>()> produc
   rpc::Runtime* runtime = runtime_.load();
   if (runtime == nullptr) return produce();
   // The caller's autograd context (if any) goes along, as on this thread.
-  auto enter = runtime->CaptureThreadState();
   Promise<OwnedValue> promise;
-  runtime->executor().Post([promise, produce = std::move(produce), enter = std::move(enter)] {
-    std::shared_ptr<void> scope = enter ? enter() : nullptr;
+  runtime->executor().Post([promise, produce = std::move(produce),
+                            carried = CarriedState(runtime)] {
+    std::shared_ptr<void> scope = carried.Enter();
     produce().OnReady([promise](const absl::StatusOr<OwnedValue>& value) { promise.Set(value); });
   });
   return promise.GetFuture();
@@ -168,14 +168,12 @@ Future<c10::IValue> RRefContext::InvokeMethod(int caller, const GlobalId& target
   // still run in the caller's autograd context, as here. Without this, a
   // method called on a fresh object inside a context ran outside it, and
   // the calls it made went unrecorded — the first backward lost gradients.
-  auto enter =
-      runtime != nullptr ? runtime->CaptureThreadState() : std::function<std::shared_ptr<void>()>();
-  return ValueOf(target).Then([this, runtime, caller, caller_name, method, enter,
-                               args =
-                                   std::move(args)](const absl::StatusOr<OwnedValue>& owned) mutable
+  return ValueOf(target).Then([this, runtime, caller, caller_name, method,
+                               carried = CarriedState(runtime), args = std::move(args)](
+                                  const absl::StatusOr<OwnedValue>& owned) mutable
                               -> Future<c10::IValue> {
     if (!owned.ok()) return Future<c10::IValue>::Ready(owned.status());
-    std::shared_ptr<void> scope = enter ? enter() : nullptr;
+    std::shared_ptr<void> scope = carried.Enter();
     if (owned->object == nullptr) {
       return Future<c10::IValue>::Ready(absl::FailedPreconditionError(
           "method '" + method + "' called on an RRef to a value; methods need an object "
@@ -330,13 +328,11 @@ void RRefContext::RegisterServices(rpc::Registry* internal) {
     if (!m.may_be_early) return InvokeMethod(caller, m.rref, m.method, std::move(m.args));
     // Early: the method runs once the creation arrives, on another thread,
     // in this call's autograd context (see InvokeMethod).
-    auto enter = ctx.runtime != nullptr ? ctx.runtime->CaptureThreadState()
-                                        : std::function<std::shared_ptr<void>()>();
     return AwaitCreation(m.rref, ctx.deadline)
-        .Then([this, caller, enter, m = std::move(m)](
+        .Then([this, caller, carried = CarriedState(ctx.runtime), m = std::move(m)](
                   const absl::StatusOr<bool>& created) mutable -> Future<c10::IValue> {
           if (!created.ok()) return Future<c10::IValue>::Ready(created.status());
-          std::shared_ptr<void> scope = enter ? enter() : nullptr;
+          std::shared_ptr<void> scope = carried.Enter();
           return InvokeMethod(caller, m.rref, m.method, std::move(m.args));
         });
   });
