@@ -104,74 +104,102 @@ Work PowerSgdHook::Reduce(const GradBucket& bucket, ProcessGroup& group) {
                       compress](const absl::StatusOr<std::monostate>& before) -> Work {
     if (!before.ok()) return Work::Ready(before.status());
     if (compress) return Compress(bucket, group, state);
-    bytes_ += bucket.flat.numel() * bucket.flat.element_size();
-    return group.Allreduce(bucket.flat, ReduceOp::kAverage);
+    return Allreduce(group, bucket.flat, ReduceOp::kAverage);
   });
   return tail_;
 }
 
+// One bucket's compression between its phases (Note [PowerSGD]).
+struct PowerSgdHook::Compression {
+  GradBucket bucket;
+  std::shared_ptr<BucketState> state;
+  Layout layout;
+  at::Tensor input;   // this rank's gradients plus the error, for the next error
+  at::Tensor packed;  // the uncompressed gradients, averaged in place
+  std::vector<at::Tensor> ps;
+  at::Tensor p_all, q_all;
+  Work packed_done = Work::Ready(std::monostate{});
+  Work p_done = Work::Ready(std::monostate{});
+};
+
 Work PowerSgdHook::Compress(const GradBucket& bucket, ProcessGroup& group,
                             const std::shared_ptr<BucketState>& state) {
-  const Layout layout = LayoutOf(bucket, options_.matrix_rank, options_.min_compression_rate);
-  at::Tensor input;  // this rank's gradients with the error added, for the next error
+  auto step = Begin(bucket, group, state);
+  return step->p_done
+      .Then([this, step, &group](const absl::StatusOr<std::monostate>& p_ok) -> Work {
+        if (!p_ok.ok()) return Work::Ready(p_ok.status());
+        return ExchangeQ(*step, group);
+      })
+      .Then([this, step, world = group.size()](
+                const absl::StatusOr<std::monostate>& done) -> absl::StatusOr<std::monostate> {
+        if (!done.ok()) return done;
+        Finish(*step, world);
+        return std::monostate{};
+      });
+}
+
+// Error feedback, P = M Q for every matrix; issues the uncompressed pack's
+// allreduce, then P's.
+std::shared_ptr<PowerSgdHook::Compression> PowerSgdHook::Begin(
+    const GradBucket& bucket, ProcessGroup& group, const std::shared_ptr<BucketState>& state) {
+  auto step = std::make_shared<Compression>();
+  step->bucket = bucket;
+  step->state = state;
+  step->layout = LayoutOf(bucket, options_.matrix_rank, options_.min_compression_rate);
   if (options_.error_feedback) {
     if (!state->error.defined()) state->error = at::zeros_like(bucket.flat);
     bucket.flat.add_(state->error);
-    input = bucket.flat.clone();
+    step->input = bucket.flat.clone();
   }
   if (state->qs.empty() || !options_.warm_start) {
     state->qs.clear();
-    for (const auto& matrix : layout.matrices) {
+    for (const auto& matrix : step->layout.matrices) {
       const int64_t r = std::min({matrix.size(0), matrix.size(1), options_.matrix_rank});
       state->qs.push_back(at::randn({matrix.size(1), r}, state->generator, bucket.flat.options()));
     }
   }
-  // Issued now, in this order: the uncompressed pack, then P.
-  at::Tensor packed = Pack(layout.uncompressed, bucket.flat);
-  std::vector<at::Tensor> ps;
-  for (size_t i = 0; i < layout.matrices.size(); ++i) {
-    ps.push_back(at::matmul(layout.matrices[i], state->qs[i]));
+  step->packed = Pack(step->layout.uncompressed, bucket.flat);
+  for (size_t i = 0; i < step->layout.matrices.size(); ++i) {
+    step->ps.push_back(at::matmul(step->layout.matrices[i], state->qs[i]));
   }
-  at::Tensor p_all = Pack(ps, bucket.flat);
-  bytes_ += (packed.numel() + p_all.numel()) * bucket.flat.element_size();
-  const auto done_now = Work::Ready(std::monostate{});
-  Work flat_done = packed.numel() > 0 ? group.Allreduce(packed, ReduceOp::kAverage) : done_now;
-  Work p_done = p_all.numel() > 0 ? group.Allreduce(p_all, ReduceOp::kSum) : done_now;
-  const int world = group.size();
-  return p_done.Then([this, bucket, &group, state, layout, ps, p_all, packed, flat_done, input,
-                      world](const absl::StatusOr<std::monostate>& p_ok) mutable -> Work {
-    if (!p_ok.ok()) return Work::Ready(p_ok.status());
-    Unpack(p_all, ps);
-    std::vector<at::Tensor> qs;
-    for (size_t i = 0; i < ps.size(); ++i) {
-      Orthonormalize(ps[i]);
-      qs.push_back(at::matmul(layout.matrices[i].t(), ps[i]));
-    }
-    at::Tensor q_all = Pack(qs, bucket.flat);
-    bytes_ += q_all.numel() * bucket.flat.element_size();
-    Work q_done =
-        q_all.numel() > 0 ? group.Allreduce(q_all, ReduceOp::kSum) : Work::Ready(std::monostate{});
-    return q_done
-        .Then([flat_done](const absl::StatusOr<std::monostate>& q_ok) -> Work {
-          if (!q_ok.ok()) return Work::Ready(q_ok.status());
-          return flat_done;
-        })
-        .Then([this, bucket, state, layout, ps, q_all, packed, input, world](
-                  const absl::StatusOr<std::monostate>& done) -> absl::StatusOr<std::monostate> {
-          if (!done.ok()) return done;
-          q_all.div_(world);
-          int64_t offset = 0;
-          for (size_t i = 0; i < ps.size(); ++i) {
-            at::Tensor q = q_all.narrow(0, offset, state->qs[i].numel()).view(state->qs[i].sizes());
-            offset += q.numel();
-            state->qs[i].copy_(q);
-            layout.matrices[i].copy_(at::matmul(ps[i], q.t()));
-          }
-          Unpack(packed, layout.uncompressed);
-          if (options_.error_feedback) state->error = input - bucket.flat;
-          return std::monostate{};
-        });
-  });
+  step->p_all = Pack(step->ps, bucket.flat);
+  step->packed_done = Allreduce(group, step->packed, ReduceOp::kAverage);
+  step->p_done = Allreduce(group, step->p_all, ReduceOp::kSum);
+  return step;
+}
+
+// P's columns orthonormalised, Q = M^T P, Q allreduced; completes once Q
+// and the uncompressed pack are both in.
+Work PowerSgdHook::ExchangeQ(Compression& step, ProcessGroup& group) {
+  Unpack(step.p_all, step.ps);
+  std::vector<at::Tensor> qs;
+  for (size_t i = 0; i < step.ps.size(); ++i) {
+    Orthonormalize(step.ps[i]);
+    qs.push_back(at::matmul(step.layout.matrices[i].t(), step.ps[i]));
+  }
+  step.q_all = Pack(qs, step.bucket.flat);
+  return WhenAllOk(
+             std::vector<Work>{Allreduce(group, step.q_all, ReduceOp::kSum), step.packed_done})
+      .Then([](const absl::StatusOr<bool>& all) -> absl::StatusOr<std::monostate> {
+        if (!all.ok()) return all.status();
+        return std::monostate{};
+      });
+}
+
+// M ~ P Q^T written into the bucket, the pack unpacked, the error kept.
+void PowerSgdHook::Finish(Compression& step, int world) {
+  Unpack(step.q_all.div_(world), step.state->qs);  // the average Q: next step's warm start
+  for (size_t i = 0; i < step.ps.size(); ++i) {
+    step.layout.matrices[i].copy_(at::matmul(step.ps[i], step.state->qs[i].t()));
+  }
+  Unpack(step.packed, step.layout.uncompressed);
+  if (options_.error_feedback) step.state->error = step.input - step.bucket.flat;
+}
+
+Work PowerSgdHook::Allreduce(ProcessGroup& group, const at::Tensor& tensor, ReduceOp op) {
+  bytes_ += tensor.numel() * tensor.element_size();
+  if (tensor.numel() == 0) return Work::Ready(std::monostate{});
+  return group.Allreduce(tensor, op);
 }
 
 }  // namespace tessera::ddp

@@ -64,8 +64,15 @@ class PowerSgdHook final : public CommHook {
   struct BucketState;
 
  private:
+  struct Compression;
   Work Compress(const GradBucket& bucket, ProcessGroup& group,
                 const std::shared_ptr<BucketState>& state);
+  std::shared_ptr<Compression> Begin(const GradBucket& bucket, ProcessGroup& group,
+                                     const std::shared_ptr<BucketState>& state);
+  Work ExchangeQ(Compression& step, ProcessGroup& group);
+  void Finish(Compression& step, int world);
+  // Counts the bytes; an empty tensor is not sent.
+  Work Allreduce(ProcessGroup& group, const at::Tensor& tensor, ReduceOp op);
 
   const PowerSgdOptions options_;
   std::atomic<int64_t> bytes_{0};
