@@ -1,15 +1,20 @@
 #include <cstdlib>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/flags.h"
 #include "launcher/launcher.h"
 #include "store/slurm_env.h"
 
 ABSL_FLAG(int, nproc_per_node, 1, "worker processes to start on this node");
-ABSL_FLAG(int, nnodes, 1, "nodes in the job (in a Slurm allocation: SLURM_NNODES unless given)");
+ABSL_FLAG(std::string, nnodes, "1",
+          "nodes in the job, N or MIN:MAX as torchrun's: the job starts with MAX nodes and goes "
+          "on while at least MIN are live (in a Slurm allocation: SLURM_NNODES unless given)");
 ABSL_FLAG(int, node_rank, 0, "this node's index, 0..nnodes-1 (Slurm: SLURM_NODEID)");
 ABSL_FLAG(std::string, master_addr, "127.0.0.1",
           "host of node 0, where the rendezvous store runs (Slurm: the allocation's "
@@ -27,8 +32,11 @@ ABSL_FLAG(bool, join, false,
 ABSL_FLAG(int, max_ranks, 0,
           "the most ranks the job may have, workers joined with --join included (like the MAX "
           "of torchrun's --nnodes MIN:MAX); 0: no bound");
-ABSL_FLAG(int, rdzv_timeout, 300,
-          "seconds a node waits for the others (and node 0 declares a silent node lost)");
+ABSL_FLAG(int, rdzv_timeout, 300, "seconds a node waits for the others");
+ABSL_FLAG(int, node_timeout, 60,
+          "seconds a node may be silent (no heartbeat through the store) before it is declared "
+          "lost: the job goes on without it if --nnodes MIN allows and its workers' roles are "
+          "elastic, and stops naming it otherwise");
 
 namespace tessera::launcher {
 
@@ -54,6 +62,7 @@ absl::Status ApplySlurmDefaults(const std::set<std::string>& given, LaunchOption
   if (!given.count("nnodes")) {
     if (auto nodes = store::SlurmInt("SLURM_JOB_NUM_NODES")) options->nnodes = *nodes;
     if (auto nodes = store::SlurmInt("SLURM_NNODES")) options->nnodes = *nodes;
+    options->min_nodes = options->nnodes;
   }
   if (!given.count("node_rank")) {
     if (auto node = store::SlurmInt("SLURM_NODEID")) options->node_rank = *node;
@@ -66,6 +75,26 @@ absl::Status ApplySlurmDefaults(const std::set<std::string>& given, LaunchOption
   return absl::OkStatus();
 }
 
+// "3" -> 3 nodes, none may be lost; "2:3" -> 3 nodes, down to 2.
+absl::Status ParseNodeCount(const std::string& text, LaunchOptions* options) {
+  const std::vector<std::string> parts = absl::StrSplit(text, ':');
+  int min = 0, max = 0;
+  bool ok = false;
+  if (parts.size() == 1) {
+    ok = absl::SimpleAtoi(parts[0], &max);
+    min = max;
+  } else if (parts.size() == 2) {
+    ok = absl::SimpleAtoi(parts[0], &min) && absl::SimpleAtoi(parts[1], &max);
+  }
+  if (!ok || min < 1 || min > max) {
+    return absl::InvalidArgumentError("--nnodes takes N or MIN:MAX (1 <= MIN <= MAX), not '" +
+                                      text + "'");
+  }
+  options->nnodes = max;
+  options->min_nodes = min;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<LaunchOptions> ParseArgs(int argc, char** argv) {
@@ -73,20 +102,24 @@ absl::StatusOr<LaunchOptions> ParseArgs(int argc, char** argv) {
   const ParsedFlags parsed = ParseFlags(argc, argv, kUsage, Positionals::kStopAtProgram);
   options.command = parsed.positional;
   options.nproc_per_node = absl::GetFlag(FLAGS_nproc_per_node);
-  options.nnodes = absl::GetFlag(FLAGS_nnodes);
+  if (auto nodes = ParseNodeCount(absl::GetFlag(FLAGS_nnodes), &options); !nodes.ok()) {
+    return nodes;
+  }
   options.node_rank = absl::GetFlag(FLAGS_node_rank);
   options.master_addr = absl::GetFlag(FLAGS_master_addr);
   options.master_port = absl::GetFlag(FLAGS_master_port);
   options.standalone = absl::GetFlag(FLAGS_standalone);
   options.max_restarts = absl::GetFlag(FLAGS_max_restarts);
   options.rendezvous_timeout = absl::Seconds(absl::GetFlag(FLAGS_rdzv_timeout));
+  options.node_timeout = absl::Seconds(absl::GetFlag(FLAGS_node_timeout));
   options.elastic_roles = absl::GetFlag(FLAGS_elastic_roles);
   options.join = absl::GetFlag(FLAGS_join);
   options.max_ranks = absl::GetFlag(FLAGS_max_ranks);
   if (options.command.empty()) return absl::InvalidArgumentError("no program to run");
   if (auto slurm = ApplySlurmDefaults(parsed.given, &options); !slurm.ok()) return slurm;
   if (options.nproc_per_node < 1 || options.nnodes < 1 || options.node_rank < 0 ||
-      options.node_rank >= options.nnodes || options.max_restarts < 0) {
+      options.node_rank >= options.nnodes || options.max_restarts < 0 ||
+      options.node_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "bad sizes: --nproc_per_node ", options.nproc_per_node, " --nnodes ", options.nnodes,
         " --node_rank ", options.node_rank));

@@ -45,6 +45,24 @@ ElasticRestarts::Decision ElasticRestarts::OnFailure(int rank, int exit_code, st
   return Decision::kRestartAlone;
 }
 
+std::optional<std::string> ElasticRestarts::GoOnWithout(int first, int count,
+                                                        const std::string& why) const {
+  namespace elastic = store::elastic;
+  for (int rank = first; rank < first + count; ++rank) {
+    auto role = store_->Get(elastic::RoleKey(prefix_, rank), absl::ZeroDuration());
+    if (!role.ok() || roles_.count(*role) == 0) {
+      return absl::StrCat("rank ", rank, " on it ",
+                          role.ok() ? absl::StrCat("is a '", *role, "', not an elastic role")
+                                    : "declared no role",
+                          " (--elastic_roles)");
+    }
+  }
+  for (int rank = first; rank < first + count; ++rank) {
+    store_->Set(elastic::LeftKey(prefix_, rank), why).IgnoreError();
+  }
+  return std::nullopt;
+}
+
 std::set<std::string> ParseRoles(const std::string& list) {
   std::set<std::string> roles;
   for (absl::string_view role : absl::StrSplit(list, ',', absl::SkipWhitespace())) {

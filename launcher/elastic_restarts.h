@@ -18,6 +18,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -40,6 +41,12 @@ class ElasticRestarts {
   // For a worker of `rank` that exited with `exit_code` (non-zero). Records
   // what it decides in the store; `why` says it in words for the log.
   Decision OnFailure(int rank, int exit_code, std::string* why);
+  // Ranks [first, first + count) were on a node that was lost (Note [Lost
+  // nodes], launcher/node_coordinator.h): if every one declared an elastic
+  // role, records each as left with `why` and returns nullopt; otherwise
+  // says which rank keeps the job from going on. Any thread (reads only
+  // what the constructor set, and the thread-safe store).
+  std::optional<std::string> GoOnWithout(int first, int count, const std::string& why) const;
 
  private:
   const std::set<std::string> roles_;

@@ -334,16 +334,6 @@ int Run(const LaunchOptions& options) {
   LaunchOptions resolved = options;
   if (options.standalone) resolved.master_addr = "127.0.0.1";
 
-  // Several nodes restart together (Note [Restarting every node]).
-  std::unique_ptr<NodeCoordinator> nodes;
-  if (options.nnodes > 1) {
-    nodes = std::make_unique<NodeCoordinator>(
-        std::make_unique<store::StoreClient>(resolved.master_addr, port, absl::Seconds(10),
-                                             *secret),
-        store.get(), options.nnodes, options.node_rank, options.rendezvous_timeout);
-  }
-  const bool hosts_store = nodes != nullptr && options.node_rank == 0;
-
   // Elastic jobs talk to the store themselves (store/elastic_keys.h).
   namespace elastic = store::elastic;
   std::unique_ptr<store::StoreClient> job_store;
@@ -355,6 +345,29 @@ int Run(const LaunchOptions& options) {
         std::make_unique<ElasticRestarts>(ParseRoles(options.elastic_roles), options.max_restarts,
                                           job_store.get(), elastic::kDefaultPrefix);
   }
+
+  // Several nodes restart together (Note [Restarting every node]); a lost
+  // node's workers are let go if their roles are elastic (Note [Lost nodes]).
+  std::unique_ptr<NodeCoordinator> nodes;
+  if (options.nnodes > 1) {
+    auto go_on_without = [&options, restarts = elastic_restarts.get()](
+                             int node, const std::string& what) -> std::optional<std::string> {
+      if (restarts == nullptr) return "no worker role is elastic (--elastic_roles)";
+      const int first = node * options.nproc_per_node;
+      auto refused = restarts->GoOnWithout(first, options.nproc_per_node, what);
+      if (!refused.has_value()) {
+        Say(absl::StrCat(what, "; its ranks ", first, "..", first + options.nproc_per_node - 1,
+                         " are recorded as left and the job goes on without them"));
+      }
+      return refused;
+    };
+    nodes = std::make_unique<NodeCoordinator>(
+        std::make_unique<store::StoreClient>(resolved.master_addr, port, absl::Seconds(10),
+                                             *secret),
+        store.get(), options.nnodes, options.node_rank, options.rendezvous_timeout,
+        options.node_timeout, options.min_nodes, go_on_without);
+  }
+  const bool hosts_store = nodes != nullptr && options.node_rank == 0;
   int first_rank = options.node_rank * options.nproc_per_node;
   int world_size = options.nnodes * options.nproc_per_node;
   if (options.join) {

@@ -25,7 +25,8 @@ namespace tessera::launcher {
 
 struct LaunchOptions {
   int nproc_per_node = 1;
-  int nnodes = 1;
+  int nnodes = 1;     // the nodes the job starts with (--nnodes N, or the MAX of MIN:MAX)
+  int min_nodes = 1;  // fewer live nodes than this stop the job (the MIN of MIN:MAX)
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
@@ -34,6 +35,9 @@ struct LaunchOptions {
   // How long a node waits for the others (multi-node restarts, and node 0
   // for the others to finish before it closes the store).
   absl::Duration rendezvous_timeout = absl::Minutes(5);
+  // How long a node may go unheard (its heartbeats through the store)
+  // before it is declared lost (Note [Lost nodes], launcher/node_coordinator.h).
+  absl::Duration node_timeout = absl::Seconds(60);
   // How long stopped workers get between SIGTERM and SIGKILL.
   absl::Duration stop_grace = absl::Seconds(5);
   // Roles whose workers restart alone (comma-separated; Note [Restarting a

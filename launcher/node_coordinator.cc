@@ -3,10 +3,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <map>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 
 namespace tessera::launcher {
 namespace {
@@ -19,12 +23,16 @@ constexpr char kStopped[] = "stopped";
 
 NodeCoordinator::NodeCoordinator(std::unique_ptr<store::StoreClient> store,
                                  store::StoreServer* hosted, int nnodes, int node_rank,
-                                 absl::Duration timeout)
+                                 absl::Duration timeout, absl::Duration node_timeout,
+                                 int min_nodes, LostNodePolicy policy)
     : store_(std::move(store)),
       hosted_(hosted),
       nnodes_(nnodes),
       node_rank_(node_rank),
-      timeout_(timeout) {}
+      timeout_(timeout),
+      node_timeout_(node_timeout),
+      min_nodes_(min_nodes),
+      policy_(std::move(policy)) {}
 
 NodeCoordinator::~NodeCoordinator() { StopWatching(); }
 
@@ -35,6 +43,14 @@ std::string NodeCoordinator::Key(int round, const std::string& what) const {
 absl::Status NodeCoordinator::Open(int round) {
   if (node_rank_ == 0) {
     if (round > 0) {
+      {
+        MutexLock lock(&mu_);
+        if (!lost_nodes_.empty()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "node ", *lost_nodes_.begin(), " was lost, and the group is not restarted "
+              "without it (Note [Lost nodes])"));
+        }
+      }
       const std::vector<std::string> ended = EndedKeys(round - 1);
       absl::Status all_ended = store_->Wait(ended, timeout_);
       if (!all_ended.ok()) {
@@ -87,16 +103,24 @@ int NodeCoordinator::WatchFailures(int round) {
     // Note [Node heartbeats]: a node whose launcher is killed (or whose link
     // is cut) reports nothing, so failures alone would leave the others
     // waiting for ever. Each node beats once a round of this loop; node 0
-    // gives up on a node silent for `timeout_`, and a node that cannot reach
-    // the store for that long gives up on the job.
+    // declares a node silent for `node_timeout_` lost (Note [Lost nodes]),
+    // and a node that cannot reach the store for `timeout_` gives up on the
+    // job.
     absl::Time last_contact = absl::Now();
     std::vector<std::pair<std::string, absl::Time>> beats(nnodes_, {"", absl::Now()});
+    std::set<int> lost;  // this round's lost nodes, no longer watched
+    const std::string verdict = Key(round, absl::StrCat("lost/", node_rank_));
     for (int64_t beat = 1; !stop_watching_; ++beat) {
       // Short waits, so StopWatching is prompt; the store paces the loop.
       if (store_->Get(failed, absl::Seconds(1)).ok()) return wake(std::nullopt);
       const absl::Time now = absl::Now();
       if (store_->Set(Key(round, absl::StrCat("alive/", node_rank_)), absl::StrCat(beat)).ok()) {
         last_contact = now;
+        // Back from a cut the others outlasted: its ranks were given up.
+        if (auto declared = store_->Get(verdict, absl::ZeroDuration()); declared.ok()) {
+          return wake(absl::StrCat("node 0 declared this node lost and the job went on without "
+                                   "it (", *declared, "); stopping its workers"));
+        }
       } else if (now - last_contact > timeout_) {
         return wake(absl::StrCat("node ", node_rank_, " lost contact with the rendezvous store at ",
                                  store_->target(), " for ", absl::FormatDuration(timeout_),
@@ -105,13 +129,13 @@ int NodeCoordinator::WatchFailures(int round) {
       }
       if (node_rank_ != 0) continue;
       for (int node = 1; node < nnodes_; ++node) {
+        if (lost.count(node)) continue;
         auto value = store_->Get(Key(round, absl::StrCat("alive/", node)), absl::ZeroDuration());
         if (value.ok() && *value != beats[node].first) {
           beats[node] = {*value, now};
-        } else if (now - beats[node].second > timeout_) {
-          return wake(absl::StrCat("node ", node, " has not been heard from for ",
-                                   absl::FormatDuration(timeout_),
-                                   " (--rdzv_timeout): its launcher is gone or its link is down"));
+        } else if (now - beats[node].second > node_timeout_) {
+          if (auto stop = DeclareLost(round, node, beats[node].second)) return wake(*stop);
+          lost.insert(node);
         }
       }
     }
@@ -151,15 +175,72 @@ void NodeCoordinator::End(int round, Ending how) {
 }
 
 absl::Status NodeCoordinator::AwaitAllEnded(int round, absl::Duration timeout) {
-  return store_->Wait(EndedKeys(round), timeout);
+  // A node that dies now (or died unnoticed by the watcher, which stopped
+  // with this node's workers) is still found lost by its silence, after
+  // node_timeout at most (Note [Lost nodes]): the wait goes on only for the
+  // others.
+  const absl::Time deadline = absl::Now() + timeout;
+  std::map<std::string, std::pair<std::string, absl::Time>> beats;  // by end key
+  while (true) {
+    auto missing = store_->WaitForKeys(
+        EndedKeys(round), std::max(absl::ZeroDuration(),
+                                   std::min(absl::Seconds(1), deadline - absl::Now())));
+    if (!missing.ok()) return missing.status();
+    if (missing->empty()) return absl::OkStatus();
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("nodes still running after ", absl::FormatDuration(timeout), ": ",
+                       absl::StrJoin(*missing, ", ")));
+    }
+    for (int node = 1; node < nnodes_; ++node) {
+      const std::string ended = Key(round, absl::StrCat("ended/", node));
+      if (std::find(missing->begin(), missing->end(), ended) == missing->end()) continue;
+      auto beat = store_->Get(Key(round, absl::StrCat("alive/", node)), absl::ZeroDuration());
+      auto [seen, fresh] = beats.try_emplace(ended, beat.ok() ? *beat : "", absl::Now());
+      if (!fresh && beat.ok() && *beat != seen->second.first) {
+        seen->second = {*beat, absl::Now()};
+      } else if (absl::Now() - seen->second.second > node_timeout_) {
+        // Whether or not the job could have gone on, it is over: stop waiting.
+        if (auto stop = DeclareLost(round, node, seen->second.second)) {
+          MutexLock lock(&mu_);
+          lost_nodes_.insert(node);
+        }
+      }
+    }
+  }
 }
 
 std::vector<std::string> NodeCoordinator::EndedKeys(int round) const {
+  MutexLock lock(&mu_);
   std::vector<std::string> keys;
   for (int node = 0; node < nnodes_; ++node) {
-    keys.push_back(Key(round, absl::StrCat("ended/", node)));
+    if (!lost_nodes_.count(node)) keys.push_back(Key(round, absl::StrCat("ended/", node)));
   }
   return keys;
+}
+
+std::optional<std::string> NodeCoordinator::DeclareLost(int round, int node,
+                                                        absl::Time last_heard) {
+  int live = 0;
+  {
+    MutexLock lock(&mu_);
+    live = nnodes_ - static_cast<int>(lost_nodes_.size()) - 1;
+  }
+  const std::string what = absl::StrCat(
+      "node ", node, " lost: not heard from for ", absl::FormatDuration(node_timeout_),
+      " (--node_timeout), last at ", absl::FormatTime("%H:%M:%E3S", last_heard, absl::LocalTimeZone()),
+      "; its launcher is gone or its link is down");
+  if (live < min_nodes_) {
+    return absl::StrCat(what, "; ", live, " nodes left, fewer than the ", min_nodes_,
+                        " required (--nnodes MIN:MAX)");
+  }
+  if (auto refused = policy_ ? policy_(node, what) : std::optional<std::string>("no policy")) {
+    return absl::StrCat(what, "; the job cannot go on without it: ", *refused);
+  }
+  (void)store_->Set(Key(round, absl::StrCat("lost/", node)), what);
+  MutexLock lock(&mu_);
+  lost_nodes_.insert(node);
+  return std::nullopt;
 }
 
 void NodeCoordinator::Close(int round) { (void)store_->Set(Key(round, "open"), kClosed); }

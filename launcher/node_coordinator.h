@@ -13,7 +13,8 @@
 //   2. run: a node whose worker fails sets tessera-run/r/failed; every node
 //      watches that key and stops its workers when it appears;
 //   (while running, every node beats under tessera-run/r/alive/<node>; a
-//   silent node, or an unreachable store, ends the job: Note [Node heartbeats])
+//   silent node is lost, Note [Lost nodes]; an unreachable store ends the
+//   job: Note [Node heartbeats])
 //   3. end: each node sets tessera-run/r/ended/<node> once its workers are
 //      gone: "stopped" (after a failure), "finished" (all succeeded) or
 //      "interrupted" (its launcher got SIGINT/SIGTERM, and reports that as a
@@ -24,13 +25,28 @@
 // their use of it; if it gives up restarting it marks the next round closed,
 // so the others stop waiting at once. Every wait has a deadline.
 //
+// Note [Lost nodes]: a machine that dies takes its launcher with it, and
+// says nothing: node 0 declares a node lost once it has not beaten for
+// --node_timeout, naming it and when it was last heard from. If at least
+// MIN nodes (--nnodes MIN:MAX) are left and the launcher's policy agrees
+// (every worker of the node has an elastic role: launcher.cc), the job
+// goes on: the node is recorded lost (tessera-run/r/lost/<node>), its
+// ranks as left (so no graceful shutdown waits for them), and no end of
+// the round is awaited from it. Otherwise the job stops, naming the node.
+// A lost node whose link comes back reads its verdict at its next beat and
+// stops its workers, naming it: its ranks have been given up, and its old
+// workers must not act under them. A restart of the group without a lost
+// node is not attempted: the job's world size is fixed at its start.
+//
 // Thread-safety: one launcher thread calls the methods; WatchFailures runs
 // a watcher thread of its own.
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,10 +61,18 @@ namespace tessera::launcher {
 
 class NodeCoordinator {
  public:
+  // Node 0's decision on a lost node (Note [Lost nodes]), on the watcher
+  // thread: nullopt to go on without it (having recorded its ranks as
+  // left), or why the job cannot. `what` says which node and since when.
+  using LostNodePolicy =
+      std::function<std::optional<std::string>(int node, const std::string& what)>;
+
   // `hosted` is node 0's store (null elsewhere); `timeout` bounds each wait
-  // for the other nodes.
+  // for the other nodes; a node unheard for `node_timeout` is lost, and the
+  // job goes on while `min_nodes` are live and `policy` agrees.
   NodeCoordinator(std::unique_ptr<store::StoreClient> store, store::StoreServer* hosted,
-                  int nnodes, int node_rank, absl::Duration timeout);
+                  int nnodes, int node_rank, absl::Duration timeout, absl::Duration node_timeout,
+                  int min_nodes, LostNodePolicy policy);
   ~NodeCoordinator();
 
   // Step 1. An error if the round did not open in time, or was closed, or
@@ -70,26 +94,34 @@ class NodeCoordinator {
   // workers because of a failure takes part in another round.
   enum class Ending { kStopped, kFinished, kInterrupted };
   void End(int round, Ending how);
-  // Node 0, before it exits: waits up to `timeout` for every node to end
-  // `round`.
+  // Node 0, before it exits: waits up to `timeout` for every node not lost
+  // to end `round`.
   absl::Status AwaitAllEnded(int round, absl::Duration timeout);
   // Node 0, when it will not restart: the others waiting for `round` stop.
   void Close(int round);
 
  private:
   std::string Key(int round, const std::string& what) const;
+  // The end keys of the nodes not lost.
   std::vector<std::string> EndedKeys(int round) const;
+  // Node 0's watcher: declares `node` lost (Note [Lost nodes]); the reason
+  // the job must stop, or nullopt when it goes on.
+  std::optional<std::string> DeclareLost(int round, int node, absl::Time last_heard);
 
   const std::unique_ptr<store::StoreClient> store_;
   store::StoreServer* const hosted_;
   const int nnodes_;
   const int node_rank_;
   const absl::Duration timeout_;
+  const absl::Duration node_timeout_;
+  const int min_nodes_;
+  const LostNodePolicy policy_;
   int wake_[2] = {-1, -1};  // the watcher writes to [1]; the launcher polls [0]
   std::atomic<bool> stop_watching_{false};
   std::thread watcher_;
   mutable Mutex mu_;
   std::optional<std::string> lost_ ABSL_GUARDED_BY(mu_);
+  std::set<int> lost_nodes_ ABSL_GUARDED_BY(mu_);  // declared lost, the job going on
 };
 
 }  // namespace tessera::launcher

@@ -163,6 +163,12 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::strin
   // A connection that has not sent HTTP/2's preface and settings by then is
   // closed (gRPC's default is 120 s): silent strangers do not pile up.
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10'000);
+  // Clients ping every few seconds, with or without calls in flight (Note
+  // [Store connections across a cut link], store_client.cc): allowed, not
+  // punished with GOAWAY as gRPC's defaults would.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1'000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   int bound_port = 0;
   builder.AddListeningPort(JoinHostPort(host, port),
                            grpc::InsecureServerCredentials(), &bound_port);

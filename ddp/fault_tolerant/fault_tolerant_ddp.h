@@ -20,7 +20,10 @@
 // is applied only if every member's part succeeded (a commit decided once,
 // through the store): a replica dying mid-step makes every survivor drop
 // that step and retry it in a quorum without the dead one. Replicas with
-// the same committed step count hold identical parameters.
+// the same committed step count hold identical parameters, whatever
+// partitions the job went through (Note [No split brain], quorum.h): a
+// replica cut off from the others commits nothing alone and, when the link
+// heals, catches up from them.
 //
 // Thread-safety: one training thread per replica.
 #pragma once
@@ -72,8 +75,9 @@ class FaultTolerantDdp {
 
   // One step: quorum, re-forming and recovery if needed, then
   // `forward_backward` (gradients into .grad; returns the loss), averaged
-  // gradients and the optimizer step if committed. Throws StatusError when
-  // no quorum forms (the store is gone, or fewer than min_replicas).
+  // gradients and the optimizer step if committed. A store out of reach
+  // and quorums too small to commit are waited out; throws StatusError when
+  // that lasts QuorumOptions::rejoin_timeout (Note [No split brain]).
   FaultTolerantStep Step(const std::function<double()>& forward_backward);
   // Steps committed so far (by this replica or, after a recovery, the peer
   // it recovered from).

@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
 #include "common/status.h"
 
 namespace tessera::ddp {
@@ -45,6 +47,10 @@ std::vector<std::string> Ids(const std::vector<QuorumMember>& members) {
 }
 
 }  // namespace
+
+int QuorumOptions::RequiredReplicas() const {
+  return min_replicas > 0 ? min_replicas : initial_replicas / 2 + 1;
+}
 
 int64_t QuorumRound::max_step() const {
   int64_t most = 0;
@@ -120,6 +126,11 @@ absl::StatusOr<std::vector<QuorumMember>> Quorum::AwaitArrivals(int64_t r) const
     expected_count =
         previous.ok() ? expected.size() : static_cast<size_t>(options_.initial_replicas);
   }
+  // A replica that fell behind waits for those who hold the state
+  // (Note [No split brain]); no round waits for fewer than can commit.
+  if (!holders_.empty()) expected = holders_;
+  expected_count = std::max({expected_count, expected.size(),
+                             static_cast<size_t>(options_.RequiredReplicas())});
   const absl::Time deadline = absl::Now() + options_.timeout;
   while (true) {
     int64_t slots = 0;
@@ -143,7 +154,7 @@ absl::StatusOr<std::vector<QuorumMember>> Quorum::AwaitArrivals(int64_t r) const
   }
 }
 
-absl::StatusOr<QuorumRound> Quorum::Join(int64_t step) {
+absl::StatusOr<std::optional<QuorumRound>> Quorum::EnterRound(int64_t step, std::string* why) {
   if (next_round_ < 0) {
     // A replica entering a running job starts at the last round closed.
     auto hint = store_->Get(options_.prefix + "/last_closed", absl::ZeroDuration());
@@ -152,55 +163,87 @@ absl::StatusOr<QuorumRound> Quorum::Join(int64_t step) {
       return absl::DataLossError("malformed quorum round hint '" + *hint + "'");
     }
   }
-  // A replica that keeps arriving late (rounds closing without it) gives up.
-  const absl::Time give_up = absl::Now() + 4 * options_.timeout;
-  for (;; ++next_round_) {
-    const int64_t r = next_round_;
-    if (absl::Now() > give_up) {
-      return absl::DeadlineExceededError(absl::StrCat("replica '", id_,
-                                                      "' found no quorum to join by round ", r,
-                                                      " (store ", store_->target(), ")"));
+  // The round is used up whatever happens in it: a replica must never take
+  // two arrival slots of one round.
+  const int64_t r = next_round_++;
+  if (Closed(r, absl::ZeroDuration()).ok()) return std::nullopt;  // closed before we came
+  auto slot = store_->Add(Key(r, "arrivals"), 1);
+  if (!slot.ok()) return slot.status();
+  TESSERA_RETURN_IF_ERROR(
+      store_->Set(Key(r, absl::StrCat("slot/", *slot - 1)), absl::StrCat(id_, " ", step)));
+  auto arrived = AwaitArrivals(r);
+  if (!arrived.ok()) return arrived.status();
+  std::vector<QuorumMember> arrivals = *std::move(arrived);
+  // By id, not arrival order: the same members make the same group, with
+  // the same ranks, round after round (no group formed again for nothing).
+  std::sort(arrivals.begin(), arrivals.end(),
+            [](const QuorumMember& a, const QuorumMember& b) { return a.id < b.id; });
+  auto closed = store_->CompareSet(Key(r, "quorum"), "", Encode(arrivals));
+  if (!closed.ok()) return closed.status();
+  auto members = Decode(*closed);
+  if (!members.ok()) return members.status();
+  const std::vector<std::string> ids = Ids(*members);
+  const auto self = std::find(ids.begin(), ids.end(), id_);
+  if (self == ids.end()) {
+    *why = absl::StrCat("round ", r, " closed without it");
+    return std::nullopt;
+  }
+  store_->Set(options_.prefix + "/last_closed", std::to_string(r)).IgnoreError();
+  // Members of round r are done with round r - 2 (they voted in r - 1).
+  if (self == ids.begin() && r >= 2 && r - 2 - cleaned_ >= kCleanupEvery) CleanUpBefore(r - 1);
+  if (static_cast<int>(ids.size()) < options_.RequiredReplicas()) {
+    // Every member sees the same list, so none of them votes: the round is
+    // abandoned, and the next waits for more (Note [No split brain]).
+    *why = absl::StrCat("round ", r, "'s quorum (", absl::StrJoin(ids, ", "), ") has fewer than the ",
+                        options_.RequiredReplicas(), " replicas required to commit");
+    return std::nullopt;
+  }
+  QuorumRound round;
+  round.round = r;
+  round.members = *std::move(members);
+  round.rank = static_cast<int>(self - ids.begin());
+  round.changed = ids != previous_;
+  previous_ = ids;
+  previous_round_ = r;
+  return round;
+}
+
+absl::StatusOr<QuorumRound> Quorum::Join(int64_t step) {
+  const absl::Time give_up = absl::Now() + options_.rejoin_timeout;
+  std::string why = "no round open";  // why no round has taken this replica yet
+  bool store_lost = false;
+  while (true) {
+    auto entered = EnterRound(step, &why);
+    if (entered.ok() && entered->has_value()) {
+      if (store_lost) TESSERA_LOG(WARNING) << "replica '" << id_ << "' reached the store again";
+      return **std::move(entered);
     }
-    if (Closed(r, absl::ZeroDuration()).ok()) continue;  // closed before we came
-    auto slot = store_->Add(Key(r, "arrivals"), 1);
-    if (!slot.ok()) return slot.status();
-    TESSERA_RETURN_IF_ERROR(
-        store_->Set(Key(r, absl::StrCat("slot/", *slot - 1)), absl::StrCat(id_, " ", step)));
-    auto arrived = AwaitArrivals(r);
-    if (!arrived.ok()) return arrived.status();
-    std::vector<QuorumMember> arrivals = *std::move(arrived);
-    // By id, not arrival order: the same members make the same group, with
-    // the same ranks, round after round (no group formed again for nothing).
-    std::sort(arrivals.begin(), arrivals.end(),
-              [](const QuorumMember& a, const QuorumMember& b) { return a.id < b.id; });
-    auto closed = store_->CompareSet(Key(r, "quorum"), "", Encode(arrivals));
-    if (!closed.ok()) return closed.status();
-    auto members = Decode(*closed);
-    if (!members.ok()) return members.status();
-    const std::vector<std::string> ids = Ids(*members);
-    const auto self = std::find(ids.begin(), ids.end(), id_);
-    if (self == ids.end()) continue;  // closed without us: the next round
-    store_->Set(options_.prefix + "/last_closed", std::to_string(r)).IgnoreError();
-    QuorumRound round;
-    round.round = r;
-    round.members = *std::move(members);
-    round.rank = static_cast<int>(self - ids.begin());
-    round.changed = ids != previous_;
-    previous_ = ids;
-    previous_round_ = r;
-    ++next_round_;
-    // Members of round r are done with round r - 2 (they voted in r - 1).
-    if (round.rank == 0 && r >= 2 && r - 2 - cleaned_ >= kCleanupEvery) CleanUpBefore(r - 1);
-    if (static_cast<int>(round.members.size()) < options_.min_replicas) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("quorum of round ", r, " has ", round.members.size(),
-                       " replicas, fewer than the ", options_.min_replicas, " required"));
+    if (!entered.ok()) {
+      const absl::Status& error = entered.status();
+      // The store out of reach (a cut link, node 0 restarting) is waited
+      // out; anything else is not going to change.
+      if (!absl::IsUnavailable(error) && !absl::IsDeadlineExceeded(error)) return error;
+      if (!store_lost) {
+        TESSERA_LOG(WARNING) << "replica '" << id_ << "' cannot reach the store (" << error
+                             << "); retrying for up to "
+                             << absl::FormatDuration(give_up - absl::Now());
+      }
+      store_lost = true;
+      why = std::string(error.message());
+      absl::SleepFor(std::min(absl::Milliseconds(250), give_up - absl::Now()));
+    } else if (why.find("required") != std::string::npos) {
+      TESSERA_LOG(WARNING) << "replica '" << id_ << "': " << why << "; waiting for more";
     }
-    return round;
+    if (absl::Now() >= give_up) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "replica '", id_, "' found no quorum to join within ",
+          absl::FormatDuration(options_.rejoin_timeout), " (rejoin_timeout; store ",
+          store_->target(), ", round ", next_round_, "): ", why));
+    }
   }
 }
 
-absl::StatusOr<bool> Quorum::Commit(const QuorumRound& round, bool ok) {
+absl::StatusOr<std::string> Quorum::Decide(const QuorumRound& round, bool ok) {
   const std::string decision_key = Key(round.round, "commit");
   TESSERA_RETURN_IF_ERROR(store_->Set(Key(round.round, "vote/" + id_), ok ? "1" : "0"));
   std::vector<std::string> votes;
@@ -226,9 +269,55 @@ absl::StatusOr<bool> Quorum::Commit(const QuorumRound& round, bool ok) {
       break;  // decided by another member
     }
   }
-  auto decided = store_->CompareSet(decision_key, "", decision.empty() ? "abort" : decision);
-  if (!decided.ok()) return decided.status();
-  return *decided == "commit";
+  return store_->CompareSet(decision_key, "", decision.empty() ? "abort" : decision);
+}
+
+absl::StatusOr<bool> Quorum::Commit(const QuorumRound& round, bool ok) {
+  auto decision = Decide(round, ok);
+  absl::StatusOr<std::string> winner = decision;
+  if (decision.ok() && *decision == "commit") {
+    // The claim (Note [No split brain]): the first round to take the step
+    // is the only one that commits it.
+    winner = store_->CompareSet(absl::StrCat(options_.prefix, "/step/", round.max_step() + 1), "",
+                                std::to_string(round.round));
+  }
+  if (!winner.ok()) {
+    TESSERA_LOG(WARNING) << "replica '" << id_ << "' cannot learn whether round " << round.round
+                         << " committed (" << winner.status()
+                         << "); counting it as not committed";
+    return false;
+  }
+  if (*decision != "commit") return false;
+  int64_t owner = -1;
+  if (!absl::SimpleAtoi(*winner, &owner)) {
+    return absl::DataLossError(absl::StrCat("malformed step claim '", *winner, "' in the store"));
+  }
+  if (owner == round.round) {
+    holders_.clear();
+    behind_since_.reset();
+    return true;
+  }
+  TESSERA_RETURN_IF_ERROR(FellBehind(round, owner));
+  return false;
+}
+
+absl::Status Quorum::FellBehind(const QuorumRound& round, int64_t winner) {
+  auto holders = Closed(winner, absl::ZeroDuration());
+  if (holders.ok()) holders_ = Ids(*holders);
+  const absl::Time now = absl::Now();
+  if (!behind_since_.has_value()) behind_since_ = now;
+  const std::string what = absl::StrCat(
+      "step ", round.max_step() + 1, " was committed by round ", winner, " (replicas ",
+      absl::StrJoin(holders_, ", "), "), not by this replica's quorum (round ", round.round, ": ",
+      absl::StrJoin(Ids(round.members), ", "), ")");
+  if (now - *behind_since_ > options_.rejoin_timeout) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "replica '", id_, "': ", what, "; none of them has joined a quorum with this replica for ",
+        absl::FormatDuration(options_.rejoin_timeout), " (rejoin_timeout)"));
+  }
+  TESSERA_LOG(WARNING) << "replica '" << id_ << "': " << what
+                       << "; nothing committed, waiting for them to recover their state";
+  return absl::OkStatus();
 }
 
 }  // namespace tessera::ddp

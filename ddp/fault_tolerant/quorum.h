@@ -15,6 +15,29 @@
 // no at the deadline), so either every member applies the step or none
 // does, even when one dies mid-step.
 //
+// Note [No split brain]: rounds are totally ordered, but that alone does
+// not keep two groups of replicas from committing in rounds of their own
+// — a replica cut off from the others (or restarted without its state)
+// that closed rounds alone trained a second model, and every launcher
+// exited 0. Three rules keep one model:
+//  - Steps are claimed. Step s is committed by at most one round in the
+//    whole job: the first member to read its round's decision "commit"
+//    sets <prefix>/step/<s> to the round by compare-and-set, and the round
+//    commits only if that key holds its own round (every member reads the
+//    same winner, so all agree). A quorum that is not on the latest state
+//    finds its step claimed, commits nothing, and waits in its next rounds
+//    for the replicas of the round that holds the state (the claim names
+//    it), which it recovers from. By induction every replica with k
+//    committed steps holds the same parameters as every other one with k.
+//  - A round with fewer than min_replicas members (by default a majority
+//    of the replicas the job started with: two majorities always share a
+//    replica) commits nothing: its members try the next round, waiting for
+//    more replicas, up to rejoin_timeout.
+//  - The store unreachable (a cut link) is waited out, up to
+//    rejoin_timeout: Join retries, and a vote whose decision cannot be read
+//    counts as not committed — safe, since the claims decide: if the others
+//    did commit, this replica is behind and recovers at its next round.
+//
 // Each round leaves keys in the store (arrival slots, votes: ~2 per
 // member); the member of rank 0 deletes those of rounds no one reads any
 // more, every kCleanupEvery rounds, on a thread of its own so that the step
@@ -25,6 +48,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,8 +68,17 @@ struct QuorumOptions {
   absl::Duration timeout = absl::Seconds(5);
   // Replicas expected in the first round.
   int initial_replicas = 1;
-  // Fewer than this in a quorum: an error (FailedPrecondition), not a step.
-  int min_replicas = 1;
+  // A round with fewer members commits nothing (Note [No split brain]);
+  // 0: a majority of initial_replicas.
+  int min_replicas = 0;
+  // How long a replica keeps trying to take part in a round that can
+  // commit — the store unreachable, rounds below min_replicas, its steps
+  // refused because another quorum holds the latest state — before Join
+  // (DeadlineExceeded) or Commit (FailedPrecondition) gives up.
+  absl::Duration rejoin_timeout = absl::Minutes(5);
+
+  // min_replicas, or the majority it stands for.
+  int RequiredReplicas() const;
 };
 
 struct QuorumMember {
@@ -71,14 +104,26 @@ class Quorum {
   Quorum& operator=(const Quorum&) = delete;
 
   // Takes part in the next round this replica can enter, with `step`
-  // committed steps: waits for the round's quorum (bounded by a few
-  // timeouts), skipping rounds closed without it.
+  // committed steps: waits for the round's quorum, skipping rounds closed
+  // without it or too small to commit (bounded by rejoin_timeout).
   absl::StatusOr<QuorumRound> Join(int64_t step);
-  // Votes on `round`'s step and returns the decision all members share.
+  // Votes on `round`'s step and returns the decision all members share:
+  // true only if every member voted yes and the round won the claim on its
+  // step (Note [No split brain]). A decision it cannot read is false.
   absl::StatusOr<bool> Commit(const QuorumRound& round, bool ok);
 
  private:
   std::string Key(int64_t round, const std::string& what) const;
+  // One attempt at round next_round_ (and on): the round, or nullopt when
+  // it closed without this replica or with too few (`why` says which).
+  absl::StatusOr<std::optional<QuorumRound>> EnterRound(int64_t step, std::string* why);
+  // The round's decision as the members' votes make it: "commit" or
+  // "abort", decided once.
+  absl::StatusOr<std::string> Decide(const QuorumRound& round, bool ok);
+  // After `round` found its step claimed by round `winner`: waits for the
+  // winner's members from now on; FailedPrecondition once that has lasted
+  // rejoin_timeout.
+  absl::Status FellBehind(const QuorumRound& round, int64_t winner);
   // The filled arrival slots of `round`; `slots` is set to the slots taken.
   absl::StatusOr<std::vector<QuorumMember>> Arrivals(int64_t round, int64_t* slots) const;
   absl::StatusOr<std::vector<QuorumMember>> Closed(int64_t round, absl::Duration wait) const;
@@ -96,7 +141,11 @@ class Quorum {
   int64_t next_round_ = -1;            // -1: not joined yet
   std::vector<std::string> previous_;  // the member ids of the last quorum it was in
   int64_t previous_round_ = -1;        // that quorum's round
-  int64_t cleaned_ = 0;                // rounds below this are cleaned up
+  // The members of the round that committed a step this replica's last
+  // quorum could not (they hold the latest state): whom rounds wait for.
+  std::vector<std::string> holders_;
+  std::optional<absl::Time> behind_since_;  // first refused claim since a commit
+  int64_t cleaned_ = 0;                     // rounds below this are cleaned up
   std::thread cleaner_;
 };
 

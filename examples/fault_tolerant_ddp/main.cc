@@ -37,7 +37,12 @@ ABSL_FLAG(int64_t, steps, 600, "steps to train (committed by the quorum)");
 ABSL_FLAG(double, quorum_timeout_s, 3,
           "seconds a step's quorum waits for a replica of the last one before going on "
           "without it");
-ABSL_FLAG(int, min_replicas, 1, "fewer live replicas than this stop the job");
+ABSL_FLAG(int, min_replicas, 0,
+          "a step's quorum commits only with at least this many replicas (0: a majority of "
+          "those the job started with, so two quorums can never both commit)");
+ABSL_FLAG(double, rejoin_timeout_s, 300,
+          "seconds a replica keeps trying to rejoin a quorum that can commit (the store out of "
+          "reach, too few replicas) before it gives up");
 
 namespace tessera::examples {
 namespace {
@@ -96,6 +101,7 @@ int Train(const TrainingFlags& flags) {
   options.quorum.initial_replicas = env.world_size;
   options.quorum.min_replicas = absl::GetFlag(FLAGS_min_replicas);
   options.quorum.timeout = absl::Seconds(absl::GetFlag(FLAGS_quorum_timeout_s));
+  options.quorum.rejoin_timeout = absl::Seconds(absl::GetFlag(FLAGS_rejoin_timeout_s));
   options.gloo.timeout = absl::Seconds(10);
   ddp::FaultTolerantDdp ft(&store, *net, optimizer, options);
 

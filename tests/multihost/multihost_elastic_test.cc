@@ -16,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "tests/multihost/job.h"
 #include "tests/testing/launcher_process.h"
 #include "tests/testing/network_hosts.h"
@@ -108,6 +110,87 @@ TEST(MultiHostElasticTest, AFaultTolerantDdpReplicaKilledOnItsHostRecoversFromAP
     fingerprints.insert(match[1].str());
   }
   EXPECT_EQ(fingerprints.size(), 1u) << job->output();
+}
+
+// Fault-tolerant DDP across three hosts, host 2's link cut for 25 s (past
+// every timeout of the job: Gloo's 10 s, the quorum's 3 s) and then healed
+// (Note [No split brain], quorum.h). Replicas 0 and 1 go on as a quorum of
+// two; replica 2 commits nothing while cut off — no quorum of one, no
+// second model — and when the link is back it rejoins the quorum and
+// catches up from a peer, without a restart of any process. Every replica
+// ends with the same parameters.
+TEST(MultiHostElasticTest, AFaultTolerantDdpReplicaCutOffFor25sRejoinsAndAllEndIdentical) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  auto job = Job::Launched(hosts, 1,
+                           {"examples/fault_tolerant_ddp/fault_tolerant_ddp", "--steps", "600",
+                            "--log_every", "25"},
+                           {}, "", {"--elastic_roles", "replica", "--max_restarts", "1"});
+  ObservedProcess& host2 = job->on(2);
+  ASSERT_TRUE(host2.WaitFor("3 replicas\n", 2, absl::Seconds(180))) << job->output();
+  ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
+  const int before = job->on(0).Count("2 replicas\n");
+  // The cut's length is the fault itself, not a wait for something.
+  absl::SleepFor(absl::Seconds(25));
+  const int during = job->on(0).Count("2 replicas\n") - before;
+  ASSERT_TRUE(hosts.SetLink(2, /*up=*/true).ok());
+  ASSERT_TRUE(host2.WaitFor("[replica2] recovered the state at step", 1, absl::Seconds(120)))
+      << "replica 2 did not catch up after the link healed\n"
+      << job->output();
+  EXPECT_EQ(job->Finish(absl::Seconds(300)), std::vector<int>(3, 0)) << job->output();
+  EXPECT_GT(during, 0) << "replicas 0 and 1 did not train on while host 2 was cut off\n"
+                       << job->output();
+  std::set<std::string> fingerprints;
+  for (int host = 0; host < 3; ++host) {
+    std::smatch match;
+    const std::string& out = job->on(host).output();
+    EXPECT_EQ(out.find("restarting"), std::string::npos)
+        << "host " << host << " restarted a process\n"
+        << job->output();
+    ASSERT_TRUE(std::regex_search(out, match, std::regex("parameters ([0-9a-f]+) after 600 steps")))
+        << job->output();
+    fingerprints.insert(match[1].str());
+  }
+  EXPECT_EQ(fingerprints.size(), 1u) << "two models\n" << job->output();
+  std::printf("what the user saw:\n%s", job->output().c_str());
+}
+
+// Fault-tolerant DDP across three hosts, host 2 lost: every process on it
+// SIGKILLed, its tessera-run included, as when a machine dies. Node 0
+// declares it lost after --node_timeout (Note [Lost nodes]); with --nnodes
+// 2:3 and replicas an elastic role the job goes on: the other two finish
+// identical, and no launcher waits for the lost node's end.
+TEST(MultiHostElasticTest, AFaultTolerantDdpJobThatLosesAHostFinishesOnTheOthers) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  auto job = Job::Launched(hosts, 1,
+                           {"examples/fault_tolerant_ddp/fault_tolerant_ddp", "--steps", "400",
+                            "--log_every", "25"},
+                           {}, "",
+                           {"--nnodes", "2:3", "--node_timeout", "10", "--elastic_roles",
+                            "replica", "--max_restarts", "1"});
+  ASSERT_TRUE(job->on(2).WaitFor("3 replicas\n", 2, absl::Seconds(180))) << job->output();
+  // Host 2's tessera-run is the first process of its PID namespace: with it
+  // goes everything on the host.
+  ASSERT_EQ(::kill(job->on(2).pid(), SIGKILL), 0);
+  for (int host = 0; host < 2; ++host) {
+    EXPECT_EQ(job->on(host).Finish(absl::Seconds(240)), 0)
+        << "host " << host << " did not finish in time\n"
+        << job->output();
+  }
+  const std::string& node0 = job->on(0).output();
+  EXPECT_TRUE(absl::StrContains(node0, "node 2 lost: not heard from for 10s (--node_timeout)"))
+      << job->output();
+  EXPECT_TRUE(absl::StrContains(node0, "its ranks 2..2 are recorded as left")) << job->output();
+  EXPECT_EQ(node0.find("not every node reported its end"), std::string::npos) << job->output();
+  std::set<std::string> fingerprints;
+  for (int host = 0; host < 2; ++host) {
+    std::smatch match;
+    const std::string& out = job->on(host).output();
+    ASSERT_TRUE(std::regex_search(out, match, std::regex("parameters ([0-9a-f]+) after 400 steps")))
+        << job->output();
+    fingerprints.insert(match[1].str());
+  }
+  EXPECT_EQ(fingerprints.size(), 1u) << job->output();
+  std::printf("what the user saw:\n%s", job->output().c_str());
 }
 
 }  // namespace

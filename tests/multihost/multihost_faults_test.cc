@@ -111,17 +111,22 @@ TEST(MultiHostTest, ACutLinkFailsEveryHostWithANamedCause) {
 }
 
 // Host 1's launcher is killed (SIGKILL: a machine gone, with its workers):
-// the other hosts notice through the heartbeats (named in the message) and
-// stop; Finish's bound turns a hang into a failure.
-TEST(MultiHostTest, AKilledLauncherStopsTheOtherHosts) {
+// the other host declares it lost after --node_timeout (Note [Lost nodes])
+// and, with --nnodes 2 (no node may be lost), stops naming it; Finish's
+// bound turns a hang into a failure.
+TEST(MultiHostTest, ALostHostBelowTheMinimumStopsTheOthersNamingIt) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 2);
   auto job = Job::Launched(hosts, 1, {"/bin/sh", "-c", "echo ready; while :; do sleep 1; done"},
-                           {}, "", {"--rdzv_timeout", "10"});
+                           {}, "", {"--node_timeout", "10"});
   ASSERT_TRUE(job->on(0).WaitFor("ready")) << job->output();
   ASSERT_TRUE(job->on(1).WaitFor("ready")) << job->output();
   ::kill(job->on(1).pid(), SIGKILL);
   EXPECT_EQ(job->on(0).Finish(absl::Seconds(60)), 1) << job->output();
-  EXPECT_TRUE(absl::StrContains(job->on(0).output(), "node 1 has not been heard from for 10s"))
+  EXPECT_TRUE(absl::StrContains(job->on(0).output(),
+                                "node 1 lost: not heard from for 10s (--node_timeout), last at "))
+      << job->output();
+  EXPECT_TRUE(absl::StrContains(job->on(0).output(),
+                                "1 nodes left, fewer than the 2 required (--nnodes MIN:MAX)"))
       << job->output();
   std::printf("what the user saw:\n%s", job->output().c_str());
 }

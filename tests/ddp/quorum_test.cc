@@ -1,0 +1,208 @@
+// The quorum of fault-tolerant DDP (ddp/fault_tolerant/quorum.h) against a
+// real store, with replicas as threads and a replica's model stood in for
+// by its history: the round that committed each of its steps. Note [No
+// split brain]: whatever partitions replicas go through, any two with the
+// same number of committed steps hold the same history.
+#include "ddp/fault_tolerant/quorum.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "common/mutex.h"
+#include "store/store_client.h"
+#include "store/store_server.h"
+
+namespace tessera::ddp {
+namespace {
+
+// The replicas' histories, as a recovering replica reads a live peer's.
+class Histories {
+ public:
+  void Publish(const std::string& id, const std::vector<int64_t>& history) {
+    MutexLock lock(&mu_);
+    histories_[id] = history;
+  }
+  // The first `steps` entries of `id`'s history (a replica only appends, so
+  // they stay what they were when it joined the round).
+  std::vector<int64_t> Prefix(const std::string& id, int64_t steps) {
+    MutexLock lock(&mu_);
+    const std::vector<int64_t>& h = histories_.at(id);
+    return std::vector<int64_t>(h.begin(), h.begin() + steps);
+  }
+
+ private:
+  Mutex mu_;
+  std::map<std::string, std::vector<int64_t>> histories_ ABSL_GUARDED_BY(mu_);
+};
+
+// One replica: joins a round, recovers from the member with the most steps
+// if behind (as FaultTolerantDdp::Recover does), votes yes, and appends the
+// round to its history if the round committed.
+struct Replica {
+  Replica(store::StoreClient* store, std::string name, QuorumOptions options, Histories* all)
+      : id(std::move(name)), quorum(store, id, std::move(options)), histories(all) {
+    histories->Publish(id, history);
+  }
+
+  // One step; the round it took part in.
+  absl::StatusOr<QuorumRound> Step(bool* committed) {
+    auto round = quorum.Join(static_cast<int64_t>(history.size()));
+    if (!round.ok()) return round.status();
+    for (const auto& member : round->members) {
+      if (member.step == round->max_step() && member.id != id &&
+          static_cast<int64_t>(history.size()) != round->max_step()) {
+        history = histories->Prefix(member.id, member.step);
+        break;
+      }
+    }
+    auto decided = quorum.Commit(*round, true);
+    if (!decided.ok()) return decided.status();
+    *committed = *decided;
+    if (*decided) history.push_back(round->round);
+    histories->Publish(id, history);
+    return round;
+  }
+
+  const std::string id;
+  Quorum quorum;
+  Histories* const histories;
+  std::vector<int64_t> history;
+};
+
+class QuorumTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto server = store::StoreServer::Start("127.0.0.1", 0);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+  std::unique_ptr<store::StoreClient> Client() const {
+    return std::make_unique<store::StoreClient>("127.0.0.1", server_->port(), absl::Seconds(10));
+  }
+  static QuorumOptions Options(int initial, int min) {
+    QuorumOptions options;
+    options.initial_replicas = initial;
+    options.min_replicas = min;
+    options.timeout = absl::Milliseconds(300);
+    options.rejoin_timeout = absl::Seconds(30);
+    return options;
+  }
+
+  std::unique_ptr<store::StoreServer> server_;
+  Histories histories_;
+};
+
+// Replicas a and b commit a step; c, a replica without that state (cut off,
+// or restarted), closes a round alone — a quorum of one is allowed here
+// (min_replicas 1), so only the claim on the step stands between it and a
+// second model. Its commit is refused, its next rounds wait for a and b,
+// and it catches up from them; every step is committed once.
+TEST_F(QuorumTest, AQuorumBehindTheLatestStateCommitsNothingAndCatchesUp) {
+  auto store_a = Client(), store_b = Client(), store_c = Client();
+  Replica a(store_a.get(), "a", Options(2, 1), &histories_);
+  Replica b(store_b.get(), "b", Options(2, 1), &histories_);
+  Replica c(store_c.get(), "c", Options(2, 1), &histories_);
+  bool committed_a = false, committed_b = false;
+  std::thread first([&] { ASSERT_TRUE(a.Step(&committed_a).ok()); });
+  ASSERT_TRUE(b.Step(&committed_b).ok());
+  first.join();
+  ASSERT_TRUE(committed_a && committed_b);
+
+  bool committed_c = true;
+  auto alone = c.Step(&committed_c);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  ASSERT_EQ(alone->members.size(), 1u) << "c closed a round without a and b";
+  EXPECT_FALSE(committed_c) << "a quorum behind the latest state committed a step";
+  EXPECT_TRUE(c.history.empty());
+
+  // a and b train on while c tries again: c's rounds wait for them.
+  std::atomic<bool> caught_up{false};
+  auto train = [&](Replica& replica) {
+    for (int i = 0; i < 200 && !caught_up; ++i) {
+      bool committed = false;
+      ASSERT_TRUE(replica.Step(&committed).ok());
+    }
+  };
+  std::thread train_a(train, std::ref(a)), train_b(train, std::ref(b));
+  for (int i = 0; i < 50 && !caught_up; ++i) {
+    bool committed = false;
+    auto round = c.Step(&committed);
+    ASSERT_TRUE(round.ok()) << round.status();
+    caught_up = committed && round->members.size() == 3;
+  }
+  train_a.join();
+  train_b.join();
+  ASSERT_TRUE(caught_up) << "c never committed a step together with a and b";
+  // Same number of steps, same history; shorter histories are prefixes.
+  for (const Replica* x : {&a, &b, &c}) {
+    for (const Replica* y : {&a, &b, &c}) {
+      const size_t n = std::min(x->history.size(), y->history.size());
+      EXPECT_EQ(std::vector<int64_t>(x->history.begin(), x->history.begin() + n),
+                std::vector<int64_t>(y->history.begin(), y->history.begin() + n))
+          << x->id << " and " << y->id << " trained different models";
+    }
+  }
+}
+
+// Of three replicas, one alone is no majority (min_replicas' default): its
+// rounds commit nothing, and it gives up at rejoin_timeout naming why.
+TEST_F(QuorumTest, ALoneReplicaOfThreeCommitsNothingAndSaysWhy) {
+  auto store = Client();
+  QuorumOptions options = Options(3, 0);
+  options.rejoin_timeout = absl::Seconds(2);
+  Quorum alone(store.get(), "a", options);
+  auto round = alone.Join(0);
+  ASSERT_FALSE(round.ok());
+  EXPECT_TRUE(absl::IsDeadlineExceeded(round.status())) << round.status();
+  EXPECT_TRUE(absl::StrContains(round.status().message(),
+                                "has fewer than the 2 replicas required to commit"))
+      << round.status();
+  EXPECT_FALSE(store->Get("tessera/ft/step/1", absl::ZeroDuration()).ok());
+}
+
+// Two of three are a majority: they commit without the third.
+TEST_F(QuorumTest, TwoOfThreeCommitWithoutTheThird) {
+  auto store_a = Client(), store_b = Client();
+  Replica a(store_a.get(), "a", Options(3, 0), &histories_);
+  Replica b(store_b.get(), "b", Options(3, 0), &histories_);
+  bool committed_a = false, committed_b = false;
+  std::thread other([&] { ASSERT_TRUE(a.Step(&committed_a).ok()); });
+  auto round = b.Step(&committed_b);
+  other.join();
+  ASSERT_TRUE(round.ok()) << round.status();
+  EXPECT_EQ(round->members.size(), 2u);
+  EXPECT_TRUE(committed_a && committed_b);
+}
+
+// A store out of reach (a cut link; here, not started yet) is waited out
+// within rejoin_timeout, not an error at the first failed call.
+TEST_F(QuorumTest, AStoreOutOfReachIsWaitedOut) {
+  const int port = server_->port();
+  server_->Shutdown();
+  server_.reset();
+  store::StoreClient store("127.0.0.1", port, absl::Milliseconds(500));
+  QuorumOptions options = Options(1, 1);
+  std::thread later([&] {
+    absl::SleepFor(absl::Seconds(2));  // the outage, not a synchronisation
+    auto server = store::StoreServer::Start("127.0.0.1", port);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  });
+  Quorum quorum(&store, "a", options);
+  auto round = quorum.Join(0);
+  later.join();
+  ASSERT_TRUE(round.ok()) << round.status();
+  auto committed = quorum.Commit(*round, true);
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  EXPECT_TRUE(*committed);
+}
+
+}  // namespace
+}  // namespace tessera::ddp
