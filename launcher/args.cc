@@ -120,9 +120,9 @@ absl::StatusOr<LaunchOptions> ParseArgs(int argc, char** argv) {
   if (options.nproc_per_node < 1 || options.nnodes < 1 || options.node_rank < 0 ||
       options.node_rank >= options.nnodes || options.max_restarts < 0 ||
       options.node_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bad sizes: --nproc_per_node ", options.nproc_per_node, " --nnodes ", options.nnodes,
-        " --node_rank ", options.node_rank));
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad sizes: --nproc_per_node ", options.nproc_per_node, " --nnodes ",
+                     options.nnodes, " --node_rank ", options.node_rank));
   }
   if (options.join && (options.standalone || options.nnodes != 1)) {
     return absl::InvalidArgumentError(

@@ -51,10 +51,10 @@ std::optional<std::string> ElasticRestarts::GoOnWithout(int first, int count,
   for (int rank = first; rank < first + count; ++rank) {
     auto role = store_->Get(elastic::RoleKey(prefix_, rank), absl::ZeroDuration());
     if (!role.ok() || roles_.count(*role) == 0) {
-      return absl::StrCat("rank ", rank, " on it ",
-                          role.ok() ? absl::StrCat("is a '", *role, "', not an elastic role")
-                                    : "declared no role",
-                          " (--elastic_roles)");
+      return absl::StrCat(
+          "rank ", rank, " on it ",
+          role.ok() ? absl::StrCat("is a '", *role, "', not an elastic role") : "declared no role",
+          " (--elastic_roles)");
     }
   }
   for (int rank = first; rank < first + count; ++rank) {

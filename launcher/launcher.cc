@@ -48,8 +48,8 @@ void Emit(Worker& worker, const char* data, size_t size, bool flush) {
   worker.partial.append(data, size);
   size_t start = 0;
   for (size_t nl; (nl = worker.partial.find('\n', start)) != std::string::npos; start = nl + 1) {
-    std::string line = absl::StrCat("[rank ", worker.rank, "] ",
-                                    worker.partial.substr(start, nl - start + 1));
+    std::string line =
+        absl::StrCat("[rank ", worker.rank, "] ", worker.partial.substr(start, nl - start + 1));
     [[maybe_unused]] ssize_t n = ::write(1, line.data(), line.size());
   }
   worker.partial.erase(0, start);
@@ -108,10 +108,10 @@ Worker Spawn(const LaunchOptions& options, int rank, int local_rank, int world_s
 struct Outcome {
   std::optional<int> failed_rank;  // the first worker that failed
   int failed_code = 0;
-  int interrupted_by = 0;          // a signal the launcher received
-  bool failed_elsewhere = false;   // another node reported a failure
-  std::vector<int> given_up;       // elastic ranks out of restarts, let go
-  bool any_succeeded = false;      // some worker of this node exited 0
+  int interrupted_by = 0;         // a signal the launcher received
+  bool failed_elsewhere = false;  // another node reported a failure
+  std::vector<int> given_up;      // elastic ranks out of restarts, let go
+  bool any_succeeded = false;     // some worker of this node exited 0
 };
 
 // Starts a failed worker's rank again by itself (Note [Restarting a rank
@@ -314,9 +314,9 @@ int Run(const LaunchOptions& options) {
   int port = options.master_port;
   if (options.node_rank == 0 && !options.join) {
     // Reached at --master_addr by the other nodes.
-    auto server = options.standalone ? store::StoreServer::Start("127.0.0.1", 0, *secret)
-                                     : store::StoreServer::StartForMaster(options.master_addr,
-                                                                          port, *secret);
+    auto server = options.standalone
+                      ? store::StoreServer::Start("127.0.0.1", 0, *secret)
+                      : store::StoreServer::StartForMaster(options.master_addr, port, *secret);
     if (!server.ok()) {
       Say(absl::StrCat("cannot host the rendezvous store at --master_addr ", options.master_addr,
                        ": ", server.status().ToString()));
@@ -430,17 +430,18 @@ int Run(const LaunchOptions& options) {
     std::string failure;
     std::optional<std::string> lost;  // a node, or the store, went silent
     if (outcome.failed_rank.has_value()) {
-      failure = absl::StrCat("rank ", *outcome.failed_rank, " exited with code ",
-                             outcome.failed_code);
+      failure =
+          absl::StrCat("rank ", *outcome.failed_rank, " exited with code ", outcome.failed_code);
     }
     if (nodes != nullptr) {
       nodes->StopWatching();
       if (outcome.failed_rank.has_value()) nodes->ReportFailure(attempt, failure);
       if (outcome.interrupted_by != 0) {
-        nodes->ReportFailure(attempt, absl::StrCat("interrupted by signal ", outcome.interrupted_by));
+        nodes->ReportFailure(attempt,
+                             absl::StrCat("interrupted by signal ", outcome.interrupted_by));
       }
       using Ending = NodeCoordinator::Ending;
-      nodes->End(attempt, succeeded                      ? Ending::kFinished
+      nodes->End(attempt, succeeded                     ? Ending::kFinished
                           : outcome.interrupted_by != 0 ? Ending::kInterrupted
                                                         : Ending::kStopped);
       if (outcome.failed_elsewhere) {
@@ -466,10 +467,10 @@ int Run(const LaunchOptions& options) {
       // The others stop waiting for another attempt, and the store stays up
       // until they have stopped using it (briefly, if interrupted).
       nodes->Close(attempt + 1);
-      absl::Status all = nodes->AwaitAllEnded(
-          attempt, outcome.interrupted_by == 0 && !lost.has_value()
-                       ? options.rendezvous_timeout
-                       : options.stop_grace + absl::Seconds(10));
+      absl::Status all =
+          nodes->AwaitAllEnded(attempt, outcome.interrupted_by == 0 && !lost.has_value()
+                                            ? options.rendezvous_timeout
+                                            : options.stop_grace + absl::Seconds(10));
       if (!all.ok()) Say("warning: not every node reported its end: " + all.ToString());
     }
     if (last) break;

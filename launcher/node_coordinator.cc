@@ -23,8 +23,8 @@ constexpr char kStopped[] = "stopped";
 
 NodeCoordinator::NodeCoordinator(std::unique_ptr<store::StoreClient> store,
                                  store::StoreServer* hosted, int nnodes, int node_rank,
-                                 absl::Duration timeout, absl::Duration node_timeout,
-                                 int min_nodes, LostNodePolicy policy)
+                                 absl::Duration timeout, absl::Duration node_timeout, int min_nodes,
+                                 LostNodePolicy policy)
     : store_(std::move(store)),
       hosted_(hosted),
       nnodes_(nnodes),
@@ -46,9 +46,10 @@ absl::Status NodeCoordinator::Open(int round) {
       {
         MutexLock lock(&mu_);
         if (!lost_nodes_.empty()) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "node ", *lost_nodes_.begin(), " was lost, and the group is not restarted "
-              "without it (Note [Lost nodes])"));
+          return absl::FailedPreconditionError(
+              absl::StrCat("node ", *lost_nodes_.begin(),
+                           " was lost, and the group is not restarted "
+                           "without it (Note [Lost nodes])"));
         }
       }
       const std::vector<std::string> ended = EndedKeys(round - 1);
@@ -61,9 +62,9 @@ absl::Status NodeCoordinator::Open(int round) {
       for (int node = 0; node < nnodes_; ++node) {
         auto how = store_->Get(ended[node], timeout_);
         if (how.ok() && *how != kStopped) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "node ", node, " ", *how, " in attempt ", round - 1,
-              ", so the group cannot be restarted without it"));
+          return absl::FailedPreconditionError(
+              absl::StrCat("node ", node, " ", *how, " in attempt ", round - 1,
+                           ", so the group cannot be restarted without it"));
         }
       }
       hosted_->Clear(kPrefix);
@@ -72,9 +73,8 @@ absl::Status NodeCoordinator::Open(int round) {
   }
   auto open = store_->Get(Key(round, "open"), timeout_);
   if (!open.ok()) {
-    return absl::Status(open.status().code(),
-                        absl::StrCat("node 0 did not start attempt ", round, ": ",
-                                     open.status().message()));
+    return absl::Status(open.status().code(), absl::StrCat("node 0 did not start attempt ", round,
+                                                           ": ", open.status().message()));
   }
   if (*open == kClosed) {
     return absl::AbortedError(absl::StrCat("node 0 will not start attempt ", round,
@@ -118,8 +118,10 @@ int NodeCoordinator::WatchFailures(int round) {
         last_contact = now;
         // Back from a cut the others outlasted: its ranks were given up.
         if (auto declared = store_->Get(verdict, absl::ZeroDuration()); declared.ok()) {
-          return wake(absl::StrCat("node 0 declared this node lost and the job went on without "
-                                   "it (", *declared, "); stopping its workers"));
+          return wake(
+              absl::StrCat("node 0 declared this node lost and the job went on without "
+                           "it (",
+                           *declared, "); stopping its workers"));
         }
       } else if (now - last_contact > timeout_) {
         return wake(absl::StrCat("node ", node_rank_, " lost contact with the rendezvous store at ",
@@ -183,14 +185,14 @@ absl::Status NodeCoordinator::AwaitAllEnded(int round, absl::Duration timeout) {
   std::map<std::string, std::pair<std::string, absl::Time>> beats;  // by end key
   while (true) {
     auto missing = store_->WaitForKeys(
-        EndedKeys(round), std::max(absl::ZeroDuration(),
-                                   std::min(absl::Seconds(1), deadline - absl::Now())));
+        EndedKeys(round),
+        std::max(absl::ZeroDuration(), std::min(absl::Seconds(1), deadline - absl::Now())));
     if (!missing.ok()) return missing.status();
     if (missing->empty()) return absl::OkStatus();
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("nodes still running after ", absl::FormatDuration(timeout), ": ",
-                       absl::StrJoin(*missing, ", ")));
+      return absl::DeadlineExceededError(absl::StrCat("nodes still running after ",
+                                                      absl::FormatDuration(timeout), ": ",
+                                                      absl::StrJoin(*missing, ", ")));
     }
     for (int node = 1; node < nnodes_; ++node) {
       const std::string ended = Key(round, absl::StrCat("ended/", node));
@@ -226,10 +228,11 @@ std::optional<std::string> NodeCoordinator::DeclareLost(int round, int node,
     MutexLock lock(&mu_);
     live = nnodes_ - static_cast<int>(lost_nodes_.size()) - 1;
   }
-  const std::string what = absl::StrCat(
-      "node ", node, " lost: not heard from for ", absl::FormatDuration(node_timeout_),
-      " (--node_timeout), last at ", absl::FormatTime("%H:%M:%E3S", last_heard, absl::LocalTimeZone()),
-      "; its launcher is gone or its link is down");
+  const std::string what =
+      absl::StrCat("node ", node, " lost: not heard from for ", absl::FormatDuration(node_timeout_),
+                   " (--node_timeout), last at ",
+                   absl::FormatTime("%H:%M:%E3S", last_heard, absl::LocalTimeZone()),
+                   "; its launcher is gone or its link is down");
   if (live < min_nodes_) {
     return absl::StrCat(what, "; ", live, " nodes left, fewer than the ", min_nodes_,
                         " required (--nnodes MIN:MAX)");

@@ -70,9 +70,9 @@ class NodeCoordinator {
   // `hosted` is node 0's store (null elsewhere); `timeout` bounds each wait
   // for the other nodes; a node unheard for `node_timeout` is lost, and the
   // job goes on while `min_nodes` are live and `policy` agrees.
-  NodeCoordinator(std::unique_ptr<store::StoreClient> store, store::StoreServer* hosted,
-                  int nnodes, int node_rank, absl::Duration timeout, absl::Duration node_timeout,
-                  int min_nodes, LostNodePolicy policy);
+  NodeCoordinator(std::unique_ptr<store::StoreClient> store, store::StoreServer* hosted, int nnodes,
+                  int node_rank, absl::Duration timeout, absl::Duration node_timeout, int min_nodes,
+                  LostNodePolicy policy);
   ~NodeCoordinator();
 
   // Step 1. An error if the round did not open in time, or was closed, or

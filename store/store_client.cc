@@ -55,7 +55,7 @@ class StoreClient::Stub {
   // errors, `timeout` bounds it, and the server's answer is checked.
   template <typename Request, typename Response>
   absl::Status Call(grpc::Status (proto::Store::Stub::*rpc)(grpc::ClientContext*, const Request&,
-                                                          Response*),
+                                                            Response*),
                     const char* method, const Request& request, Response* response,
                     absl::Duration timeout, const std::string& what) {
     grpc::ClientContext context;
@@ -107,8 +107,7 @@ absl::StatusOr<std::string> StoreClient::Get(const std::string& key, absl::Durat
   if (!status.ok()) return status;
   if (!response.found()) {
     return absl::DeadlineExceededError("store " + target_ + ": key '" + key +
-                                       "' did not appear within " +
-                                       absl::FormatDuration(timeout));
+                                       "' did not appear within " + absl::FormatDuration(timeout));
   }
   return response.value();
 }
@@ -139,8 +138,8 @@ absl::StatusOr<int64_t> StoreClient::Add(const std::string& key, int64_t delta) 
   request.set_key(key);
   request.set_delta(delta);
   proto::AddResponse response;
-  auto status = stub_->Call(&proto::Store::Stub::Add, "Add", request, &response,
-                            default_timeout_, "add '" + key + "'");
+  auto status = stub_->Call(&proto::Store::Stub::Add, "Add", request, &response, default_timeout_,
+                            "add '" + key + "'");
   if (!status.ok()) return status;
   return response.value();
 }

@@ -80,8 +80,7 @@ class StoreServiceImpl final : public proto::Store::Service {
     });
   }
 
-  grpc::Status CompareSet(grpc::ServerContext* context,
-                          const proto::CompareSetRequest* request,
+  grpc::Status CompareSet(grpc::ServerContext* context, const proto::CompareSetRequest* request,
                           proto::CompareSetResponse* response) override {
     return Serve(context, "CompareSet", *request, response, [&]() -> grpc::Status {
       MutexLock lock(&mu_);
@@ -170,8 +169,8 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::strin
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   int bound_port = 0;
-  builder.AddListeningPort(JoinHostPort(host, port),
-                           grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddListeningPort(JoinHostPort(host, port), grpc::InsecureServerCredentials(),
+                           &bound_port);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || bound_port == 0) {

@@ -129,18 +129,17 @@ absl::StatusOr<std::vector<QuorumMember>> Quorum::AwaitArrivals(int64_t r) const
   // A replica that fell behind waits for those who hold the state
   // (Note [No split brain]); no round waits for fewer than can commit.
   if (!holders_.empty()) expected = holders_;
-  expected_count = std::max({expected_count, expected.size(),
-                             static_cast<size_t>(options_.RequiredReplicas())});
+  expected_count =
+      std::max({expected_count, expected.size(), static_cast<size_t>(options_.RequiredReplicas())});
   const absl::Time deadline = absl::Now() + options_.timeout;
   while (true) {
     int64_t slots = 0;
     auto arrivals = Arrivals(r, &slots);
     if (!arrivals.ok()) return arrivals.status();
     const std::vector<std::string> ids = Ids(*arrivals);
-    const bool all_expected =
-        std::all_of(expected.begin(), expected.end(), [&](const std::string& id) {
-          return std::find(ids.begin(), ids.end(), id) != ids.end();
-        });
+    const bool all_expected = std::all_of(
+        expected.begin(), expected.end(),
+        [&](const std::string& id) { return std::find(ids.begin(), ids.end(), id) != ids.end(); });
     // Done when the expected are all here, at the deadline, or when someone
     // else closed the round (no need to wait on).
     if ((all_expected && arrivals->size() >= expected_count) || absl::Now() >= deadline ||
@@ -194,8 +193,9 @@ absl::StatusOr<std::optional<QuorumRound>> Quorum::EnterRound(int64_t step, std:
   if (static_cast<int>(ids.size()) < options_.RequiredReplicas()) {
     // Every member sees the same list, so none of them votes: the round is
     // abandoned, and the next waits for more (Note [No split brain]).
-    *why = absl::StrCat("round ", r, "'s quorum (", absl::StrJoin(ids, ", "), ") has fewer than the ",
-                        options_.RequiredReplicas(), " replicas required to commit");
+    *why =
+        absl::StrCat("round ", r, "'s quorum (", absl::StrJoin(ids, ", "), ") has fewer than the ",
+                     options_.RequiredReplicas(), " replicas required to commit");
     return std::nullopt;
   }
   QuorumRound round;
@@ -235,10 +235,10 @@ absl::StatusOr<QuorumRound> Quorum::Join(int64_t step) {
       TESSERA_LOG(WARNING) << "replica '" << id_ << "': " << why << "; waiting for more";
     }
     if (absl::Now() >= give_up) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "replica '", id_, "' found no quorum to join within ",
-          absl::FormatDuration(options_.rejoin_timeout), " (rejoin_timeout; store ",
-          store_->target(), ", round ", next_round_, "): ", why));
+      return absl::DeadlineExceededError(
+          absl::StrCat("replica '", id_, "' found no quorum to join within ",
+                       absl::FormatDuration(options_.rejoin_timeout), " (rejoin_timeout; store ",
+                       store_->target(), ", round ", next_round_, "): ", why));
     }
   }
 }
@@ -283,8 +283,7 @@ absl::StatusOr<bool> Quorum::Commit(const QuorumRound& round, bool ok) {
   }
   if (!winner.ok()) {
     TESSERA_LOG(WARNING) << "replica '" << id_ << "' cannot learn whether round " << round.round
-                         << " committed (" << winner.status()
-                         << "); counting it as not committed";
+                         << " committed (" << winner.status() << "); counting it as not committed";
     return false;
   }
   if (*decision != "commit") return false;
@@ -306,10 +305,10 @@ absl::Status Quorum::FellBehind(const QuorumRound& round, int64_t winner) {
   if (holders.ok()) holders_ = Ids(*holders);
   const absl::Time now = absl::Now();
   if (!behind_since_.has_value()) behind_since_ = now;
-  const std::string what = absl::StrCat(
-      "step ", round.max_step() + 1, " was committed by round ", winner, " (replicas ",
-      absl::StrJoin(holders_, ", "), "), not by this replica's quorum (round ", round.round, ": ",
-      absl::StrJoin(Ids(round.members), ", "), ")");
+  const std::string what =
+      absl::StrCat("step ", round.max_step() + 1, " was committed by round ", winner, " (replicas ",
+                   absl::StrJoin(holders_, ", "), "), not by this replica's quorum (round ",
+                   round.round, ": ", absl::StrJoin(Ids(round.members), ", "), ")");
   if (now - *behind_since_ > options_.rejoin_timeout) {
     return absl::FailedPreconditionError(absl::StrCat(
         "replica '", id_, "': ", what, "; none of them has joined a quorum with this replica for ",

@@ -92,8 +92,8 @@ TESSERA_WORKER_SCENARIO(multihost_dies_before_shutdown) {
 // --rdzv_timeout, and nothing is left running on any host.
 TEST(MultiHostTest, ACutLinkFailsEveryHostWithANamedCause) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
-  auto job = Job::Launched(hosts, 1, {SelfPath(), "--tessera_worker=multihost_until_failure"},
-                           {}, "", {"--rdzv_timeout", "15"});
+  auto job = Job::Launched(hosts, 1, {SelfPath(), "--tessera_worker=multihost_until_failure"}, {},
+                           "", {"--rdzv_timeout", "15"});
   ASSERT_TRUE(job->on(1).WaitFor("calls flowing")) << job->output();
   ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
   const std::vector<int> codes = job->Finish(absl::Seconds(120));
@@ -101,11 +101,12 @@ TEST(MultiHostTest, ACutLinkFailsEveryHostWithANamedCause) {
   const std::string& driver = job->on(1).output();
   EXPECT_TRUE(absl::StrContains(
       driver, absl::StrCat("call failed: DEADLINE_EXCEEDED: call to worker 'worker2' (rank 2) at "
-                           "tcp://", hosts.address(2))))
+                           "tcp://",
+                           hosts.address(2))))
       << job->output();
   EXPECT_TRUE(absl::StrContains(driver, "'echo' got no response within 5")) << job->output();
-  EXPECT_TRUE(absl::StrContains(job->on(2).output(), "lost contact with the rendezvous store at " +
-                                                        hosts.address(0)))
+  EXPECT_TRUE(absl::StrContains(job->on(2).output(),
+                                "lost contact with the rendezvous store at " + hosts.address(0)))
       << job->output();
   std::printf("what the user saw:\n%s", job->output().c_str());
 }
@@ -116,8 +117,8 @@ TEST(MultiHostTest, ACutLinkFailsEveryHostWithANamedCause) {
 // bound turns a hang into a failure.
 TEST(MultiHostTest, ALostHostBelowTheMinimumStopsTheOthersNamingIt) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 2);
-  auto job = Job::Launched(hosts, 1, {"/bin/sh", "-c", "echo ready; while :; do sleep 1; done"},
-                           {}, "", {"--node_timeout", "10"});
+  auto job = Job::Launched(hosts, 1, {"/bin/sh", "-c", "echo ready; while :; do sleep 1; done"}, {},
+                           "", {"--node_timeout", "10"});
   ASSERT_TRUE(job->on(0).WaitFor("ready")) << job->output();
   ASSERT_TRUE(job->on(1).WaitFor("ready")) << job->output();
   ::kill(job->on(1).pid(), SIGKILL);
