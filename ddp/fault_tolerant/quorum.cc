@@ -196,6 +196,7 @@ absl::StatusOr<std::optional<QuorumRound>> Quorum::EnterRound(int64_t step, std:
     *why =
         absl::StrCat("round ", r, "'s quorum (", absl::StrJoin(ids, ", "), ") has fewer than the ",
                      options_.RequiredReplicas(), " replicas required to commit");
+    TESSERA_LOG(WARNING) << "replica '" << id_ << "': " << *why << "; waiting for more";
     return std::nullopt;
   }
   QuorumRound round;
@@ -231,8 +232,6 @@ absl::StatusOr<QuorumRound> Quorum::Join(int64_t step) {
       store_lost = true;
       why = std::string(error.message());
       absl::SleepFor(std::min(absl::Milliseconds(250), give_up - absl::Now()));
-    } else if (why.find("required") != std::string::npos) {
-      TESSERA_LOG(WARNING) << "replica '" << id_ << "': " << why << "; waiting for more";
     }
     if (absl::Now() >= give_up) {
       return absl::DeadlineExceededError(
