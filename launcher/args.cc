@@ -118,11 +118,13 @@ absl::StatusOr<LaunchOptions> ParseArgs(int argc, char** argv) {
   if (options.command.empty()) return absl::InvalidArgumentError("no program to run");
   if (auto slurm = ApplySlurmDefaults(parsed.given, &options); !slurm.ok()) return slurm;
   if (options.nproc_per_node < 1 || options.nnodes < 1 || options.node_rank < 0 ||
-      options.node_rank >= options.nnodes || options.max_restarts < 0 ||
-      options.node_timeout <= absl::ZeroDuration()) {
+      options.node_rank >= options.nnodes || options.max_restarts < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("bad sizes: --nproc_per_node ", options.nproc_per_node, " --nnodes ",
                      options.nnodes, " --node_rank ", options.node_rank));
+  }
+  if (options.node_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--node_timeout must be a positive number of seconds");
   }
   if (options.join && (options.standalone || options.nnodes != 1)) {
     return absl::InvalidArgumentError(

@@ -19,6 +19,25 @@ constexpr char kPrefix[] = "tessera-run/";
 constexpr char kClosed[] = "closed";
 constexpr char kStopped[] = "stopped";
 
+// When each node's heartbeat (a counter under tessera-run/r/alive/<node>)
+// last changed, as node 0 reads them (Note [Node heartbeats]).
+class Heartbeats {
+ public:
+  Heartbeats(int nnodes, absl::Time now) : seen_(nnodes, {"", now}) {}
+  // `beat` is `node`'s counter as read at `now`: when the node was last heard.
+  absl::Time LastHeard(int node, const absl::StatusOr<std::string>& beat, absl::Time now) {
+    auto& [value, at] = seen_[node];
+    if (beat.ok() && *beat != value) {
+      value = *beat;
+      at = now;
+    }
+    return at;
+  }
+
+ private:
+  std::vector<std::pair<std::string, absl::Time>> seen_;
+};
+
 }  // namespace
 
 NodeCoordinator::NodeCoordinator(std::unique_ptr<store::StoreClient> store,
@@ -107,14 +126,14 @@ int NodeCoordinator::WatchFailures(int round) {
     // and a node that cannot reach the store for `timeout_` gives up on the
     // job.
     absl::Time last_contact = absl::Now();
-    std::vector<std::pair<std::string, absl::Time>> beats(nnodes_, {"", absl::Now()});
+    Heartbeats heartbeats(nnodes_, absl::Now());
     std::set<int> lost;  // this round's lost nodes, no longer watched
     const std::string verdict = Key(round, absl::StrCat("lost/", node_rank_));
     for (int64_t beat = 1; !stop_watching_; ++beat) {
       // Short waits, so StopWatching is prompt; the store paces the loop.
       if (store_->Get(failed, absl::Seconds(1)).ok()) return wake(std::nullopt);
       const absl::Time now = absl::Now();
-      if (store_->Set(Key(round, absl::StrCat("alive/", node_rank_)), absl::StrCat(beat)).ok()) {
+      if (store_->Set(AliveKey(round, node_rank_), absl::StrCat(beat)).ok()) {
         last_contact = now;
         // Back from a cut the others outlasted: its ranks were given up.
         if (auto declared = store_->Get(verdict, absl::ZeroDuration()); declared.ok()) {
@@ -132,11 +151,10 @@ int NodeCoordinator::WatchFailures(int round) {
       if (node_rank_ != 0) continue;
       for (int node = 1; node < nnodes_; ++node) {
         if (lost.count(node)) continue;
-        auto value = store_->Get(Key(round, absl::StrCat("alive/", node)), absl::ZeroDuration());
-        if (value.ok() && *value != beats[node].first) {
-          beats[node] = {*value, now};
-        } else if (now - beats[node].second > node_timeout_) {
-          if (auto stop = DeclareLost(round, node, beats[node].second)) return wake(*stop);
+        const absl::Time heard = heartbeats.LastHeard(
+            node, store_->Get(AliveKey(round, node), absl::ZeroDuration()), now);
+        if (now - heard > node_timeout_) {
+          if (auto stop = DeclareLost(round, node, heard)) return wake(*stop);
           lost.insert(node);
         }
       }
@@ -178,17 +196,20 @@ void NodeCoordinator::End(int round, Ending how) {
 
 absl::Status NodeCoordinator::AwaitAllEnded(int round, absl::Duration timeout) {
   // A node that dies now (or died unnoticed by the watcher, which stopped
-  // with this node's workers) is still found lost by its silence, after
-  // node_timeout at most (Note [Lost nodes]): the wait goes on only for the
-  // others.
+  // with this node's workers) goes silent: after node_timeout it is not
+  // waited for any more (Note [Lost nodes]). The job is over either way, so
+  // nothing is decided about it, only reported.
   const absl::Time deadline = absl::Now() + timeout;
-  std::map<std::string, std::pair<std::string, absl::Time>> beats;  // by end key
+  Heartbeats heartbeats(nnodes_, absl::Now());
+  std::set<int> silent;
+  std::vector<std::string> gone;  // what became of the silent nodes
   while (true) {
     auto missing = store_->WaitForKeys(
-        EndedKeys(round),
+        EndedKeys(round, silent),
         std::max(absl::ZeroDuration(), std::min(absl::Seconds(1), deadline - absl::Now())));
     if (!missing.ok()) return missing.status();
-    if (missing->empty()) return absl::OkStatus();
+    if (missing->empty() && gone.empty()) return absl::OkStatus();
+    if (missing->empty()) return absl::UnavailableError(absl::StrJoin(gone, "; "));
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat("nodes still running after ",
                                                       absl::FormatDuration(timeout), ": ",
@@ -197,28 +218,32 @@ absl::Status NodeCoordinator::AwaitAllEnded(int round, absl::Duration timeout) {
     for (int node = 1; node < nnodes_; ++node) {
       const std::string ended = Key(round, absl::StrCat("ended/", node));
       if (std::find(missing->begin(), missing->end(), ended) == missing->end()) continue;
-      auto beat = store_->Get(Key(round, absl::StrCat("alive/", node)), absl::ZeroDuration());
-      auto [seen, fresh] = beats.try_emplace(ended, beat.ok() ? *beat : "", absl::Now());
-      if (!fresh && beat.ok() && *beat != seen->second.first) {
-        seen->second = {*beat, absl::Now()};
-      } else if (absl::Now() - seen->second.second > node_timeout_) {
-        // Whether or not the job could have gone on, it is over: stop waiting.
-        if (auto stop = DeclareLost(round, node, seen->second.second)) {
-          MutexLock lock(&mu_);
-          lost_nodes_.insert(node);
-        }
+      const absl::Time now = absl::Now();
+      const absl::Time heard =
+          heartbeats.LastHeard(node, store_->Get(AliveKey(round, node), absl::ZeroDuration()), now);
+      if (now - heard > node_timeout_) {
+        silent.insert(node);
+        gone.push_back(absl::StrCat("node ", node, " went silent before reporting its end (",
+                                    absl::FormatDuration(node_timeout_),
+                                    ", --node_timeout); not waited for"));
       }
     }
   }
 }
 
-std::vector<std::string> NodeCoordinator::EndedKeys(int round) const {
+std::vector<std::string> NodeCoordinator::EndedKeys(int round, const std::set<int>& skip) const {
   MutexLock lock(&mu_);
   std::vector<std::string> keys;
   for (int node = 0; node < nnodes_; ++node) {
-    if (!lost_nodes_.count(node)) keys.push_back(Key(round, absl::StrCat("ended/", node)));
+    if (!lost_nodes_.count(node) && !skip.count(node)) {
+      keys.push_back(Key(round, absl::StrCat("ended/", node)));
+    }
   }
   return keys;
+}
+
+std::string NodeCoordinator::AliveKey(int round, int node) const {
+  return Key(round, absl::StrCat("alive/", node));
 }
 
 std::optional<std::string> NodeCoordinator::DeclareLost(int round, int node,

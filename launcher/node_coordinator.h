@@ -102,8 +102,10 @@ class NodeCoordinator {
 
  private:
   std::string Key(int round, const std::string& what) const;
-  // The end keys of the nodes not lost.
-  std::vector<std::string> EndedKeys(int round) const;
+  // The end keys of the nodes neither lost nor in `skip`.
+  std::vector<std::string> EndedKeys(int round, const std::set<int>& skip = {}) const;
+  // Where `node` beats in `round` (Note [Node heartbeats]).
+  std::string AliveKey(int round, int node) const;
   // Node 0's watcher: declares `node` lost (Note [Lost nodes]); the reason
   // the job must stop, or nullopt when it goes on.
   std::optional<std::string> DeclareLost(int round, int node, absl::Time last_heard);

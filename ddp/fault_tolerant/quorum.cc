@@ -272,20 +272,21 @@ absl::StatusOr<std::string> Quorum::Decide(const QuorumRound& round, bool ok) {
 }
 
 absl::StatusOr<bool> Quorum::Commit(const QuorumRound& round, bool ok) {
-  auto decision = Decide(round, ok);
-  absl::StatusOr<std::string> winner = decision;
-  if (decision.ok() && *decision == "commit") {
-    // The claim (Note [No split brain]): the first round to take the step
-    // is the only one that commits it.
-    winner = store_->CompareSet(absl::StrCat(options_.prefix, "/step/", round.max_step() + 1), "",
-                                std::to_string(round.round));
-  }
-  if (!winner.ok()) {
+  // Safe to count as not committed (Note [No split brain]): if the others
+  // did commit, this replica is behind at its next round and recovers.
+  auto unknown = [&](const absl::Status& why) {
     TESSERA_LOG(WARNING) << "replica '" << id_ << "' cannot learn whether round " << round.round
-                         << " committed (" << winner.status() << "); counting it as not committed";
+                         << " committed (" << why << "); counting it as not committed";
     return false;
-  }
+  };
+  auto decision = Decide(round, ok);
+  if (!decision.ok()) return unknown(decision.status());
   if (*decision != "commit") return false;
+  // The claim: the first round to take the step is the only one that
+  // commits it.
+  auto winner = store_->CompareSet(absl::StrCat(options_.prefix, "/step/", round.max_step() + 1),
+                                   "", std::to_string(round.round));
+  if (!winner.ok()) return unknown(winner.status());
   int64_t owner = -1;
   if (!absl::SimpleAtoi(*winner, &owner)) {
     return absl::DataLossError(absl::StrCat("malformed step claim '", *winner, "' in the store"));

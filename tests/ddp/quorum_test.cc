@@ -9,11 +9,13 @@
 
 #include <atomic>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/mutex.h"
 #include "store/store_client.h"
@@ -75,6 +77,19 @@ struct Replica {
   Histories* const histories;
   std::vector<int64_t> history;
 };
+
+// Note [No split brain]'s invariant: of any two replicas, the shorter
+// history is a prefix of the longer.
+void ExpectOneModel(const std::vector<const Replica*>& replicas) {
+  for (const Replica* x : replicas) {
+    for (const Replica* y : replicas) {
+      const size_t n = std::min(x->history.size(), y->history.size());
+      EXPECT_EQ(std::vector<int64_t>(x->history.begin(), x->history.begin() + n),
+                std::vector<int64_t>(y->history.begin(), y->history.begin() + n))
+          << x->id << " and " << y->id << " trained different models";
+    }
+  }
+}
 
 class QuorumTest : public ::testing::Test {
  protected:
@@ -140,15 +155,54 @@ TEST_F(QuorumTest, AQuorumBehindTheLatestStateCommitsNothingAndCatchesUp) {
   train_a.join();
   train_b.join();
   ASSERT_TRUE(caught_up) << "c never committed a step together with a and b";
-  // Same number of steps, same history; shorter histories are prefixes.
-  for (const Replica* x : {&a, &b, &c}) {
-    for (const Replica* y : {&a, &b, &c}) {
-      const size_t n = std::min(x->history.size(), y->history.size());
-      EXPECT_EQ(std::vector<int64_t>(x->history.begin(), x->history.begin() + n),
-                std::vector<int64_t>(y->history.begin(), y->history.begin() + n))
-          << x->id << " and " << y->id << " trained different models";
-    }
+  ExpectOneModel({&a, &b, &c});
+}
+
+// Scale: 12 replicas start together and train; 4 more, without their
+// state, enter the running job while every replica keeps stepping on its
+// own thread. Rounds close with whoever has arrived, so quorums of every
+// size mix old and new replicas; still one model, and every newcomer ends
+// up holding its state.
+TEST_F(QuorumTest, SixteenReplicasEnteringAtDifferentTimesTrainOneModel) {
+  constexpr int kFirst = 12, kAll = 16, kSteps = 15;
+  std::vector<std::unique_ptr<store::StoreClient>> clients;
+  std::vector<std::unique_ptr<Replica>> replicas;
+  for (int i = 0; i < kAll; ++i) {
+    clients.push_back(Client());
+    replicas.push_back(std::make_unique<Replica>(clients.back().get(), absl::StrCat("r", i),
+                                                 Options(kFirst, 0), &histories_));
   }
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  // Until the job has committed its last step (a replica not in that
+  // quorum stops one step short).
+  const std::string last = absl::StrCat("tessera/ft/step/", kSteps);
+  auto train = [&](Replica& replica) {
+    store::StoreClient& store = *clients[std::stoi(replica.id.substr(1))];
+    while (!store.Get(last, absl::ZeroDuration()).ok()) {
+      bool committed = false;
+      if (!replica.Step(&committed).ok()) {
+        ++failures;
+        return;
+      }
+    }
+  };
+  for (int i = 0; i < kFirst; ++i) threads.emplace_back(train, std::ref(*replicas[i]));
+  // The newcomers enter once the first quorum has committed a step.
+  auto first_step = clients[0]->Get("tessera/ft/step/1", absl::Seconds(60));
+  ASSERT_TRUE(first_step.ok()) << first_step.status();
+  for (int i = kFirst; i < kAll; ++i) threads.emplace_back(train, std::ref(*replicas[i]));
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  std::vector<const Replica*> all;
+  size_t longest = 0;
+  for (const auto& r : replicas) {
+    EXPECT_GE(r->history.size(), 1u) << r->id << " never took part in a quorum that committed";
+    longest = std::max(longest, r->history.size());
+    all.push_back(r.get());
+  }
+  EXPECT_EQ(longest, static_cast<size_t>(kSteps));
+  ExpectOneModel(all);
 }
 
 // Of three replicas, one alone is no majority (min_replicas' default): its
