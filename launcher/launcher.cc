@@ -198,7 +198,8 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd, a
     if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) return outcome;
     if (fds[1].revents & POLLIN) {
       outcome.failed_elsewhere = true;
-      Say("a worker on another node failed; stopping this node's workers");
+      Say("another node failed, or this node is out of the job (why below); stopping this node's "
+          "workers");
       stop_all(SIGTERM);
     }
     if (fds[0].revents & POLLIN) {

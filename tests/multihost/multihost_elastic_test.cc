@@ -190,5 +190,35 @@ TEST(MultiHostElasticTest, AFaultTolerantDdpJobThatLosesAHostFinishesOnTheOthers
   std::printf("what the user saw:\n%s", job->output().c_str());
 }
 
+// Host 2's link cut for longer than --node_timeout, then healed: node 0
+// declares node 2 lost and the job goes on without it (--nnodes 2:3); when
+// the link is back, host 2's launcher reads that verdict, stops its worker
+// and exits naming it — the old replica does not train on under a rank
+// the job gave up. The two others finish identical.
+TEST(MultiHostElasticTest, ANodeDeclaredLostThatComesBackIsToldAndStops) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  auto job = Job::Launched(hosts, 1,
+                           {"examples/fault_tolerant_ddp/fault_tolerant_ddp", "--steps", "600",
+                            "--log_every", "25"},
+                           {}, "",
+                           {"--nnodes", "2:3", "--node_timeout", "10", "--elastic_roles",
+                            "replica", "--max_restarts", "1"});
+  ASSERT_TRUE(job->on(2).WaitFor("3 replicas\n", 2, absl::Seconds(180))) << job->output();
+  ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
+  ASSERT_TRUE(job->on(0).WaitFor("node 2 lost: not heard from for 10s", 1, absl::Seconds(60)))
+      << job->output();
+  ASSERT_TRUE(hosts.SetLink(2, /*up=*/true).ok());
+  EXPECT_NE(job->on(2).Finish(absl::Seconds(120)), 0) << job->output();
+  EXPECT_TRUE(absl::StrContains(job->on(2).output(),
+                                "node 0 declared this node lost and the job went on without it"))
+      << job->output();
+  for (int host = 0; host < 2; ++host) {
+    EXPECT_EQ(job->on(host).Finish(absl::Seconds(240)), 0) << job->output();
+  }
+  const std::set<std::string> fingerprints = Fingerprints(*job, 2, 600);
+  EXPECT_TRUE(fingerprints.size() == 1 && !fingerprints.count("none")) << job->output();
+  std::printf("what the user saw:\n%s", job->output().c_str());
+}
+
 }  // namespace
 }  // namespace tessera::testing
