@@ -412,6 +412,12 @@ int Run(const LaunchOptions& options) {
           .IgnoreError();  // rank 0 records it too
       job_store->Set(elastic::ElasticRolesKey(elastic::kDefaultPrefix), options.elastic_roles)
           .IgnoreError();
+      if (options.nnodes > 1) {
+        job_store
+            ->Set(elastic::NodeTimeoutKey(elastic::kDefaultPrefix),
+                  std::to_string(absl::ToInt64Seconds(options.node_timeout)))
+            .IgnoreError();
+      }
       if (options.max_ranks > 0) {
         job_store
             ->Set(elastic::MaxRanksKey(elastic::kDefaultPrefix), std::to_string(options.max_ranks))

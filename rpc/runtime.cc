@@ -35,9 +35,9 @@ constexpr absl::Duration kProbeTimeout = absl::Seconds(10);
 absl::StatusOr<c10::IValue> ResultFromResponse(const Message& response, Peer peer) {
   const proto::Status& status = response.envelope.status();
   if (status.code() != 0) {
-    return absl::Status(static_cast<absl::StatusCode>(status.code()),
-                        absl::StrCat("on worker '", status.origin_worker(),
-                                     "': ", status.message()));
+    return absl::Status(
+        static_cast<absl::StatusCode>(status.code()),
+        absl::StrCat("on worker '", status.origin_worker(), "': ", status.message()));
   }
   return DecodeValue(response.envelope.result(), response.tensors, {}, peer);
 }
@@ -69,10 +69,9 @@ Runtime::Runtime(RpcOptions options, Registry registry,
 absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(
     RpcOptions options, Registry registry,
     std::vector<std::shared_ptr<RuntimeExtension>> extensions) {
-  if (options.world_size <= 0 || options.rank < 0 ||
-      options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "invalid rank ", options.rank, " for world size ", options.world_size));
+  if (options.world_size <= 0 || options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid rank ", options.rank, " for world size ", options.world_size));
   }
   if (options.name.empty()) return absl::InvalidArgumentError("worker name is empty");
   if (!options.agent_factory) {
@@ -101,9 +100,9 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(
     }
   }
   auto status = runtime->Start();
-  runtime->ready_.Set(status.ok() ? absl::StatusOr<bool>(true)
-                                  : absl::StatusOr<bool>(Annotate(
-                                        status, "worker failed to start")));
+  runtime->ready_.Set(status.ok()
+                          ? absl::StatusOr<bool>(true)
+                          : absl::StatusOr<bool>(Annotate(status, "worker failed to start")));
   if (!status.ok()) {
     runtime->TryShutdown(/*graceful=*/false).IgnoreError();
     return status;
@@ -118,14 +117,14 @@ absl::Status Runtime::Start() {
   if (!host.ok()) return Annotate(host.status(), options_.name + " cannot choose its address");
   int port = options_.master_port;
   if (host_store) {
-    auto server = store::StoreServer::StartForMaster(options_.master_addr, port, options_.job_secret);
+    auto server =
+        store::StoreServer::StartForMaster(options_.master_addr, port, options_.job_secret);
     if (!server.ok()) return server.status();
     store_server_ = *std::move(server);
     port = store_server_->port();
   }
-  store_client_ = std::make_unique<store::StoreClient>(options_.master_addr, port,
-                                                       options_.rendezvous_timeout,
-                                                       options_.job_secret);
+  store_client_ = std::make_unique<store::StoreClient>(
+      options_.master_addr, port, options_.rendezvous_timeout, options_.job_secret);
   timer_ = std::make_unique<DeadlineTimer>();
   pool_ = std::make_unique<ThreadPool>(options_.num_worker_threads, options_.name,
                                        options_.max_worker_threads);
@@ -211,30 +210,25 @@ WorkerInfo Runtime::GetWorkerInfo(int rank) const {
 }
 
 absl::Duration Runtime::Timeout(const CallOptions& options) const {
-  return options.timeout > absl::ZeroDuration() ? options.timeout
-                                                : options_.default_call_timeout;
+  return options.timeout > absl::ZeroDuration() ? options.timeout : options_.default_call_timeout;
 }
 
-Future<c10::IValue> Runtime::CallAsync(const std::string& to,
-                                       const std::string& function,
-                                       std::vector<c10::IValue> args,
-                                       const CallOptions& options) {
+Future<c10::IValue> Runtime::CallAsync(const std::string& to, const std::string& function,
+                                       std::vector<c10::IValue> args, const CallOptions& options) {
   const std::optional<int> rank = membership_.RankOf(to);
   if (!rank.has_value()) return Future<c10::IValue>::Ready(NoWorkerNamed(to));
   return CallAsync(*rank, function, std::move(args), options);
 }
 
 Future<c10::IValue> Runtime::CallAsync(int to_rank, const std::string& function,
-                                       std::vector<c10::IValue> args,
-                                       const CallOptions& options) {
+                                       std::vector<c10::IValue> args, const CallOptions& options) {
   return Call(to_rank, function, std::move(args), options, pool_.get());
 }
 
 Future<c10::IValue> Runtime::CallInternal(int to_rank, const std::string& service,
                                           std::vector<c10::IValue> args,
                                           const CallOptions& options) {
-  return Call(to_rank, service, std::move(args), options, pool_.get(),
-              proto::INTERNAL_CALL);
+  return Call(to_rank, service, std::move(args), options, pool_.get(), proto::INTERNAL_CALL);
 }
 
 Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
@@ -247,8 +241,7 @@ Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
   request.envelope.set_target(function);
   const Peer peer{hooks_, to_rank};
   for (const auto& arg : args) {
-    auto status = EncodeValue(arg, request.envelope.add_args(), &request,
-                              options_.limits, peer);
+    auto status = EncodeValue(arg, request.envelope.add_args(), &request, options_.limits, peer);
     if (!status.ok()) {
       return Future<c10::IValue>::Ready(
           Annotate(status, "cannot send arguments of '" + function + "'"));
@@ -263,8 +256,7 @@ Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
   CallObserver* observer = observer_;
   return agent_->Send(to_rank, std::move(request), absl::Now() + Timeout(options))
       .Then(
-          [peer, observer](const absl::StatusOr<Message>& response)
-              -> absl::StatusOr<c10::IValue> {
+          [peer, observer](const absl::StatusOr<Message>& response) -> absl::StatusOr<c10::IValue> {
             if (!response.ok()) return response.status();
             if (observer != nullptr && response->envelope.status().code() == 0) {
               TESSERA_RETURN_IF_ERROR(observer->OnReceiveResponse(peer.rank, *response));
@@ -320,8 +312,8 @@ Future<Message> Runtime::Dispatch(int from_rank, const Message& request,
   }
   if (function != nullptr) {
     // Authorization comes before any argument is decoded.
-    auto allowed = function->allowed.Check("'" + envelope.target() + "'",
-                                           context.caller_name, context.caller_role);
+    auto allowed = function->allowed.Check("'" + envelope.target() + "'", context.caller_name,
+                                           context.caller_role);
     if (!allowed.ok()) return Future<Message>::Ready(allowed);
   }
   if (envelope.timeout_us() > 0) {
@@ -350,12 +342,11 @@ Future<Message> Runtime::Dispatch(int from_rank, const Message& request,
     ScopeEntry entry(scope.get());
     return Registry::Invoke(function, target, context, std::move(args));
   }();
-  return result.Then([limits, target, peer, scope](const absl::StatusOr<c10::IValue>& result)
-                         -> absl::StatusOr<Message> {
+  return result.Then([limits, target, peer,
+                      scope](const absl::StatusOr<c10::IValue>& result) -> absl::StatusOr<Message> {
     if (!result.ok()) return result.status();
     Message response;
-    auto status = EncodeValue(*result, response.envelope.mutable_result(), &response,
-                              limits, peer);
+    auto status = EncodeValue(*result, response.envelope.mutable_result(), &response, limits, peer);
     if (status.ok() && scope != nullptr) status = scope->OnSendResponse(peer.rank, &response);
     if (!status.ok()) {
       return Annotate(status, "cannot send the result of '" + target + "'");
@@ -377,6 +368,7 @@ absl::Status Runtime::ProbeMissing(const std::vector<int>& ranks) {
     const std::string who = DescribeWorker(rank);
     if (answer.ok()) {
       unanswered_probes_.erase(rank);
+      silent_since_.erase(rank);
     } else if (AbsenceExcused(rank)) {
       continue;  // restarting, or gone for good (Note [Elastic membership])
     } else if (absl::IsUnavailable(answer.status())) {

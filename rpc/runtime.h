@@ -115,17 +115,14 @@ class Runtime {
 
   // Untyped call: arguments and result as IValues.
   Future<c10::IValue> CallAsync(const std::string& to, const std::string& function,
-                                std::vector<c10::IValue> args,
-                                const CallOptions& options = {});
+                                std::vector<c10::IValue> args, const CallOptions& options = {});
   Future<c10::IValue> CallAsync(int to_rank, const std::string& function,
-                                std::vector<c10::IValue> args,
-                                const CallOptions& options = {});
+                                std::vector<c10::IValue> args, const CallOptions& options = {});
 
   // Typed calls: arguments are converted with ValueTraits; the result is
   // checked against R (an error names what arrived instead).
   template <typename R = c10::IValue, typename... Args>
-  Future<ResultOf<R>> RpcAsync(const std::string& to, const std::string& function,
-                               Args&&... args) {
+  Future<ResultOf<R>> RpcAsync(const std::string& to, const std::string& function, Args&&... args) {
     return RpcAsync<R>(CallOptions{}, to, function, std::forward<Args>(args)...);
   }
   template <typename R = c10::IValue, typename... Args>
@@ -142,8 +139,8 @@ class Runtime {
     return RpcSync<R>(CallOptions{}, to, function, std::forward<Args>(args)...);
   }
   template <typename R = c10::IValue, typename... Args>
-  R RpcSync(const CallOptions& options, const std::string& to,
-            const std::string& function, Args&&... args) {
+  R RpcSync(const CallOptions& options, const std::string& to, const std::string& function,
+            Args&&... args) {
     auto result = RpcAsync<R>(options, to, function, std::forward<Args>(args)...)
                       .Wait(Timeout(options) + kWaitBackstop);
     if constexpr (std::is_void_v<R>) {
@@ -167,8 +164,7 @@ class Runtime {
   }
   // Untyped: for tests that send internal services malformed values.
   Future<c10::IValue> CallInternal(int to_rank, const std::string& service,
-                                   std::vector<c10::IValue> args,
-                                   const CallOptions& options = {});
+                                   std::vector<c10::IValue> args, const CallOptions& options = {});
 
   // Graceful (rpc.shutdown()): waits until every worker has called Shutdown
   // and no call is outstanding anywhere, then closes — bounded by
@@ -259,12 +255,13 @@ class Runtime {
       return raw.Then([](const absl::StatusOr<c10::IValue>& r) { return r; }, executor);
     } else {
       using Wire = ResultOf<R>;
-      return raw.Then([to, function](const absl::StatusOr<c10::IValue>& r)
-                          -> absl::StatusOr<Wire> {
-        if (!r.ok()) return r.status();
-        return FromIValueOr<Wire>(*r, "function '" + function + "' on worker '" + to +
-                                          "' returned");
-      }, executor);
+      return raw.Then(
+          [to, function](const absl::StatusOr<c10::IValue>& r) -> absl::StatusOr<Wire> {
+            if (!r.ok()) return r.status();
+            return FromIValueOr<Wire>(
+                *r, "function '" + function + "' on worker '" + to + "' returned");
+          },
+          executor);
     }
   }
 
@@ -272,7 +269,7 @@ class Runtime {
   Registry registry_;
   Registry internal_;  // filled by extensions in Create, then read-only
   const std::vector<std::shared_ptr<RuntimeExtension>> extensions_;
-  ValueHooks* hooks_ = nullptr;  // from the extension that provides them
+  ValueHooks* hooks_ = nullptr;       // from the extension that provides them
   CallObserver* observer_ = nullptr;  // likewise
   std::unique_ptr<store::StoreServer> store_server_;
   std::unique_ptr<store::StoreClient> store_client_;
@@ -294,6 +291,11 @@ class Runtime {
   static constexpr int kProbesBeforeGivingUp = 3;
   std::map<int, int> unanswered_probes_;
   std::map<int, absl::Time> restarting_since_;
+  // When a rank of an elastic role first failed to answer (its node may be
+  // lost: Note [Lost nodes]); the launcher's verdict takes a beat or two
+  // beyond --node_timeout.
+  std::map<int, absl::Time> silent_since_;
+  static constexpr absl::Duration kNodeVerdictSlack = absl::Seconds(5);
 };
 
 }  // namespace tessera::rpc

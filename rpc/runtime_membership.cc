@@ -179,8 +179,14 @@ bool Runtime::AbsenceExcused(int rank) {
   if (std::find(elastic_roles.begin(), elastic_roles.end(), *role) == elastic_roles.end()) {
     return false;
   }
-  // The launcher marks it as soon as it reaps the process: a few probes.
-  return ++unanswered_probes_[rank] < kProbesBeforeGivingUp;
+  // The launcher marks it as soon as it reaps the process: a few probes —
+  // unless its whole node may be gone, which the job's launchers take up
+  // to --node_timeout to declare (then the rank is left).
+  auto node_timeout =
+      elastic::ReadNumber(store, elastic::NodeTimeoutKey(prefix), absl::ZeroDuration());
+  if (!node_timeout.ok()) return ++unanswered_probes_[rank] < kProbesBeforeGivingUp;
+  const absl::Time silent_since = silent_since_.try_emplace(rank, absl::Now()).first->second;
+  return absl::Now() - silent_since < absl::Seconds(*node_timeout) + kNodeVerdictSlack;
 }
 
 void Runtime::Leave(const std::string& reason) {

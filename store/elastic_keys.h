@@ -39,6 +39,13 @@ inline std::string RoleKey(const std::string& prefix, int rank) {
 // until it marks such a rank restarting, a worker waiting in a graceful
 // shutdown gives a rank of these roles that died a few seconds' grace.
 inline std::string ElasticRolesKey(const std::string& prefix) { return prefix + "/elastic/roles"; }
+// Set by a multi-node tessera-run to its --node_timeout in seconds: how
+// long a silent node may take to be declared lost, its ranks then recorded
+// as left (Note [Lost nodes], launcher/node_coordinator.h). A graceful
+// shutdown gives an unanswering rank of an elastic role that long.
+inline std::string NodeTimeoutKey(const std::string& prefix) {
+  return prefix + "/elastic/node_timeout_s";
+}
 // Set by tessera-run, to the reason, just before it starts the rank again
 // alone: a graceful shutdown waits for the rank instead of calling it dead.
 inline std::string RestartingKey(const std::string& prefix, int rank) {

@@ -95,6 +95,44 @@ TEST(MultiHostElasticTest, TrainersKilledOnOtherHostsRejoinAndAJoinerFromAnother
   std::printf("what the user saw:\n%s%s", job->output().c_str(), joiner.output().c_str());
 }
 
+// The parameter-server job loses host 2 — its link down, its tessera-run
+// and trainer SIGKILLed, as when a machine dies. The server notices the silent trainer
+// (Note [Silent peers], guarded_tcp) and gives its batch to the other;
+// node 0 declares node 2 lost (Note [Lost nodes]) and records rank 2 as
+// left, so the server's graceful shutdown does not wait for it. The server
+// never restarts, every batch is trained, and the job finishes on hosts 0
+// and 1.
+TEST(MultiHostElasticTest, AParameterServerJobThatLosesATrainersHostFinishes) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  const std::vector<std::string> command = {kProgram, "--epochs",    "1", "--max_steps",
+                                            "500",    "--log_every", "20"};
+  auto job = Job::Launched(hosts, 1, command, {}, "",
+                           {"--nnodes", "2:3", "--node_timeout", "10", "--elastic_roles", "trainer",
+                            "--max_restarts", "2"});
+  ObservedProcess& server = job->on(0);
+  ASSERT_TRUE(server.WaitFor("serving a CNN", 1, absl::Seconds(120))) << job->output();
+  ASSERT_TRUE(job->on(2).WaitFor(kStepLine, 3, absl::Seconds(120))) << job->output();
+  // A machine that dies says nothing: its link goes first, so not even a
+  // FIN gets out, then everything on it.
+  ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
+  const absl::Time killed = absl::Now();
+  ASSERT_EQ(::kill(job->on(2).pid(), SIGKILL), 0);
+  ASSERT_TRUE(server.WaitFor("trainer2 (rank 2) failed", 1, absl::Seconds(60)))
+      << "the server did not notice the silent trainer\n"
+      << job->output();
+  std::printf("the server noticed trainer 2's machine gone %.1f s after it died\n",
+              absl::ToDoubleSeconds(absl::Now() - killed));
+  for (int host = 0; host < 2; ++host) {
+    EXPECT_EQ(job->on(host).Finish(absl::Seconds(240)), 0) << job->output();
+  }
+  const std::string& out = server.output();
+  EXPECT_EQ(server.Count("serving a CNN"), 1) << out;
+  EXPECT_TRUE(absl::StrContains(out, "steps trained: 500 of 500 ")) << out;
+  EXPECT_GT(FirstNumber(out, "test accuracy ([0-9.]+)%"), 70.0) << out;
+  EXPECT_TRUE(absl::StrContains(out, "node 2 lost: not heard from for 10s")) << job->output();
+  std::printf("what the user saw:\n%s", job->output().c_str());
+}
+
 // Fault-tolerant DDP across three hosts (ddp/fault_tolerant/): the replica
 // on host 1 is killed mid-run and restarted alone by its host's launcher;
 // it rejoins the quorum and recovers a live peer's state over Gloo between
@@ -172,8 +210,10 @@ TEST(MultiHostElasticTest, AFaultTolerantDdpJobThatLosesAHostFinishesOnTheOthers
       {"--nnodes", "2:3", "--node_timeout", "10", "--elastic_roles", "replica", "--max_restarts",
        "1"});
   ASSERT_TRUE(job->on(2).WaitFor("3 replicas\n", 2, absl::Seconds(180))) << job->output();
-  // Host 2's tessera-run is the first process of its PID namespace: with it
-  // goes everything on the host.
+  // A machine that dies says nothing: its link goes first, so not even a
+  // FIN gets out; then its tessera-run, the first process of its PID
+  // namespace, and with it everything on the host.
+  ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
   ASSERT_EQ(::kill(job->on(2).pid(), SIGKILL), 0);
   for (int host = 0; host < 2; ++host) {
     EXPECT_EQ(job->on(host).Finish(absl::Seconds(240)), 0)
@@ -197,12 +237,12 @@ TEST(MultiHostElasticTest, AFaultTolerantDdpJobThatLosesAHostFinishesOnTheOthers
 // the job gave up. The two others finish identical.
 TEST(MultiHostElasticTest, ANodeDeclaredLostThatComesBackIsToldAndStops) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
-  auto job = Job::Launched(hosts, 1,
-                           {"examples/fault_tolerant_ddp/fault_tolerant_ddp", "--steps", "600",
-                            "--log_every", "25"},
-                           {}, "",
-                           {"--nnodes", "2:3", "--node_timeout", "10", "--elastic_roles",
-                            "replica", "--max_restarts", "1"});
+  auto job = Job::Launched(
+      hosts, 1,
+      {"examples/fault_tolerant_ddp/fault_tolerant_ddp", "--steps", "600", "--log_every", "25"}, {},
+      "",
+      {"--nnodes", "2:3", "--node_timeout", "10", "--elastic_roles", "replica", "--max_restarts",
+       "1"});
   ASSERT_TRUE(job->on(2).WaitFor("3 replicas\n", 2, absl::Seconds(180))) << job->output();
   ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
   ASSERT_TRUE(job->on(0).WaitFor("node 2 lost: not heard from for 10s", 1, absl::Seconds(60)))

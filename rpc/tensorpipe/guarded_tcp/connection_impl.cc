@@ -19,8 +19,32 @@ namespace {
 constexpr size_t kPrefixBytes = sizeof(uint64_t);
 
 tensorpipe::Error SystemErrorAt(const char* syscall, int error, int line) {
-  return tensorpipe::Error(std::make_shared<tensorpipe::SystemError>(syscall, error),
-                           __FILE__, line);
+  return tensorpipe::Error(std::make_shared<tensorpipe::SystemError>(syscall, error), __FILE__,
+                           line);
+}
+
+// Note [Silent peers]: a peer whose machine died, or whose link is cut,
+// resets nothing: its connections just go quiet, and a worker that only
+// answers it (a parameter server) would hold its work for ever. The kernel
+// probes an idle connection after kKeepaliveIdleS and gives up after
+// kKeepaliveProbes unanswered probes kKeepaliveIntervalS apart; data left
+// unacknowledged for kUnackedTimeoutMs fails it too. Either way the pipe
+// fails and the runtime marks the peer failed, as if it had been killed —
+// about 13 s after it fell silent. A live peer's kernel answers probes
+// however busy its process is, so a long computation is not silence.
+constexpr int kKeepaliveIdleS = 5;
+constexpr int kKeepaliveIntervalS = 2;
+constexpr int kKeepaliveProbes = 4;
+constexpr unsigned kUnackedTimeoutMs =
+    1000 * (kKeepaliveIdleS + kKeepaliveIntervalS * kKeepaliveProbes);
+
+void DetectSilentPeer(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &kKeepaliveIdleS, sizeof(kKeepaliveIdleS));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &kKeepaliveIntervalS, sizeof(kKeepaliveIntervalS));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &kKeepaliveProbes, sizeof(kKeepaliveProbes));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &kUnackedTimeoutMs, sizeof(kUnackedTimeoutMs));
 }
 
 }  // namespace
@@ -32,8 +56,7 @@ ConnectionImpl::ConnectionImpl(ConstructorToken token, std::shared_ptr<ContextIm
 
 ConnectionImpl::ConnectionImpl(ConstructorToken token, std::shared_ptr<ContextImpl> context,
                                std::string id, std::string addr)
-    : ConnectionImplBoilerplate(token, std::move(context), std::move(id)),
-      addr_(std::move(addr)) {}
+    : ConnectionImplBoilerplate(token, std::move(context), std::move(id)), addr_(std::move(addr)) {}
 
 void ConnectionImpl::initImplFromLoop() {
   context_->enroll(*this);
@@ -64,6 +87,7 @@ void ConnectionImpl::initImplFromLoop() {
   // Small control frames must not wait for Nagle's algorithm.
   int one = 1;
   ::setsockopt(socket_.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  DetectSilentPeer(socket_.fd());
   UpdateInterest();
 }
 
@@ -91,13 +115,13 @@ void ConnectionImpl::readImplFromLoop(void* ptr, size_t length, read_callback_fn
 void ConnectionImpl::readImplFromLoop(tensorpipe::AbstractNopHolder& object,
                                       read_nop_callback_fn fn) {
   readImplFromLoop([this, &object, fn = std::move(fn)](const tensorpipe::Error& error,
-                                                      const void* ptr, size_t length) {
+                                                       const void* ptr, size_t length) {
     if (!error) {
       nop::Status<void> status = ReadNopBounded(object, ptr, length);
       if (status.has_error()) {
-        setError(MakeFrameError("malformed control message (" +
-                                    std::string(status.GetErrorMessage()) + ")",
-                                __FILE__, __LINE__));
+        setError(MakeFrameError(
+            "malformed control message (" + std::string(status.GetErrorMessage()) + ")", __FILE__,
+            __LINE__));
         fn(error_);
         return;
       }
@@ -160,9 +184,9 @@ bool ConnectionImpl::PassGate() {
     if (!ReceiveInto(gate_in_, kChallengeBytes, &gate_in_done_)) return false;
     auto proof = gate_->OnChallenge(std::string_view(gate_in_, kChallengeBytes));
     if (!proof.ok()) {
-      setError(tensorpipe::Error(
-          std::make_shared<GateRefused>(std::string(proof.status().message())), __FILE__,
-          __LINE__));
+      setError(
+          tensorpipe::Error(std::make_shared<GateRefused>(std::string(proof.status().message())),
+                            __FILE__, __LINE__));
       return false;
     }
     gate_.reset();
@@ -201,9 +225,8 @@ void ConnectionImpl::ProcessReads() {
       // a single byte is allocated for it.
       if (op.expected.has_value()) {
         if (op.length != *op.expected) {
-          setError(MakeFrameError("peer sent " + std::to_string(op.length) +
-                                      " bytes where " + std::to_string(*op.expected) +
-                                      " were expected",
+          setError(MakeFrameError("peer sent " + std::to_string(op.length) + " bytes where " +
+                                      std::to_string(*op.expected) + " were expected",
                                   __FILE__, __LINE__));
           return;
         }
