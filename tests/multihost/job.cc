@@ -1,6 +1,7 @@
 #include "tests/multihost/job.h"
 
 #include <algorithm>
+#include <regex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -14,19 +15,19 @@ Env JobEnv(Env env) {
   return env;
 }
 
-std::unique_ptr<Job> Job::Launched(NetworkHosts& hosts, int nproc,
-                                   std::vector<std::string> command, Env env,
-                                   std::string master, std::vector<std::string> extra_args,
+std::unique_ptr<Job> Job::Launched(NetworkHosts& hosts, int nproc, std::vector<std::string> command,
+                                   Env env, std::string master, std::vector<std::string> extra_args,
                                    std::function<Env(int host)> host_env) {
   if (master.empty()) master = hosts.address(0);
   env = JobEnv(std::move(env));
   const std::string port = std::to_string(FreeLoopbackPort());
   auto job = std::unique_ptr<Job>(new Job);
   for (int host = 0; host < hosts.size(); ++host) {
-    std::vector<std::string> args = {"--nnodes", std::to_string(hosts.size()), "--node_rank",
-                                     std::to_string(host), "--nproc_per_node",
-                                     std::to_string(nproc), "--master_addr", master,
-                                     "--master_port", port};
+    std::vector<std::string> args = {"--nnodes",         std::to_string(hosts.size()),
+                                     "--node_rank",      std::to_string(host),
+                                     "--nproc_per_node", std::to_string(nproc),
+                                     "--master_addr",    master,
+                                     "--master_port",    port};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     args.insert(args.end(), command.begin(), command.end());
     Env own = env;
@@ -65,6 +66,17 @@ std::string Job::output() const {
     absl::StrAppend(&all, "---- host ", host, " ----\n", processes_[host]->output());
   }
   return all;
+}
+
+std::set<std::string> Fingerprints(Job& job, int hosts, int steps) {
+  std::set<std::string> found;
+  const std::regex line(absl::StrCat("parameters ([0-9a-f]+) after ", steps, " steps"));
+  for (int host = 0; host < hosts; ++host) {
+    std::smatch match;
+    const std::string& out = job.on(host).output();
+    found.insert(std::regex_search(out, match, line) ? match[1].str() : "none");
+  }
+  return found;
 }
 
 }  // namespace tessera::testing

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,5 +47,11 @@ class Job {
   Job() = default;
   std::vector<std::unique_ptr<ObservedProcess>> processes_;
 };
+
+// The distinct parameter fingerprints ("parameters <hash> after <steps>
+// steps", as examples/fault_tolerant_ddp prints them) of hosts [0, hosts)
+// of a finished job, "none" for a host that printed none: one entry when
+// every replica ended identical.
+std::set<std::string> Fingerprints(Job& job, int hosts, int steps);
 
 }  // namespace tessera::testing

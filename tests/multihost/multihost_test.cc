@@ -56,16 +56,14 @@ using rref::RRef;
 
 // A failed check in a worker: printed (the test shows it) and the worker
 // exits non-zero.
-#define WORKER_CHECK(condition, what)                              \
-  if (!(condition)) {                                              \
-    std::printf("CHECK FAILED: %s (%s)\n", what, #condition);      \
-    std::fflush(stdout);                                           \
-    return 1;                                                      \
+#define WORKER_CHECK(condition, what)                         \
+  if (!(condition)) {                                         \
+    std::printf("CHECK FAILED: %s (%s)\n", what, #condition); \
+    std::fflush(stdout);                                      \
+    return 1;                                                 \
   }
 
-bool AllClose(const at::Tensor& a, const at::Tensor& b) {
-  return at::allclose(a, b, 1e-5, 1e-6);
-}
+bool AllClose(const at::Tensor& a, const at::Tensor& b) { return at::allclose(a, b, 1e-5, 1e-6); }
 
 // The job's driver (rank 1, on a host that is neither the store's nor the
 // parameters'): plain calls, an RRef forked to a third host, parameter-server
@@ -80,8 +78,8 @@ int DriveRpcJob(rpc::Runtime& rt, rref::RRefContext& rrefs, dist_autograd::DistA
     const at::Tensor local = ParamFor(3).detach();
     at::Tensor flat = local.to(at::kDouble).flatten();
     std::vector<double> values(flat.data_ptr<double>(), flat.data_ptr<double>() + flat.numel());
-    RRef<at::Tensor> w = rref::Remote<at::Tensor>(rrefs, "worker0", "new_param", values,
-                                                  local.sizes().vec());
+    RRef<at::Tensor> w =
+        rref::Remote<at::Tensor>(rrefs, "worker0", "new_param", values, local.sizes().vec());
     const at::Tensor sum = rt.RpcSync<at::Tensor>("worker2", "fetch_sum", w);
     WORKER_CHECK(AllClose(sum, local.sum()), "an RRef forked to a third host");
   }
@@ -122,10 +120,10 @@ int DriveRpcJob(rpc::Runtime& rt, rref::RRefContext& rrefs, dist_autograd::DistA
 
   // Pipeline: stage 1 on host 0, stage 2 on host 2, micro-batches from here.
   {
-    auto front = rref::RemoteObject<pipeline::Stage>(rrefs, "worker0", std::string("front"),
-                                                     int64_t{1});
-    auto back = rref::RemoteObject<pipeline::Stage>(rrefs, "worker2", std::string("back"),
-                                                    int64_t{2});
+    auto front =
+        rref::RemoteObject<pipeline::Stage>(rrefs, "worker0", std::string("front"), int64_t{1});
+    auto back =
+        rref::RemoteObject<pipeline::Stage>(rrefs, "worker2", std::string("back"), int64_t{2});
     pipeline::PipelineDriver driver(rrefs, {front, back}, /*micro_batches=*/4);
     dist_optim::SgdOptions sgd;
     sgd.lr = 0.1;
@@ -179,8 +177,7 @@ TESSERA_WORKER_SCENARIO(multihost_rpc_job) {
   std::weak_ptr<rref::RRefContext> weak = rrefs;
   registry.Register("await_no_rrefs", [weak](int64_t timeout_ms) {
     auto context = weak.lock();
-    return context != nullptr &&
-           context->WaitForOwnedValues(0, absl::Milliseconds(timeout_ms));
+    return context != nullptr && context->WaitForOwnedValues(0, absl::Milliseconds(timeout_ms));
   });
   // RpcOptions::FromEnv as a user's program: under tessera-run the launcher
   // hosts the store, started directly (Kubernetes, srun) rank 0 does.
@@ -268,10 +265,10 @@ TESSERA_WORKER_SCENARIO(multihost_ddp) {
 void ExpectRpcJobPassed(Job& job, int hosts) {
   EXPECT_EQ(job.Finish(), std::vector<int>(hosts, 0)) << job.output();
   const std::string& driver = job.on(1).output();
-  for (const char* line : {"driver: calls and RRef forks across hosts ok",
-                           "driver: parameter-server training across hosts matches one process",
-                           "driver: pipeline across hosts matches one process",
-                           "driver: nothing leaked"}) {
+  for (const char* line :
+       {"driver: calls and RRef forks across hosts ok",
+        "driver: parameter-server training across hosts matches one process",
+        "driver: pipeline across hosts matches one process", "driver: nothing leaked"}) {
     EXPECT_TRUE(absl::StrContains(driver, line)) << line << "\n" << job.output();
   }
   EXPECT_FALSE(absl::StrContains(job.output(), "channel (same host)")) << job.output();
@@ -305,19 +302,20 @@ TEST_P(MultiHostRpcTest, EveryRpcJobShapeRunsAcrossThreeHosts) {
     env = MutualTlsEnv(dir);
     env.push_back({"TESSERA_RPC_BACKEND", "grpc"});
   }
-  auto job = Job::Launched(hosts, 1, {SelfPath(), "--tessera_worker=multihost_rpc_job"}, env, master);
+  auto job =
+      Job::Launched(hosts, 1, {SelfPath(), "--tessera_worker=multihost_rpc_job"}, env, master);
   ExpectRpcJobPassed(*job, 3);
   if (absl::StartsWith(GetParam(), "tensorpipe")) {
     // The driver logged the transport it chose for each peer.
     EXPECT_TRUE(absl::StrContains(
         job->on(1).output(),
-        absl::StrCat("connecting to 'worker0' (rank 0) at tcp://",
-                     GetParam() == "tensorpipe_ipv6" ? "[" + hosts.address6(0) + "]"
-                                                     : hosts.address(0),
-                     ":")))
+        absl::StrCat(
+            "connecting to 'worker0' (rank 0) at tcp://",
+            GetParam() == "tensorpipe_ipv6" ? "[" + hosts.address6(0) + "]" : hosts.address(0),
+            ":")))
         << job->output();
-    EXPECT_TRUE(absl::StrContains(job->on(1).output(),
-                                  "tcp transport, basic channel (another host)"))
+    EXPECT_TRUE(
+        absl::StrContains(job->on(1).output(), "tcp transport, basic channel (another host)"))
         << job->output();
   }
 }
@@ -436,8 +434,8 @@ TEST(MultiHostTest, AFailureOnOneHostRestartsEveryHost) {
 // advertises its host name, as one behind NAT advertises what others dial.
 TEST(MultiHostTest, AWorkerMayAdvertiseAnotherAddressThanItListensOn) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
-  auto job = Job::Launched(hosts, 1, {SelfPath(), "--tessera_worker=multihost_rpc_job"}, {}, "",
-                           {}, [&](int host) {
+  auto job = Job::Launched(hosts, 1, {SelfPath(), "--tessera_worker=multihost_rpc_job"}, {}, "", {},
+                           [&](int host) {
                              return host != 1 ? Env{}
                                               : Env{{"TESSERA_ADDRESS", "0.0.0.0"},
                                                     {"TESSERA_ADVERTISE_ADDRESS", hosts.name(1)}};
@@ -486,8 +484,8 @@ TEST(MultiHostTest, AdvertisingLoopbackToOtherHostsFailsAtOnceNamingTheSetting) 
                                 "would advertise the loopback address 127.0.0.1 (lo, "
                                 "TESSERA_SOCKET_IFNAME)"))
       << job->output();
-  EXPECT_TRUE(absl::StrContains(job->on(1).output(), absl::StrCat("but MASTER_ADDR ", hosts.address(0),
-                                                                 " is another host")))
+  EXPECT_TRUE(absl::StrContains(
+      job->on(1).output(), absl::StrCat("but MASTER_ADDR ", hosts.address(0), " is another host")))
       << job->output();
   std::printf("what the user saw:\n%s", job->output().c_str());
 }
@@ -505,13 +503,12 @@ TEST(MultiHostTest, AMixOfLoopbackAndOtherHostsFailsAtRendezvous) {
   EXPECT_NE(codes[0], 0) << job->output();
   EXPECT_NE(codes[1], 0) << job->output();
   for (int host = 0; host < 2; ++host) {
-    EXPECT_TRUE(absl::StrContains(
-        job->on(host).output(),
-        absl::StrCat("worker(s) 'worker0' (rank 0) at tcp://127.0.0.1:")))
-        << job->output();
     EXPECT_TRUE(absl::StrContains(job->on(host).output(),
-                                  absl::StrCat("cannot dial: on their hosts, set "
-                                               "TESSERA_SOCKET_IFNAME")))
+                                  absl::StrCat("worker(s) 'worker0' (rank 0) at tcp://127.0.0.1:")))
+        << job->output();
+    EXPECT_TRUE(
+        absl::StrContains(job->on(host).output(), absl::StrCat("cannot dial: on their hosts, set "
+                                                               "TESSERA_SOCKET_IFNAME")))
         << job->output();
   }
 }

@@ -1,0 +1,166 @@
+// A cluster's failures across separate network hosts (Note [Lost nodes],
+// launcher/node_coordinator.h; Note [No split brain],
+// ddp/fault_tolerant/quorum.h; Note [Silent peers], guarded_tcp): a whole
+// machine lost — its link down, then every process on it killed, its
+// tessera-run included — and a link cut for longer than the job's
+// timeouts that then heals. The survivors finish without restarting, and
+// every replica that finishes holds the same parameters.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "tests/multihost/job.h"
+#include "tests/testing/launcher_process.h"
+#include "tests/testing/network_hosts.h"
+#include "tests/testing/process_table.h"
+
+namespace tessera::testing {
+namespace {
+
+constexpr char kParameterServer[] = "examples/parameter_server/parameter_server";
+constexpr char kFaultTolerantDdp[] = "examples/fault_tolerant_ddp/fault_tolerant_ddp";
+
+// The parameter-server job loses host 2 — its link down, its tessera-run
+// and trainer SIGKILLed, as when a machine dies. The server notices the silent trainer
+// (Note [Silent peers], guarded_tcp) and gives its batch to the other;
+// node 0 declares node 2 lost (Note [Lost nodes]) and records rank 2 as
+// left, so the server's graceful shutdown does not wait for it. The server
+// never restarts, every batch is trained, and the job finishes on hosts 0
+// and 1.
+TEST(MultiHostClusterFaultsTest, AParameterServerJobThatLosesATrainersHostFinishes) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  const std::vector<std::string> command = {kParameterServer, "--epochs", "1", "--max_steps", "500",
+                                            "--log_every",    "20"};
+  auto job = Job::Launched(hosts, 1, command, {}, "",
+                           {"--nnodes", "2:3", "--node_timeout", "10", "--elastic_roles", "trainer",
+                            "--max_restarts", "2"});
+  ObservedProcess& server = job->on(0);
+  ASSERT_TRUE(server.WaitFor("serving a CNN", 1, absl::Seconds(120))) << job->output();
+  ASSERT_TRUE(job->on(2).WaitFor("] epoch 1 step ", 3, absl::Seconds(120))) << job->output();
+  // A machine that dies says nothing: its link goes first, so not even a
+  // FIN gets out, then everything on it.
+  ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
+  const absl::Time killed = absl::Now();
+  ASSERT_EQ(::kill(job->on(2).pid(), SIGKILL), 0);
+  ASSERT_TRUE(server.WaitFor("trainer2 (rank 2) failed", 1, absl::Seconds(60)))
+      << "the server did not notice the silent trainer\n"
+      << job->output();
+  std::printf("the server noticed trainer 2's machine gone %.1f s after it died\n",
+              absl::ToDoubleSeconds(absl::Now() - killed));
+  for (int host = 0; host < 2; ++host) {
+    EXPECT_EQ(job->on(host).Finish(absl::Seconds(240)), 0) << job->output();
+  }
+  const std::string& out = server.output();
+  EXPECT_EQ(server.Count("serving a CNN"), 1) << out;
+  EXPECT_TRUE(absl::StrContains(out, "steps trained: 500 of 500 ")) << out;
+  EXPECT_GT(FirstNumber(out, "test accuracy ([0-9.]+)%"), 70.0) << out;
+  EXPECT_TRUE(absl::StrContains(out, "node 2 lost: not heard from for 10s")) << job->output();
+  std::printf("what the user saw:\n%s", job->output().c_str());
+}
+
+// Fault-tolerant DDP across three hosts, host 2's link cut for 25 s (past
+// every timeout of the job: Gloo's 10 s, the quorum's 3 s) and then healed
+// (Note [No split brain], quorum.h). Replicas 0 and 1 go on as a quorum of
+// two; replica 2 commits nothing while cut off — no quorum of one, no
+// second model — and when the link is back it rejoins the quorum and
+// catches up from a peer, without a restart of any process. Every replica
+// ends with the same parameters.
+TEST(MultiHostClusterFaultsTest, AFaultTolerantDdpReplicaCutOffFor25sRejoinsAndAllEndIdentical) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  auto job = Job::Launched(hosts, 1, {kFaultTolerantDdp, "--steps", "600", "--log_every", "25"}, {},
+                           "", {"--elastic_roles", "replica", "--max_restarts", "1"});
+  ObservedProcess& host2 = job->on(2);
+  ASSERT_TRUE(host2.WaitFor("3 replicas\n", 2, absl::Seconds(180))) << job->output();
+  ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
+  // The cut's length is the fault itself, not a wait for something.
+  absl::SleepFor(absl::Seconds(25));
+  ASSERT_TRUE(hosts.SetLink(2, /*up=*/true).ok());
+  const absl::Time healed = absl::Now();
+  ASSERT_TRUE(host2.WaitFor("[replica2] recovered the state at step", 1, absl::Seconds(120)))
+      << "replica 2 did not catch up after the link healed\n"
+      << job->output();
+  std::printf("replica 2 recovered its state %.1f s after the link healed\n",
+              absl::ToDoubleSeconds(absl::Now() - healed));
+  EXPECT_EQ(job->Finish(absl::Seconds(300)), std::vector<int>(3, 0)) << job->output();
+  EXPECT_TRUE(absl::StrContains(job->on(0).output(), ", 2 replicas\n"))
+      << "replicas 0 and 1 did not train on while host 2 was cut off\n"
+      << job->output();
+  EXPECT_FALSE(absl::StrContains(job->output(), ", 1 replicas\n")) << "a replica trained alone\n"
+                                                                   << job->output();
+  EXPECT_FALSE(absl::StrContains(job->output(), "restarting")) << "a process restarted\n"
+                                                               << job->output();
+  const std::set<std::string> fingerprints = Fingerprints(*job, 3, 600);
+  EXPECT_TRUE(fingerprints.size() == 1 && !fingerprints.count("none"))
+      << "two models, or a replica unfinished\n"
+      << job->output();
+  std::printf("what the user saw:\n%s", job->output().c_str());
+}
+
+// Fault-tolerant DDP across three hosts, host 2 lost: every process on it
+// SIGKILLed, its tessera-run included, as when a machine dies. Node 0
+// declares it lost after --node_timeout (Note [Lost nodes]); with --nnodes
+// 2:3 and replicas an elastic role the job goes on: the other two finish
+// identical, and no launcher waits for the lost node's end.
+TEST(MultiHostClusterFaultsTest, AFaultTolerantDdpJobThatLosesAHostFinishesOnTheOthers) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  auto job =
+      Job::Launched(hosts, 1, {kFaultTolerantDdp, "--steps", "400", "--log_every", "25"}, {}, "",
+                    {"--nnodes", "2:3", "--node_timeout", "10", "--elastic_roles", "replica",
+                     "--max_restarts", "1"});
+  ASSERT_TRUE(job->on(2).WaitFor("3 replicas\n", 2, absl::Seconds(180))) << job->output();
+  // A machine that dies says nothing: its link goes first, so not even a
+  // FIN gets out; then its tessera-run, the first process of its PID
+  // namespace, and with it everything on the host.
+  ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
+  ASSERT_EQ(::kill(job->on(2).pid(), SIGKILL), 0);
+  for (int host = 0; host < 2; ++host) {
+    EXPECT_EQ(job->on(host).Finish(absl::Seconds(240)), 0)
+        << "host " << host << " did not finish in time\n"
+        << job->output();
+  }
+  const std::string& node0 = job->on(0).output();
+  EXPECT_TRUE(absl::StrContains(node0, "node 2 lost: not heard from for 10s (--node_timeout)"))
+      << job->output();
+  EXPECT_TRUE(absl::StrContains(node0, "its ranks 2..2 are recorded as left")) << job->output();
+  EXPECT_EQ(node0.find("not every node reported its end"), std::string::npos) << job->output();
+  const std::set<std::string> fingerprints = Fingerprints(*job, 2, 400);
+  EXPECT_TRUE(fingerprints.size() == 1 && !fingerprints.count("none")) << job->output();
+  std::printf("what the user saw:\n%s", job->output().c_str());
+}
+
+// Host 2's link cut for longer than --node_timeout, then healed: node 0
+// declares node 2 lost and the job goes on without it (--nnodes 2:3); when
+// the link is back, host 2's launcher reads that verdict, stops its worker
+// and exits naming it — the old replica does not train on under a rank
+// the job gave up. The two others finish identical.
+TEST(MultiHostClusterFaultsTest, ANodeDeclaredLostThatComesBackIsToldAndStops) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  auto job =
+      Job::Launched(hosts, 1, {kFaultTolerantDdp, "--steps", "600", "--log_every", "25"}, {}, "",
+                    {"--nnodes", "2:3", "--node_timeout", "10", "--elastic_roles", "replica",
+                     "--max_restarts", "1"});
+  ASSERT_TRUE(job->on(2).WaitFor("3 replicas\n", 2, absl::Seconds(180))) << job->output();
+  ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
+  ASSERT_TRUE(job->on(0).WaitFor("node 2 lost: not heard from for 10s", 1, absl::Seconds(60)))
+      << job->output();
+  ASSERT_TRUE(hosts.SetLink(2, /*up=*/true).ok());
+  EXPECT_NE(job->on(2).Finish(absl::Seconds(120)), 0) << job->output();
+  EXPECT_TRUE(absl::StrContains(job->on(2).output(),
+                                "node 0 declared this node lost and the job went on without it"))
+      << job->output();
+  for (int host = 0; host < 2; ++host) {
+    EXPECT_EQ(job->on(host).Finish(absl::Seconds(240)), 0) << job->output();
+  }
+  const std::set<std::string> fingerprints = Fingerprints(*job, 2, 600);
+  EXPECT_TRUE(fingerprints.size() == 1 && !fingerprints.count("none")) << job->output();
+  std::printf("what the user saw:\n%s", job->output().c_str());
+}
+
+}  // namespace
+}  // namespace tessera::testing
