@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -25,6 +26,18 @@ namespace {
 
 constexpr char kParameterServer[] = "examples/parameter_server/parameter_server";
 constexpr char kFaultTolerantDdp[] = "examples/fault_tolerant_ddp/fault_tolerant_ddp";
+
+// Fault-tolerant DDP, a replica per host, on 3 nodes of which 2 suffice
+// (--nnodes 2:3, --node_timeout 10 s), once host 2's replica has trained a
+// while with the others.
+std::unique_ptr<Job> StartElasticFaultTolerantDdp(NetworkHosts& hosts, int steps) {
+  auto job = Job::Launched(
+      hosts, 1, {kFaultTolerantDdp, "--steps", std::to_string(steps), "--log_every", "25"}, {}, "",
+      {"--nnodes", "2:3", "--node_timeout", "10", "--elastic_roles", "replica", "--max_restarts",
+       "1"});
+  EXPECT_TRUE(job->on(2).WaitFor("3 replicas\n", 2, absl::Seconds(180))) << job->output();
+  return job;
+}
 
 // The parameter-server job loses host 2 — its link down, its tessera-run
 // and trainer SIGKILLed, as when a machine dies. The server notices the silent trainer
@@ -102,18 +115,15 @@ TEST(MultiHostClusterFaultsTest, AFaultTolerantDdpReplicaCutOffFor25sRejoinsAndA
   std::printf("what the user saw:\n%s", job->output().c_str());
 }
 
-// Fault-tolerant DDP across three hosts, host 2 lost: every process on it
-// SIGKILLed, its tessera-run included, as when a machine dies. Node 0
+// Fault-tolerant DDP across three hosts, host 2 lost: its link down, then
+// every process on it SIGKILLed, its tessera-run included, as when a
+// machine dies. Node 0
 // declares it lost after --node_timeout (Note [Lost nodes]); with --nnodes
 // 2:3 and replicas an elastic role the job goes on: the other two finish
 // identical, and no launcher waits for the lost node's end.
 TEST(MultiHostClusterFaultsTest, AFaultTolerantDdpJobThatLosesAHostFinishesOnTheOthers) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
-  auto job =
-      Job::Launched(hosts, 1, {kFaultTolerantDdp, "--steps", "400", "--log_every", "25"}, {}, "",
-                    {"--nnodes", "2:3", "--node_timeout", "10", "--elastic_roles", "replica",
-                     "--max_restarts", "1"});
-  ASSERT_TRUE(job->on(2).WaitFor("3 replicas\n", 2, absl::Seconds(180))) << job->output();
+  auto job = StartElasticFaultTolerantDdp(hosts, 400);
   // A machine that dies says nothing: its link goes first, so not even a
   // FIN gets out; then its tessera-run, the first process of its PID
   // namespace, and with it everything on the host.
@@ -141,11 +151,7 @@ TEST(MultiHostClusterFaultsTest, AFaultTolerantDdpJobThatLosesAHostFinishesOnThe
 // the job gave up. The two others finish identical.
 TEST(MultiHostClusterFaultsTest, ANodeDeclaredLostThatComesBackIsToldAndStops) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
-  auto job =
-      Job::Launched(hosts, 1, {kFaultTolerantDdp, "--steps", "600", "--log_every", "25"}, {}, "",
-                    {"--nnodes", "2:3", "--node_timeout", "10", "--elastic_roles", "replica",
-                     "--max_restarts", "1"});
-  ASSERT_TRUE(job->on(2).WaitFor("3 replicas\n", 2, absl::Seconds(180))) << job->output();
+  auto job = StartElasticFaultTolerantDdp(hosts, 600);
   ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
   ASSERT_TRUE(job->on(0).WaitFor("node 2 lost: not heard from for 10s", 1, absl::Seconds(60)))
       << job->output();
