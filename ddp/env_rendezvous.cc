@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ddp/collective_checks.h"
+#include "store/store_url.h"
 
 namespace tessera::ddp {
 
@@ -13,8 +14,8 @@ absl::StatusOr<bool> CollectiveChecksFromEnv() {
   const std::string level = value == nullptr ? "" : value;
   if (level.empty() || level == "OFF") return false;
   if (level == "DETAIL") return true;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "TESSERA_DISTRIBUTED_DEBUG='", level, "' is not one of OFF, DETAIL"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("TESSERA_DISTRIBUTED_DEBUG='", level, "' is not one of OFF, DETAIL"));
 }
 
 absl::StatusOr<EnvProcessGroup> CreateProcessGroupFromEnv(const ProcessGroupFactory& create,
@@ -26,13 +27,14 @@ absl::StatusOr<EnvProcessGroup> CreateProcessGroupFromEnv(const ProcessGroupFact
   auto secret = auth::JobSecret::FromEnv();
   if (!secret.ok()) return secret.status();
   EnvProcessGroup result;
-  if (env->rank == 0 && !env->store_hosted) {
+  if (env->rank == 0 && !env->store_hosted && env->store_url.empty()) {
     auto server = store::StoreServer::StartForMaster(env->master_addr, env->master_port, *secret);
     if (!server.ok()) return server.status();
     result.store_server = *std::move(server);
   }
-  result.store = std::make_unique<store::StoreClient>(env->master_addr, env->master_port,
-                                                      absl::Seconds(60), *std::move(secret));
+  auto store = store::ConnectStore(env->StoreAddress(), absl::Seconds(60), *std::move(secret));
+  if (!store.ok()) return store.status();
+  result.store = *std::move(store);
   auto group = create(result.store.get(), *env);
   if (!group.ok()) return group.status();
   result.group = *std::move(group);

@@ -10,6 +10,7 @@
 #include "common/flags.h"
 #include "launcher/launcher.h"
 #include "store/slurm_env.h"
+#include "store/store_url.h"
 
 ABSL_FLAG(int, nproc_per_node, 1, "worker processes to start on this node");
 ABSL_FLAG(std::string, nnodes, "1",
@@ -22,6 +23,11 @@ ABSL_FLAG(std::string, master_addr, "127.0.0.1",
 ABSL_FLAG(int, master_port, 29500, "port of the rendezvous store on master_addr");
 ABSL_FLAG(bool, standalone, false,
           "one node, the store on a free port of 127.0.0.1 (ignores master_addr/port)");
+ABSL_FLAG(std::string, store, "",
+          "the rendezvous store, when not node 0's built-in one: an etcd cluster, "
+          "etcd://h1:2379,h2:2379,h3:2379/<job> (its keys under /tessera/<job>/), so that no "
+          "single node's loss ends a fault-tolerant job; also TESSERA_STORE. MASTER_ADDR "
+          "defaults to the first endpoint's host");
 ABSL_FLAG(int, max_restarts, 0, "times the worker group is restarted after a worker fails");
 ABSL_FLAG(std::string, elastic_roles, "",
           "roles (comma-separated, as workers declare them: RpcOptions::role) whose failed "
@@ -115,6 +121,23 @@ absl::StatusOr<LaunchOptions> ParseArgs(int argc, char** argv) {
   options.elastic_roles = absl::GetFlag(FLAGS_elastic_roles);
   options.join = absl::GetFlag(FLAGS_join);
   options.max_ranks = absl::GetFlag(FLAGS_max_ranks);
+  options.store_url = absl::GetFlag(FLAGS_store);
+  if (const char* url = std::getenv("TESSERA_STORE"); options.store_url.empty() && url != nullptr) {
+    options.store_url = url;
+  }
+  if (!options.store_url.empty()) {
+    auto store = store::ParseStoreUrl(options.store_url);
+    if (!store.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--store: ", store.status().message()));
+    if (!store->etcd) {
+      return absl::InvalidArgumentError(
+          "--store takes etcd://...; the built-in store is node 0's, at --master_addr and "
+          "--master_port");
+    }
+    if (!parsed.given.count("master_addr") && !options.standalone) {
+      options.master_addr = store->host;
+    }
+  }
   if (options.command.empty()) return absl::InvalidArgumentError("no program to run");
   if (auto slurm = ApplySlurmDefaults(parsed.given, &options); !slurm.ok()) return slurm;
   if (options.nproc_per_node < 1 || options.nnodes < 1 || options.node_rank < 0 ||

@@ -19,12 +19,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "auth/job_secret.h"
+#include "common/host_address.h"
+#include "common/status.h"
 #include "common/subprocess.h"
 #include "launcher/elastic_restarts.h"
+#include "launcher/etcd_job_prefix.h"
 #include "launcher/node_coordinator.h"
 #include "store/elastic_keys.h"
 #include "store/store_client.h"
 #include "store/store_server.h"
+#include "store/store_url.h"
 
 namespace tessera::launcher {
 namespace {
@@ -87,6 +91,7 @@ Worker Spawn(const LaunchOptions& options, int rank, int local_rank, int world_s
                {"MASTER_PORT", std::to_string(port)},
                {"TESSERA_STORE_HOSTED", "1"},
                {"TESSERA_JOIN", join}};
+  if (!options.store_url.empty()) spawn.env.push_back({"TESSERA_STORE", options.store_url});
   spawn.output_fd = fds[1];
   // Workers start with default signal handling, whatever the launcher
   // inherited (an ignored SIGTERM would defeat stopping them).
@@ -312,8 +317,23 @@ int Run(const LaunchOptions& options) {
   const int signal_fd = signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC);
 
   std::unique_ptr<store::StoreServer> store;
+  // Node 0's hold on the job's keys in etcd (--store): checked free at the
+  // start, cleared between attempts and at the end.
+  std::unique_ptr<store::EtcdStoreBackend> etcd;
   int port = options.master_port;
-  if (options.node_rank == 0 && !options.join) {
+  if (!options.store_url.empty()) {
+    if (options.node_rank == 0 && !options.join) {
+      auto claimed = ClaimEtcdPrefix(options.store_url, *secret, options.rendezvous_timeout);
+      if (!claimed.ok()) {
+        Say(std::string(claimed.status().message()));
+        close(signal_fd);
+        sigprocmask(SIG_SETMASK, &original, nullptr);
+        return 1;
+      }
+      etcd = *std::move(claimed);
+      Say("rendezvous store: " + etcd->target());
+    }
+  } else if (options.node_rank == 0 && !options.join) {
     // Reached at --master_addr by the other nodes.
     auto server = options.standalone
                       ? store::StoreServer::Start("127.0.0.1", 0, *secret)
@@ -334,14 +354,34 @@ int Run(const LaunchOptions& options) {
   }
   LaunchOptions resolved = options;
   if (options.standalone) resolved.master_addr = "127.0.0.1";
+  const std::string store_address =
+      options.store_url.empty() ? JoinHostPort(resolved.master_addr, port) : options.store_url;
+  if (auto usable = store::ConnectStore(store_address, absl::Seconds(10), *secret); !usable.ok()) {
+    Say("cannot use the rendezvous store: " + usable.status().ToString());  // a name unresolved
+    close(signal_fd);
+    sigprocmask(SIG_SETMASK, &original, nullptr);
+    return 1;
+  }
+  auto connect_store = [&] {
+    // Checked just above: only a name that stopped resolving since could fail.
+    return ValueOrThrow(store::ConnectStore(store_address, absl::Seconds(10), *secret));
+  };
+  // Forgets the last attempt's keys but those under `keep_prefix` (node 0).
+  auto clear_store = [&](const std::string& keep_prefix) {
+    if (store != nullptr) store->Clear(keep_prefix);
+    if (etcd == nullptr) return;
+    if (absl::Status cleared = etcd->Clear(keep_prefix, options.rendezvous_timeout);
+        !cleared.ok()) {
+      Say("warning: cannot clear the job's keys in etcd: " + cleared.ToString());
+    }
+  };
 
   // Elastic jobs talk to the store themselves (store/elastic_keys.h).
   namespace elastic = store::elastic;
   std::unique_ptr<store::StoreClient> job_store;
   std::unique_ptr<ElasticRestarts> elastic_restarts;
   if (!options.elastic_roles.empty() || options.join || options.max_ranks > 0) {
-    job_store = std::make_unique<store::StoreClient>(resolved.master_addr, port, absl::Seconds(10),
-                                                     *secret);
+    job_store = connect_store();
     elastic_restarts =
         std::make_unique<ElasticRestarts>(ParseRoles(options.elastic_roles), options.max_restarts,
                                           job_store.get(), elastic::kDefaultPrefix);
@@ -363,9 +403,7 @@ int Run(const LaunchOptions& options) {
       return refused;
     };
     nodes = std::make_unique<NodeCoordinator>(
-        std::make_unique<store::StoreClient>(resolved.master_addr, port, absl::Seconds(10),
-                                             *secret),
-        store.get(), options.nnodes, options.node_rank, options.rendezvous_timeout,
+        connect_store(), clear_store, options.nnodes, options.node_rank, options.rendezvous_timeout,
         options.node_timeout, options.min_nodes, go_on_without);
   }
   const bool hosts_store = nodes != nullptr && options.node_rank == 0;
@@ -397,7 +435,7 @@ int Run(const LaunchOptions& options) {
       // Every worker of the last attempt is gone; its rendezvous entries
       // (addresses, process-group ids, done flags) would mislead the new one.
       // (With several nodes, NodeCoordinator::Open clears once all stopped.)
-      if (nodes == nullptr && store != nullptr) store->Clear();
+      if (nodes == nullptr) clear_store("");
     }
     if (nodes != nullptr) {
       absl::Status open = nodes->Open(attempt);
@@ -479,6 +517,10 @@ int Run(const LaunchOptions& options) {
                                             ? options.rendezvous_timeout
                                             : options.stop_grace + absl::Seconds(10));
       if (!all.ok()) Say("warning: not every node reported its end: " + all.ToString());
+      // Every node ended or went silent: nobody uses the job's keys now.
+      if (all.ok() || absl::IsUnavailable(all)) clear_store("");
+    } else if (last && nodes == nullptr) {
+      clear_store("");
     }
     if (last) break;
   }

@@ -49,6 +49,9 @@ struct LaunchOptions {
   // The most ranks the job may have, joined ones included (0: no bound);
   // tessera-run --join beyond it is refused.
   int max_ranks = 0;
+  // An etcd cluster as the store (etcd://..., store/store_url.h) instead
+  // of node 0's built-in one; empty for the built-in store.
+  std::string store_url;
   std::vector<std::string> command;  // program and its arguments
 };
 

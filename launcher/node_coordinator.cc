@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -40,12 +41,11 @@ class Heartbeats {
 
 }  // namespace
 
-NodeCoordinator::NodeCoordinator(std::unique_ptr<store::StoreClient> store,
-                                 store::StoreServer* hosted, int nnodes, int node_rank,
-                                 absl::Duration timeout, absl::Duration node_timeout, int min_nodes,
-                                 LostNodePolicy policy)
+NodeCoordinator::NodeCoordinator(std::unique_ptr<store::StoreClient> store, ClearStore clear,
+                                 int nnodes, int node_rank, absl::Duration timeout,
+                                 absl::Duration node_timeout, int min_nodes, LostNodePolicy policy)
     : store_(std::move(store)),
-      hosted_(hosted),
+      clear_(std::move(clear)),
       nnodes_(nnodes),
       node_rank_(node_rank),
       timeout_(timeout),
@@ -86,7 +86,7 @@ absl::Status NodeCoordinator::Open(int round) {
                            ", so the group cannot be restarted without it"));
         }
       }
-      hosted_->Clear(kPrefix);
+      clear_(kPrefix);
     }
     return store_->Set(Key(round, "open"), "open");
   }
@@ -143,10 +143,12 @@ int NodeCoordinator::WatchFailures(int round) {
                            *declared, "); stopping its workers"));
         }
       } else if (now - last_contact > timeout_) {
-        return wake(absl::StrCat("node ", node_rank_, " lost contact with the rendezvous store at ",
-                                 store_->target(), " for ", absl::FormatDuration(timeout_),
-                                 " (--rdzv_timeout): node 0's launcher is gone or the link "
-                                 "to it is down"));
+        return wake(absl::StrCat(
+            "node ", node_rank_, " lost contact with the rendezvous store at ", store_->target(),
+            " for ", absl::FormatDuration(timeout_), " (--rdzv_timeout): ",
+            absl::StartsWith(store_->target(), "etcd://")
+                ? "a majority of its members are down, or this node's link to them"
+                : "node 0's launcher is gone or the link to it is down"));
       }
       if (node_rank_ != 0) continue;
       for (int node = 1; node < nnodes_; ++node) {

@@ -55,7 +55,6 @@
 #include "absl/time/time.h"
 #include "common/mutex.h"
 #include "store/store_client.h"
-#include "store/store_server.h"
 
 namespace tessera::launcher {
 
@@ -67,10 +66,14 @@ class NodeCoordinator {
   using LostNodePolicy =
       std::function<std::optional<std::string>(int node, const std::string& what)>;
 
-  // `hosted` is node 0's store (null elsewhere); `timeout` bounds each wait
+  // Forgets every key of the store but those starting with the prefix given
+  // (node 0, between attempts).
+  using ClearStore = std::function<void(const std::string& keep_prefix)>;
+
+  // `clear` empties the store (used by node 0 only); `timeout` bounds each wait
   // for the other nodes; a node unheard for `node_timeout` is lost, and the
   // job goes on while `min_nodes` are live and `policy` agrees.
-  NodeCoordinator(std::unique_ptr<store::StoreClient> store, store::StoreServer* hosted, int nnodes,
+  NodeCoordinator(std::unique_ptr<store::StoreClient> store, ClearStore clear, int nnodes,
                   int node_rank, absl::Duration timeout, absl::Duration node_timeout, int min_nodes,
                   LostNodePolicy policy);
   ~NodeCoordinator();
@@ -111,7 +114,7 @@ class NodeCoordinator {
   std::optional<std::string> DeclareLost(int round, int node, absl::Time last_heard);
 
   const std::unique_ptr<store::StoreClient> store_;
-  store::StoreServer* const hosted_;
+  const ClearStore clear_;
   const int nnodes_;
   const int node_rank_;
   const absl::Duration timeout_;

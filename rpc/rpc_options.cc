@@ -31,6 +31,7 @@ absl::StatusOr<RpcOptions> RpcOptions::TryFromEnv() {
   options.master_port = env->master_port;
   // Under tessera-run the launcher hosts the store; workers connect to it.
   if (env->store_hosted) options.store_role = StoreRole::kConnect;
+  options.store_url = env->store_url;
   const char* name = std::getenv("TESSERA_WORKER_NAME");
   options.name = name ? name : absl::StrCat("worker", options.rank);
   if (const char* role = std::getenv("TESSERA_WORKER_ROLE")) options.role = role;

@@ -56,13 +56,18 @@ enum class JoinMode {
 };
 
 struct RpcOptions {
-  std::string name;     // unique worker name
+  std::string name;  // unique worker name
   int rank = -1;
   int world_size = 0;
   // Where the rendezvous store is (MASTER_ADDR / MASTER_PORT).
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
   StoreRole store_role = StoreRole::kAuto;
+  // A store that is not the built-in one at master_addr:master_port, such as
+  // etcd://h1:2379,h2:2379/job (store/store_url.h; TESSERA_STORE): joined,
+  // never hosted. master_addr still says which network to choose an address
+  // on (Note [Choosing the host address]).
+  std::string store_url;
   // Keys of this job in the store; change it to run several jobs (or
   // successive runtimes) against one long-lived store.
   std::string store_prefix = "tessera";

@@ -8,6 +8,7 @@
 #include "rpc/quiescence.h"
 #include "rpc/rendezvous.h"
 #include "store/elastic_keys.h"
+#include "store/store_url.h"
 
 namespace tessera::rpc {
 namespace {
@@ -111,8 +112,9 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(
 }
 
 absl::Status Runtime::Start() {
-  const bool host_store = options_.store_role == StoreRole::kHost ||
-                          (options_.store_role == StoreRole::kAuto && options_.rank == 0);
+  const bool host_store = options_.store_url.empty() &&
+                          (options_.store_role == StoreRole::kHost ||
+                           (options_.store_role == StoreRole::kAuto && options_.rank == 0));
   auto host = ChooseHostAddress(options_.master_addr, options_.address);
   if (!host.ok()) return Annotate(host.status(), options_.name + " cannot choose its address");
   int port = options_.master_port;
@@ -123,8 +125,11 @@ absl::Status Runtime::Start() {
     store_server_ = *std::move(server);
     port = store_server_->port();
   }
-  store_client_ = std::make_unique<store::StoreClient>(
-      options_.master_addr, port, options_.rendezvous_timeout, options_.job_secret);
+  auto store = store::ConnectStore(
+      options_.store_url.empty() ? JoinHostPort(options_.master_addr, port) : options_.store_url,
+      options_.rendezvous_timeout, options_.job_secret);
+  if (!store.ok()) return Annotate(store.status(), options_.name + " cannot reach its store");
+  store_client_ = *std::move(store);
   timer_ = std::make_unique<DeadlineTimer>();
   pool_ = std::make_unique<ThreadPool>(options_.num_worker_threads, options_.name,
                                        options_.max_worker_threads);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/host_address.h"
 #include "store/slurm_env.h"
 
 namespace tessera::store {
@@ -16,8 +17,8 @@ absl::Status ReadInt(const char* name, int* parsed, const char* slurm_name = nul
   const char* value = std::getenv(name);
   if (value == nullptr && slurm_name != nullptr) value = std::getenv(slurm_name);
   if (value == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "environment variable ", name, " is not set (run under tessera-run, or srun)"));
+    return absl::InvalidArgumentError(absl::StrCat("environment variable ", name,
+                                                   " is not set (run under tessera-run, or srun)"));
   }
   if (!absl::SimpleAtoi(value, parsed)) {
     return absl::InvalidArgumentError(
@@ -41,6 +42,7 @@ absl::StatusOr<RendezvousEnv> ReadRendezvousEnv() {
       return status;
     }
   }
+  if (const char* url = std::getenv("TESSERA_STORE"); url != nullptr) env.store_url = url;
   const char* hosted = std::getenv("TESSERA_STORE_HOSTED");
   env.store_hosted = hosted != nullptr && std::string(hosted) == "1";
   if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr) {
@@ -51,6 +53,10 @@ absl::StatusOr<RendezvousEnv> ReadRendezvousEnv() {
     if (slurm->has_value()) env.master_addr = **slurm;
   }
   return env;
+}
+
+std::string RendezvousEnv::StoreAddress() const {
+  return store_url.empty() ? JoinHostPort(master_addr, master_port) : store_url;
 }
 
 }  // namespace tessera::store

@@ -19,6 +19,12 @@ struct RendezvousEnv {
   // TESSERA_STORE_HOSTED=1: a launcher (or test) hosts the store; without
   // it, rank 0 does, as torch's env:// has it.
   bool store_hosted = false;
+  // TESSERA_STORE: the store's address when it is not the built-in one at
+  // MASTER_ADDR:MASTER_PORT (etcd://..., store/store_url.h); empty if not.
+  std::string store_url;
+
+  // Where the store is: store_url, or MASTER_ADDR:MASTER_PORT.
+  std::string StoreAddress() const;
 };
 
 // Reads the variables; a missing or non-integer one is an error naming it.

@@ -32,6 +32,7 @@
 #include "store/elastic_keys.h"
 #include "store/rendezvous_env.h"
 #include "store/store_client.h"
+#include "store/store_url.h"
 
 ABSL_FLAG(int64_t, steps, 600, "steps to train (committed by the quorum)");
 ABSL_FLAG(double, quorum_timeout_s, 3,
@@ -84,10 +85,11 @@ uint64_t Fingerprint(torch::nn::Module& model) {
 int Train(const TrainingFlags& flags) {
   const data::Examples train = data::LoadFashionMnist(data::Split::kTrain);
   const store::RendezvousEnv env = ValueOrThrow(store::ReadRendezvousEnv());
-  Require(env.store_hosted,
+  Require(env.store_hosted || !env.store_url.empty(),
           "fault-tolerant DDP needs a store that outlives the replicas: run it under tessera-run");
-  store::StoreClient store(env.master_addr, env.master_port, absl::Seconds(60),
-                           ValueOrThrow(auth::JobSecret::FromEnv()));
+  const std::unique_ptr<store::StoreClient> connected = ValueOrThrow(store::ConnectStore(
+      env.StoreAddress(), absl::Seconds(60), ValueOrThrow(auth::JobSecret::FromEnv())));
+  store::StoreClient& store = *connected;
   // tessera-run --elastic_roles replica restarts a dead replica alone.
   ThrowIfError(
       store.Set(store::elastic::RoleKey(store::elastic::kDefaultPrefix, env.rank), "replica"));

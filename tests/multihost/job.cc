@@ -69,9 +69,15 @@ std::string Job::output() const {
 }
 
 std::set<std::string> Fingerprints(Job& job, int hosts, int steps) {
+  std::vector<int> all;
+  for (int host = 0; host < hosts; ++host) all.push_back(host);
+  return Fingerprints(job, all, steps);
+}
+
+std::set<std::string> Fingerprints(Job& job, const std::vector<int>& hosts, int steps) {
   std::set<std::string> found;
   const std::regex line(absl::StrCat("parameters ([0-9a-f]+) after ", steps, " steps"));
-  for (int host = 0; host < hosts; ++host) {
+  for (int host : hosts) {
     std::smatch match;
     const std::string& out = job.on(host).output();
     found.insert(std::regex_search(out, match, line) ? match[1].str() : "none");

@@ -53,5 +53,7 @@ class Job {
 // of a finished job, "none" for a host that printed none: one entry when
 // every replica ended identical.
 std::set<std::string> Fingerprints(Job& job, int hosts, int steps);
+// The same for the hosts listed.
+std::set<std::string> Fingerprints(Job& job, const std::vector<int>& hosts, int steps);
 
 }  // namespace tessera::testing

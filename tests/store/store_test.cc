@@ -1,36 +1,70 @@
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "store/store_client.h"
 #include "store/store_server.h"
+#include "store/store_url.h"
+#include "tests/testing/etcd_cluster.h"
 
 namespace tessera::store {
 namespace {
 
 const auth::JobSecret kSecret("the job's secret");
 
-// The store's behaviour, with calls signed with a job secret and without.
-class StoreTest : public ::testing::TestWithParam<bool> {
+enum class Backend { kBuiltin, kEtcd };
+
+// The store's behaviour, the same on both backends — the built-in store and
+// a real etcd member (Note [The store on etcd]) — with values signed with a
+// job secret and without.
+class StoreTest : public ::testing::TestWithParam<std::tuple<Backend, bool>> {
  protected:
+  static void SetUpTestSuite() {
+    auto etcd = testing::EtcdCluster::StartLocal(1);
+    ASSERT_TRUE(etcd.ok()) << etcd.status();
+    etcd_ = etcd->release();
+  }
+  static void TearDownTestSuite() {
+    delete etcd_;
+    etcd_ = nullptr;
+  }
   void SetUp() override {
-    auto server = StoreServer::Start("127.0.0.1", 0, secret());
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
+    if (std::get<0>(GetParam()) == Backend::kBuiltin) {
+      auto server = StoreServer::Start("127.0.0.1", 0, secret());
+      ASSERT_TRUE(server.ok()) << server.status();
+      server_ = *std::move(server);
+    }
     client_ = Client();
   }
-  auth::JobSecret secret() const { return GetParam() ? kSecret : auth::JobSecret(); }
+  auth::JobSecret secret() const { return std::get<1>(GetParam()) ? kSecret : auth::JobSecret(); }
   std::unique_ptr<StoreClient> Client() const {
-    return std::make_unique<StoreClient>("127.0.0.1", server_->port(), absl::Seconds(10),
-                                         secret());
+    if (server_ != nullptr) {
+      return std::make_unique<StoreClient>("127.0.0.1", server_->port(), absl::Seconds(10),
+                                           secret());
+    }
+    // A job of its own per test: nothing is left from the others.
+    const std::string job = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::string name;
+    for (char c : job) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '-';
+    return *ConnectStore(etcd_->Url(name), absl::Seconds(10), secret());
   }
+  static testing::EtcdCluster* etcd_;
   std::unique_ptr<StoreServer> server_;
   std::unique_ptr<StoreClient> client_;
 };
 
-INSTANTIATE_TEST_SUITE_P(Signed, StoreTest, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "Signed" : "Unsigned"; });
+testing::EtcdCluster* StoreTest::etcd_ = nullptr;
+
+INSTANTIATE_TEST_SUITE_P(
+    Backends, StoreTest,
+    ::testing::Combine(::testing::Values(Backend::kBuiltin, Backend::kEtcd), ::testing::Bool()),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param) == Backend::kBuiltin ? "Builtin" : "Etcd") +
+             (std::get<1>(info.param) ? "Signed" : "Unsigned");
+    });
 
 TEST_P(StoreTest, SetThenGet) {
   ASSERT_TRUE(client_->Set("k", std::string("v\0x", 3)).ok());

@@ -1,0 +1,42 @@
+// BuiltinStoreBackend: the built-in store's client side — gRPC calls to a
+// StoreServer (store_server.h), hosted by node 0's launcher or by rank 0.
+// Waits happen on the server; with a job secret every call is signed and
+// every answer checked (Note [Store call authentication], store_auth.h).
+//
+// Thread-safety: thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "auth/job_secret.h"
+#include "store/store_backend.h"
+
+namespace tessera::store {
+
+class BuiltinStoreBackend : public StoreBackend {
+ public:
+  BuiltinStoreBackend(const std::string& host, int port, auth::JobSecret secret);
+  ~BuiltinStoreBackend() override;
+
+  absl::Status Set(const std::string& key, const std::string& value,
+                   absl::Duration timeout) override;
+  absl::StatusOr<std::optional<std::string>> Get(const std::string& key,
+                                                 absl::Duration wait) override;
+  absl::StatusOr<std::vector<std::string>> WaitForKeys(const std::vector<std::string>& keys,
+                                                       absl::Duration wait) override;
+  absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta,
+                              absl::Duration timeout) override;
+  absl::StatusOr<std::string> CompareSet(const std::string& key, const std::string& expected,
+                                         const std::string& desired,
+                                         absl::Duration timeout) override;
+  absl::StatusOr<bool> Delete(const std::string& key, absl::Duration timeout) override;
+  const std::string& target() const override { return target_; }
+
+ private:
+  class Stub;
+  const std::string target_;
+  std::unique_ptr<Stub> stub_;
+};
+
+}  // namespace tessera::store

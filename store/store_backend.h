@@ -1,0 +1,49 @@
+// StoreBackend: what a rendezvous store must do for StoreClient — the
+// built-in store (builtin_store_backend.h, served by StoreServer on node 0)
+// or an etcd cluster (etcd_store_backend.h). StoreClient owns the deadlines'
+// defaults and the error messages' "store <target>: <what>" prefix; a
+// backend gets a deadline with every call and reports what went wrong.
+//
+// Thread-safety: implementations are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace tessera::store {
+
+class StoreBackend {
+ public:
+  virtual ~StoreBackend() = default;
+
+  virtual absl::Status Set(const std::string& key, const std::string& value,
+                           absl::Duration timeout) = 0;
+  // Waits up to `wait` for the key to exist: its value, or nullopt if it
+  // did not appear in time.
+  virtual absl::StatusOr<std::optional<std::string>> Get(const std::string& key,
+                                                         absl::Duration wait) = 0;
+  // Waits up to `wait` for every key: those still missing at the deadline.
+  virtual absl::StatusOr<std::vector<std::string>> WaitForKeys(const std::vector<std::string>& keys,
+                                                               absl::Duration wait) = 0;
+  // Adds `delta` to the integer at `key` (absent: 0), atomically.
+  virtual absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta,
+                                      absl::Duration timeout) = 0;
+  // Sets `desired` if the key holds `expected` (or is absent and `expected`
+  // is empty); returns the value after the call ("" if absent).
+  virtual absl::StatusOr<std::string> CompareSet(const std::string& key,
+                                                 const std::string& expected,
+                                                 const std::string& desired,
+                                                 absl::Duration timeout) = 0;
+  virtual absl::StatusOr<bool> Delete(const std::string& key, absl::Duration timeout) = 0;
+
+  // Where the store is, for messages: host:port, or etcd://endpoints/prefix.
+  virtual const std::string& target() const = 0;
+};
+
+}  // namespace tessera::store
