@@ -317,6 +317,7 @@ absl::StatusOr<int64_t> EtcdStoreBackend::Add(const std::string& key, int64_t de
       unchanged->set_target(etcd::Compare::MOD);
       unchanged->set_mod_revision(current.kvs(0).mod_revision());
     }
+    if (delta == 0) return value;  // a read (Quorum polls a counter so): no write
     value += delta;
     *request.add_success() = PutOp(Full(key), Seal(key, std::to_string(value)));
     etcd::TxnResponse response;

@@ -12,7 +12,7 @@
 //   ends at the deadline.
 // - Add and CompareSet are transactions: compare-and-set on the key's
 //   modification revision (Add, retried until it wins) or value. etcd has
-//   no increment of its own.
+//   no increment of its own. Add(key, 0) only reads.
 // - Calls go to every member in turn (gRPC's round_robin over all
 //   endpoints); a member that dies is dropped once its connection fails —
 //   at once if its host answers with a reset, within a keepalive period

@@ -9,6 +9,8 @@
 
 #include <climits>
 #include <cstdlib>
+#include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,8 @@
 #include "absl/time/clock.h"
 #include "rpc/init.h"
 #include "rpc/runtime.h"
+#include "store/store_url.h"
+#include "tests/testing/etcd_cluster.h"
 #include "tests/testing/launcher_process.h"
 #include "tests/testing/multiprocess.h"
 #include "tests/testing/test_functions.h"
@@ -30,8 +34,8 @@ TEST(LauncherTest, SetsTheEnvironmentAndPrefixesOutput) {
                      "$TESSERA_STORE_HOSTED\""});
   EXPECT_EQ(launcher.Finish(), 0) << launcher.output();
   for (int rank = 0; rank < 3; ++rank) {
-    EXPECT_TRUE(absl::StrContains(
-        launcher.output(), absl::StrCat("[rank ", rank, "] env ", rank, " ", rank, " 3 3 127.0.0.1 1")))
+    EXPECT_TRUE(absl::StrContains(launcher.output(), absl::StrCat("[rank ", rank, "] env ", rank,
+                                                                  " ", rank, " 3 3 127.0.0.1 1")))
         << launcher.output();
   }
 }
@@ -86,9 +90,10 @@ int RunLaunchedRpcWorker() {
   auto runtime = rpc::TryInit(*options, MakeTestRegistry());
   if (!runtime.ok()) return 2;
   const int next = (options->rank + 1) % options->world_size;
-  auto got = (*runtime)->RpcAsync<int64_t>("worker" + std::to_string(next), "echo",
-                                           int64_t{options->rank})
-                 .Wait(absl::Seconds(30));
+  auto got =
+      (*runtime)
+          ->RpcAsync<int64_t>("worker" + std::to_string(next), "echo", int64_t{options->rank})
+          .Wait(absl::Seconds(30));
   if (!got.ok()) {
     std::printf("worker%d: %s\n", options->rank, got.status().ToString().c_str());
     return 3;
@@ -117,10 +122,9 @@ TEST(LauncherTest, RunsATesseraJob) {
       {"--nproc_per_node", "3", "--standalone", SelfPath(), "--tessera_worker=launched_rpc"});
   EXPECT_EQ(launcher.Finish(), 0) << launcher.output();
   for (int rank = 0; rank < 3; ++rank) {
-    EXPECT_TRUE(absl::StrContains(
-        launcher.output(),
-        absl::StrCat("[rank ", rank, "] worker", rank, " got ", rank, " back from worker",
-                     (rank + 1) % 3)))
+    EXPECT_TRUE(absl::StrContains(launcher.output(),
+                                  absl::StrCat("[rank ", rank, "] worker", rank, " got ", rank,
+                                               " back from worker", (rank + 1) % 3)))
         << launcher.output();
   }
 }
@@ -157,10 +161,10 @@ TESSERA_WORKER_SCENARIO(launched_rpc_rank1_fails_first) {
 std::vector<std::string> TwoNodeArgs(const std::string& node_rank, const std::string& port,
                                      int max_restarts, std::vector<std::string> command = {}) {
   if (command.empty()) command = {SelfPath(), "--tessera_worker=launched_rpc_rank1_fails_first"};
-  std::vector<std::string> args = {"--nnodes", "2", "--node_rank", node_rank,
-                                   "--nproc_per_node", "1", "--master_addr", "127.0.0.1",
-                                   "--master_port", port, "--max_restarts",
-                                   std::to_string(max_restarts)};
+  std::vector<std::string> args = {
+      "--nnodes",         "2",  "--node_rank",    node_rank,
+      "--nproc_per_node", "1",  "--master_addr",  "127.0.0.1",
+      "--master_port",    port, "--max_restarts", std::to_string(max_restarts)};
   args.insert(args.end(), command.begin(), command.end());
   return args;
 }
@@ -200,8 +204,8 @@ TEST(LauncherTest, AFailureOnOneNodeRestartsEveryNode) {
   Launcher& node1 = nodes.node1;
   EXPECT_EQ(node1.Finish(absl::Seconds(120)), 0) << node1.output();
   EXPECT_EQ(node0.Finish(absl::Seconds(120)), 0) << node0.output();
-  EXPECT_TRUE(absl::StrContains(node0.output(),
-                                "another node reported: node 1: rank 1 exited with code 5"))
+  EXPECT_TRUE(
+      absl::StrContains(node0.output(), "another node reported: node 1: rank 1 exited with code 5"))
       << node0.output();
   for (const Launcher* launcher : {&node0, &node1}) {
     EXPECT_TRUE(absl::StrContains(launcher->output(), "restarting the group (1/1)"))
@@ -227,8 +231,7 @@ TEST(LauncherTest, AFailureOnOneNodeStopsEveryNode) {
 // Node 1's launcher is interrupted: node 0 stops its workers at once and
 // does not restart without node 1, saying why.
 TEST(LauncherTest, AnInterruptedNodeStopsTheOthersForGood) {
-  TwoNodes nodes(/*max_restarts=*/1,
-                 {"/bin/sh", "-c", "echo ready; while :; do sleep 1; done"});
+  TwoNodes nodes(/*max_restarts=*/1, {"/bin/sh", "-c", "echo ready; while :; do sleep 1; done"});
   Launcher& node0 = nodes.node0;
   Launcher& node1 = nodes.node1;
   ASSERT_TRUE(node0.WaitFor("ready")) << node0.output();
@@ -240,6 +243,61 @@ TEST(LauncherTest, AnInterruptedNodeStopsTheOthersForGood) {
       << node0.output();
   EXPECT_TRUE(absl::StrContains(node0.output(), "node 1 was interrupted in attempt 0"))
       << node0.output();
+}
+
+// The store on an etcd cluster (--store etcd://..., Note [The store on
+// etcd]): an RPC job meets through it; a fault-tolerant DDP job trains on
+// while one of the three members is SIGKILLed, and leaves no key behind, so
+// the same job name runs again; a job name whose keys another job left is
+// refused, saying how to free it.
+TEST(LauncherTest, JobsMeetThroughEtcdAndOutliveAMember) {
+  auto etcd = EtcdCluster::StartLocal(3);
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  Launcher rpc({"--nproc_per_node", "3", "--standalone", "--store", (*etcd)->Url("rpc"), SelfPath(),
+                "--tessera_worker=launched_rpc"});
+  EXPECT_EQ(rpc.Finish(), 0) << rpc.output();
+  EXPECT_EQ(rpc.Count(" got "), 3) << rpc.output();
+
+  const std::vector<std::string> ft_ddp = {"--nproc_per_node",
+                                           "3",
+                                           "--standalone",
+                                           "--store",
+                                           (*etcd)->Url("ft"),
+                                           "--elastic_roles",
+                                           "replica",
+                                           "--max_restarts",
+                                           "1",
+                                           "examples/fault_tolerant_ddp/fault_tolerant_ddp",
+                                           "--steps",
+                                           "150",
+                                           "--log_every",
+                                           "25"};
+  Launcher job(ft_ddp);
+  ASSERT_TRUE(job.WaitFor("step 25/150", 3, absl::Seconds(120))) << job.output();
+  (*etcd)->Kill(0);
+  ASSERT_EQ(job.Finish(absl::Seconds(240)), 0) << job.output() << (*etcd)->Logs();
+  EXPECT_EQ(job.Count("parameters "), 3) << job.output();
+  const std::regex fingerprint("parameters ([0-9a-f]+) after 150 steps");
+  std::set<std::string> fingerprints;
+  for (auto it = std::sregex_iterator(job.output().begin(), job.output().end(), fingerprint);
+       it != std::sregex_iterator(); ++it) {
+    fingerprints.insert((*it)[1].str());
+  }
+  EXPECT_EQ(fingerprints.size(), 1u) << job.output();
+
+  std::vector<std::string> again = ft_ddp;
+  again[again.size() - 3] = "20";  // --steps
+  Launcher rerun(again);
+  EXPECT_EQ(rerun.Finish(absl::Seconds(120)), 0) << rerun.output();
+
+  auto other_job = store::ConnectStore((*etcd)->Url("taken"), absl::Seconds(10), TestJobSecret());
+  ASSERT_TRUE(other_job.ok() && (*other_job)->Set("left", "behind").ok());
+  Launcher refused({"--standalone", "--store", (*etcd)->Url("taken"), "/bin/true"});
+  EXPECT_EQ(refused.Finish(), 1) << refused.output();
+  EXPECT_TRUE(absl::StrContains(refused.output(), "already holds 1 keys of another job"))
+      << refused.output();
+  EXPECT_TRUE(absl::StrContains(refused.output(), "del --prefix /tessera/taken/"))
+      << refused.output();
 }
 
 // The DDP tutorial's ToyModel job, launched the way the README says.

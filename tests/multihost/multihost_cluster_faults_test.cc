@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "tests/multihost/job.h"
+#include "tests/testing/etcd_cluster.h"
 #include "tests/testing/launcher_process.h"
 #include "tests/testing/network_hosts.h"
 #include "tests/testing/process_table.h"
@@ -28,14 +29,19 @@ constexpr char kParameterServer[] = "examples/parameter_server/parameter_server"
 constexpr char kFaultTolerantDdp[] = "examples/fault_tolerant_ddp/fault_tolerant_ddp";
 
 // Fault-tolerant DDP, a replica per host, on 3 nodes of which 2 suffice
-// (--nnodes 2:3, --node_timeout 10 s), once host 2's replica has trained a
-// while with the others.
-std::unique_ptr<Job> StartElasticFaultTolerantDdp(NetworkHosts& hosts, int steps) {
+// (--nnodes 2:3, --node_timeout 10 s), once host `watched`'s replica has
+// trained a while with the others; `store_args` say where the store is
+// (node 0's built-in one when empty).
+std::unique_ptr<Job> StartElasticFaultTolerantDdp(NetworkHosts& hosts, int steps,
+                                                  std::vector<std::string> store_args = {},
+                                                  int watched = 2) {
+  std::vector<std::string> args = {"--nnodes",        "2:3",     "--node_timeout", "10",
+                                   "--elastic_roles", "replica", "--max_restarts", "1"};
+  args.insert(args.end(), store_args.begin(), store_args.end());
   auto job = Job::Launched(
       hosts, 1, {kFaultTolerantDdp, "--steps", std::to_string(steps), "--log_every", "25"}, {}, "",
-      {"--nnodes", "2:3", "--node_timeout", "10", "--elastic_roles", "replica", "--max_restarts",
-       "1"});
-  EXPECT_TRUE(job->on(2).WaitFor("3 replicas\n", 2, absl::Seconds(180))) << job->output();
+      args);
+  EXPECT_TRUE(job->on(watched).WaitFor("3 replicas\n", 2, absl::Seconds(180))) << job->output();
   return job;
 }
 
@@ -164,6 +170,31 @@ TEST(MultiHostClusterFaultsTest, ANodeDeclaredLostThatComesBackIsToldAndStops) {
     EXPECT_EQ(job->on(host).Finish(absl::Seconds(240)), 0) << job->output();
   }
   const std::set<std::string> fingerprints = Fingerprints(*job, 2, 600);
+  EXPECT_TRUE(fingerprints.size() == 1 && !fingerprints.count("none")) << job->output();
+  std::printf("what the user saw:\n%s", job->output().c_str());
+}
+
+// No single machine whose loss ends a fault-tolerant job (Note [The store
+// on etcd], store/etcd_store_backend.h): the store is an etcd cluster with
+// a member on each host (--store etcd://...), and host 0 is lost — its
+// link down, then its etcd member, its tessera-run and replica 0 SIGKILLed.
+// The two other members are a majority, so the store, and with it the
+// quorum, go on: replicas 1 and 2 train to the end, identical.
+TEST(MultiHostClusterFaultsTest, AFaultTolerantDdpJobOnEtcdSurvivesTheLossOfNodeZero) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  auto etcd = EtcdCluster::StartOn(hosts);
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  auto job = StartElasticFaultTolerantDdp(hosts, 400, {"--store", (*etcd)->Url("ft-ddp")},
+                                          /*watched=*/1);
+  ASSERT_TRUE(hosts.SetLink(0, /*up=*/false).ok());
+  ASSERT_EQ(::kill(job->on(0).pid(), SIGKILL), 0);
+  (*etcd)->Kill(0);
+  for (int host = 1; host < 3; ++host) {
+    EXPECT_EQ(job->on(host).Finish(absl::Seconds(240)), 0)
+        << "host " << host << " did not finish in time\n"
+        << job->output() << (*etcd)->Logs();
+  }
+  const std::set<std::string> fingerprints = Fingerprints(*job, std::vector<int>{1, 2}, 400);
   EXPECT_TRUE(fingerprints.size() == 1 && !fingerprints.count("none")) << job->output();
   std::printf("what the user saw:\n%s", job->output().c_str());
 }
