@@ -3,19 +3,32 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "store/elastic_keys.h"
+#include "store/elastic_role.h"
 
 namespace tessera::launcher {
 
 ElasticRestarts::ElasticRestarts(std::set<std::string> roles, int max_restarts,
-                                 store::StoreClient* store, std::string prefix)
+                                 store::StoreClient* store, std::string prefix,
+                                 std::string role_dir)
     : roles_(std::move(roles)),
       max_restarts_(max_restarts),
       store_(store),
-      prefix_(std::move(prefix)) {}
+      prefix_(std::move(prefix)),
+      role_dir_(std::move(role_dir)) {}
+
+std::string ElasticRestarts::RoleFile(int rank) const {
+  return role_dir_.empty() ? "" : absl::StrCat(role_dir_, "/rank", rank, ".role");
+}
 
 ElasticRestarts::Decision ElasticRestarts::OnFailure(int rank, int exit_code, std::string* why) {
   namespace elastic = store::elastic;
-  auto role = store_->Get(elastic::RoleKey(prefix_, rank), absl::ZeroDuration());
+  // The worker's own word first: the store may be out of reach.
+  absl::StatusOr<std::string> role = absl::NotFoundError("no role file");
+  if (auto declared = elastic::ReadRoleFile(RoleFile(rank))) {
+    role = *std::move(declared);
+  } else {
+    role = store_->Get(elastic::RoleKey(prefix_, rank), absl::ZeroDuration());
+  }
   if (!role.ok() || roles_.count(*role) == 0) {
     *why = role.ok() ? absl::StrCat("its role '", *role, "' is not elastic")
                      : "it died before declaring a role";
@@ -34,15 +47,13 @@ ElasticRestarts::Decision ElasticRestarts::OnFailure(int rank, int exit_code, st
   }
   ++restarts;
   *why = absl::StrCat("a ", *role, "; restarting it alone (", restarts, "/", max_restarts_, ")");
-  // Without the mark a graceful shutdown elsewhere would call it dead; if
-  // the store cannot take it, the group restarts instead.
-  if (auto marked =
-          store_->Set(elastic::RestartingKey(prefix_, rank), absl::StrCat("exit code ", exit_code));
-      !marked.ok()) {
-    *why = "cannot mark it restarting in the store: " + marked.ToString();
-    return Decision::kRestartGroup;
-  }
   return Decision::kRestartAlone;
+}
+
+absl::Status ElasticRestarts::MarkRestarting(int rank, int exit_code, absl::Duration timeout) {
+  // Without the mark a graceful shutdown elsewhere would call it dead.
+  return store_->Set(store::elastic::RestartingKey(prefix_, rank),
+                     absl::StrCat("exit code ", exit_code), timeout);
 }
 
 std::optional<std::string> ElasticRestarts::GoOnWithout(int first, int count,

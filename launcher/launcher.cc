@@ -7,10 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -64,13 +66,33 @@ void Emit(Worker& worker, const char* data, size_t size, bool flush) {
   }
 }
 
+// A directory of the launcher's own (its workers' role files), removed
+// with it; path() is empty if none could be made.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string path = (std::filesystem::temp_directory_path() / "tessera-run.XXXXXX").string();
+    if (mkdtemp(path.data()) != nullptr) path_ = path;
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 // Starts one worker with its environment; its output goes to a pipe. A
 // worker that cannot be started is reported and counts as having exited
 // with 127, as a shell's "command not found". `join` is TESSERA_JOIN:
 // empty at the job's start, "rejoin" for a rank restarted alone, "join" for
-// a rank beyond the initial ones.
+// a rank beyond the initial ones. `role_file` (if not empty) is where the
+// worker declares its role (TESSERA_ROLE_FILE, store/elastic_role.h).
 Worker Spawn(const LaunchOptions& options, int rank, int local_rank, int world_size,
-             const std::string& join, int port, const sigset_t& original_mask) {
+             const std::string& join, int port, const std::string& role_file,
+             const sigset_t& original_mask) {
   Worker worker;
   worker.rank = rank;
   worker.local_rank = local_rank;
@@ -92,6 +114,7 @@ Worker Spawn(const LaunchOptions& options, int rank, int local_rank, int world_s
                {"TESSERA_STORE_HOSTED", "1"},
                {"TESSERA_JOIN", join}};
   if (!options.store_url.empty()) spawn.env.push_back({"TESSERA_STORE", options.store_url});
+  if (!role_file.empty()) spawn.env.push_back({"TESSERA_ROLE_FILE", role_file});
   spawn.output_fd = fds[1];
   // Workers start with default signal handling, whatever the launcher
   // inherited (an ignored SIGTERM would defeat stopping them).
@@ -123,14 +146,31 @@ struct Outcome {
 // alone]); null when no rank restarts alone.
 using Respawn = std::function<Worker(const Worker& failed)>;
 
+// A rank to restart alone once the store takes its restarting mark.
+struct PendingRestart {
+  Worker failed;
+  absl::Time failed_at;
+  absl::Time next_try;
+  absl::Duration backoff;
+};
+
+// Each try to mark a rank restarting gives the store this long; a store out
+// of reach (a cut link) is tried again after a backoff of up to kMaxBackoff,
+// for --rdzv_timeout in all (Note [Restarting a rank alone]).
+constexpr absl::Duration kMarkTimeout = absl::Seconds(2);
+constexpr absl::Duration kMaxBackoff = absl::Seconds(5);
+
 // Runs until every worker has exited and its output is drained. `failure_fd`
 // (or -1) becomes readable when another node's worker failed. With
 // `elastic`, a failed worker of an elastic role is restarted by `respawn`
-// (or let go) instead of stopping the group.
+// (or let go) instead of stopping the group; the store out of reach delays
+// the restart by up to `restart_timeout`.
 Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd, absl::Duration grace,
-                  ElasticRestarts* elastic, const Respawn& respawn) {
+                  ElasticRestarts* elastic, const Respawn& respawn,
+                  absl::Duration restart_timeout) {
   Outcome outcome;
   std::vector<Worker> restarted;  // appended to `workers` between loops
+  std::vector<PendingRestart> pending;
   std::optional<absl::Time> kill_at;
   auto stop_all = [&](int signal) {
     for (auto& w : workers) {
@@ -152,7 +192,8 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd, a
       if (decision != ElasticRestarts::Decision::kRestartGroup) {
         Say(absl::StrCat("rank ", w.rank, " failed with exit code ", *w.exit, ": ", why));
         if (decision == ElasticRestarts::Decision::kRestartAlone) {
-          restarted.push_back(respawn(w));
+          const absl::Time now = absl::Now();
+          pending.push_back({w, now, now, absl::Milliseconds(500)});
         } else {
           outcome.given_up.push_back(w.rank);
         }
@@ -169,14 +210,56 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd, a
   for (auto& w : workers) {
     if (w.exit.has_value()) exited(w);  // could not be started
   }
+  // Restarts the pending ranks whose mark the store takes; gives up (the
+  // group stops) on one the store has not answered for `restart_timeout`.
+  auto restart_pending = [&] {
+    for (auto it = pending.begin(); it != pending.end();) {
+      const absl::Time now = absl::Now();
+      if (now < it->next_try || outcome.failed_rank.has_value() || outcome.interrupted_by != 0 ||
+          outcome.failed_elsewhere) {
+        ++it;
+        continue;
+      }
+      const int rank = it->failed.rank;
+      const absl::Status marked = elastic->MarkRestarting(rank, *it->failed.exit, kMarkTimeout);
+      if (marked.ok()) {
+        if (it->next_try > it->failed_at) {
+          Say(absl::StrCat("the store answers again after ",
+                           absl::FormatDuration(absl::Trunc(now - it->failed_at, absl::Seconds(1))),
+                           ": restarting rank ", rank, " alone"));
+        }
+        restarted.push_back(respawn(it->failed));
+        it = pending.erase(it);
+        continue;
+      }
+      if (now - it->failed_at >= restart_timeout) {
+        outcome.failed_rank = rank;
+        outcome.failed_code = *it->failed.exit;
+        Say(absl::StrCat("rank ", rank, " cannot restart alone: the store did not answer for ",
+                         absl::FormatDuration(restart_timeout),
+                         " (--rdzv_timeout): ", marked.message(), "; stopping the other workers"));
+        stop_all(SIGTERM);
+        it = pending.erase(it);
+        continue;
+      }
+      if (it->next_try == it->failed_at) {
+        Say(absl::StrCat("cannot reach the store to restart rank ", rank, " alone (",
+                         marked.message(), "); retrying until it answers, up to --rdzv_timeout"));
+      }
+      it->next_try = now + it->backoff;
+      it->backoff = std::min(2 * it->backoff, kMaxBackoff);
+      ++it;
+    }
+  };
   while (true) {
+    restart_pending();
     std::vector<Worker> fresh = std::move(restarted);
     restarted.clear();
     for (auto& w : fresh) {
       workers.push_back(std::move(w));
       if (workers.back().exit.has_value()) exited(workers.back());  // could not be started
     }
-    bool running = false;
+    bool running = !pending.empty();
     std::vector<pollfd> fds = {{signal_fd, POLLIN, 0},
                                {outcome.failed_elsewhere ? -1 : failure_fd, POLLIN, 0}};
     for (auto& w : workers) {
@@ -197,9 +280,15 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd, a
         if (!w.exit.has_value()) ::kill(w.pid, SIGKILL);
       }
     }
-    // The timeout only matters while stopping workers (to escalate); the
-    // pipes and the signalfd (SIGCHLD included) wake us otherwise.
-    const int timeout_ms = kill_at.has_value() ? 100 : -1;
+    // The timeout only matters while stopping workers (to escalate) or
+    // retrying a restart; the pipes and the signalfd (SIGCHLD included)
+    // wake us otherwise.
+    int timeout_ms = kill_at.has_value() ? 100 : -1;
+    for (const PendingRestart& restart : pending) {
+      const int until = static_cast<int>(
+          std::max<int64_t>(0, absl::ToInt64Milliseconds(restart.next_try - absl::Now())));
+      timeout_ms = timeout_ms < 0 ? until : std::min(timeout_ms, until);
+    }
     if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) return outcome;
     if (fds[1].revents & POLLIN) {
       outcome.failed_elsewhere = true;
@@ -380,11 +469,12 @@ int Run(const LaunchOptions& options) {
   namespace elastic = store::elastic;
   std::unique_ptr<store::StoreClient> job_store;
   std::unique_ptr<ElasticRestarts> elastic_restarts;
+  const ScratchDir role_dir;
   if (!options.elastic_roles.empty() || options.join || options.max_ranks > 0) {
     job_store = connect_store();
-    elastic_restarts =
-        std::make_unique<ElasticRestarts>(ParseRoles(options.elastic_roles), options.max_restarts,
-                                          job_store.get(), elastic::kDefaultPrefix);
+    elastic_restarts = std::make_unique<ElasticRestarts>(ParseRoles(options.elastic_roles),
+                                                         options.max_restarts, job_store.get(),
+                                                         elastic::kDefaultPrefix, role_dir.path());
   }
 
   // Several nodes restart together (Note [Restarting every node]); a lost
@@ -421,9 +511,12 @@ int Run(const LaunchOptions& options) {
     world_size = first_rank + options.nproc_per_node;
     Say(absl::StrCat("joining the running job as rank(s) ", first_rank, "..", world_size - 1));
   }
+  auto role_file = [&](int rank) {
+    return elastic_restarts != nullptr ? elastic_restarts->RoleFile(rank) : std::string();
+  };
   const Respawn respawn = [&](const Worker& failed) {
     return Spawn(resolved, failed.rank, failed.local_rank, failed.world_size, "rejoin", port,
-                 original);
+                 role_file(failed.rank), original);
   };
 
   int exit_code = 1;
@@ -465,11 +558,12 @@ int Run(const LaunchOptions& options) {
     std::vector<Worker> workers;
     for (int local = 0; local < options.nproc_per_node; ++local) {
       workers.push_back(Spawn(resolved, first_rank + local, local, world_size,
-                              options.join ? "join" : "", port, original));
+                              options.join ? "join" : "", port, role_file(first_rank + local),
+                              original));
     }
     const int failure_fd = nodes != nullptr ? nodes->WatchFailures(attempt) : -1;
     Outcome outcome = Supervise(workers, signal_fd, failure_fd, options.stop_grace,
-                                elastic_restarts.get(), respawn);
+                                elastic_restarts.get(), respawn, options.rendezvous_timeout);
     const bool succeeded = outcome.interrupted_by == 0 && !outcome.failed_rank.has_value() &&
                            !outcome.failed_elsewhere;
     std::string failure;

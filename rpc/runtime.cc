@@ -8,6 +8,7 @@
 #include "rpc/quiescence.h"
 #include "rpc/rendezvous.h"
 #include "store/elastic_keys.h"
+#include "store/elastic_role.h"
 #include "store/store_url.h"
 
 namespace tessera::rpc {
@@ -167,7 +168,7 @@ absl::Status Runtime::Start() {
     self_.incarnation = static_cast<int>(*incarnation);
   }
   TESSERA_RETURN_IF_ERROR(
-      store_client_->Set(elastic::RoleKey(prefix, options_.rank), options_.role));
+      elastic::DeclareRole(*store_client_, prefix, options_.rank, options_.role));
   auto workers = options_.join == JoinMode::kStart
                      ? Rendezvous(*store_client_, prefix, self_, options_.world_size,
                                   options_.rendezvous_timeout)

@@ -24,7 +24,12 @@ absl::Status StoreClient::Annotated(const absl::Status& status, const std::strin
 }
 
 absl::Status StoreClient::Set(const std::string& key, const std::string& value) {
-  return Annotated(backend_->Set(key, value, default_timeout_), "set '" + key + "'");
+  return Set(key, value, default_timeout_);
+}
+
+absl::Status StoreClient::Set(const std::string& key, const std::string& value,
+                              absl::Duration timeout) {
+  return Annotated(backend_->Set(key, value, timeout), "set '" + key + "'");
 }
 
 absl::StatusOr<std::string> StoreClient::Get(const std::string& key) {

@@ -32,6 +32,7 @@ class StoreClient {
   ~StoreClient();
 
   absl::Status Set(const std::string& key, const std::string& value);
+  absl::Status Set(const std::string& key, const std::string& value, absl::Duration timeout);
   // Waits for the key up to `timeout`; NotFound-free: DeadlineExceeded names it.
   absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout);
   absl::StatusOr<std::string> Get(const std::string& key);

@@ -30,6 +30,7 @@
 #include "examples/common/fashion_cnn.h"
 #include "examples/common/training.h"
 #include "store/elastic_keys.h"
+#include "store/elastic_role.h"
 #include "store/rendezvous_env.h"
 #include "store/store_client.h"
 #include "store/store_url.h"
@@ -92,7 +93,7 @@ int Train(const TrainingFlags& flags) {
   store::StoreClient& store = *connected;
   // tessera-run --elastic_roles replica restarts a dead replica alone.
   ThrowIfError(
-      store.Set(store::elastic::RoleKey(store::elastic::kDefaultPrefix, env.rank), "replica"));
+      store::elastic::DeclareRole(store, store::elastic::kDefaultPrefix, env.rank, "replica"));
   const std::string who = absl::StrCat("replica", env.rank);
 
   torch::manual_seed(flags.seed);

@@ -83,6 +83,35 @@ TEST(MultiHostClusterFaultsTest, AParameterServerJobThatLosesATrainersHostFinish
   std::printf("what the user saw:\n%s", job->output().c_str());
 }
 
+// The parameter-server job, host 2's link cut for 25 s (past the job's
+// 10 s call timeout, short of --node_timeout) and then healed: trainer 2's
+// calls time out and it exits; its launcher, which cannot reach the store
+// while cut, still knows the worker's role and restarts it alone, backing
+// off until the store answers again (Note [Restarting a rank alone]); the
+// new incarnation rejoins. The server never restarts and every batch is
+// trained.
+TEST(MultiHostClusterFaultsTest, AParameterServerJobCutOffFor25sHealsWithoutRestartingTheServer) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  const std::vector<std::string> command = {kParameterServer, "--epochs", "1", "--max_steps", "500",
+                                            "--log_every",    "20"};
+  auto job = Job::Launched(hosts, 1, command, {{"TESSERA_TIMEOUT_S", "10"}}, "",
+                           {"--nnodes", "3", "--elastic_roles", "trainer", "--max_restarts", "5"});
+  ObservedProcess& server = job->on(0);
+  ASSERT_TRUE(server.WaitFor("serving a CNN", 1, absl::Seconds(120))) << job->output();
+  ASSERT_TRUE(job->on(2).WaitFor("] epoch 1 step ", 3, absl::Seconds(120))) << job->output();
+  ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
+  // The cut's length is the fault itself, not a wait for something.
+  absl::SleepFor(absl::Seconds(25));
+  ASSERT_TRUE(hosts.SetLink(2, /*up=*/true).ok());
+  EXPECT_EQ(job->Finish(absl::Seconds(300)), std::vector<int>(3, 0)) << job->output();
+  const std::string& out = server.output();
+  EXPECT_EQ(server.Count("serving a CNN"), 1) << job->output();
+  EXPECT_TRUE(absl::StrContains(out, "steps trained: 500 of 500 ")) << job->output();
+  EXPECT_GT(FirstNumber(out, "test accuracy ([0-9.]+)%"), 70.0) << out;
+  EXPECT_EQ(job->output().find("restarting the group"), std::string::npos) << job->output();
+  std::printf("what the user saw:\n%s", job->output().c_str());
+}
+
 // Fault-tolerant DDP across three hosts, host 2's link cut for 25 s (past
 // every timeout of the job: Gloo's 10 s, the quorum's 3 s) and then healed
 // (Note [No split brain], quorum.h). Replicas 0 and 1 go on as a quorum of
