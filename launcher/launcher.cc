@@ -212,11 +212,16 @@ Outcome Supervise(std::vector<Worker>& workers, int signal_fd, int failure_fd, a
   }
   // Restarts the pending ranks whose mark the store takes; gives up (the
   // group stops) on one the store has not answered for `restart_timeout`.
+  // None restarts once the group is stopping.
   auto restart_pending = [&] {
+    if (outcome.failed_rank.has_value() || outcome.interrupted_by != 0 ||
+        outcome.failed_elsewhere) {
+      pending.clear();
+      return;
+    }
     for (auto it = pending.begin(); it != pending.end();) {
       const absl::Time now = absl::Now();
-      if (now < it->next_try || outcome.failed_rank.has_value() || outcome.interrupted_by != 0 ||
-          outcome.failed_elsewhere) {
+      if (now < it->next_try) {
         ++it;
         continue;
       }
