@@ -79,6 +79,14 @@ class ScratchDir {
     if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
   }
   const std::string& path() const { return path_; }
+  // Removes what the directory holds, keeping it.
+  void Empty() const {
+    std::error_code ignored;
+    if (path_.empty()) return;
+    for (const auto& entry : std::filesystem::directory_iterator(path_, ignored)) {
+      std::filesystem::remove_all(entry.path(), ignored);
+    }
+  }
 
  private:
   std::string path_;
@@ -534,6 +542,9 @@ int Run(const LaunchOptions& options) {
       // (addresses, process-group ids, done flags) would mislead the new one.
       // (With several nodes, NodeCoordinator::Open clears once all stopped.)
       if (nodes == nullptr) clear_store("");
+      // Likewise the old workers' roles: a new worker that dies before
+      // declaring its own must not be judged by its predecessor's.
+      role_dir.Empty();
     }
     if (nodes != nullptr) {
       absl::Status open = nodes->Open(attempt);
