@@ -418,6 +418,14 @@ int Run(const LaunchOptions& options) {
   sigprocmask(SIG_BLOCK, &handled, &original);
   const int signal_fd = signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC);
 
+  // Before any worker starts: says why the launcher cannot go on, restores
+  // the signal mask and gives the exit code.
+  auto give_up = [&](const std::string& why) {
+    Say(why);
+    close(signal_fd);
+    sigprocmask(SIG_SETMASK, &original, nullptr);
+    return 1;
+  };
   std::unique_ptr<store::StoreServer> store;
   // Node 0's hold on the job's keys in etcd (--store): checked free at the
   // start, cleared between attempts and at the end.
@@ -426,12 +434,7 @@ int Run(const LaunchOptions& options) {
   if (!options.store_url.empty()) {
     if (options.node_rank == 0 && !options.join) {
       auto claimed = ClaimEtcdPrefix(options.store_url, *secret, options.rendezvous_timeout);
-      if (!claimed.ok()) {
-        Say(std::string(claimed.status().message()));
-        close(signal_fd);
-        sigprocmask(SIG_SETMASK, &original, nullptr);
-        return 1;
-      }
+      if (!claimed.ok()) return give_up(std::string(claimed.status().message()));
       etcd = *std::move(claimed);
       Say("rendezvous store: " + etcd->target());
     }
@@ -441,11 +444,8 @@ int Run(const LaunchOptions& options) {
                       ? store::StoreServer::Start("127.0.0.1", 0, *secret)
                       : store::StoreServer::StartForMaster(options.master_addr, port, *secret);
     if (!server.ok()) {
-      Say(absl::StrCat("cannot host the rendezvous store at --master_addr ", options.master_addr,
-                       ": ", server.status().ToString()));
-      close(signal_fd);
-      sigprocmask(SIG_SETMASK, &original, nullptr);
-      return 1;
+      return give_up(absl::StrCat("cannot host the rendezvous store at --master_addr ",
+                                  options.master_addr, ": ", server.status().ToString()));
     }
     store = *std::move(server);
     port = store->port();
@@ -459,10 +459,8 @@ int Run(const LaunchOptions& options) {
   const std::string store_address =
       options.store_url.empty() ? JoinHostPort(resolved.master_addr, port) : options.store_url;
   if (auto usable = store::ConnectStore(store_address, absl::Seconds(10), *secret); !usable.ok()) {
-    Say("cannot use the rendezvous store: " + usable.status().ToString());  // a name unresolved
-    close(signal_fd);
-    sigprocmask(SIG_SETMASK, &original, nullptr);
-    return 1;
+    // Only an etcd endpoint's name that does not resolve gets here.
+    return give_up("cannot use the rendezvous store: " + usable.status().ToString());
   }
   auto connect_store = [&] {
     // Checked just above: only a name that stopped resolving since could fail.
@@ -515,10 +513,8 @@ int Run(const LaunchOptions& options) {
   if (options.join) {
     auto joined = TakeJoinRanks(*job_store, options);
     if (!joined.ok()) {
-      Say("cannot join the job at " + job_store->target() + ": " + joined.status().ToString());
-      close(signal_fd);
-      sigprocmask(SIG_SETMASK, &original, nullptr);
-      return 1;
+      return give_up("cannot join the job at " + job_store->target() + ": " +
+                     joined.status().ToString());
     }
     first_rank = *joined;
     world_size = first_rank + options.nproc_per_node;

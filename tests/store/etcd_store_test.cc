@@ -51,12 +51,9 @@ TEST(EtcdStoreTest, TheStoreOutlivesAMemberButNotAMajority) {
   setter.join();
 
   (*etcd)->Kill(1);
-  auto lonely = Connect(url, absl::Seconds(3));
-  const absl::Time start = absl::Now();
-  const absl::Status status = lonely->Set("k", "v");
+  const absl::Status status = Connect(url, absl::Seconds(3))->Set("k", "v");
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   EXPECT_TRUE(absl::StrContains(status.message(), "majority")) << status;
-  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
 }
 
 // A value written without the job's secret — by another job under the same
