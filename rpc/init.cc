@@ -13,8 +13,8 @@ AgentFactory BackendFactory(Backend backend) {
       grpc.limits = setup.limits;
       grpc.listen_host = setup.host.bind;
       grpc.advertise_host = setup.host.advertise;
-      return CreateGrpcAgent(grpc, setup.secret, setup.name, setup.rank, std::move(setup.handler),
-                             setup.executor, setup.timer);
+      return CreateGrpcAgent(grpc, setup.secret, setup.name, setup.rank, setup.incarnation,
+                             std::move(setup.handler), setup.executor, setup.timer);
     };
   }
   return [](AgentSetup setup) {
@@ -23,7 +23,8 @@ AgentFactory BackendFactory(Backend backend) {
     tensorpipe.listen_host = setup.host.bind;
     tensorpipe.advertise_host = setup.host.advertise;
     return CreateTensorPipeAgent(tensorpipe, setup.secret, setup.name, setup.rank,
-                                 std::move(setup.handler), setup.executor, setup.timer);
+                                 setup.incarnation, std::move(setup.handler), setup.executor,
+                                 setup.timer);
   };
 }
 

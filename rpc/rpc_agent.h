@@ -46,14 +46,38 @@ struct WorkerInfo {
   int incarnation = 0;
 };
 
+// Note [Fencing stale incarnations]: a process that was cut off, not dead,
+// may live on after its rank restarted elsewhere (its launcher gave up on
+// it, or node 0 declared its node lost). It must never act under the rank
+// again: its handshake says which incarnation it is, and a connection from
+// an incarnation older than the worker table's is refused — at the
+// handshake, and for every request on a connection made before the table
+// learned of the newer one — with an error naming it. Not a defence against
+// a member lying about its incarnation: every member knows the secret (see
+// rpc/auth/handshake.h).
+inline constexpr int kStaleIncarnation = -2;
+
 // The rank a connection's peer is served as: its claimed rank if the name
 // matches the worker table (or the table is not known yet, during start),
-// else -1 — a client from outside the job's worker set (another language's
+// kStaleIncarnation if the table has a newer incarnation of that rank, else
+// -1 — a client from outside the job's worker set (another language's
 // client with the secret), which must not pass for a worker.
-inline int MemberRank(const std::string& name, int rank, const std::vector<WorkerInfo>& workers) {
+inline int MemberRank(const std::string& name, int rank, int incarnation,
+                      const std::vector<WorkerInfo>& workers) {
   if (workers.empty()) return rank;
   if (rank < 0 || rank >= static_cast<int>(workers.size())) return -1;
-  return workers[rank].name == name ? rank : -1;
+  if (workers[rank].name != name) return -1;
+  return incarnation < workers[rank].incarnation ? kStaleIncarnation : rank;
+}
+
+// What a peer of kStaleIncarnation is told.
+inline absl::Status StaleIncarnationError(const std::string& name, int rank, int incarnation,
+                                          const std::string& refused_by) {
+  return absl::PermissionDeniedError(
+      "'" + name + "' (rank " + std::to_string(rank) + ") incarnation " +
+      std::to_string(incarnation) + " was replaced by a newer incarnation of its rank (restarted " +
+      "while it was cut off, not dead): '" + refused_by +
+      "' refuses a stale process (Note [Fencing stale incarnations])");
 }
 
 // Serves one incoming request; the response is sent when the future completes.

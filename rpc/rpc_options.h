@@ -22,7 +22,8 @@ namespace tessera::rpc {
 struct AgentSetup {
   std::string name;
   int rank = -1;
-  HostAddress host;  // where to listen and what to advertise
+  int incarnation = 0;  // WorkerInfo::incarnation: said in every handshake
+  HostAddress host;     // where to listen and what to advertise
   auth::JobSecret secret;
   CodecLimits limits;
   TensorPipeOptions tensorpipe;

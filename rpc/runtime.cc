@@ -142,9 +142,19 @@ absl::Status Runtime::Start() {
                          << ": no job secret (TESSERA_JOB_SECRET): anyone who can reach this "
                             "worker's port can call its registered functions";
   }
+  const std::string& prefix = options_.store_prefix;
+  namespace elastic = store::elastic;
+  int incarnation = 0;
+  if (options_.join == JoinMode::kRejoin) {
+    // Before the agent: its handshakes say it (Note [Fencing stale incarnations]).
+    auto taken = store_client_->Add(elastic::IncarnationKey(prefix, options_.rank), 1);
+    if (!taken.ok()) return taken.status();
+    incarnation = static_cast<int>(*taken);
+  }
   AgentSetup setup;
   setup.name = options_.name;
   setup.rank = options_.rank;
+  setup.incarnation = incarnation;
   setup.host = *host;
   setup.secret = options_.job_secret;
   setup.limits = options_.limits;
@@ -160,13 +170,6 @@ absl::Status Runtime::Start() {
 
   self_ = agent_->self();
   self_.role = options_.role;
-  const std::string& prefix = options_.store_prefix;
-  namespace elastic = store::elastic;
-  if (options_.join == JoinMode::kRejoin) {
-    auto incarnation = store_client_->Add(elastic::IncarnationKey(prefix, options_.rank), 1);
-    if (!incarnation.ok()) return incarnation.status();
-    self_.incarnation = static_cast<int>(*incarnation);
-  }
   TESSERA_RETURN_IF_ERROR(
       elastic::DeclareRole(*store_client_, prefix, options_.rank, options_.role));
   auto workers = options_.join == JoinMode::kStart

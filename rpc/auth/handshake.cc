@@ -53,6 +53,7 @@ proto::Envelope ClientHandshake::Hello() {
   hello->set_worker_name(self_.name);
   hello->set_rank(self_.rank);
   hello->set_nonce(client_nonce_);
+  hello->set_incarnation(self_.incarnation);
   return envelope;
 }
 
@@ -83,7 +84,7 @@ absl::StatusOr<proto::Envelope> ServerHandshake::OnHello(const proto::Envelope& 
   if (step.nonce().size() != kNonceBytes || step.rank() < 0 || step.worker_name().empty()) {
     return absl::UnauthenticatedError("malformed handshake hello");
   }
-  peer_ = PeerIdentity{step.worker_name(), step.rank()};
+  peer_ = PeerIdentity{step.worker_name(), step.rank(), step.incarnation()};
   client_nonce_ = step.nonce();
   server_nonce_ = auth::RandomBytes(kNonceBytes);
   challenged_ = true;

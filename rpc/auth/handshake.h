@@ -30,6 +30,9 @@ namespace tessera::rpc {
 struct PeerIdentity {
   std::string name;
   int rank = -1;
+  // Said in the hello, not covered by the proof: it fences off a stale
+  // process, not a member posing as another (see above).
+  int incarnation = 0;
 };
 
 class ClientHandshake {

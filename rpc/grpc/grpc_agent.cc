@@ -64,7 +64,7 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
         executor_(executor),
         timer_(timer),
         pending_(timer, [this](int rank) { return PeerAt(rank); }) {
-    settings_.self = PeerIdentity{self_.name, self_.rank};
+    settings_.self = PeerIdentity{self_.name, self_.rank, self_.incarnation};
     settings_.secret = secret;
     settings_.limits = options.limits;
     settings_.max_message_bytes = options.max_message_bytes;
@@ -113,7 +113,7 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
   bool serving() const override { return serving_.load(); }
   int MemberRankOf(const PeerIdentity& peer) const override {
     MutexLock lock(&mu_);
-    return MemberRank(peer.name, peer.rank, workers_);
+    return MemberRank(peer.name, peer.rank, peer.incarnation, workers_);
   }
 
  private:
@@ -392,10 +392,11 @@ void GrpcAgent::Close(const absl::Status& reason) {
 
 absl::StatusOr<std::unique_ptr<RpcAgent>> CreateGrpcAgent(
     const GrpcOptions& options, const auth::JobSecret& secret, const std::string& name, int rank,
-    RequestHandler handler, Executor* executor, DeadlineTimer* timer) {
+    int incarnation, RequestHandler handler, Executor* executor, DeadlineTimer* timer) {
   WorkerInfo self;
   self.name = name;
   self.rank = rank;
+  self.incarnation = incarnation;
   auto agent = std::make_unique<GrpcAgent>(options, secret, std::move(self), std::move(handler),
                                            executor, timer);
   TESSERA_RETURN_IF_ERROR(agent->Start());

@@ -40,7 +40,7 @@ void PrepareProcessForGrpcAgent();
 absl::StatusOr<std::unique_ptr<RpcAgent>> CreateGrpcAgent(const GrpcOptions& options,
                                                           const auth::JobSecret& secret,
                                                           const std::string& name, int rank,
-                                                          RequestHandler handler,
+                                                          int incarnation, RequestHandler handler,
                                                           Executor* executor, DeadlineTimer* timer);
 
 // The full name of the stream method, for clients in other languages.

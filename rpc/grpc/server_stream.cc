@@ -110,16 +110,15 @@ void ServerStream::OnReadDone(bool ok) {
     }
   } else {
     const auto kind = message->envelope.kind();
-    int from = -1;
-    {
+    if (kind == proto::CALL || kind == proto::INTERNAL_CALL) {
       MutexLock lock(&mu_);
-      from = peer_rank_;
-      if (kind == proto::CALL || kind == proto::INTERNAL_CALL) ++in_flight_;
+      ++in_flight_;
     }
-    if (from < 0 && peer_.has_value()) {
-      // Not a member at its handshake: it may have joined since (the
-      // agent's table grew), and is served under its rank from then on.
-      from = host_->MemberRankOf(*peer_);
+    // Against the agent's table as it is now: a peer not a member at its
+    // handshake may have joined since, and one may have been replaced by a
+    // newer incarnation (Note [Fencing stale incarnations]).
+    const int from = peer_.has_value() ? host_->MemberRankOf(*peer_) : -1;
+    {
       MutexLock lock(&mu_);
       peer_rank_ = from;
     }
@@ -128,9 +127,18 @@ void ServerStream::OnReadDone(bool ok) {
           absl::StrCat("expected a request, got message kind ", kind))));
       return;
     }
-    // The authenticated identity, not what the envelope claims.
-    message->envelope.set_origin_rank(from);
-    host_->OnRequest(shared_from_this(), from, *std::move(message));
+    if (from == kStaleIncarnation) {
+      // Answered, not served: the stale process learns why.
+      const PeerIdentity& self = host_->settings().self;
+      Respond(ResponseTo(message->envelope.request_id(),
+                         StaleIncarnationError(peer_->name, peer_->rank, peer_->incarnation,
+                                               self.name),
+                         self.name, self.rank));
+    } else {
+      // The authenticated identity, not what the envelope claims.
+      message->envelope.set_origin_rank(from);
+      host_->OnRequest(shared_from_this(), from, *std::move(message));
+    }
   }
   StartRead(&read_buffer_);
 }
@@ -147,6 +155,10 @@ absl::Status ServerStream::HandleHandshake(const Message& message) {
   if (!peer.ok()) return peer.status();
   host_->timer()->Cancel(handshake_timer_);
   const int member_rank = host_->MemberRankOf(*peer);
+  if (member_rank == kStaleIncarnation) {
+    return StaleIncarnationError(peer->name, peer->rank, peer->incarnation,
+                                 host_->settings().self.name);
+  }
   {
     MutexLock lock(&mu_);
     peer_rank_ = member_rank;

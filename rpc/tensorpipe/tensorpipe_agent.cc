@@ -302,7 +302,8 @@ Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
     if (client == nullptr) {
       TESSERA_LOG(INFO) << self_.name << ": connecting to '" << peer_name << "' (rank " << to_rank
                         << ") at " << address << ": " << transport;
-      auto fresh = std::make_shared<ClientPipe>(secret_, PeerIdentity{self_.name, self_.rank});
+      auto fresh = std::make_shared<ClientPipe>(
+          secret_, PeerIdentity{self_.name, self_.rank, self_.incarnation});
       fresh->rank = to_rank;
       fresh->pipe = context_->connect(address, tp::PipeOptions().remoteName(peer_name));
       {
@@ -339,7 +340,8 @@ void TensorPipeAgent::SetWorkers(std::vector<WorkerInfo> workers) {
     workers_ = std::move(workers);
     for (const auto& server : server_pipes_) {
       if (server->peer.has_value()) {
-        server->member_rank = MemberRank(server->peer->name, server->peer->rank, workers_);
+        server->member_rank = MemberRank(server->peer->name, server->peer->rank,
+                                         server->peer->incarnation, workers_);
       }
     }
   }
@@ -560,6 +562,18 @@ void TensorPipeAgent::ReadRequest(std::shared_ptr<ServerPipe> server) {
     served_.RequestReceived();
     // The identity the peer proved, not what the envelope claims.
     const int from = server->member_rank.load();
+    if (from == kStaleIncarnation) {
+      // Answered, not served: the stale process learns why.
+      const PeerIdentity& peer = *server->peer;
+      auto refusal = std::make_shared<Message>(
+          ResponseTo(message->envelope.request_id(),
+                     StaleIncarnationError(peer.name, peer.rank, peer.incarnation, self_.name),
+                     self_.name, self_.rank));
+      WriteMessage(server->pipe, std::move(refusal),
+                   [this](const tp::Error&) { served_.ResponseSent(); });
+      ReadRequest(server);
+      return;
+    }
     message->envelope.set_origin_rank(from);
     executor_->Post([this, pipe = server->pipe, from, request = *std::move(message)]() mutable {
       ServeRequest(pipe, from, std::move(request));
@@ -582,7 +596,11 @@ absl::Status TensorPipeAgent::HandleServerHandshake(const std::shared_ptr<Server
     timer_->Cancel(server->handshake_timer);
     {
       MutexLock lock(&mu_);
-      server->member_rank = MemberRank(peer->name, peer->rank, workers_);
+      const int member_rank = MemberRank(peer->name, peer->rank, peer->incarnation, workers_);
+      if (member_rank == kStaleIncarnation) {
+        return StaleIncarnationError(peer->name, peer->rank, peer->incarnation, self_.name);
+      }
+      server->member_rank = member_rank;
       server->peer = *std::move(peer);
     }
     reply->envelope = ServerHandshake::Accepted();
@@ -651,7 +669,7 @@ void TensorPipeAgent::Close(const absl::Status& reason) {
 
 absl::StatusOr<std::unique_ptr<RpcAgent>> CreateTensorPipeAgent(
     const TensorPipeOptions& options, const auth::JobSecret& secret, const std::string& name,
-    int rank, RequestHandler handler, Executor* executor, DeadlineTimer* timer) {
+    int rank, int incarnation, RequestHandler handler, Executor* executor, DeadlineTimer* timer) {
   // TensorPipe's shm transport writes to Unix sockets without MSG_NOSIGNAL:
   // a peer dying mid-handshake would kill this process with SIGPIPE. Ignore
   // it, unless the application installed its own handler.
@@ -662,6 +680,7 @@ absl::StatusOr<std::unique_ptr<RpcAgent>> CreateTensorPipeAgent(
   WorkerInfo self;
   self.name = name;
   self.rank = rank;
+  self.incarnation = incarnation;
   auto agent = std::make_unique<TensorPipeAgent>(options, secret, std::move(self),
                                                  std::move(handler), executor, timer);
   auto status = agent->Start();

@@ -26,6 +26,6 @@ namespace tessera::rpc {
 // Both must outlive the agent.
 absl::StatusOr<std::unique_ptr<RpcAgent>> CreateTensorPipeAgent(
     const TensorPipeOptions& options, const auth::JobSecret& secret, const std::string& name,
-    int rank, RequestHandler handler, Executor* executor, DeadlineTimer* timer);
+    int rank, int incarnation, RequestHandler handler, Executor* executor, DeadlineTimer* timer);
 
 }  // namespace tessera::rpc

@@ -8,7 +8,10 @@
 
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "rpc/init.h"
+#include "store/store_server.h"
 #include "tests/testing/rpc_world.h"
 #include "tests/testing/test_functions.h"
 
@@ -26,8 +29,8 @@ TEST_F(RpcFaultsTest, WorkerKilledMidCallFailsPendingCallsOnly) {
   expect_clean_exit_ = false;
   // Deadlines far beyond the test's: the dead worker must be found by probing.
   StartWorld(3, {{"TESSERA_TEST_SHUTDOWN_TIMEOUT_S", "300"}}, absl::Seconds(300));
-  auto pending = rt().RpcAsync<bool>(CallOptions{absl::Seconds(120)}, "worker2",
-                                     "block", "killed-key");
+  auto pending =
+      rt().RpcAsync<bool>(CallOptions{absl::Seconds(120)}, "worker2", "block", "killed-key");
   // The callee announces it is inside the call; then it dies.
   ASSERT_TRUE(rt().store().Get("killed-key/started", absl::Seconds(30)).ok());
   children_[1]->Kill();
@@ -37,9 +40,9 @@ TEST_F(RpcFaultsTest, WorkerKilledMidCallFailsPendingCallsOnly) {
   EXPECT_NE(result.status().message().find("worker2"), std::string::npos);
   EXPECT_EQ(rt().RpcSync<int64_t>("worker1", "echo", int64_t{1}), 1);
   // New calls to the dead worker fail fast too, rather than hang.
-  auto again = rt().RpcAsync<int64_t>(CallOptions{absl::Seconds(120)}, "worker2",
-                                      "echo", int64_t{1})
-                   .Wait(absl::Seconds(30));
+  auto again =
+      rt().RpcAsync<int64_t>(CallOptions{absl::Seconds(120)}, "worker2", "echo", int64_t{1})
+          .Wait(absl::Seconds(30));
   EXPECT_EQ(again.status().code(), absl::StatusCode::kUnavailable) << again.status();
 
   // Graceful shutdown cannot agree with a dead peer: it names the dead
@@ -52,6 +55,75 @@ TEST_F(RpcFaultsTest, WorkerKilledMidCallFailsPendingCallsOnly) {
   EXPECT_EQ(children_[0]->Wait(absl::Seconds(60)), 3);  // its shutdown also failed
 }
 
+// Whether `runtime` has learned of an incarnation >= `incarnation` of `rank`
+// within 30 s (from its membership events, not by sleeping).
+bool Learns(rpc::Runtime& runtime, int rank, int incarnation) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  uint64_t seen = 0;
+  while (absl::Now() < deadline) {
+    auto info = runtime.membership().Find(rank);
+    if (info.has_value() && info->incarnation >= incarnation) return true;
+    for (const auto& event : runtime.membership().WaitForEvents(seen, absl::Seconds(1))) {
+      seen = event.sequence;
+    }
+  }
+  return false;
+}
+
+// Note [Fencing stale incarnations]: rank 2's first process lives on, cut
+// off but not dead, after its rank rejoined as a new incarnation (as after
+// its launcher restarted it during a cut). Its calls are refused, naming it
+// — on the connection it already had to worker0 and on a new one to
+// worker1 — while the new incarnation's are served.
+TEST(RpcFencingTest, AStaleIncarnationsCallsAreRefusedNamingIt) {
+  auto store = store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
+  ASSERT_TRUE(store.ok());
+  const int port = (*store)->port();
+  std::vector<std::unique_ptr<rpc::Runtime>> world(3);
+  std::vector<std::thread> starting;
+  for (int rank = 0; rank < 3; ++rank) {
+    starting.emplace_back([&world, rank, port] {
+      auto runtime = rpc::TryInit(InProcessOptions(absl::StrCat("worker", rank), rank, 3, port),
+                                  MakeTestRegistry());
+      EXPECT_TRUE(runtime.ok()) << runtime.status();
+      if (runtime.ok()) world[rank] = *std::move(runtime);
+    });
+  }
+  for (auto& thread : starting) thread.join();
+  for (const auto& runtime : world) ASSERT_NE(runtime, nullptr);
+  rpc::Runtime& stale = *world[2];
+  ASSERT_EQ(stale.RpcSync<int64_t>("worker0", "echo", int64_t{7}), 7);  // a connection to worker0
+
+  rpc::RpcOptions rejoin = InProcessOptions("worker2", 2, 3, port);
+  rejoin.join = rpc::JoinMode::kRejoin;
+  auto fresh = rpc::TryInit(rejoin, MakeTestRegistry());
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  for (int rank = 0; rank < 2; ++rank) ASSERT_TRUE(Learns(*world[rank], 2, 1)) << rank;
+
+  for (const char* to : {"worker0", "worker1"}) {
+    auto refused = stale.RpcAsync<int64_t>(CallOptions{absl::Seconds(30)}, to, "echo", int64_t{1})
+                       .Wait(absl::Seconds(60));
+    ASSERT_FALSE(refused.ok()) << to;
+    EXPECT_TRUE(refused.status().code() == absl::StatusCode::kPermissionDenied ||
+                refused.status().code() == absl::StatusCode::kUnauthenticated)
+        << to << ": " << refused.status();
+    EXPECT_NE(refused.status().message().find(
+                  "'worker2' (rank 2) incarnation 0 was replaced by a newer incarnation"),
+              std::string::npos)
+        << to << ": " << refused.status();
+  }
+  EXPECT_EQ((*fresh)->RpcSync<int64_t>("worker0", "echo", int64_t{8}), 8);
+  EXPECT_EQ(world[1]->RpcSync<int64_t>("worker2", "echo", int64_t{9}), 9);  // the new one
+
+  stale.Shutdown(/*graceful=*/false);
+  world[2].reset();
+  std::vector<std::thread> stopping;
+  for (rpc::Runtime* runtime : {world[0].get(), world[1].get(), fresh->get()}) {
+    stopping.emplace_back([runtime] { EXPECT_TRUE(runtime->TryShutdown().ok()); });
+  }
+  for (auto& thread : stopping) thread.join();
+}
+
 TEST(RpcRendezvousTest, MissingWorkersAreNamedNotWaitedForever) {
   auto store = store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
   ASSERT_TRUE(store.ok());
@@ -60,8 +132,7 @@ TEST(RpcRendezvousTest, MissingWorkersAreNamedNotWaitedForever) {
   auto runtime = rpc::TryInit(options, MakeTestRegistry());
   ASSERT_FALSE(runtime.ok());
   EXPECT_EQ(runtime.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_NE(runtime.status().message().find("rank(s) 1, 2"), std::string::npos)
-      << runtime.status();
+  EXPECT_NE(runtime.status().message().find("rank(s) 1, 2"), std::string::npos) << runtime.status();
 }
 
 // Scenario: calls are in flight when worker0 starts a graceful shutdown;
