@@ -19,6 +19,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "auth/job_secret.h"
 #include "common/host_address.h"
@@ -493,9 +494,9 @@ int Run(const LaunchOptions& options) {
   std::unique_ptr<NodeCoordinator> nodes;
   if (options.nnodes > 1) {
     auto go_on_without = [&options, restarts = elastic_restarts.get()](
-                             int node, const std::string& what) -> std::optional<std::string> {
+                             int node, int first,
+                             const std::string& what) -> std::optional<std::string> {
       if (restarts == nullptr) return "no worker role is elastic (--elastic_roles)";
-      const int first = node * options.nproc_per_node;
       auto refused = restarts->GoOnWithout(first, options.nproc_per_node, what);
       if (!refused.has_value()) {
         Say(absl::StrCat(what, "; its ranks ", first, "..", first + options.nproc_per_node - 1,
@@ -504,8 +505,8 @@ int Run(const LaunchOptions& options) {
       return refused;
     };
     nodes = std::make_unique<NodeCoordinator>(
-        connect_store(), clear_store, options.nnodes, options.node_rank, options.rendezvous_timeout,
-        options.node_timeout, options.min_nodes, go_on_without);
+        connect_store(), clear_store, options.nnodes, options.node_rank, options.nproc_per_node,
+        options.rendezvous_timeout, options.node_timeout, options.min_nodes, go_on_without);
   }
   const bool hosts_store = nodes != nullptr && options.node_rank == 0;
   int first_rank = options.node_rank * options.nproc_per_node;
@@ -543,12 +544,23 @@ int Run(const LaunchOptions& options) {
       role_dir.Empty();
     }
     if (nodes != nullptr) {
-      absl::Status open = nodes->Open(attempt);
+      absl::StatusOr<std::vector<int>> open = nodes->Open(attempt);
       if (!open.ok()) {
-        Say("cannot start the workers: " + open.ToString());
+        Say("cannot start the workers: " + open.status().ToString());
         if (hosts_store) nodes->Close(attempt);  // the others stop waiting for it
         break;
       }
+      // Ranks follow the node's place among the round's nodes (Note
+      // [Regrouping without lost nodes]).
+      const int place = static_cast<int>(
+          std::find(open->begin(), open->end(), options.node_rank) - open->begin());
+      const int round_world = static_cast<int>(open->size()) * options.nproc_per_node;
+      if (attempt > 0 && round_world != world_size) {
+        Say(absl::StrCat("this attempt runs on nodes ", absl::StrJoin(*open, ","), ": ",
+                         round_world, " ranks instead of ", world_size));
+      }
+      first_rank = place * options.nproc_per_node;
+      world_size = round_world;
     }
     if (job_store != nullptr && options.node_rank == 0 && !options.join) {
       job_store->Set(elastic::WorldSizeKey(elastic::kDefaultPrefix), std::to_string(world_size))
@@ -603,14 +615,18 @@ int Run(const LaunchOptions& options) {
         Say((lost.has_value() ? "" : "another node reported: ") + failure);
       }
     }
-    // A lost node cannot be restarted with the others: give up at once.
-    const bool last = succeeded || outcome.interrupted_by != 0 || lost.has_value() ||
+    // A lost node cannot be restarted with the others: the group restarts
+    // without it if it can (Note [Regrouping without lost nodes]), else
+    // the job ends at once.
+    const bool regrouping = lost.has_value() && nodes->Regrouping();
+    const bool given_up = lost.has_value() && !regrouping;
+    const bool last = succeeded || outcome.interrupted_by != 0 || given_up ||
                       attempt == max_group_restarts;
     if (succeeded) {
       exit_code = 0;
     } else if (outcome.interrupted_by != 0) {
       exit_code = 128 + outcome.interrupted_by;
-    } else if (attempt == max_group_restarts || lost.has_value()) {
+    } else if (attempt == max_group_restarts || given_up) {
       Say("giving up: " + failure);
       exit_code = outcome.failed_code != 0 ? outcome.failed_code : 1;
     }
@@ -619,7 +635,7 @@ int Run(const LaunchOptions& options) {
       // until they have stopped using it (briefly, if interrupted).
       nodes->Close(attempt + 1);
       absl::Status all =
-          nodes->AwaitAllEnded(attempt, outcome.interrupted_by == 0 && !lost.has_value()
+          nodes->AwaitAllEnded(attempt, outcome.interrupted_by == 0 && !given_up
                                             ? options.rendezvous_timeout
                                             : options.stop_grace + absl::Seconds(10));
       if (!all.ok()) Say("warning: not every node reported its end: " + all.ToString());

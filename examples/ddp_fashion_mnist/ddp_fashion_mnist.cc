@@ -7,7 +7,8 @@
 //       bazel-bin/examples/ddp_fashion_mnist/ddp_fashion_mnist --epochs 4
 // With --checkpoint_dir D (and tessera-run --max_restarts 1), rank 0 saves
 // the model, the optimizer state and the position every --checkpoint_every
-// steps, and a restarted group resumes from the last checkpoint.
+// steps, and a restarted group resumes from the last checkpoint — with
+// fewer ranks too, when tessera-run restarts it without a lost node.
 // (one command line; a backslash would end a // comment's line in C++).
 // `ddp_fashion_mnist --help` lists the flags.
 #include <torch/torch.h>
@@ -76,6 +77,10 @@ int Train(const tessera::examples::TrainingFlags& flags) {
   tessera::examples::Resume resume(flags, "ddp_fashion_mnist", rank == 0);
   if (resume.last().has_value()) Restore(*resume.last(), net, optimizer);
   const tessera::checkpoint::TrainingPosition start_at = resume.Start(who);
+  if (rank == 0) {
+    std::printf("[%s] %d ranks\n", who.c_str(), world);
+    std::fflush(stdout);
+  }
   tessera::ddp::DdpOptions ddp_options;
   ddp_options.comm_hook = tessera::ddp::CommHookNamed(absl::GetFlag(FLAGS_comm_hook));
   tessera::examples::Require(ddp_options.comm_hook != nullptr,
@@ -114,8 +119,13 @@ int Train(const tessera::examples::TrainingFlags& flags) {
     double loss_sum = 0, window_loss = 0;
     int64_t batches = 0, window = 0;
     int64_t step = 0;
-    // Resuming mid-epoch: the batches before the checkpoint were trained.
-    for (; epoch == start_at.epoch && step < start_at.step; ++step) {
+    // Resuming mid-epoch: the samples before the checkpoint were trained,
+    // re-sharded over this group, which may have fewer ranks than the one
+    // that saved it (a group restarted without a lost node).
+    const int64_t resume_step = start_at.samples_seen > 0
+                                    ? start_at.samples_seen / (flags.batch * world)
+                                    : start_at.step;
+    for (; epoch == start_at.epoch && step < resume_step; ++step) {
       sampler.next(static_cast<size_t>(flags.batch));
     }
     while (step < steps) {
@@ -148,7 +158,7 @@ int Train(const tessera::examples::TrainingFlags& flags) {
         window = 0;
       }
       if (resume.Due(epoch * steps + step)) {
-        resume.Save(who, Capture(net, optimizer), {epoch, step, 0, {}});
+        resume.Save(who, Capture(net, optimizer), {epoch, step, step * flags.batch * world, {}});
       }
     }
     const double seconds = tessera::examples::SecondsSince(start);

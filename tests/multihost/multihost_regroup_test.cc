@@ -1,0 +1,111 @@
+// A data-parallel job (ddp_fashion_mnist, one rank per network host) and a
+// cluster's failures (Note [Regrouping without lost nodes],
+// launcher/node_coordinator.h): DDP ranks cannot be let go as a parameter
+// server's trainers can, so a lost machine restarts the group on the
+// machines left, and a cut link that heals restarts it on all of them —
+// each time from rank 0's last checkpoint, never from the beginning.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "tests/multihost/job.h"
+#include "tests/testing/launcher_process.h"
+#include "tests/testing/network_hosts.h"
+
+namespace tessera::testing {
+namespace {
+
+constexpr char kDdp[] = "examples/ddp_fashion_mnist/ddp_fashion_mnist";
+
+// ddp_fashion_mnist on every host for one epoch, checkpointing every 20
+// steps into a folder every host sees (as a cluster's shared file system),
+// with `launcher_args`; returns once rank 0 has saved its second checkpoint.
+std::unique_ptr<Job> StartDdp(NetworkHosts& hosts, const std::string& name,
+                              std::vector<std::string> launcher_args) {
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+  auto job = Job::Launched(hosts, 1,
+                           {kDdp, "--epochs", "1", "--log_every", "20", "--checkpoint_dir", dir,
+                            "--checkpoint_every", "20"},
+                           {{"TESSERA_TIMEOUT_S", "10"}}, "", std::move(launcher_args));
+  EXPECT_TRUE(job->on(0).WaitFor("[ddp] checkpoint at epoch 1 step 40", 1, absl::Seconds(180)))
+      << job->output();
+  return job;
+}
+
+// Host 2 is lost — its link down, then every process on it SIGKILLed, its
+// tessera-run included. Node 0 declares it lost after --node_timeout; with
+// --nnodes 2:3 two nodes suffice, so the group restarts on hosts 0 and 1
+// as 2 ranks, resumes from the last checkpoint re-sharded over them, and
+// finishes the epoch.
+TEST(MultiHostRegroupTest, ADdpJobThatLosesAHostRestartsOnTheOthersFromItsCheckpoint) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  auto job = StartDdp(hosts, "lost",
+                      {"--nnodes", "2:3", "--node_timeout", "10", "--max_restarts", "1"});
+  ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
+  const absl::Time killed = absl::Now();
+  ASSERT_EQ(::kill(job->on(2).pid(), SIGKILL), 0);
+  ObservedProcess& node0 = job->on(0);
+  ASSERT_TRUE(node0.WaitFor("[ddp] 2 ranks", 1, absl::Seconds(120)))
+      << "the group did not restart on the hosts left\n"
+      << job->output();
+  std::printf("2 ranks training again %.1f s after host 2 died\n",
+              absl::ToDoubleSeconds(absl::Now() - killed));
+  for (int host = 0; host < 2; ++host) {
+    EXPECT_EQ(job->on(host).Finish(absl::Seconds(240)), 0)
+        << "host " << host << " did not finish in time\n"
+        << job->output();
+  }
+  const std::string& out = node0.output();
+  EXPECT_TRUE(absl::StrContains(out, "node 2 lost: not heard from for 10s (--node_timeout)"))
+      << job->output();
+  EXPECT_TRUE(absl::StrContains(out, "so it restarts on the 2 nodes left")) << job->output();
+  EXPECT_TRUE(absl::StrContains(out, "this attempt runs on nodes 0,1: 2 ranks instead of 3"))
+      << job->output();
+  EXPECT_TRUE(absl::StrContains(job->on(1).output(), "this attempt runs on nodes 0,1"))
+      << job->output();
+  // From the checkpoint, not from scratch.
+  EXPECT_GE(FirstNumber(out, "resuming from [^ ]* at epoch 1 step ([0-9]+)"), 40) << out;
+  EXPECT_GT(FirstNumber(out, "test accuracy ([0-9.]+)%"), 70.0) << out;
+  EXPECT_EQ(out.find("not every node reported its end"), std::string::npos) << job->output();
+  std::printf("what the user saw:\n%s", job->output().c_str());
+}
+
+// Host 2's link is cut for 25 s (past the job's 10 s collective timeout,
+// short of --node_timeout) and then heals: every rank's allreduce times
+// out, and the group restarts on all three hosts once host 2's launcher
+// can report that its worker stopped; training resumes from the last
+// checkpoint with 3 ranks.
+TEST(MultiHostRegroupTest, ADdpJobCutOffFor25sRestartsOnEveryHostFromItsCheckpoint) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  auto job = StartDdp(hosts, "cut", {"--nnodes", "3", "--node_timeout", "60", "--max_restarts", "2"});
+  ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
+  // The cut's length is the fault itself, not a wait for something.
+  absl::SleepFor(absl::Seconds(25));
+  ASSERT_TRUE(hosts.SetLink(2, /*up=*/true).ok());
+  const absl::Time healed = absl::Now();
+  ASSERT_TRUE(job->on(0).WaitFor("[ddp] 3 ranks", 2, absl::Seconds(120)))
+      << "the group did not restart on every host after the heal\n"
+      << job->output();
+  std::printf("3 ranks training again %.1f s after the link healed\n",
+              absl::ToDoubleSeconds(absl::Now() - healed));
+  EXPECT_EQ(job->Finish(absl::Seconds(240)), std::vector<int>(3, 0)) << job->output();
+  const std::string& out = job->on(0).output();
+  for (int host = 0; host < 3; ++host) {
+    EXPECT_TRUE(absl::StrContains(job->on(host).output(), "restarting the group (1/2)"))
+        << job->output();
+  }
+  EXPECT_GE(FirstNumber(out, "resuming from [^ ]* at epoch 1 step ([0-9]+)"), 40) << out;
+  EXPECT_GT(FirstNumber(out, "test accuracy ([0-9.]+)%"), 70.0) << out;
+  std::printf("what the user saw:\n%s", job->output().c_str());
+}
+
+}  // namespace
+}  // namespace tessera::testing
