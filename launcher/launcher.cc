@@ -496,11 +496,16 @@ int Run(const LaunchOptions& options) {
     auto go_on_without = [&options, restarts = elastic_restarts.get()](
                              int node, int first,
                              const std::string& what) -> std::optional<std::string> {
-      if (restarts == nullptr) return "no worker role is elastic (--elastic_roles)";
-      auto refused = restarts->GoOnWithout(first, options.nproc_per_node, what);
+      auto refused = restarts == nullptr
+                         ? std::optional<std::string>("no worker role is elastic (--elastic_roles)")
+                         : restarts->GoOnWithout(first, options.nproc_per_node, what);
       if (!refused.has_value()) {
         Say(absl::StrCat(what, "; its ranks ", first, "..", first + options.nproc_per_node - 1,
                          " are recorded as left and the job goes on without them"));
+      } else {
+        Say(absl::StrCat(what, "; its workers cannot be let go (", *refused,
+                         "): the group restarts on the nodes left (Note [Regrouping without "
+                         "lost nodes])"));
       }
       return refused;
     };
@@ -612,7 +617,8 @@ int Run(const LaunchOptions& options) {
         failure = lost.has_value()
                       ? *lost
                       : nodes->ReportedFailure(attempt).value_or("a worker on another node failed");
-        Say((lost.has_value() ? "" : "another node reported: ") + failure);
+        // (A node lost for a regroup was named when it was declared.)
+        if (!nodes->Regrouping()) Say((lost.has_value() ? "" : "another node reported: ") + failure);
       }
     }
     // A lost node cannot be restarted with the others: the group restarts

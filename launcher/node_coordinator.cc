@@ -347,9 +347,7 @@ NodeCoordinator::Verdict NodeCoordinator::DeclareLost(int round, int node,
   }
   if (!refused.has_value()) return {Verdict::kGoOn, what};
   return {Verdict::kRegroup,
-          absl::StrCat(what, "; the running group cannot go on without it (", *refused,
-                       "), so it restarts on the ", live,
-                       " nodes left (Note [Regrouping without lost nodes])")};
+          absl::StrCat(what, "; the group restarts on the ", live, " nodes left (", *refused, ")")};
 }
 
 void NodeCoordinator::Close(int round) { (void)store_->Set(Key(round, "open"), kClosed); }

@@ -178,6 +178,10 @@ int Train(const tessera::examples::TrainingFlags& flags) {
                 static_cast<long long>(mine), static_cast<long long>(all),
                 static_cast<long long>(zero->StateBytes()));
   }
+  // Every rank leaves together, before rank 0 evaluates (longer than a
+  // collective's timeout may be): without tessera-run, rank 0 hosts the
+  // store the others use.
+  group->Barrier().Get(absl::Seconds(120));
   if (rank == 0) {
     torch::NoGradGuard no_grad;
     net->eval();
@@ -185,8 +189,6 @@ int Train(const tessera::examples::TrainingFlags& flags) {
     const double accuracy = predictions.eq(test.labels).to(torch::kFloat).mean().item<double>();
     std::printf("test accuracy %.2f%% after %d epochs\n", 100 * accuracy, flags.epochs);
   }
-  // Every rank leaves together: rank 0 hosts the store the others use.
-  group->Barrier().Get(absl::Seconds(120));
   return 0;
 }
 
