@@ -10,8 +10,25 @@
 #     recovers from a live peer; its per-step cost against plain DDP;
 #   - DDP, torchrun's way: group restart from the last checkpoint.
 # Prints one line per measurement. Usage: bench/recovery.sh
+#
+# bench/recovery.sh --across_hosts [runs] (issue 31; root, as the tests
+# that make network hosts): a cluster's failures on three network hosts,
+# measured by the multi-host tests themselves (each prints its timings):
+# a lost machine (link down, every process on it SIGKILLed) and a link cut
+# for 25 s that heals, for the parameter server, fault-tolerant DDP and
+# DDP. Prints every timing line of `runs` runs (default 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ "${1:-}" == "--across_hosts" ]]; then
+  for ((run = 1; run <= ${2:-1}; run++)); do
+    bazel test //tests/multihost:multihost_cluster_faults_test \
+        //tests/multihost:multihost_regroup_test --cache_test_results=no \
+        --test_output=all 2>&1 |
+      grep -E "^(the server noticed|replica 2 recovered|node 2 declared lost|[23] ranks training)" |
+      sed "s/^/run $run: /"
+  done
+  exit 0
+fi
 bazel build //launcher:tessera-run //examples/parameter_server //examples/ddp_fashion_mnist \
     //examples/fault_tolerant_ddp >/dev/null 2>&1
 RUN=bazel-bin/launcher/tessera-run

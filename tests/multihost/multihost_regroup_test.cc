@@ -53,6 +53,9 @@ TEST(MultiHostRegroupTest, ADdpJobThatLosesAHostRestartsOnTheOthersFromItsCheckp
   const absl::Time killed = absl::Now();
   ASSERT_EQ(::kill(job->on(2).pid(), SIGKILL), 0);
   ObservedProcess& node0 = job->on(0);
+  ASSERT_TRUE(node0.WaitFor("node 2 lost: ", 1, absl::Seconds(60))) << job->output();
+  std::printf("node 2 declared lost %.1f s after it died\n",
+              absl::ToDoubleSeconds(absl::Now() - killed));
   ASSERT_TRUE(node0.WaitFor("[ddp] 2 ranks", 1, absl::Seconds(120)))
       << "the group did not restart on the hosts left\n"
       << job->output();
