@@ -222,11 +222,16 @@ void NodeCoordinator::End(int round, Ending how) {
   const char* value = how == Ending::kStopped    ? kStopped
                       : how == Ending::kFinished ? "finished"
                                                  : "was interrupted";
-  // Retried while the store does not answer: a node cut off from it must
-  // still say it stopped once the link heals, or node 0 would judge it
+  const std::string key = EndedKey(round, node_rank_);
+  if (how != Ending::kStopped) {
+    (void)store_->Set(key, value);
+    return;
+  }
+  // A stopped node takes part in the next round: retried while the store
+  // does not answer (up to --rdzv_timeout), so a node cut off from it still
+  // says it stopped once the link heals, and node 0 does not judge it
   // silent and restart the group without it.
   const absl::Time deadline = absl::Now() + timeout_;
-  const std::string key = EndedKey(round, node_rank_);
   while (!store_->Set(key, value, absl::Seconds(2)).ok() && absl::Now() < deadline) {
     absl::SleepFor(absl::Seconds(1));  // a pause between tries, not a wait for an event
   }

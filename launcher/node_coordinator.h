@@ -9,7 +9,8 @@
 // new workers had registered. So each attempt is a round r:
 //   1. open: node 0 waits until every node has ended round r-1 (its workers
 //      all gone), clears the store but for the launchers' keys, and sets
-//      tessera-run/r/open; the other nodes wait for that key to start theirs;
+//      tessera-run/r/open to the round's nodes; the other nodes wait for
+//      that key to start theirs;
 //   2. run: a node whose worker fails sets tessera-run/r/failed; every node
 //      watches that key and stops its workers when it appears;
 //   (while running, every node beats under tessera-run/r/alive/<node>; a
