@@ -1,9 +1,10 @@
-// A data-parallel job (ddp_fashion_mnist, one rank per network host) and a
-// cluster's failures (Note [Regrouping without lost nodes],
-// launcher/node_coordinator.h): DDP ranks cannot be let go as a parameter
-// server's trainers can, so a lost machine restarts the group on the
-// machines left, and a cut link that heals restarts it on all of them —
-// each time from rank 0's last checkpoint, never from the beginning.
+// Jobs restarted as a group (DDP, pipeline, hybrid DDP + RPC; one process
+// per network host) and a cluster's failures (Note [Regrouping without
+// lost nodes], launcher/node_coordinator.h): their workers cannot be let go
+// as a parameter server's trainers can, so a lost machine restarts the
+// group on the machines left (DDP, whose world may shrink), and a cut link
+// that heals restarts it on all of them — each time from the last
+// checkpoint, never from the beginning.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -23,32 +24,53 @@
 namespace tessera::testing {
 namespace {
 
-constexpr char kDdp[] = "examples/ddp_fashion_mnist/ddp_fashion_mnist";
+// A job shape restarted as a group: its program, the host whose process
+// writes the checkpoints and prints the accuracy, and the name it prints.
+struct Shape {
+  const char* name;
+  const char* program;
+  int writer_host;
+  const char* who;
+};
 
-// ddp_fashion_mnist on every host for one epoch, checkpointing every 20
-// steps into a folder every host sees (as a cluster's shared file system),
-// with `launcher_args`; returns once rank 0 has saved its second checkpoint.
-std::unique_ptr<Job> StartDdp(NetworkHosts& hosts, const std::string& name,
-                              std::vector<std::string> launcher_args) {
-  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+constexpr Shape kDdp = {"ddp", "examples/ddp_fashion_mnist/ddp_fashion_mnist", 0, "ddp"};
+constexpr Shape kPipeline = {"pipeline", "examples/pipeline/pipeline", 0, "driver"};
+constexpr Shape kHybrid = {"hybrid", "examples/hybrid_ddp_rpc/hybrid_ddp_rpc", 1, "trainer1"};
+
+// `shape` on every host for 200 steps, checkpointing every 20 into a
+// folder every host sees (as a cluster's shared file system), with
+// `launcher_args`; returns once the writer has saved its second checkpoint.
+std::unique_ptr<Job> Start(NetworkHosts& hosts, const Shape& shape, const std::string& fault,
+                           std::vector<std::string> launcher_args) {
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", shape.name, "-", fault);
   auto job = Job::Launched(hosts, 1,
-                           {kDdp, "--epochs", "1", "--log_every", "20", "--checkpoint_dir", dir,
-                            "--checkpoint_every", "20"},
+                           {shape.program, "--epochs", "1", "--max_steps", "200", "--log_every",
+                            "20", "--checkpoint_dir", dir, "--checkpoint_every", "20"},
                            {{"TESSERA_TIMEOUT_S", "10"}}, "", std::move(launcher_args));
-  EXPECT_TRUE(job->on(0).WaitFor("[ddp] checkpoint at epoch 1 step 40", 1, absl::Seconds(180)))
+  EXPECT_TRUE(job->on(shape.writer_host)
+                  .WaitFor(absl::StrCat("[", shape.who, "] checkpoint at epoch 1 step 40"), 1,
+                           absl::Seconds(180)))
       << job->output();
   return job;
 }
 
-// Host 2 is lost — its link down, then every process on it SIGKILLed, its
-// tessera-run included. Node 0 declares it lost after --node_timeout; with
-// --nnodes 2:3 two nodes suffice, so the group restarts on hosts 0 and 1
-// as 2 ranks, resumes from the last checkpoint re-sharded over them, and
-// finishes the epoch.
+// Where the writer's resumed run began ("resuming from ... step S"), and
+// the accuracy it reached.
+void ExpectResumedFromACheckpoint(Job& job, const Shape& shape) {
+  const std::string& out = job.on(shape.writer_host).output();
+  EXPECT_GE(FirstNumber(out, "resuming from [^ ]* at epoch 1 step ([0-9]+)"), 40) << out;
+  EXPECT_GT(FirstNumber(out, "test accuracy ([0-9.]+)%"), 60.0) << out;
+}
+
+// DDP: host 2 is lost — its link down, then every process on it SIGKILLed,
+// its tessera-run included. Node 0 declares it lost after --node_timeout;
+// with --nnodes 2:3 two nodes suffice, so the group restarts on hosts 0
+// and 1 as 2 ranks, resumes from the last checkpoint re-sharded over them,
+// and finishes.
 TEST(MultiHostRegroupTest, ADdpJobThatLosesAHostRestartsOnTheOthersFromItsCheckpoint) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
-  auto job = StartDdp(hosts, "lost",
-                      {"--nnodes", "2:3", "--node_timeout", "10", "--max_restarts", "1"});
+  auto job = Start(hosts, kDdp, "lost",
+                   {"--nnodes", "2:3", "--node_timeout", "10", "--max_restarts", "1"});
   ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
   const absl::Time killed = absl::Now();
   ASSERT_EQ(::kill(job->on(2).pid(), SIGKILL), 0);
@@ -74,41 +96,48 @@ TEST(MultiHostRegroupTest, ADdpJobThatLosesAHostRestartsOnTheOthersFromItsCheckp
       << job->output();
   EXPECT_TRUE(absl::StrContains(job->on(1).output(), "this attempt runs on nodes 0,1"))
       << job->output();
-  // From the checkpoint, not from scratch.
-  EXPECT_GE(FirstNumber(out, "resuming from [^ ]* at epoch 1 step ([0-9]+)"), 40) << out;
-  EXPECT_GT(FirstNumber(out, "test accuracy ([0-9.]+)%"), 70.0) << out;
   EXPECT_EQ(out.find("not every node reported its end"), std::string::npos) << job->output();
+  ExpectResumedFromACheckpoint(*job, kDdp);  // not from scratch
   std::printf("what the user saw:\n%s", job->output().c_str());
 }
 
-// Host 2's link is cut for 25 s (past the job's 10 s collective timeout,
-// short of --node_timeout) and then heals: every rank's allreduce times
-// out, and the group restarts on all three hosts once host 2's launcher
-// can report that its worker stopped; training resumes from the last
-// checkpoint with 3 ranks.
-TEST(MultiHostRegroupTest, ADdpJobCutOffFor25sRestartsOnEveryHostFromItsCheckpoint) {
+class MultiHostHealedCutTest : public ::testing::TestWithParam<Shape> {};
+
+// Host 2's link is cut for 25 s (past the job's 10 s timeouts, short of
+// --node_timeout) and then heals: the job's collectives or calls time out,
+// and the group restarts on all three hosts once host 2's launcher can
+// report that its worker stopped; training resumes from the last
+// checkpoint with every rank.
+TEST_P(MultiHostHealedCutTest, RestartsTheGroupOnEveryHostFromTheCheckpoint) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
-  auto job = StartDdp(hosts, "cut", {"--nnodes", "3", "--node_timeout", "60", "--max_restarts", "2"});
+  const Shape& shape = GetParam();
+  auto job =
+      Start(hosts, shape, "cut", {"--nnodes", "3", "--node_timeout", "60", "--max_restarts", "2"});
   ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
   // The cut's length is the fault itself, not a wait for something.
   absl::SleepFor(absl::Seconds(25));
   ASSERT_TRUE(hosts.SetLink(2, /*up=*/true).ok());
   const absl::Time healed = absl::Now();
-  ASSERT_TRUE(job->on(0).WaitFor("[ddp] 3 ranks", 2, absl::Seconds(120)))
-      << "the group did not restart on every host after the heal\n"
+  ASSERT_TRUE(job->on(shape.writer_host).WaitFor("resuming from", 1, absl::Seconds(120)))
+      << "the group did not restart after the heal\n"
       << job->output();
-  std::printf("3 ranks training again %.1f s after the link healed\n",
+  std::printf("%s: the group resumed %.1f s after the link healed\n", shape.name,
               absl::ToDoubleSeconds(absl::Now() - healed));
   EXPECT_EQ(job->Finish(absl::Seconds(240)), std::vector<int>(3, 0)) << job->output();
-  const std::string& out = job->on(0).output();
   for (int host = 0; host < 3; ++host) {
     EXPECT_TRUE(absl::StrContains(job->on(host).output(), "restarting the group (1/2)"))
         << job->output();
   }
-  EXPECT_GE(FirstNumber(out, "resuming from [^ ]* at epoch 1 step ([0-9]+)"), 40) << out;
-  EXPECT_GT(FirstNumber(out, "test accuracy ([0-9.]+)%"), 70.0) << out;
+  EXPECT_EQ(job->output().find("ranks instead of"), std::string::npos) << job->output();
+  ExpectResumedFromACheckpoint(*job, shape);
   std::printf("what the user saw:\n%s", job->output().c_str());
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MultiHostHealedCutTest,
+                         ::testing::Values(kDdp, kPipeline, kHybrid),
+                         [](const ::testing::TestParamInfo<Shape>& info) {
+                           return std::string(info.param.name);
+                         });
 
 }  // namespace
 }  // namespace tessera::testing
