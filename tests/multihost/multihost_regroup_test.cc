@@ -62,44 +62,73 @@ void ExpectResumedFromACheckpoint(Job& job, const Shape& shape) {
   EXPECT_GT(FirstNumber(out, "test accuracy ([0-9.]+)%"), 60.0) << out;
 }
 
-// DDP: host 2 is lost — its link down, then every process on it SIGKILLed,
-// its tessera-run included. Node 0 declares it lost after --node_timeout;
-// with --nnodes 2:3 two nodes suffice, so the group restarts on hosts 0
-// and 1 as 2 ranks, resumes from the last checkpoint re-sharded over them,
-// and finishes.
-TEST(MultiHostRegroupTest, ADdpJobThatLosesAHostRestartsOnTheOthersFromItsCheckpoint) {
-  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
-  auto job = Start(hosts, kDdp, "lost",
-                   {"--nnodes", "2:3", "--node_timeout", "10", "--max_restarts", "1"});
-  ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
+// A lost machine for a shape whose world may shrink: the job on `hosts`
+// hosts loses the last one; what the writer prints once the group runs on
+// the others; the round's nodes as the launchers say them.
+struct LostHost {
+  Shape shape;
+  int hosts;
+  const char* regrouped;
+  const char* runs_on;
+};
+
+constexpr LostHost kDdpLosesAHost = {kDdp, 3, "[ddp] 2 ranks",
+                                     "this attempt runs on nodes 0,1: 2 ranks instead of 3"};
+constexpr LostHost kHybridLosesATrainersHost = {
+    kHybrid, 4, "embedding table for 2 trainers",
+    "this attempt runs on nodes 0,1,2: 3 ranks instead of 4"};
+
+class MultiHostLostHostTest : public ::testing::TestWithParam<LostHost> {};
+
+// The last host is lost — its link down, then every process on it
+// SIGKILLed, its tessera-run included. Node 0 declares it lost after
+// --node_timeout; with --nnodes MIN:MAX one node may go, so the group
+// restarts on the hosts left with one rank fewer (ranks renumbered),
+// resumes from the last checkpoint and finishes.
+TEST_P(MultiHostLostHostTest, RestartsTheGroupOnTheOthersFromTheCheckpoint) {
+  const LostHost& test = GetParam();
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, test.hosts);
+  const int lost = test.hosts - 1;
+  auto job = Start(hosts, test.shape, "lost",
+                   {"--nnodes", absl::StrCat(lost, ":", test.hosts), "--node_timeout", "10",
+                    "--max_restarts", "1"});
+  ASSERT_TRUE(hosts.SetLink(lost, /*up=*/false).ok());
   const absl::Time killed = absl::Now();
-  ASSERT_EQ(::kill(job->on(2).pid(), SIGKILL), 0);
+  ASSERT_EQ(::kill(job->on(lost).pid(), SIGKILL), 0);
   ObservedProcess& node0 = job->on(0);
-  ASSERT_TRUE(node0.WaitFor("node 2 lost: ", 1, absl::Seconds(60))) << job->output();
-  std::printf("node 2 declared lost %.1f s after it died\n",
+  const std::string declared = absl::StrCat("node ", lost, " lost: ");
+  ASSERT_TRUE(node0.WaitFor(declared, 1, absl::Seconds(60))) << job->output();
+  std::printf("%s: node %d declared lost %.1f s after it died\n", test.shape.name, lost,
               absl::ToDoubleSeconds(absl::Now() - killed));
-  ASSERT_TRUE(node0.WaitFor("[ddp] 2 ranks", 1, absl::Seconds(120)))
+  const int writer = test.shape.writer_host;
+  ASSERT_TRUE(job->on(writer).WaitFor("resuming from", 1, absl::Seconds(120)))
       << "the group did not restart on the hosts left\n"
       << job->output();
-  std::printf("2 ranks training again %.1f s after host 2 died\n",
-              absl::ToDoubleSeconds(absl::Now() - killed));
-  for (int host = 0; host < 2; ++host) {
+  std::printf("%s: training again %.1f s after host %d died\n", test.shape.name,
+              absl::ToDoubleSeconds(absl::Now() - killed), lost);
+  for (int host = 0; host < lost; ++host) {
     EXPECT_EQ(job->on(host).Finish(absl::Seconds(240)), 0)
         << "host " << host << " did not finish in time\n"
         << job->output();
   }
   const std::string& out = node0.output();
-  EXPECT_TRUE(absl::StrContains(out, "node 2 lost: not heard from for 10s (--node_timeout)"))
+  EXPECT_TRUE(absl::StrContains(out, declared + "not heard from for 10s (--node_timeout)"))
       << job->output();
   EXPECT_TRUE(absl::StrContains(out, "its workers cannot be let go")) << job->output();
-  EXPECT_TRUE(absl::StrContains(out, "this attempt runs on nodes 0,1: 2 ranks instead of 3"))
-      << job->output();
-  EXPECT_TRUE(absl::StrContains(job->on(1).output(), "this attempt runs on nodes 0,1"))
-      << job->output();
+  for (int host = 0; host < lost; ++host) {
+    EXPECT_TRUE(absl::StrContains(job->on(host).output(), test.runs_on)) << job->output();
+  }
+  EXPECT_TRUE(absl::StrContains(job->output(), test.regrouped)) << job->output();
   EXPECT_EQ(out.find("not every node reported its end"), std::string::npos) << job->output();
-  ExpectResumedFromACheckpoint(*job, kDdp);  // not from scratch
+  ExpectResumedFromACheckpoint(*job, test.shape);  // not from scratch
   std::printf("what the user saw:\n%s", job->output().c_str());
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MultiHostLostHostTest,
+                         ::testing::Values(kDdpLosesAHost, kHybridLosesATrainersHost),
+                         [](const ::testing::TestParamInfo<LostHost>& info) {
+                           return std::string(info.param.shape.name);
+                         });
 
 class MultiHostHealedCutTest : public ::testing::TestWithParam<Shape> {};
 
