@@ -15,8 +15,8 @@
 # that make network hosts): a cluster's failures on three network hosts,
 # measured by the multi-host tests themselves (each prints its timings):
 # a lost machine (link down, every process on it SIGKILLed) and a link cut
-# for 25 s that heals, for the parameter server, fault-tolerant DDP and
-# DDP. Prints every timing line of `runs` runs (default 1).
+# for 25 s that heals, for the parameter server, fault-tolerant DDP, DDP,
+# pipeline and hybrid. Prints every timing line of `runs` runs (default 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--across_hosts" ]]; then
@@ -24,7 +24,7 @@ if [[ "${1:-}" == "--across_hosts" ]]; then
     bazel test //tests/multihost:multihost_cluster_faults_test \
         //tests/multihost:multihost_regroup_test --cache_test_results=no \
         --test_output=all 2>&1 |
-      grep -E "^(the server noticed|replica 2 recovered|node 2 declared lost|[23] ranks training)" |
+      grep -E "^(the server noticed|replica 2 recovered|[a-z]+: (node [0-9] declared lost|training again|the group resumed))" |
       sed "s/^/run $run: /"
   done
   exit 0

@@ -74,17 +74,26 @@ bool Learns(rpc::Runtime& runtime, int rank, int incarnation) {
 // off but not dead, after its rank rejoined as a new incarnation (as after
 // its launcher restarted it during a cut). Its calls are refused, naming it
 // — on the connection it already had to worker0 and on a new one to
-// worker1 — while the new incarnation's are served.
-TEST(RpcFencingTest, AStaleIncarnationsCallsAreRefusedNamingIt) {
+// worker1 — while the new incarnation's are served. On both backends.
+class RpcFencingTest : public ::testing::TestWithParam<rpc::Backend> {
+ protected:
+  rpc::RpcOptions Options(const std::string& name, int rank, int port) const {
+    rpc::RpcOptions options = InProcessOptions(name, rank, 3, port);
+    options.backend = GetParam();
+    return options;
+  }
+};
+
+TEST_P(RpcFencingTest, AStaleIncarnationsCallsAreRefusedNamingIt) {
   auto store = store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
   ASSERT_TRUE(store.ok());
   const int port = (*store)->port();
   std::vector<std::unique_ptr<rpc::Runtime>> world(3);
   std::vector<std::thread> starting;
   for (int rank = 0; rank < 3; ++rank) {
-    starting.emplace_back([&world, rank, port] {
-      auto runtime = rpc::TryInit(InProcessOptions(absl::StrCat("worker", rank), rank, 3, port),
-                                  MakeTestRegistry());
+    starting.emplace_back([this, &world, rank, port] {
+      auto runtime =
+          rpc::TryInit(Options(absl::StrCat("worker", rank), rank, port), MakeTestRegistry());
       EXPECT_TRUE(runtime.ok()) << runtime.status();
       if (runtime.ok()) world[rank] = *std::move(runtime);
     });
@@ -94,7 +103,7 @@ TEST(RpcFencingTest, AStaleIncarnationsCallsAreRefusedNamingIt) {
   rpc::Runtime& stale = *world[2];
   ASSERT_EQ(stale.RpcSync<int64_t>("worker0", "echo", int64_t{7}), 7);  // a connection to worker0
 
-  rpc::RpcOptions rejoin = InProcessOptions("worker2", 2, 3, port);
+  rpc::RpcOptions rejoin = Options("worker2", 2, port);
   rejoin.join = rpc::JoinMode::kRejoin;
   auto fresh = rpc::TryInit(rejoin, MakeTestRegistry());
   ASSERT_TRUE(fresh.ok()) << fresh.status();
@@ -123,6 +132,12 @@ TEST(RpcFencingTest, AStaleIncarnationsCallsAreRefusedNamingIt) {
   }
   for (auto& thread : stopping) thread.join();
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, RpcFencingTest,
+                         ::testing::Values(rpc::Backend::kTensorPipe, rpc::Backend::kGrpc),
+                         [](const ::testing::TestParamInfo<rpc::Backend>& info) {
+                           return std::string(rpc::BackendName(info.param));
+                         });
 
 TEST(RpcRendezvousTest, MissingWorkersAreNamedNotWaitedForever) {
   auto store = store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
