@@ -79,6 +79,8 @@ TEST(MultiHostClusterFaultsTest, AParameterServerJobThatLosesATrainersHostFinish
   EXPECT_EQ(server.Count("serving a CNN"), 1) << out;
   EXPECT_TRUE(absl::StrContains(out, "steps trained: 500 of 500 ")) << out;
   EXPECT_GT(FirstNumber(out, "test accuracy ([0-9.]+)%"), 70.0) << out;
+  std::printf("parameter server, trainer host lost: test accuracy %.2f%% after 500 steps\n",
+              FirstNumber(out, "test accuracy ([0-9.]+)%"));
   EXPECT_TRUE(absl::StrContains(out, "node 2 lost: not heard from for 10s")) << job->output();
   std::printf("what the user saw:\n%s", job->output().c_str());
 }
@@ -108,6 +110,9 @@ TEST(MultiHostClusterFaultsTest, AParameterServerJobCutOffFor25sHealsWithoutRest
   EXPECT_EQ(server.Count("serving a CNN"), 1) << job->output();
   EXPECT_TRUE(absl::StrContains(out, "steps trained: 500 of 500 ")) << job->output();
   EXPECT_GT(FirstNumber(out, "test accuracy ([0-9.]+)%"), 70.0) << out;
+  std::printf("parameter server, trainer link cut and healed: test accuracy %.2f%% after 500 "
+              "steps\n",
+              FirstNumber(out, "test accuracy ([0-9.]+)%"));
   EXPECT_EQ(job->output().find("restarting the group"), std::string::npos) << job->output();
   std::printf("what the user saw:\n%s", job->output().c_str());
 }

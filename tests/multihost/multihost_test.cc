@@ -454,13 +454,19 @@ double AccuracyIn(const std::string& output) {
   return at == std::string::npos ? -1 : std::atof(output.c_str() + at + 14);
 }
 
+// The same 500 steps as the parameter-server cases of
+// multihost_cluster_faults_test, undisturbed: the accuracy those reach
+// after a lost machine or a healed cut is compared with this one's
+// (bench/recovery.sh --across_hosts; docs/benchmarks.md).
 TEST(MultiHostTest, TheParameterServerExampleTrainsAcrossThreeHosts) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
-  auto job = Job::Launched(
-      hosts, 1,
-      {"examples/parameter_server/parameter_server", "--epochs", "1", "--max_steps", "120"});
+  auto job = Job::Launched(hosts, 1,
+                           {"examples/parameter_server/parameter_server", "--epochs", "1",
+                            "--max_steps", "500", "--log_every", "20"});
   EXPECT_EQ(job->Finish(absl::Seconds(400)), std::vector<int>(3, 0)) << job->output();
-  EXPECT_GT(AccuracyIn(job->on(0).output()), 60.0) << job->output();
+  const double accuracy = AccuracyIn(job->on(0).output());
+  EXPECT_GT(accuracy, 70.0) << job->output();
+  std::printf("parameter server undisturbed: test accuracy %.2f%% after 500 steps\n", accuracy);
 }
 
 TEST(MultiHostTest, TheHybridExampleTrainsAcrossThreeHosts) {
