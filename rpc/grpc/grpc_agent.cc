@@ -90,6 +90,7 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
       streams_.erase(rank);
     }
     workers_ = std::move(workers);
+    workers_version_.fetch_add(1);
   }
   Future<Message> Send(int to_rank, Message request, absl::Time deadline) override;
   AgentCounters counters() const override { return served_.Complete(pending_.Counts()); }
@@ -115,6 +116,7 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
     MutexLock lock(&mu_);
     return MemberRank(peer.name, peer.rank, peer.incarnation, workers_);
   }
+  uint64_t WorkersVersion() const override { return workers_version_.load(); }
 
  private:
   // The open stream to `rank`, opening one if needed; an error if the agent
@@ -154,6 +156,7 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
   PeerFailureNotifier peer_failures_;
 
   std::atomic<bool> serving_{false};
+  std::atomic<uint64_t> workers_version_{1};  // bumped by SetWorkers
   ServedCounts served_;
 };
 

@@ -110,17 +110,21 @@ void ServerStream::OnReadDone(bool ok) {
     }
   } else {
     const auto kind = message->envelope.kind();
-    if (kind == proto::CALL || kind == proto::INTERNAL_CALL) {
-      MutexLock lock(&mu_);
-      ++in_flight_;
+    // Checked again when the agent's table changed: a peer not a member at
+    // its handshake may have joined since, and one may have been replaced
+    // by a newer incarnation (Note [Fencing stale incarnations]).
+    std::optional<int> rechecked;
+    if (const uint64_t version = host_->WorkersVersion();
+        peer_.has_value() && version != checked_version_) {
+      checked_version_ = version;
+      rechecked = host_->MemberRankOf(*peer_);
     }
-    // Against the agent's table as it is now: a peer not a member at its
-    // handshake may have joined since, and one may have been replaced by a
-    // newer incarnation (Note [Fencing stale incarnations]).
-    const int from = peer_.has_value() ? host_->MemberRankOf(*peer_) : -1;
+    int from = -1;
     {
       MutexLock lock(&mu_);
-      peer_rank_ = from;
+      if (rechecked.has_value()) peer_rank_ = *rechecked;
+      from = peer_rank_;
+      if (kind == proto::CALL || kind == proto::INTERNAL_CALL) ++in_flight_;
     }
     if (kind != proto::CALL && kind != proto::INTERNAL_CALL) {
       FinishSoon(ToGrpc(absl::InvalidArgumentError(
@@ -154,6 +158,7 @@ absl::Status ServerStream::HandleHandshake(const Message& message) {
   auto peer = handshake_.OnProof(message.envelope);
   if (!peer.ok()) return peer.status();
   host_->timer()->Cancel(handshake_timer_);
+  checked_version_ = host_->WorkersVersion();  // before the lookup: a change after it shows
   const int member_rank = host_->MemberRankOf(*peer);
   if (member_rank == kStaleIncarnation) {
     return StaleIncarnationError(peer->name, peer->rank, peer->incarnation,

@@ -11,6 +11,7 @@
 // later, which then become no-ops.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 
@@ -56,6 +57,10 @@ class StreamHost {
   virtual bool serving() const = 0;
   // The rank to serve an authenticated peer as (rpc_agent.h's MemberRank).
   virtual int MemberRankOf(const PeerIdentity& peer) const = 0;
+  // Changes whenever the worker table does: a stream asks MemberRankOf again
+  // only then, not on every request (a peer may have joined, or been
+  // replaced by a newer incarnation: Note [Fencing stale incarnations]).
+  virtual uint64_t WorkersVersion() const = 0;
   // A server stream ended (or, listening, saw the server shut down);
   // `peer_rank` is -1 unless a worker of the job.
   virtual void OnServerStreamDone(int peer_rank, const absl::Status& why) = 0;
@@ -137,6 +142,7 @@ class ServerStream final : public AsyncServerBidi,
   HealthMethod health_ = HealthMethod::kNone;
   DeadlineTimer::Id handshake_timer_ = 0;
   std::optional<PeerIdentity> peer_;  // the identity it proved; read reactions only
+  uint64_t checked_version_ = 0;      // the WorkersVersion peer_rank_ is from; ditto
   WriteQueue writes_;
 
   Mutex mu_;
