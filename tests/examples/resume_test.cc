@@ -46,9 +46,13 @@ class ResumeTest : public ::testing::Test {
   }
 
   // Runs `args` under tessera-run --max_restarts 1, kills `rank` once
-  // `checkpointed` appears, and checks the resumed run.
+  // `checkpointed` appears, and checks the resumed run. `redone`: how many
+  // batches the checkpoint may hold as not done though trained (the parameter
+  // server's leases: a trainer acknowledges a batch with its next request, so
+  // a batch trained but not yet acknowledged when the server died is trained
+  // again after the restart, Note [Work handed out by the server]).
   void KillAndResume(std::vector<std::string> args, int rank, const std::string& checkpointed,
-                     int64_t checkpoint_every) {
+                     int64_t checkpoint_every, int64_t redone = 0) {
     std::vector<std::string> launch = {"--standalone", "--max_restarts", "1"};
     launch.insert(launch.end(), args.begin(), args.end());
     for (const char* flag :
@@ -79,7 +83,7 @@ class ResumeTest : public ::testing::Test {
         StepLines(out, static_cast<size_t>(resumed.position(0) + resumed.length(0)));
     ASSERT_FALSE(before.empty()) << out;
     ASSERT_FALSE(after.empty()) << out;
-    EXPECT_GT(after.front().step, from) << "the steps go on after the checkpoint\n" << out;
+    EXPECT_GT(after.front().step, from - redone) << "the steps go on after the checkpoint\n" << out;
     EXPECT_EQ(after.back().step, 400) << out;
     // Restarted from scratch, the loss would be back near the first line's.
     EXPECT_LT(after.front().loss, 0.8 * before.front().loss) << out;
@@ -93,7 +97,7 @@ class ResumeTest : public ::testing::Test {
 TEST_F(ResumeTest, AKilledParameterServerResumesFromItsCheckpoint) {
   KillAndResume({"--nproc_per_node", "3", "--elastic_roles", "trainer",
                  "examples/parameter_server/parameter_server"},
-                /*rank=*/0, "[ps] checkpoint at epoch 1 step 200", 100);
+                /*rank=*/0, "[ps] checkpoint at epoch 1 step 200", 100, /*redone=*/2);
 }
 
 TEST_F(ResumeTest, AKilledDdpRankRestartsTheGroupFromTheCheckpoint) {
