@@ -171,6 +171,13 @@ int NodeCoordinator::WatchFailures(int round) {
           ++node;
           continue;
         }
+        // A node whose workers finished reports its end and its launcher
+        // exits: silent, but not lost (its replicas may finish seconds
+        // before this node's; judged lost, it failed a finished job).
+        if (store_->Get(EndedKey(round, *node), absl::ZeroDuration()).ok()) {
+          node = watched.erase(node);
+          continue;
+        }
         const Verdict lost = DeclareLost(round, *node, heard);
         if (lost.kind == Verdict::kStop) return wake(lost.what);
         if (lost.kind == Verdict::kRegroup) {

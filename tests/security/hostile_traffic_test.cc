@@ -248,7 +248,10 @@ TEST(HostileTrafficTest, NoConnectionHurtsAWorkerTheStoreOrTheLaunchers) {
       node0.Drain();
       node1.Drain();
     }
-    for (const auto& worker : workers) EXPECT_TRUE(Alive(worker.pid)) << "pass " << pass;
+    for (const auto& worker : workers) {
+      EXPECT_TRUE(Alive(worker.pid)) << "pass " << pass << ": worker " << worker.pid << " died\n"
+                                     << node0.output() << node1.output();
+    }
   }
   while (!slow_done) {
     node0.Drain();
