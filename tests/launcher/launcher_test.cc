@@ -157,14 +157,17 @@ TESSERA_WORKER_SCENARIO(launched_rpc_rank1_fails_first) {
 }
 
 // tessera-run's arguments for node `node_rank` of two on this machine, one
-// worker each, running `command` (by default launched_rpc_rank1_fails_first).
+// worker each, running `command` (by default launched_rpc_rank1_fails_first);
+// `flags` go to tessera-run too.
 std::vector<std::string> TwoNodeArgs(const std::string& node_rank, const std::string& port,
-                                     int max_restarts, std::vector<std::string> command = {}) {
+                                     int max_restarts, std::vector<std::string> command = {},
+                                     const std::vector<std::string>& flags = {}) {
   if (command.empty()) command = {SelfPath(), "--tessera_worker=launched_rpc_rank1_fails_first"};
   std::vector<std::string> args = {
       "--nnodes",         "2",  "--node_rank",    node_rank,
       "--nproc_per_node", "1",  "--master_addr",  "127.0.0.1",
       "--master_port",    port, "--max_restarts", std::to_string(max_restarts)};
+  args.insert(args.end(), flags.begin(), flags.end());
   args.insert(args.end(), command.begin(), command.end());
   return args;
 }
@@ -179,10 +182,11 @@ void FreshMarker(const std::string& name) {
 // Two launchers on this machine, node 0 and node 1, meeting on a free port
 // with a shared job secret (set for them, unset again at the end).
 struct TwoNodes {
-  explicit TwoNodes(int max_restarts, const std::vector<std::string>& command = {})
+  explicit TwoNodes(int max_restarts, const std::vector<std::string>& command = {},
+                    const std::vector<std::string>& flags = {})
       : port(SetSecretAndPickPort()),
-        node0(TwoNodeArgs("0", port, max_restarts, command)),
-        node1(TwoNodeArgs("1", port, max_restarts, command)) {}
+        node0(TwoNodeArgs("0", port, max_restarts, command, flags)),
+        node1(TwoNodeArgs("1", port, max_restarts, command, flags)) {}
   ~TwoNodes() { unsetenv("TESSERA_JOB_SECRET"); }
   static std::string SetSecretAndPickPort() {
     setenv("TESSERA_JOB_SECRET", "the two nodes' secret", 1);  // both launchers inherit it
@@ -243,6 +247,21 @@ TEST(LauncherTest, AnInterruptedNodeStopsTheOthersForGood) {
       << node0.output();
   EXPECT_TRUE(absl::StrContains(node0.output(), "node 1 was interrupted in attempt 0"))
       << node0.output();
+}
+
+// A node whose workers finished ends and its launcher exits, so its
+// heartbeats stop; node 0, whose rank 0 works on for longer than
+// --node_timeout (a final evaluation, say), must not judge it lost and fail
+// a job that finished everywhere. (The sleep is rank 0's work, not a wait
+// for an event.)
+TEST(LauncherTest, ANodeThatFinishedFirstIsNotDeclaredLost) {
+  TwoNodes nodes(/*max_restarts=*/0,
+                 {"/bin/sh", "-c", "if [ \"$RANK\" = 0 ]; then sleep 6; fi; echo finished"},
+                 {"--node_timeout", "2"});
+  EXPECT_EQ(nodes.node1.Finish(absl::Seconds(60)), 0) << nodes.node1.output();
+  EXPECT_EQ(nodes.node0.Finish(absl::Seconds(60)), 0) << nodes.node0.output();
+  EXPECT_FALSE(absl::StrContains(nodes.node0.output(), "lost")) << nodes.node0.output();
+  EXPECT_TRUE(absl::StrContains(nodes.node0.output(), "[rank 0] finished")) << nodes.node0.output();
 }
 
 // The store on an etcd cluster (--store etcd://..., Note [The store on

@@ -196,6 +196,13 @@ TEST(HostileTrafficTest, NoConnectionHurtsAWorkerTheStoreOrTheLaunchers) {
   ASSERT_TRUE(node0.WaitFor("calls flowing")) << node0.output();
   std::vector<Worker> workers = WorkersIn(node0.output() + node1.output());
   ASSERT_EQ(workers.size(), 4u) << node0.output() << node1.output();
+  // A dead worker's last words are in its launcher's output.
+  auto ExpectAllAlive = [&](const std::string& when) {
+    for (const auto& worker : workers) {
+      EXPECT_TRUE(Alive(worker.pid)) << when << ": worker " << worker.pid << " died\n"
+                                     << node0.output() << node1.output();
+    }
+  };
   std::vector<int> ports = {std::stoi(port)};
   for (const auto& worker : workers) ports.push_back(worker.port);
 
@@ -248,10 +255,7 @@ TEST(HostileTrafficTest, NoConnectionHurtsAWorkerTheStoreOrTheLaunchers) {
       node0.Drain();
       node1.Drain();
     }
-    for (const auto& worker : workers) {
-      EXPECT_TRUE(Alive(worker.pid)) << "pass " << pass << ": worker " << worker.pid << " died\n"
-                                     << node0.output() << node1.output();
-    }
+    ExpectAllAlive(absl::StrCat("pass ", pass));
   }
   while (!slow_done) {
     node0.Drain();
@@ -259,7 +263,7 @@ TEST(HostileTrafficTest, NoConnectionHurtsAWorkerTheStoreOrTheLaunchers) {
     absl::SleepFor(absl::Milliseconds(100));
   }
   slow.join();
-  for (const auto& worker : workers) EXPECT_TRUE(Alive(worker.pid));
+  ExpectAllAlive("after the slow talkers");
   // gRPC accepts every connection, but closes one that has not set up
   // HTTP/2 within its handshake timeout (10 s): the silent ones, still open
   // on this side, are let go by the workers.
