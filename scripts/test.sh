@@ -15,7 +15,7 @@ bazel test //... "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 if [[ -f /usr/local/cuda/include/nccl.h ]]; then
   echo "CUDA and NCCL found in /usr/local/cuda: testing the NCCL backend too"
-  bazel test //ddp/nccl //tests/ddp:nccl_process_group_test "$@" 2>&1 | tee -a "$log"
+  bazel test //ddp/nccl //tests/ddp:nccl_process_group_test //bench:nccl_allreduce_bench "$@" 2>&1 | tee -a "$log"
   nccl_status=${PIPESTATUS[0]}
   [[ $status -eq 0 ]] && status=$nccl_status
 else
