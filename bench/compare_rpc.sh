@@ -4,11 +4,16 @@
 # medians and ratios:
 #   - Tessera over TensorPipe vs PyTorch 1.13 (ours / PyTorch);
 #   - Tessera over gRPC vs a bare gRPC C++ echo (//bench:grpc_floor, the
-#     floor: ours / bare), and the bare TensorPipe floor.
+#     floor: ours / bare), and the bare TensorPipe floor;
+#   - the path between hosts, forced on one host (rpc_bench --same-host=tcp:
+#     TCP and the basic channel) vs a raw TCP ping-pong (//bench:socket_floor)
+#     and vs the gRPC backend; the default same-host path vs a raw Unix-socket
+#     ping-pong (socket_floor --unix).
 # For latency lower is better; for calls/s and GB/s higher is better.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bazel build //bench:rpc_bench //bench:tensorpipe_floor //bench:grpc_floor 2>/dev/null
+bazel build //bench:rpc_bench //bench:tensorpipe_floor //bench:grpc_floor //bench:socket_floor \
+    2>/dev/null
 runs=$(mktemp)
 for _ in $(seq "${REPEAT:-3}"); do
   echo "tp_floor $(bazel-bin/bench/tensorpipe_floor)" >>"$runs"
@@ -16,6 +21,9 @@ for _ in $(seq "${REPEAT:-3}"); do
   echo "grpc_floor $(bazel-bin/bench/grpc_floor)" >>"$runs"
   echo "grpc $(bazel-bin/bench/rpc_bench --grpc)" >>"$runs"
   echo "pytorch $(/usr/bin/python3 bench/torch_rpc_bench.py "$(mktemp)" 2>/dev/null | tail -n 1)" >>"$runs"
+  echo "tensorpipe_tcp $(bazel-bin/bench/rpc_bench --same-host=tcp)" >>"$runs"
+  echo "tcp_floor $(bazel-bin/bench/socket_floor)" >>"$runs"
+  echo "unix_floor $(bazel-bin/bench/socket_floor --unix)" >>"$runs"
 done
 /usr/bin/python3 - "$runs" <<'PY'
 import collections, json, statistics, sys
@@ -30,11 +38,19 @@ print(f"medians of {runs} runs; bare TensorPipe floor:", json.dumps(med["tp_floo
 def table(title, a, b, names):
     print(f"\n{title}\n{'metric':<14}{names[0]:>12}{names[1]:>12}{'ratio':>10}")
     for key in med[a]:
-        x, y = med[a][key], med[b].get(key)
+        if key not in med[b]:
+            continue  # a floor measures fewer things
+        x, y = med[a][key], med[b][key]
         r = x / y if y else float("nan")
         print(f"{key:<14}{x:>12.1f}{y:>12.1f}{r:>10.2f}")
 table("TensorPipe backend vs PyTorch (ours / PyTorch)", "tensorpipe", "pytorch",
       ("tessera", "pytorch"))
 table("gRPC backend vs bare gRPC echo (ours / bare)", "grpc", "grpc_floor",
       ("tessera", "bare grpc"))
+table("TensorPipe backend forced onto TCP vs raw TCP (ours / raw)", "tensorpipe_tcp", "tcp_floor",
+      ("tessera", "raw tcp"))
+table("TensorPipe backend forced onto TCP vs the gRPC backend (TensorPipe / gRPC)",
+      "tensorpipe_tcp", "grpc", ("tp tcp", "grpc"))
+table("TensorPipe backend, same host (default) vs raw Unix socket (ours / raw)", "tensorpipe",
+      "unix_floor", ("tessera", "raw unix"))
 PY

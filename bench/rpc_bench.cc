@@ -4,7 +4,9 @@
 //   calls_per_s              echo throughput with 64 calls in flight
 //   gbps_1mb / gbps_64mb     tensor echo bandwidth: 2 x size / round trip
 // Flags: --grpc runs both workers on the gRPC agent (default TensorPipe);
-// --no-shm keeps TensorPipe off shared memory.
+// --same-host=unix|shm|tcp picks TensorPipe's same-host transport (default
+// unix; tcp measures the cross-host path: TCP and the basic channel);
+// --no-cma moves same-host tensors over the transport instead of cma.
 // Run through bench/compare_rpc.sh to compare with PyTorch in the same run.
 #include <ATen/ops/ones.h>
 #include <sys/wait.h>
@@ -40,7 +42,12 @@ bool HasFlag(const std::vector<std::string>& args, const std::string& flag) {
 
 std::unique_ptr<Runtime> Start(int rank, int port, const std::vector<std::string>& args) {
   tessera::rpc::RpcOptions options = tessera::bench::WorkerOptions(rank, 2, port);
-  options.tensorpipe.enable_shm = !HasFlag(args, "--no-shm");
+  if (HasFlag(args, "--same-host=shm")) {
+    options.tensorpipe.same_host = tessera::rpc::SameHostTransport::kSharedMemory;
+  } else if (HasFlag(args, "--same-host=tcp")) {
+    options.tensorpipe.same_host = tessera::rpc::SameHostTransport::kTcp;
+  }
+  options.tensorpipe.enable_cma = !HasFlag(args, "--no-cma");
   if (HasFlag(args, "--grpc")) options.backend = tessera::rpc::Backend::kGrpc;
   auto runtime = TryInit(options, MakeRegistry());
   if (!runtime.ok()) {

@@ -16,14 +16,30 @@ enum class TcpTransport {
   kUv,       // TensorPipe's libuv transport: trusts every peer
 };
 
+enum class SameHostTransport {
+  // The guarded transport on abstract Unix sockets, with the cma channel:
+  // sleeps while idle (default).
+  kUnixSockets,
+  // TensorPipe's shm transport: a little lower latency, but its reactor
+  // busy-polls one core per process for the whole job.
+  kSharedMemory,
+  // No same-host path: TCP and the basic channel, exactly as between hosts
+  // (to measure the cross-host path on one machine).
+  kTcp,
+};
+
 struct TensorPipeOptions {
   // Numeric address to listen on (a wildcard listens on every interface)
   // and the one peers dial; the runtime sets both by Note [Choosing the host
   // address] (common/host_address.h). An empty advertise_host is listen_host.
   std::string listen_host = "127.0.0.1";
   std::string advertise_host;
-  // Allow the shared-memory transport / cma channel when viable.
-  bool enable_shm = true;
+  // How workers on one host reach each other (Note [Same-host transport],
+  // rpc/tensorpipe/tensorpipe_agent.cc). TESSERA_TENSORPIPE_SAME_HOST=
+  // unix|shm|tcp overrides it; TESSERA_TENSORPIPE_SHM=0 means tcp.
+  SameHostTransport same_host = SameHostTransport::kUnixSockets;
+  // Allow the cma channel (tensor bytes copied straight from the sender's
+  // memory) between workers of one host; never with SameHostTransport::kTcp.
   bool enable_cma = true;
   TcpTransport tcp = TcpTransport::kGuarded;
   // Set from RpcOptions::limits by the runtime.

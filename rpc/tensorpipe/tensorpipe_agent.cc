@@ -66,9 +66,39 @@ struct ServerPipe {
   DeadlineTimer::Id handshake_timer = 0;
 };
 
-std::string UniqueShmAddress(const std::string& name) {
+// A listening name no other listener on this host has: the process, a
+// per-process count, and the worker's name (cut so that the whole fits an
+// abstract Unix socket's 107 bytes).
+std::string UniqueSameHostAddress(const std::string& name) {
   static std::atomic<uint64_t> counter{0};
-  return absl::StrCat("tessera_", getpid(), "_", counter.fetch_add(1), "_", name);
+  return absl::StrCat("tessera_", getpid(), "_", counter.fetch_add(1), "_", name.substr(0, 64));
+}
+
+// Note [Same-host transport]: TensorPipe's shm transport was the same-host
+// default until issue 32: its reactor thread busy-polls a core in every
+// process for the whole job, which cost the parameter-server example 1.4x
+// on two cores (the training needs those cores) and makes a 32-worker host
+// spin 32 cores. The default is now the guarded transport on abstract Unix
+// sockets (guarded_tcp.h): an epoll loop that sleeps while idle, the same
+// secret gate and bounded frames as TCP (TensorPipe's shm listener let any
+// local process reach TensorPipe's unguarded parsing), tensors still moved
+// by the cma channel. Measured in docs/benchmarks.md ("Same-host
+// transport"). The environment overrides the option, so a job can be
+// switched without rebuilding.
+SameHostTransport SameHostFromEnv(SameHostTransport configured) {
+  if (const char* shm = std::getenv("TESSERA_TENSORPIPE_SHM");
+      shm != nullptr && std::string(shm) == "0") {
+    return SameHostTransport::kTcp;
+  }
+  const char* env = std::getenv("TESSERA_TENSORPIPE_SAME_HOST");
+  if (env == nullptr || *env == '\0') return configured;
+  const std::string value = env;
+  if (value == "unix") return SameHostTransport::kUnixSockets;
+  if (value == "shm") return SameHostTransport::kSharedMemory;
+  if (value == "tcp") return SameHostTransport::kTcp;
+  TESSERA_LOG(WARNING) << "TESSERA_TENSORPIPE_SAME_HOST=" << value
+                       << " is none of unix, shm, tcp; keeping the configured transport";
+  return configured;
 }
 
 class TensorPipeAgent final : public RpcAgent {
@@ -110,29 +140,38 @@ class TensorPipeAgent final : public RpcAgent {
       context_->registerTransport(0, tcp_name, tp::transport::uv::create());
     }
     std::vector<std::string> urls = {tcp_name + "://" + JoinHostPort(options_.listen_host, 0)};
-    // Note [Same-host fast paths]: TensorPipe picks shm (and cma) for a peer
-    // only when the peer's domain descriptor equals ours — the same kernel
-    // and network namespace (and, for cma, PID and user namespace). We
-    // publish ours as the worker's locality, so that each worker can say
-    // which transport a peer will get before the first call.
+    // Note [Same-host fast paths]: TensorPipe picks a same-host transport
+    // (and cma) for a peer only when the peer's domain descriptor equals
+    // ours — the same kernel and network namespace (and, for cma, PID and
+    // user namespace). We publish ours as the worker's locality, so that
+    // each worker can say which transport a peer will get before the first
+    // call.
     std::vector<std::string> locality;
     std::string transport_choice = tcp_name;
-    // TESSERA_TENSORPIPE_SHM=0 turns the shared-memory transport off (e.g.
-    // under ThreadSanitizer, whose slowdown upsets TensorPipe's shm handshake).
-    const char* shm_env = std::getenv("TESSERA_TENSORPIPE_SHM");
-    const bool shm_allowed = shm_env == nullptr || std::string(shm_env) != "0";
-    if (options_.enable_shm && shm_allowed) {
+    same_host_ = SameHostFromEnv(options_.same_host);
+    if (same_host_ == SameHostTransport::kUnixSockets) {
+      GuardedTcpOptions unix_options;
+      unix_options.secret = secret_;
+      unix_options.max_frame_bytes = options_.limits.max_envelope_bytes + (64 << 10);
+      auto unix_transport = CreateGuardedUnixTransport(unix_options);
+      context_->registerTransport(10, "unix", unix_transport);
+      locality.push_back("unix=" + unix_transport->domainDescriptor());
+      urls.push_back(SameHostUrl());
+      transport_choice = "unix (same host), " + tcp_name;
+    } else if (same_host_ == SameHostTransport::kSharedMemory) {
       auto shm = tp::transport::shm::create();
       if (shm->isViable()) {
         context_->registerTransport(10, "shm", shm);
         locality.push_back("shm=" + shm->domainDescriptor());
-        urls.push_back("shm://" + UniqueShmAddress(self_.name));
+        urls.push_back(SameHostUrl());
         transport_choice = "shm (same host), " + tcp_name;
+      } else {
+        same_host_ = SameHostTransport::kTcp;
       }
     }
     context_->registerChannel(0, "basic", tp::channel::basic::create());
     std::string channel_choice = "basic";
-    if (options_.enable_cma) {
+    if (options_.enable_cma && same_host_ != SameHostTransport::kTcp) {
       auto cma = tp::channel::cma::create();
       if (cma->isViable()) {
         context_->registerChannel(10, "cma", cma);
@@ -202,6 +241,8 @@ class TensorPipeAgent final : public RpcAgent {
   void FailPipe(const std::shared_ptr<ClientPipe>& client, const absl::Status& why,
                 bool notify = true);
   std::string PeerAt(int rank) const;  // with its address, for connection errors
+  // A fresh listening address for the same-host transport in use.
+  std::string SameHostUrl() const;
 
   const TensorPipeOptions options_;
   const auth::JobSecret secret_;
@@ -212,6 +253,7 @@ class TensorPipeAgent final : public RpcAgent {
   std::shared_ptr<tp::Context> context_;
   std::shared_ptr<tp::Listener> listener_ ABSL_GUARDED_BY(mu_);  // see Relisten()
   std::string listen_url_;  // the TCP listener's; self_.address is what peers dial
+  SameHostTransport same_host_ = SameHostTransport::kTcp;  // set by Start()
   const std::shared_ptr<BufferPool> buffers_ = BufferPool::Create();
   absl::Duration relisten_backoff_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(1);
   DeadlineTimer::Id relisten_timer_ ABSL_GUARDED_BY(mu_) = 0;
@@ -232,6 +274,12 @@ class TensorPipeAgent final : public RpcAgent {
   ServedCounts served_;
 };
 
+std::string TensorPipeAgent::SameHostUrl() const {
+  const std::string address = UniqueSameHostAddress(self_.name);
+  return same_host_ == SameHostTransport::kUnixSockets ? "unix://@" + address
+                                                       : "shm://" + address;
+}
+
 std::string TensorPipeAgent::PeerAt(int rank) const {
   MutexLock lock(&mu_);
   return DescribeWorkerAt(rank, workers_);
@@ -251,8 +299,10 @@ std::string TransportFor(const WorkerInfo& self, const WorkerInfo& peer) {
     return !mine.empty() && mine == find(peer.locality, key);
   };
   const std::string tcp = peer.address.substr(0, peer.address.find("://"));
-  return absl::StrCat(same("shm") ? "shm" : tcp, " transport, ", same("cma") ? "cma" : "basic",
-                      " channel", same("shm") || same("cma") ? " (same host)" : " (another host)");
+  const std::string transport = same("unix") ? "unix" : same("shm") ? "shm" : tcp;
+  const bool same_host = transport != tcp || same("cma");
+  return absl::StrCat(transport, " transport, ", same("cma") ? "cma" : "basic", " channel",
+                      same_host ? " (same host)" : " (another host)");
 }
 
 Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
@@ -512,7 +562,7 @@ void TensorPipeAgent::Relisten() {
     if (closed_) return;
     urls.push_back(listen_url_);
   }
-  if (options_.enable_shm) urls.push_back("shm://" + UniqueShmAddress(self_.name));
+  if (same_host_ != SameHostTransport::kTcp) urls.push_back(SameHostUrl());
   std::shared_ptr<tp::Listener> listener;
   try {
     listener = context_->listen(urls);  // see Note [No TensorPipe calls under mu_]

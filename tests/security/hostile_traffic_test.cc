@@ -40,9 +40,13 @@ namespace {
 
 constexpr char kSecret[] = "the hostile-traffic job's secret";
 constexpr char kFloodDone[] = "flood/done";
+constexpr char kSilentHeld[] = "flood/silent_connections_held";
 
 // Every worker: prints its pid and port, serves; rank 1 also calls the
-// others until the test says the flood is over, checking every result.
+// others until the test says the flood is over, checking every result, and
+// makes its first call to worker3 while the test holds silent connections
+// open to every port (a new connection must get through a full gate: Note
+// [Full gate], rpc/tensorpipe/guarded_tcp/listener_impl.cc).
 TESSERA_WORKER_SCENARIO(serve_under_flood) {
   auto options = rpc::RpcOptions::TryFromEnv();
   if (!options.ok()) return 2;
@@ -58,6 +62,7 @@ TESSERA_WORKER_SCENARIO(serve_under_flood) {
   int code = 0;
   if (rt.self().rank == 1) {
     int64_t calls = 0;
+    bool called_worker3 = false;
     const absl::Time give_up = absl::Now() + absl::Seconds(150);
     for (int64_t round = 0; absl::Now() < give_up; ++round) {
       for (const char* peer : {"worker0", "worker2"}) {
@@ -75,7 +80,18 @@ TESSERA_WORKER_SCENARIO(serve_under_flood) {
       if (code != 0) break;
       if (round == 5) std::printf("calls flowing\n");
       std::fflush(stdout);
-      if (round % 20 == 0 && rt.store().Get(kFloodDone, absl::ZeroDuration()).ok()) break;
+      if (round % 20 != 0) continue;
+      if (!called_worker3 && rt.store().Get(kSilentHeld, absl::ZeroDuration()).ok()) {
+        const at::Tensor x = at::full({4}, 1.0);
+        auto sum = rt.RpcAsync<at::Tensor>(rpc::CallOptions{absl::Seconds(20)}, "worker3", "add",
+                                           x, x)
+                       .Wait(absl::Seconds(30));
+        std::printf("first call to worker3 during the flood: %s\n",
+                    sum.ok() ? "ok" : sum.status().ToString().c_str());
+        if (!sum.ok()) code = 3;
+        called_worker3 = true;
+      }
+      if (rt.store().Get(kFloodDone, absl::ZeroDuration()).ok()) break;
     }
     std::printf("legitimate calls during the flood: %ld, all correct: %s\n", calls,
                 code == 0 ? "yes" : "no");
@@ -219,6 +235,9 @@ TEST(HostileTrafficTest, NoConnectionHurtsAWorkerTheStoreOrTheLaunchers) {
   }
   std::vector<int> descriptors;
   for (const auto& worker : workers) descriptors.push_back(OpenDescriptors(worker.pid));
+  store::StoreClient store("127.0.0.1", std::stoi(port), absl::Seconds(10),
+                           auth::JobSecret(kSecret));
+  ASSERT_TRUE(store.Set(kSilentHeld, "1").ok());
   node0.Drain();
   node1.Drain();
   // TensorPipe's gate holds at most 256 connections; an acceptor without a
@@ -278,13 +297,13 @@ TEST(HostileTrafficTest, NoConnectionHurtsAWorkerTheStoreOrTheLaunchers) {
     }
   }
   for (int fd : silent) close(fd);
-
-  store::StoreClient store("127.0.0.1", std::stoi(port), absl::Seconds(10),
-                           auth::JobSecret(kSecret));
   ASSERT_TRUE(store.Set(kFloodDone, "1").ok());
   EXPECT_EQ(node0.Finish(absl::Seconds(180)), 0) << node0.output();
   EXPECT_EQ(node1.Finish(absl::Seconds(60)), 0) << node1.output();
   EXPECT_TRUE(absl::StrContains(node0.output() + node1.output(), "all correct: yes"))
+      << node0.output() << node1.output();
+  EXPECT_TRUE(absl::StrContains(node0.output() + node1.output(),
+                                "first call to worker3 during the flood: ok"))
       << node0.output() << node1.output();
   std::printf("descriptors before -> while %d silent connections per port were open:",
               kSilentPerPort);

@@ -62,8 +62,8 @@ void ConnectionImpl::initImplFromLoop() {
   context_->enroll(*this);
   tensorpipe::Error error;
   if (!socket_.hasValue()) {
-    auto sockaddr = InetSockaddr::Parse(addr_);
-    if (!sockaddr.has_value()) {
+    auto sockaddr = SocketAddress::Parse(addr_);
+    if (!sockaddr.has_value() || sockaddr->is_unix() != context_->unix_domain()) {
       setError(MakeFrameError("cannot parse address '" + addr_ + "'", __FILE__, __LINE__));
       return;
     }
@@ -84,10 +84,13 @@ void ConnectionImpl::initImplFromLoop() {
       return;
     }
   }
-  // Small control frames must not wait for Nagle's algorithm.
-  int one = 1;
-  ::setsockopt(socket_.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  DetectSilentPeer(socket_.fd());
+  if (!context_->unix_domain()) {
+    // Small control frames must not wait for Nagle's algorithm.
+    int one = 1;
+    ::setsockopt(socket_.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    // A same-host peer that dies is closed by the kernel: no probes needed.
+    DetectSilentPeer(socket_.fd());
+  }
   UpdateInterest();
 }
 
@@ -136,6 +139,7 @@ void ConnectionImpl::writeImplFromLoop(const void* ptr, size_t length, write_cal
   op.data = static_cast<const char*>(ptr);
   op.fn = std::move(fn);
   writes_.push_back(std::move(op));
+  context_->ExpectAnswer();
   if (!connecting_ && GateOpen()) ProcessWrites();
   if (!error_) UpdateInterest();
 }

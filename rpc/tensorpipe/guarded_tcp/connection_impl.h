@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "rpc/tensorpipe/guarded_tcp/inet_sockaddr.h"
+#include "rpc/tensorpipe/guarded_tcp/socket_address.h"
 #include "rpc/tensorpipe/guarded_tcp/secret_gate.h"
 #include "rpc/tensorpipe/guarded_tcp/tensorpipe_internals.h"
 

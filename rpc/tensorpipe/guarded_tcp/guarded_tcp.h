@@ -12,6 +12,10 @@
 // docs/security.md.
 //
 // Registered by the TensorPipe agent under the name "tcp" in place of "uv".
+//
+// The same transport runs on abstract Unix-domain sockets between workers of
+// one host (CreateGuardedUnixTransport): the agent's default same-host path,
+// Note [Same-host transport] in rpc/tensorpipe/tensorpipe_agent.cc.
 #pragma once
 
 #include <cstddef>
@@ -41,5 +45,17 @@ struct GuardedTcpOptions {
 
 std::shared_ptr<tensorpipe::transport::Context> CreateGuardedTcpTransport(
     const GuardedTcpOptions& options);
+
+// The guarded transport over abstract Unix-domain sockets (listen and
+// connect addresses "@name"; advertise_host is ignored). Its domain
+// descriptor names this kernel boot and network namespace — where an
+// abstract name is reachable — so TensorPipe chooses it only between
+// workers that can really reach each other through it. Its epoll loop
+// sleeps while idle, unlike TensorPipe's shm reactor.
+std::shared_ptr<tensorpipe::transport::Context> CreateGuardedUnixTransport(
+    const GuardedTcpOptions& options);
+
+// The domain descriptor CreateGuardedUnixTransport's contexts carry.
+std::string UnixDomainDescriptor();
 
 }  // namespace tessera::rpc

@@ -39,11 +39,19 @@ std::string MoreSince(int64_t held_back) {
                        : "";
 }
 
+// Who is at the other end: its address, or for a Unix-domain socket (whose
+// client end has no name) the process and user the kernel vouches for.
 std::string PeerOf(int fd) {
   struct sockaddr_storage addr;
   socklen_t len = sizeof(addr);
   if (::getpeername(fd, reinterpret_cast<struct sockaddr*>(&addr), &len) != 0) return "?";
-  return InetSockaddr(reinterpret_cast<struct sockaddr*>(&addr), len).str();
+  if (addr.ss_family == AF_UNIX) {
+    struct ucred cred {};
+    socklen_t cred_len = sizeof(cred);
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0) return "a local process";
+    return "local pid " + std::to_string(cred.pid) + " (uid " + std::to_string(cred.uid) + ")";
+  }
+  return SocketAddress(reinterpret_cast<struct sockaddr*>(&addr), len).str();
 }
 
 }  // namespace
@@ -55,18 +63,27 @@ ListenerImpl::ListenerImpl(ConstructorToken token, std::shared_ptr<ContextImpl> 
 
 void ListenerImpl::initImplFromLoop() {
   context_->enroll(*this);
-  sockaddr_ = InetSockaddr::Parse(requested_addr_);
+  sockaddr_ = SocketAddress::Parse(requested_addr_);
   if (!sockaddr_.has_value()) {
     setError(MakeFrameError("cannot parse listen address '" + requested_addr_ + "'",
                             __FILE__, __LINE__));
     return;
   }
+  if (sockaddr_->is_unix() != context_->unix_domain()) {
+    setError(MakeFrameError("'" + requested_addr_ + "' is not a " +
+                                (context_->unix_domain() ? "Unix-domain (@name)" : "TCP") +
+                                " address",
+                            __FILE__, __LINE__));
+    return;
+  }
   tensorpipe::Error error;
   std::tie(error, socket_) = tensorpipe::Socket::createForFamily(sockaddr_->family());
-  if (!error) error = socket_.reuseAddr(true);
+  if (!error && !sockaddr_->is_unix()) error = socket_.reuseAddr(true);
   if (!error) error = socket_.bind(*sockaddr_);
   if (!error) error = socket_.block(false);
-  if (!error) error = socket_.listen(128);
+  // Note [Connection storms]: a job's workers all dial at start; the kernel
+  // caps the backlog at net.core.somaxconn (4096 on Debian 12).
+  if (!error) error = socket_.listen(SOMAXCONN);
   if (error) {
     setError(std::move(error));
     return;
@@ -78,7 +95,7 @@ void ListenerImpl::initImplFromLoop() {
     setError(std::move(error));
     return;
   }
-  sockaddr_ = InetSockaddr(reinterpret_cast<struct sockaddr*>(&bound), length);
+  sockaddr_ = SocketAddress(reinterpret_cast<struct sockaddr*>(&bound), length);
 }
 
 void ListenerImpl::acceptImplFromLoop(accept_callback_fn fn) {
@@ -122,6 +139,25 @@ void ListenerImpl::DropStaleHellos() {
     if (hello.since < cutoff) stale.push_back(fd);
   }
   for (int fd : stale) Drop(fd, "no hello within " + absl::FormatDuration(kHelloTimeout));
+}
+
+// Note [Full gate]: a new connection finding kMaxPendingHellos waiting at
+// the gate makes room by closing the one that has waited longest, instead
+// of being refused. Refusing the newest let anyone who holds silent
+// connections open (a flood, a port scanner) lock every worker out of this
+// one: a graceful shutdown's liveness probe, opened during such a flood,
+// was refused and took it for a dead worker (hostile_traffic_test). A real
+// peer passes the gate within a round trip, so to push it out an attacker
+// must open kMaxPendingHellos connections within that round trip; the
+// bound on descriptors held is unchanged.
+void ListenerImpl::EvictLongestWaiting() {
+  auto oldest = pending_.begin();
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    if (it->second.since < oldest->second.since) oldest = it;
+  }
+  Drop(oldest->first, std::to_string(pending_.size()) +
+                          " connections await their hello; closing the one waiting longest (" +
+                          absl::FormatDuration(absl::Now() - oldest->second.since) + ")");
 }
 
 bool ListenerImpl::PassGate(int fd, PendingHello& pending, bool closed) {
@@ -199,7 +235,8 @@ std::string ListenerImpl::addrImplFromLoop() const {
   if (!sockaddr_.has_value()) return requested_addr_;
   std::string host;
   int port = 0;
-  if (!context_->advertise_host().empty() && SplitHostPort(sockaddr_->str(), &host, &port)) {
+  if (!context_->unix_domain() && !context_->advertise_host().empty() &&
+      SplitHostPort(sockaddr_->str(), &host, &port)) {
     return JoinHostPort(context_->advertise_host(), port);
   }
   return sockaddr_->str();
@@ -210,27 +247,25 @@ void ListenerImpl::handleEventsFromLoop(int events) {
     setError(MakeFrameError("listening socket failed", __FILE__, __LINE__));
     return;
   }
-  const int fd = ::accept4(socket_.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-  if (fd < 0) {
-    // EAGAIN: another wake-up took it; ECONNABORTED: the peer gave up;
-    // EMFILE/ENFILE: out of descriptors for now. None ends the listener.
-    return;
-  }
-  tensorpipe::Socket socket(fd);
   DropStaleHellos();
-  if (pending_.size() >= kMaxPendingHellos) {
-    if (int64_t held_back = 0; drops_logged_.Allow(&held_back)) {
-      TESSERA_LOG(WARNING) << "listener " << addrImplFromLoop() << ": " << pending_.size()
-                           << " connections already await their hello; refusing "
-                           << PeerOf(fd)
-                           << MoreSince(held_back);
+  // Note [Connection storms]: take every connection the backlog holds, not
+  // one per wake-up, so that a burst of dials drains in one pass.
+  for (int taken = 0; taken < kMaxAcceptsPerWakeup; ++taken) {
+    const int fd = ::accept4(socket_.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      // EAGAIN: the backlog is empty; ECONNABORTED: the peer gave up;
+      // EMFILE/ENFILE: out of descriptors for now. None ends the listener.
+      return;
     }
-    return;  // `socket` closes it
+    tensorpipe::Socket socket(fd);
+    if (pending_.size() >= kMaxPendingHellos) EvictLongestWaiting();
+    pending_.emplace(fd,
+                     PendingHello{std::move(socket), absl::Now(), GateServer(context_->secret())});
+    context_->registerDescriptor(
+        fd, EPOLLIN | EPOLLRDHUP | EPOLLET,
+        std::make_shared<HelloGate>(std::static_pointer_cast<ListenerImpl>(shared_from_this()),
+                                    fd));
   }
-  pending_.emplace(fd, PendingHello{std::move(socket), absl::Now(), GateServer(context_->secret())});
-  context_->registerDescriptor(fd, EPOLLIN | EPOLLRDHUP | EPOLLET,
-                               std::make_shared<HelloGate>(
-                                   std::static_pointer_cast<ListenerImpl>(shared_from_this()), fd));
 }
 
 void ListenerImpl::handleErrorImpl() {

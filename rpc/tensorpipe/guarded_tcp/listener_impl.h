@@ -9,8 +9,9 @@
 // arrived, is no larger than kMaxHelloBytes, and parses (bounded:
 // Note [Bounded nop reads]) as a TensorPipe hello — it only peeks, so the
 // core still reads the frame itself. Anything else is closed here with a
-// logged reason. At most kMaxPendingHellos connections may be waiting, each
-// for at most kHelloTimeout. Transient accept errors do not end the
+// logged reason. At most kMaxPendingHellos connections may be waiting (a
+// new one closes the longest-waiting: Note [Full gate]), each for at most
+// kHelloTimeout. Transient accept errors do not end the
 // listener either.
 #pragma once
 
@@ -22,7 +23,7 @@
 #include "absl/time/time.h"
 #include "common/log_rate_limiter.h"
 #include "rpc/tensorpipe/guarded_tcp/hello_frame.h"
-#include "rpc/tensorpipe/guarded_tcp/inet_sockaddr.h"
+#include "rpc/tensorpipe/guarded_tcp/socket_address.h"
 #include "rpc/tensorpipe/guarded_tcp/secret_gate.h"
 #include "rpc/tensorpipe/guarded_tcp/tensorpipe_internals.h"
 
@@ -44,6 +45,9 @@ class ListenerImpl final
   void OnHelloEvent(int fd, int events);
 
   static constexpr size_t kMaxPendingHellos = 256;
+  // Accepts per readiness event: enough to drain a storm's backlog quickly,
+  // few enough that established connections' events are not starved.
+  static constexpr int kMaxAcceptsPerWakeup = 64;
   static constexpr absl::Duration kHelloTimeout = absl::Seconds(10);
 
  protected:
@@ -54,10 +58,11 @@ class ListenerImpl final
 
  private:
   const std::string requested_addr_;
-  std::optional<InetSockaddr> sockaddr_;
+  std::optional<SocketAddress> sockaddr_;
   tensorpipe::Socket socket_;
   void Drop(int fd, const std::string& why);
   void DropStaleHellos();
+  void EvictLongestWaiting();
   void Deliver(tensorpipe::Socket socket);
 
   // How far an accepted connection has come (Note [Hello gate]).

@@ -17,7 +17,8 @@
 //  - transport boilerplate (ContextImplBoilerplate, ListenerImplBoilerplate,
 //    ConnectionImplBoilerplate, ContextBoilerplate): the virtuals a
 //    transport implements;
-//  - EpollLoop, DeferredExecutor, Socket: the loop the transport runs on;
+//  - EpollLoop::EventHandler, DeferredExecutor, Socket, Fd: what the
+//    transport's own loop (event_loop.h) and sockets are built from;
 //  - nop.h / core/nop_types.h: the wire structures of the pipe handshake
 //    (bounded_nop.h walks them; the handshake fuzzer and the tests' seeds
 //    write them);
@@ -29,6 +30,7 @@
 #include <tensorpipe/common/deferred_executor.h>
 #include <tensorpipe/common/epoll_loop.h>
 #include <tensorpipe/common/error.h>
+#include <tensorpipe/common/fd.h>
 #include <tensorpipe/common/nop.h>
 #include <tensorpipe/common/socket.h>
 #include <tensorpipe/core/nop_types.h>

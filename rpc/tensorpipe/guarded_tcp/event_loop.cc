@@ -1,0 +1,178 @@
+#include "rpc/tensorpipe/guarded_tcp/event_loop.h"
+
+#include <sched.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <system_error>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "common/logging.h"
+
+namespace tessera::rpc::guarded_tcp {
+namespace {
+
+constexpr int kCapacity = 64;
+
+int CheckedFd(int fd, const char* what) {
+  if (fd < 0) throw std::system_error(errno, std::system_category(), what);
+  return fd;
+}
+
+}  // namespace
+
+absl::Duration EventLoop::SpinFromEnv() {
+  const char* env = std::getenv("TESSERA_TRANSPORT_SPIN_US");
+  int64_t us = 0;
+  if (env == nullptr || !absl::SimpleAtoi(env, &us) || us < 0) return kDefaultSpin;
+  return absl::Microseconds(us);
+}
+
+EventLoop::EventLoop(tensorpipe::DeferredExecutor& executor, absl::Duration spin)
+    : executor_(executor),
+      spin_ns_(absl::ToInt64Nanoseconds(spin)),
+      epoll_fd_(CheckedFd(::epoll_create1(EPOLL_CLOEXEC), "epoll_create1")),
+      event_fd_(CheckedFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), "eventfd")) {
+  struct epoll_event ev {};
+  ev.events = EPOLLIN;
+  ev.data.u64 = 0;
+  if (::epoll_ctl(epoll_fd_.fd(), EPOLL_CTL_ADD, event_fd_.fd(), &ev) != 0) {
+    throw std::system_error(errno, std::system_category(), "epoll_ctl(eventfd)");
+  }
+  thread_ = std::thread([this] { Loop(); });
+}
+
+EventLoop::~EventLoop() { join(); }
+
+void EventLoop::close() {
+  if (!closed_.exchange(true)) Wakeup();
+}
+
+void EventLoop::join() {
+  close();
+  if (!joined_.exchange(true)) thread_.join();
+}
+
+void EventLoop::Wakeup() {
+  const uint64_t one = 1;
+  // EAGAIN only when the counter is near overflow: the loop is awake then.
+  (void)!::write(event_fd_.fd(), &one, sizeof(one));
+}
+
+int64_t EventLoop::NowNanos() const {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+void EventLoop::ExpectAnswer() {
+  if (spin_ns_ == 0) return;
+  const int64_t now = NowNanos();
+  expected_at_ns_.store(now, std::memory_order_relaxed);
+  if (!AnswersComeFast()) return;
+  spin_until_ns_.store(now + spin_ns_, std::memory_order_relaxed);
+  if (sleeping_.load(std::memory_order_acquire)) Wakeup();
+}
+
+void EventLoop::registerDescriptor(int fd, int events, std::shared_ptr<EventHandler> handler) {
+  std::lock_guard<std::mutex> lock(handlers_mu_);
+  const uint64_t record = next_record_++;
+  struct epoll_event ev {};
+  ev.events = events;
+  ev.data.u64 = record;
+  auto it = fd_to_record_.find(fd);
+  int op = EPOLL_CTL_ADD;
+  if (it == fd_to_record_.end()) {
+    fd_to_record_.emplace(fd, record);
+  } else {
+    record_to_handler_.erase(it->second);
+    it->second = record;
+    op = EPOLL_CTL_MOD;
+  }
+  record_to_handler_.emplace(record, std::move(handler));
+  // As EpollLoop, which throws too: only a closed or foreign fd fails here.
+  if (::epoll_ctl(epoll_fd_.fd(), op, fd, &ev) != 0) {
+    throw std::system_error(errno, std::system_category(), "epoll_ctl");
+  }
+}
+
+void EventLoop::unregisterDescriptor(int fd) {
+  std::lock_guard<std::mutex> lock(handlers_mu_);
+  auto it = fd_to_record_.find(fd);
+  if (it == fd_to_record_.end()) return;
+  record_to_handler_.erase(it->second);
+  fd_to_record_.erase(it);
+  (void)::epoll_ctl(epoll_fd_.fd(), EPOLL_CTL_DEL, fd, nullptr);
+  // A closing loop waits for its last handler to go.
+  if (fd_to_record_.empty()) Wakeup();
+}
+
+bool EventLoop::HasHandlers() {
+  std::lock_guard<std::mutex> lock(handlers_mu_);
+  return !fd_to_record_.empty();
+}
+
+void EventLoop::Loop() {
+  std::vector<struct epoll_event> events(kCapacity);
+  while (!closed_.load() || HasHandlers()) {
+    const bool spin = NowNanos() < spin_until_ns_.load(std::memory_order_relaxed);
+    if (!spin) sleeping_.store(true, std::memory_order_release);
+    // Re-checked after announcing sleep: an ExpectAnswer() in between
+    // either saw `sleeping_` (and wakes us) or set a window we see here.
+    const bool sleep = !spin && NowNanos() >= spin_until_ns_.load(std::memory_order_relaxed);
+    const int n = ::epoll_wait(epoll_fd_.fd(), events.data(), kCapacity, sleep ? -1 : 0);
+    sleeping_.store(false, std::memory_order_relaxed);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      // EBADF, EFAULT, EINVAL: this loop's own state is broken.
+      TESSERA_LOG(ERROR) << "epoll_wait failed: " << std::strerror(errno);
+      std::abort();
+    }
+    if (n == 0) {
+      sched_yield();  // polling: let a thread that shares this core run
+      continue;
+    }
+    std::vector<struct epoll_event> ready;
+    ready.reserve(n);
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.u64 == 0) {
+        uint64_t value;
+        (void)!::read(event_fd_.fd(), &value, sizeof(value));
+      } else {
+        ready.push_back(events[i]);
+      }
+    }
+    if (ready.empty()) continue;
+    if (spin_ns_ > 0) {
+      const int64_t now = NowNanos();
+      if (const int64_t expected = expected_at_ns_.exchange(0, std::memory_order_relaxed);
+          expected != 0) {
+        // An average over the last ~8 answers; one slow answer (a large
+        // tensor, a long handler) does not turn polling off by itself.
+        const int64_t typical = typical_answer_ns_.load(std::memory_order_relaxed);
+        typical_answer_ns_.store(typical + (now - expected - typical) / 8,
+                                 std::memory_order_relaxed);
+      }
+      if (AnswersComeFast()) spin_until_ns_.store(now + spin_ns_, std::memory_order_relaxed);
+    }
+    executor_.runInLoop([this, ready = std::move(ready)] {
+      for (const auto& event : ready) {
+        std::shared_ptr<EventHandler> handler;
+        {
+          std::lock_guard<std::mutex> lock(handlers_mu_);
+          auto it = record_to_handler_.find(event.data.u64);
+          if (it == record_to_handler_.end()) continue;
+          handler = it->second;
+        }
+        handler->handleEventsFromLoop(static_cast<int>(event.events));
+      }
+    });
+  }
+}
+
+}  // namespace tessera::rpc::guarded_tcp
