@@ -2,6 +2,7 @@
 //   tessera-run --nproc_per_node 2 --standalone ./train --epochs 3
 #include <cstdio>
 
+#include "common/descriptor_limit.h"
 #include "launcher/launcher.h"
 
 int main(int argc, char** argv) {
@@ -11,5 +12,6 @@ int main(int argc, char** argv) {
                  std::string(options.status().message()).c_str());
     return 2;
   }
+  tessera::RaiseDescriptorLimit();  // for its workers too (Note [Descriptor limit])
   return tessera::launcher::Run(*options);
 }

@@ -6,14 +6,24 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/future.h"
+#include "rpc/tensorpipe/guarded_tcp/connect_retry.h"
+#include "rpc/tensorpipe/guarded_tcp/secret_gate.h"
 #include "rpc/tensorpipe/guarded_tcp/tensorpipe_internals.h"
 
 namespace tessera::rpc {
@@ -196,6 +206,169 @@ TEST(GuardedUnixTransportTest, ItsDomainIsThisBootAndNetworkNamespace) {
   EXPECT_EQ(CreateGuardedUnixTransport({})->domainDescriptor(), domain);
   EXPECT_NE(CreateGuardedTcpTransport({})->domainDescriptor(), domain);
 }
+
+// Note [Connect again]: the retry schedule, on a clock of the test's own.
+TEST(ConnectRetryTest, DelaysGrowWithJitterAndStopAtTheBudget) {
+  using guarded_tcp::ConnectRetry;
+  ConnectRetry retry(absl::Seconds(10), absl::Milliseconds(2), absl::Milliseconds(250));
+  absl::Time now = absl::UnixEpoch();
+  absl::Duration nominal = absl::Milliseconds(2);
+  int attempts = 0;
+  for (;;) {
+    retry.Attempted(now);
+    ++attempts;
+    const auto delay = retry.NextDelay(now);
+    if (!delay.has_value()) break;
+    EXPECT_GE(*delay, nominal * 0.5);
+    EXPECT_LE(*delay, nominal * 1.5);
+    nominal = std::min(nominal * 2, absl::Milliseconds(250));
+    now += *delay;
+  }
+  // About 10 s of attempts at most 375 ms apart: dozens, not thousands.
+  EXPECT_GE(now - absl::UnixEpoch(), absl::Seconds(9));
+  EXPECT_LE(now - absl::UnixEpoch(), absl::Seconds(10));
+  EXPECT_GT(attempts, 20);
+  EXPECT_LT(attempts, 120);
+  EXPECT_EQ(retry.attempts(), attempts);
+  EXPECT_NE(retry.Describe(now).find(absl::StrCat(attempts, " attempts over")), std::string::npos)
+      << retry.Describe(now);
+  EXPECT_TRUE(guarded_tcp::IsBusyListener(EAGAIN));
+  EXPECT_FALSE(guarded_tcp::IsBusyListener(ECONNREFUSED));  // nothing listens: a dead worker
+}
+
+// A listening socket of the test's own at a fresh address of `family`: it
+// plays the far end by hand — closing connections unanswered, as a full
+// gate closes its longest-waiting one (Note [Full gate]), or answering the
+// gate as the transport's listener would.
+class HandMadeListener {
+ public:
+  explicit HandMadeListener(Family family) {
+    if (family == Family::kUnix) {
+      fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      const std::string name = FreshAddress(family).substr(1);  // after the '@'
+      sockaddr_un address{};
+      address.sun_family = AF_UNIX;
+      std::memcpy(address.sun_path + 1, name.data(), name.size());
+      const socklen_t length = offsetof(sockaddr_un, sun_path) + 1 + name.size();
+      EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&address), length), 0) << errno;
+      address_ = "@" + name;
+    } else {
+      fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in address{};
+      address.sin_family = AF_INET;
+      address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0) << errno;
+      socklen_t length = sizeof(address);
+      getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length);
+      address_ = absl::StrCat("127.0.0.1:", ntohs(address.sin_port));
+    }
+    EXPECT_EQ(listen(fd_, 16), 0) << errno;
+  }
+  ~HandMadeListener() { close(fd_); }
+  const std::string& address() const { return address_; }
+
+  // The next connection (-1 after `timeout` without one); reads on it time
+  // out after 10 s.
+  int Accept(absl::Duration timeout = absl::Seconds(10)) {
+    pollfd ready{fd_, POLLIN, 0};
+    if (poll(&ready, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) != 1) return -1;
+    const int fd = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    timeval ten_seconds{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &ten_seconds, sizeof(ten_seconds));
+    return fd;
+  }
+
+ private:
+  int fd_ = -1;
+  std::string address_;
+};
+
+std::string ReceiveExactly(int fd, size_t bytes) {
+  std::string data(bytes, '\0');
+  const ssize_t n = recv(fd, data.data(), bytes, MSG_WAITALL);
+  return n == static_cast<ssize_t>(bytes) ? data : std::string();
+}
+
+class ConnectAgainTest : public ::testing::TestWithParam<Family> {};
+
+TEST_P(ConnectAgainTest, AConnectionClosedBeforeTheChallengeDialsAgainUnnoticed) {
+  GuardedTcpOptions options;
+  options.secret = auth::JobSecret("connect again");
+  auto context = MakeTransport(GetParam(), options);
+  HandMadeListener listener(GetParam());
+  auto client = context->connect(listener.address());
+  static const char four[4] = {1, 2, 3, 4};
+  Promise<std::string> written;
+  client->write(four, sizeof(four), [written](const tp::Error& e) {
+    written.Set(e ? e.what() : std::string());
+  });
+  // The first connection is closed before any challenge: the gate had no room.
+  const int first = listener.Accept();
+  ASSERT_GE(first, 0);
+  EXPECT_EQ(ReceiveExactly(first, guarded_tcp::kGreetingBytes).size(),
+            guarded_tcp::kGreetingBytes);
+  close(first);
+  // The next is answered as the transport's listener would.
+  const int second = listener.Accept();
+  ASSERT_GE(second, 0) << "the connecting side did not dial again";
+  guarded_tcp::GateServer gate(options.secret);
+  auto challenge = gate.OnGreeting(ReceiveExactly(second, guarded_tcp::kGreetingBytes));
+  ASSERT_TRUE(challenge.ok()) << challenge.status();
+  ASSERT_EQ(send(second, challenge->data(), challenge->size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(challenge->size()));
+  EXPECT_TRUE(gate.OnProof(ReceiveExactly(second, guarded_tcp::kProofBytes)).ok());
+  // Then TensorPipe's frame, whole and once: nothing of it went to the
+  // first connection.
+  const std::string frame = ReceiveExactly(second, sizeof(uint64_t) + sizeof(four));
+  ASSERT_EQ(frame.size(), sizeof(uint64_t) + sizeof(four));
+  EXPECT_EQ(frame[0], 4);
+  EXPECT_EQ(frame.substr(sizeof(uint64_t)), std::string(four, sizeof(four)));
+  EXPECT_EQ(*written.GetFuture().Wait(absl::Seconds(10)), "");
+  close(second);
+  context->close();
+  context->join();
+}
+
+TEST(ConnectAgainUnixTest, GivesUpAfterItsBudgetNamingTheCauseAndTheAttempts) {
+  auto context = CreateGuardedUnixTransport({});
+  HandMadeListener listener(Family::kUnix);
+  auto client = context->connect(listener.address());
+  Promise<std::string> written;
+  static const char one[1] = {1};
+  client->write(one, sizeof(one), [written](const tp::Error& e) {
+    written.Set(e ? e.what() : std::string());
+  });
+  // Every attempt is closed unanswered, until the connecting side stops
+  // (its write fails) or 20 s pass.
+  int closed = 0;
+  auto failed = written.GetFuture();
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (!failed.Wait(absl::ZeroDuration()).ok() && absl::Now() < give_up) {
+    if (const int fd = listener.Accept(absl::Milliseconds(100)); fd >= 0) {
+      close(fd);
+      ++closed;
+    }
+  }
+  EXPECT_GT(closed, 10);
+  auto error = failed.Wait(absl::ZeroDuration());
+  ASSERT_TRUE(error.ok()) << error.status();
+  EXPECT_NE(error->find("cannot connect to " + listener.address()), std::string::npos) << *error;
+  // The listener's close, as the connecting side last saw it.
+  EXPECT_TRUE(error->find("closed before the transport gate's challenge") != std::string::npos ||
+              error->find("Broken pipe") != std::string::npos ||
+              error->find("Connection reset") != std::string::npos)
+      << *error;
+  EXPECT_NE(error->find(absl::StrCat("gave up after ", closed, " attempts over ")),
+            std::string::npos)
+      << *error;
+  context->close();
+  context->join();
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ConnectAgainTest, ::testing::Values(Family::kTcp, Family::kUnix),
+                         [](const ::testing::TestParamInfo<Family>& info) {
+                           return info.param == Family::kTcp ? "tcp" : "unix";
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Families, GuardedTcpTest, ::testing::Values(Family::kTcp, Family::kUnix),
                          [](const ::testing::TestParamInfo<Family>& info) {

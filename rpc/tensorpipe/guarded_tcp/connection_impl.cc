@@ -4,10 +4,13 @@
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <sys/uio.h>
 
 #include <cerrno>
+#include <cstring>
 
+#include "absl/time/clock.h"
 #include "rpc/tensorpipe/guarded_tcp/bounded_nop.h"
 #include "rpc/tensorpipe/guarded_tcp/context_impl.h"
 #include "rpc/tensorpipe/guarded_tcp/frame_error.h"
@@ -47,7 +50,25 @@ void DetectSilentPeer(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &kUnackedTimeoutMs, sizeof(kUnackedTimeoutMs));
 }
 
+// A listener that closed a connection it had not yet engaged with (Note
+// [Connect again]).
+bool ClosedByListener(int error) { return error == ECONNRESET || error == EPIPE; }
+
 }  // namespace
+
+// Starts a connection's next attempt when its delay is over (Note [Connect
+// again]).
+class RetryTimer final : public tensorpipe::EpollLoop::EventHandler {
+ public:
+  explicit RetryTimer(std::weak_ptr<ConnectionImpl> connection)
+      : connection_(std::move(connection)) {}
+  void handleEventsFromLoop(int /*events*/) override {
+    if (auto connection = connection_.lock()) connection->OnRetryTimer();
+  }
+
+ private:
+  std::weak_ptr<ConnectionImpl> connection_;
+};
 
 ConnectionImpl::ConnectionImpl(ConstructorToken token, std::shared_ptr<ContextImpl> context,
                                std::string id, tensorpipe::Socket socket)
@@ -60,38 +81,94 @@ ConnectionImpl::ConnectionImpl(ConstructorToken token, std::shared_ptr<ContextIm
 
 void ConnectionImpl::initImplFromLoop() {
   context_->enroll(*this);
-  tensorpipe::Error error;
   if (!socket_.hasValue()) {
-    auto sockaddr = SocketAddress::Parse(addr_);
-    if (!sockaddr.has_value() || sockaddr->is_unix() != context_->unix_domain()) {
+    sockaddr_ = SocketAddress::Parse(addr_);
+    if (!sockaddr_.has_value() || sockaddr_->is_unix() != context_->unix_domain()) {
       setError(MakeFrameError("cannot parse address '" + addr_ + "'", __FILE__, __LINE__));
       return;
     }
-    std::tie(error, socket_) = tensorpipe::Socket::createForFamily(sockaddr->family());
-    if (!error) error = socket_.block(false);
-    if (!error) error = socket_.connect(*sockaddr);  // EINPROGRESS is not an error
-    if (error) {
-      setError(std::move(error));
-      return;
-    }
-    connecting_ = true;
-    gate_.emplace(context_->secret());
-    gate_out_ = gate_->greeting();
-  } else {
-    error = socket_.block(false);
-    if (error) {
-      setError(std::move(error));
-      return;
-    }
+    Dial();
+    return;
   }
-  if (!context_->unix_domain()) {
-    // Small control frames must not wait for Nagle's algorithm.
-    int one = 1;
-    ::setsockopt(socket_.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    // A same-host peer that dies is closed by the kernel: no probes needed.
-    DetectSilentPeer(socket_.fd());
+  if (tensorpipe::Error error = socket_.block(false)) {
+    setError(std::move(error));
+    return;
   }
+  ConfigureSocket();
   UpdateInterest();
+}
+
+void ConnectionImpl::ConfigureSocket() {
+  if (context_->unix_domain()) return;  // a same-host peer that dies is closed by the kernel
+  // Small control frames must not wait for Nagle's algorithm.
+  int one = 1;
+  ::setsockopt(socket_.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  DetectSilentPeer(socket_.fd());
+}
+
+void ConnectionImpl::Dial() {
+  retry_.Attempted(absl::Now());
+  connecting_ = true;
+  gate_.emplace(context_->secret());
+  gate_out_ = gate_->greeting();
+  gate_in_done_ = 0;
+  tensorpipe::Error error;
+  std::tie(error, socket_) = tensorpipe::Socket::createForFamily(sockaddr_->family());
+  if (!error) error = socket_.block(false);
+  if (!error) error = socket_.connect(*sockaddr_);  // EINPROGRESS is not an error
+  if (error) {
+    const auto system = error.castToType<tensorpipe::SystemError>();
+    if (system != nullptr && IsBusyListener(system->errorCode())) {
+      DialAgainOrFail(error.what());
+    } else {
+      setError(std::move(error));
+    }
+    return;
+  }
+  ConfigureSocket();
+  UpdateInterest();
+}
+
+void ConnectionImpl::DialAgainOrFail(const std::string& cause) {
+  const absl::Time now = absl::Now();
+  if (registered_events_ != 0) {
+    context_->unregisterDescriptor(socket_.fd());
+    registered_events_ = 0;
+  }
+  socket_.reset();
+  const std::optional<absl::Duration> delay = retry_.NextDelay(now);
+  if (!delay.has_value()) {
+    setError(MakeFrameError("cannot connect to " + addr_ + ": " + cause + " (gave up after " +
+                                retry_.Describe(now) + ")",
+                            __FILE__, __LINE__));
+    return;
+  }
+  if (!retry_timer_.hasValue()) {
+    const int fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (fd < 0) {
+      setError(SystemErrorAt("timerfd_create", errno, __LINE__));
+      return;
+    }
+    retry_timer_ = tensorpipe::Fd(fd);
+  }
+  const int64_t nanos = std::max<int64_t>(1, absl::ToInt64Nanoseconds(*delay));
+  struct itimerspec when {};
+  when.it_value.tv_sec = nanos / 1'000'000'000;
+  when.it_value.tv_nsec = nanos % 1'000'000'000;
+  if (::timerfd_settime(retry_timer_.fd(), 0, &when, nullptr) != 0) {
+    setError(SystemErrorAt("timerfd_settime", errno, __LINE__));
+    return;
+  }
+  context_->registerDescriptor(retry_timer_.fd(), EPOLLIN,
+                               std::make_shared<RetryTimer>(shared_from_this()));
+}
+
+void ConnectionImpl::OnRetryTimer() {
+  context_->unregisterDescriptor(retry_timer_.fd());
+  uint64_t expirations = 0;
+  (void)!::read(retry_timer_.fd(), &expirations, sizeof(expirations));
+  if (error_) return;
+  Dial();
 }
 
 void ConnectionImpl::readImplFromLoop(read_callback_fn fn) {
@@ -145,6 +222,14 @@ void ConnectionImpl::writeImplFromLoop(const void* ptr, size_t length, write_cal
 }
 
 void ConnectionImpl::handleEventsFromLoop(int events) {
+  // Note [Fair reads]: a peer that has sent a burst (a client with 32 calls
+  // in flight) is read a few frames at a time, so that its burst does not
+  // pass ahead of every other peer's (the batched-serving example's batches
+  // then held one client's calls only). TensorPipe posts its next read from
+  // the last one's callback, so without a budget one event would drain the
+  // socket. A closed peer's frames are all read before its EOF.
+  frames_left_in_event_ =
+      (events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP)) ? kUnlimitedFrames : kFramesPerEvent;
   if (connecting_) {
     int so_error = 0;
     socklen_t len = sizeof(so_error);
@@ -175,7 +260,11 @@ bool ConnectionImpl::PassGate() {
     if (!gate_out_.empty()) {
       const ssize_t n = ::send(socket_.fd(), gate_out_.data(), gate_out_.size(), MSG_NOSIGNAL);
       if (n < 0) {
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return false;
+        // Before the challenge the listener has not engaged with us yet.
+        if (gate_.has_value() && ClosedByListener(errno)) {
+          DialAgainOrFail(std::string("send: ") + std::strerror(errno));
+        } else {
           setError(SystemErrorAt("send", errno, __LINE__));
         }
         return false;
@@ -185,7 +274,21 @@ bool ConnectionImpl::PassGate() {
       continue;
     }
     // Exactly the challenge: what follows it is TensorPipe's.
-    if (!ReceiveInto(gate_in_, kChallengeBytes, &gate_in_done_)) return false;
+    const ssize_t n =
+        ::recv(socket_.fd(), gate_in_ + gate_in_done_, kChallengeBytes - gate_in_done_, 0);
+    if (n == 0 || (n < 0 && ClosedByListener(errno))) {
+      DialAgainOrFail(n == 0 ? std::string("closed before the transport gate's challenge")
+                             : std::string("recv: ") + std::strerror(errno));
+      return false;
+    }
+    if (n < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        setError(SystemErrorAt("recv", errno, __LINE__));
+      }
+      return false;
+    }
+    gate_in_done_ += n;
+    if (gate_in_done_ < kChallengeBytes) continue;
     auto proof = gate_->OnChallenge(std::string_view(gate_in_, kChallengeBytes));
     if (!proof.ok()) {
       setError(
@@ -247,6 +350,8 @@ void ConnectionImpl::ProcessReads() {
       }
     }
     if (!ReceiveInto(op.data, op.length, &op.data_done)) return;
+    if (frames_left_in_event_ == 0) return;  // the loop comes back: the socket stays readable
+    --frames_left_in_event_;
     ReadOp done = std::move(op);
     reads_.pop_front();
     done.fn(tensorpipe::Error::kSuccess, done.data, done.length);
@@ -285,6 +390,7 @@ void ConnectionImpl::ProcessWrites() {
 }
 
 void ConnectionImpl::UpdateInterest() {
+  if (!socket_.hasValue()) return;  // waiting to dial again
   int events = 0;
   if (connecting_) {
     events = EPOLLOUT;
@@ -313,6 +419,10 @@ void ConnectionImpl::handleErrorImpl() {
     registered_events_ = 0;
   }
   socket_.reset();
+  if (retry_timer_.hasValue()) {
+    context_->unregisterDescriptor(retry_timer_.fd());
+    retry_timer_.reset();
+  }
   context_->unenroll(*this);
 }
 

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "rpc/tensorpipe/guarded_tcp/connect_retry.h"
 #include "rpc/tensorpipe/guarded_tcp/socket_address.h"
 #include "rpc/tensorpipe/guarded_tcp/secret_gate.h"
 #include "rpc/tensorpipe/guarded_tcp/tensorpipe_internals.h"
@@ -31,6 +32,8 @@ class ConnectionImpl final
                  std::string id, std::string addr);
 
   void handleEventsFromLoop(int events) override;
+  // The delay before the next connection attempt is over.
+  void OnRetryTimer();
 
  protected:
   void initImplFromLoop() override;
@@ -69,8 +72,18 @@ class ConnectionImpl final
   // and the proof, checks the challenge. True once TensorPipe's traffic may
   // flow; false while waiting, or with the error set.
   bool PassGate();
+  // The connecting side: one attempt to connect (Note [Connect again],
+  // connect_retry.h), and the next after a failure that may pass, or the
+  // connection's error once the retries are spent.
+  void Dial();
+  void DialAgainOrFail(const std::string& cause);
+  // Socket options of either side (TCP: no Nagle, keepalive probes).
+  void ConfigureSocket();
 
   std::string addr_;
+  std::optional<SocketAddress> sockaddr_;  // the connecting side's, parsed
+  ConnectRetry retry_;
+  tensorpipe::Fd retry_timer_;  // a timerfd, while an attempt waits
   tensorpipe::Socket socket_;
   bool connecting_ = false;
   // Note [Transport gate]: TensorPipe's reads and writes wait until it is
@@ -82,6 +95,11 @@ class ConnectionImpl final
   char gate_in_[kChallengeBytes] = {};  // the challenge, as it arrives
   size_t gate_in_done_ = 0;
   int registered_events_ = 0;
+  // Frames still to hand to TensorPipe in this readiness event (Note [Fair
+  // reads], connection_impl.cc).
+  static constexpr size_t kFramesPerEvent = 8;
+  static constexpr size_t kUnlimitedFrames = ~size_t{0};
+  size_t frames_left_in_event_ = kUnlimitedFrames;
   std::deque<ReadOp> reads_;
   std::deque<WriteOp> writes_;
 };
