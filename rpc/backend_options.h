@@ -44,8 +44,12 @@ struct TensorPipeOptions {
   TcpTransport tcp = TcpTransport::kGuarded;
   // Set from RpcOptions::limits by the runtime.
   CodecLimits limits;
-  // How long a connecting peer has to complete the handshake.
-  absl::Duration handshake_timeout = absl::Seconds(10);
+  // How long a connecting peer has to complete the handshake. Generous: on
+  // the guarded transports a peer that gets this far proved the job secret
+  // at the transport gate, so the bound only reclaims a member's stalled
+  // pipe — and on a host running a connection storm (128 workers on two
+  // cores) a member's handshake took over 10 s (Note [Connect again]).
+  absl::Duration handshake_timeout = absl::Seconds(60);
 };
 
 // Certificates and keys are PEM files.

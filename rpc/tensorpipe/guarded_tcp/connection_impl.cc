@@ -323,6 +323,11 @@ bool ConnectionImpl::ReceiveInto(char* data, size_t wanted, size_t* done) {
 void ConnectionImpl::ProcessReads() {
   while (!reads_.empty()) {
     ReadOp& op = reads_.front();
+    // Note [Fair reads]: a new frame waits for the next readiness event once
+    // this one's budget is spent; its bytes are still in the socket, so the
+    // loop comes back. (A frame begun is always finished: its bytes may be
+    // all here already, and then no event would come.)
+    if (op.prefix_done == 0 && frames_left_in_event_ == 0) return;
     if (op.prefix_done < kPrefixBytes) {
       if (!ReceiveInto(reinterpret_cast<char*>(&op.length), kPrefixBytes, &op.prefix_done)) {
         return;
@@ -350,8 +355,7 @@ void ConnectionImpl::ProcessReads() {
       }
     }
     if (!ReceiveInto(op.data, op.length, &op.data_done)) return;
-    if (frames_left_in_event_ == 0) return;  // the loop comes back: the socket stays readable
-    --frames_left_in_event_;
+    if (frames_left_in_event_ > 0) --frames_left_in_event_;
     ReadOp done = std::move(op);
     reads_.pop_front();
     done.fn(tensorpipe::Error::kSuccess, done.data, done.length);

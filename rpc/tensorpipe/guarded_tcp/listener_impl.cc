@@ -3,6 +3,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -122,11 +123,15 @@ void ListenerImpl::Deliver(tensorpipe::Socket socket) {
   fn(tensorpipe::Error::kSuccess, createAndInitConnection(std::move(socket)));
 }
 
-void ListenerImpl::Drop(int fd, const std::string& why) {
+void ListenerImpl::Drop(int fd, const std::string& why, bool routine) {
   if (int64_t held_back = 0; drops_logged_.Allow(&held_back)) {
-    TESSERA_LOG(WARNING) << "listener " << addrImplFromLoop() << ": closing connection from "
-                         << PeerOf(fd) << ": " << why
-                         << MoreSince(held_back);
+    const std::string line = "listener " + addrImplFromLoop() + ": closing connection from " +
+                             PeerOf(fd) + ": " + why + MoreSince(held_back);
+    if (routine) {
+      TESSERA_LOG(INFO) << line;
+    } else {
+      TESSERA_LOG(WARNING) << line;
+    }
   }
   context_->unregisterDescriptor(fd);
   pending_.erase(fd);  // closes the socket
@@ -141,23 +146,54 @@ void ListenerImpl::DropStaleHellos() {
   for (int fd : stale) Drop(fd, "no hello within " + absl::FormatDuration(kHelloTimeout));
 }
 
-// Note [Full gate]: a new connection finding kMaxPendingHellos waiting at
-// the gate makes room by closing the one that has waited longest, instead
-// of being refused. Refusing the newest let anyone who holds silent
-// connections open (a flood, a port scanner) lock every worker out of this
-// one: a graceful shutdown's liveness probe, opened during such a flood,
-// was refused and took it for a dead worker (hostile_traffic_test). A real
-// peer passes the gate within a round trip, so to push it out an attacker
-// must open kMaxPendingHellos connections within that round trip; the
-// bound on descriptors held is unchanged.
-void ListenerImpl::EvictLongestWaiting() {
-  auto oldest = pending_.begin();
-  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-    if (it->second.since < oldest->second.since) oldest = it;
+// Note [Full gate]: at most kMaxPendingHellos connections may wait at the
+// gate without having proved the secret; a new one finding that many makes
+// room by closing one of them instead of being refused. Refusing the newest
+// let anyone who holds silent connections open (a flood, a port scanner)
+// lock every worker out of this one: a graceful shutdown's liveness probe,
+// opened during such a flood, was refused and took it for a dead worker
+// (hostile_traffic_test). Which one goes:
+//  1. the longest-waiting that has not completed its greeting — a silent or
+//     slow stranger, or a peer whose greeting this busy loop has not read
+//     yet: the connecting side has had no challenge, so it dials again
+//     unnoticed (Note [Connect again], connect_retry.h);
+//  2. otherwise the longest-waiting that was challenged and has not proved
+//     the secret — after reading what it sent meanwhile, since a job's
+//     connection storm on a busy host leaves proofs unread (128 workers
+//     dial each worker ~380 times at once).
+// A connection that proved the secret is the job's own: it is never closed
+// for room, and does not count (it waits only for its hello frame, bounded
+// by kHelloTimeout).
+void ListenerImpl::MakeRoomAtTheGate() {
+  std::vector<std::pair<absl::Time, int>> greeting, challenged;
+  for (const auto& [fd, pending] : pending_) {
+    if (pending.stage == Stage::kGreeting) greeting.emplace_back(pending.since, fd);
+    if (pending.stage == Stage::kProof) challenged.emplace_back(pending.since, fd);
   }
-  Drop(oldest->first, std::to_string(pending_.size()) +
-                          " connections await their hello; closing the one waiting longest (" +
-                          absl::FormatDuration(absl::Now() - oldest->second.since) + ")");
+  if (greeting.size() + challenged.size() < kMaxPendingHellos) return;
+  const absl::Time now = absl::Now();
+  // Routine in a job's connection storm, so not a warning: the peers dial
+  // again.
+  auto drop = [&](const std::pair<absl::Time, int>& oldest, const char* what) {
+    Drop(oldest.second,
+         std::to_string(kMaxPendingHellos) + " connections await the gate; closing " + what +
+             " (waiting " + absl::FormatDuration(now - oldest.first) + ")",
+         /*routine=*/true);
+  };
+  if (!greeting.empty()) {
+    drop(*std::min_element(greeting.begin(), greeting.end()),
+         "the longest-waiting without a greeting");
+    return;
+  }
+  std::sort(challenged.begin(), challenged.end());
+  for (const auto& candidate : challenged) {
+    OnHelloEvent(candidate.second, 0);  // reads a proof that has arrived
+    auto it = pending_.find(candidate.second);
+    if (it != pending_.end() && it->second.stage == Stage::kProof) {
+      drop(candidate, "the longest-waiting without a proof");
+      return;
+    }
+  }
 }
 
 bool ListenerImpl::PassGate(int fd, PendingHello& pending, bool closed) {
@@ -258,7 +294,7 @@ void ListenerImpl::handleEventsFromLoop(int events) {
       return;
     }
     tensorpipe::Socket socket(fd);
-    if (pending_.size() >= kMaxPendingHellos) EvictLongestWaiting();
+    MakeRoomAtTheGate();
     pending_.emplace(fd,
                      PendingHello{std::move(socket), absl::Now(), GateServer(context_->secret())});
     context_->registerDescriptor(

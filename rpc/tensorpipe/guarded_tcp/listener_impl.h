@@ -9,9 +9,9 @@
 // arrived, is no larger than kMaxHelloBytes, and parses (bounded:
 // Note [Bounded nop reads]) as a TensorPipe hello — it only peeks, so the
 // core still reads the frame itself. Anything else is closed here with a
-// logged reason. At most kMaxPendingHellos connections may be waiting (a
-// new one closes the longest-waiting: Note [Full gate]), each for at most
-// kHelloTimeout. Transient accept errors do not end the
+// logged reason. At most kMaxPendingHellos connections may be waiting
+// without having proved the secret (a new one makes room: Note [Full gate]),
+// each for at most kHelloTimeout. Transient accept errors do not end the
 // listener either.
 #pragma once
 
@@ -48,7 +48,11 @@ class ListenerImpl final
   // Accepts per readiness event: enough to drain a storm's backlog quickly,
   // few enough that established connections' events are not starved.
   static constexpr int kMaxAcceptsPerWakeup = 64;
-  static constexpr absl::Duration kHelloTimeout = absl::Seconds(10);
+  // Generous: the gate's bound (Note [Full gate]), not this timeout, holds
+  // strangers back, and on a host running a job's connection storm the
+  // job's own connections wait seconds for a busy loop (10 s failed 128
+  // workers on two cores).
+  static constexpr absl::Duration kHelloTimeout = absl::Seconds(60);
 
  protected:
   void initImplFromLoop() override;
@@ -60,9 +64,10 @@ class ListenerImpl final
   const std::string requested_addr_;
   std::optional<SocketAddress> sockaddr_;
   tensorpipe::Socket socket_;
-  void Drop(int fd, const std::string& why);
+  // Closes a pending connection, logging why (a warning unless `routine`).
+  void Drop(int fd, const std::string& why, bool routine = false);
   void DropStaleHellos();
-  void EvictLongestWaiting();
+  void MakeRoomAtTheGate();
   void Deliver(tensorpipe::Socket socket);
 
   // How far an accepted connection has come (Note [Hello gate]).
