@@ -35,7 +35,7 @@ struct TensorPipeOptions {
   std::string listen_host = "127.0.0.1";
   std::string advertise_host;
   // How workers on one host reach each other (Note [Same-host transport],
-  // rpc/tensorpipe/tensorpipe_agent.cc). TESSERA_TENSORPIPE_SAME_HOST=
+  // rpc/tensorpipe/transport_choice.cc). TESSERA_TENSORPIPE_SAME_HOST=
   // unix|shm|tcp overrides it; TESSERA_TENSORPIPE_SHM=0 means tcp.
   SameHostTransport same_host = SameHostTransport::kUnixSockets;
   // Allow the cma channel (tensor bytes copied straight from the sender's

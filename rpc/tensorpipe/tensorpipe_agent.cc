@@ -24,7 +24,7 @@
 #include "rpc/auth/handshake.h"
 #include "rpc/pending_calls.h"
 #include "rpc/tensorpipe/frame_io.h"
-#include "rpc/tensorpipe/guarded_tcp/guarded_tcp.h"
+#include "rpc/tensorpipe/transport_choice.h"
 
 namespace tessera::rpc {
 namespace {
@@ -66,41 +66,6 @@ struct ServerPipe {
   DeadlineTimer::Id handshake_timer = 0;
 };
 
-// A listening name no other listener on this host has: the process, a
-// per-process count, and the worker's name (cut so that the whole fits an
-// abstract Unix socket's 107 bytes).
-std::string UniqueSameHostAddress(const std::string& name) {
-  static std::atomic<uint64_t> counter{0};
-  return absl::StrCat("tessera_", getpid(), "_", counter.fetch_add(1), "_", name.substr(0, 64));
-}
-
-// Note [Same-host transport]: TensorPipe's shm transport was the same-host
-// default until issue 32: its reactor thread busy-polls a core in every
-// process for the whole job, which cost the parameter-server example 1.4x
-// on two cores (the training needs those cores) and makes a 32-worker host
-// spin 32 cores. The default is now the guarded transport on abstract Unix
-// sockets (guarded_tcp.h): an epoll loop that sleeps while idle, the same
-// secret gate and bounded frames as TCP (TensorPipe's shm listener let any
-// local process reach TensorPipe's unguarded parsing), tensors still moved
-// by the cma channel. Measured in docs/benchmarks.md ("Same-host
-// transport"). The environment overrides the option, so a job can be
-// switched without rebuilding.
-SameHostTransport SameHostFromEnv(SameHostTransport configured) {
-  if (const char* shm = std::getenv("TESSERA_TENSORPIPE_SHM");
-      shm != nullptr && std::string(shm) == "0") {
-    return SameHostTransport::kTcp;
-  }
-  const char* env = std::getenv("TESSERA_TENSORPIPE_SAME_HOST");
-  if (env == nullptr || *env == '\0') return configured;
-  const std::string value = env;
-  if (value == "unix") return SameHostTransport::kUnixSockets;
-  if (value == "shm") return SameHostTransport::kSharedMemory;
-  if (value == "tcp") return SameHostTransport::kTcp;
-  TESSERA_LOG(WARNING) << "TESSERA_TENSORPIPE_SAME_HOST=" << value
-                       << " is none of unix, shm, tcp; keeping the configured transport";
-  return configured;
-}
-
 class TensorPipeAgent final : public RpcAgent {
  public:
   TensorPipeAgent(const TensorPipeOptions& options, const auth::JobSecret& secret, WorkerInfo self,
@@ -119,70 +84,12 @@ class TensorPipeAgent final : public RpcAgent {
   }
 
   absl::Status Start() {
-    std::string tcp_name = "uv";
-    if (options_.tcp == TcpTransport::kGuarded) {
-      tcp_name = "tcp";
-      GuardedTcpOptions tcp_options;
-      tcp_options.advertise_host = options_.advertise_host;
-      tcp_options.secret = secret_;
-      // A descriptor frame is the envelope plus TensorPipe's small header.
-      tcp_options.max_frame_bytes = options_.limits.max_envelope_bytes + (64 << 10);
-      context_->registerTransport(0, tcp_name, CreateGuardedTcpTransport(tcp_options));
-    } else {
-      const std::string& advertise =
-          options_.advertise_host.empty() ? options_.listen_host : options_.advertise_host;
-      if (advertise != options_.listen_host || IsWildcardAddress(options_.listen_host)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "TensorPipe's uv transport tells peers the address it listens on, so it cannot "
-            "listen on ", options_.listen_host, " and advertise ", advertise,
-            ": use the guarded TCP transport (the default)"));
-      }
-      context_->registerTransport(0, tcp_name, tp::transport::uv::create());
-    }
+    auto registered = RegisterTransports(*context_, options_, secret_);
+    if (!registered.ok()) return registered.status();
+    const std::string& tcp_name = registered->tcp_name;
+    same_host_ = registered->same_host;
     std::vector<std::string> urls = {tcp_name + "://" + JoinHostPort(options_.listen_host, 0)};
-    // Note [Same-host fast paths]: TensorPipe picks a same-host transport
-    // (and cma) for a peer only when the peer's domain descriptor equals
-    // ours — the same kernel and network namespace (and, for cma, PID and
-    // user namespace). We publish ours as the worker's locality, so that
-    // each worker can say which transport a peer will get before the first
-    // call.
-    std::vector<std::string> locality;
-    std::string transport_choice = tcp_name;
-    same_host_ = SameHostFromEnv(options_.same_host);
-    if (same_host_ == SameHostTransport::kUnixSockets) {
-      GuardedTcpOptions unix_options;
-      unix_options.secret = secret_;
-      unix_options.max_frame_bytes = options_.limits.max_envelope_bytes + (64 << 10);
-      auto unix_transport = CreateGuardedUnixTransport(unix_options);
-      context_->registerTransport(10, "unix", unix_transport);
-      locality.push_back("unix=" + unix_transport->domainDescriptor());
-      urls.push_back(SameHostUrl());
-      transport_choice = "unix (same host), " + tcp_name;
-    } else if (same_host_ == SameHostTransport::kSharedMemory) {
-      auto shm = tp::transport::shm::create();
-      if (shm->isViable()) {
-        context_->registerTransport(10, "shm", shm);
-        locality.push_back("shm=" + shm->domainDescriptor());
-        urls.push_back(SameHostUrl());
-        transport_choice = "shm (same host), " + tcp_name;
-      } else {
-        same_host_ = SameHostTransport::kTcp;
-      }
-    }
-    context_->registerChannel(0, "basic", tp::channel::basic::create());
-    std::string channel_choice = "basic";
-    if (options_.enable_cma && same_host_ != SameHostTransport::kTcp) {
-      auto cma = tp::channel::cma::create();
-      if (cma->isViable()) {
-        context_->registerChannel(10, "cma", cma);
-        const auto& descriptors = cma->deviceDescriptors();
-        if (auto cpu = descriptors.find(tp::Device{tp::kCpuDeviceType, 0});
-            cpu != descriptors.end()) {
-          locality.push_back("cma=" + cpu->second);
-        }
-        channel_choice = "cma (same host), basic";
-      }
-    }
+    if (same_host_ != SameHostTransport::kTcp) urls.push_back(SameHostUrl(same_host_, self_.name));
     std::shared_ptr<tp::Listener> listener;
     try {
       listener = context_->listen(urls);
@@ -196,11 +103,11 @@ class TensorPipeAgent final : public RpcAgent {
     int port = 0;
     SplitHostPort(self_.address, &host, &port);
     listen_url_ = tcp_name + "://" + JoinHostPort(options_.listen_host, port);
-    self_.locality = absl::StrJoin(locality, "\t");
+    self_.locality = absl::StrJoin(registered->locality, "\t");
     TESSERA_LOG(INFO) << self_.name << ": TensorPipe listening at " << listen_url_
                       << (self_.address != listen_url_ ? ", advertised as " + self_.address : "")
-                      << "; transports: " << transport_choice
-                      << "; channels: " << channel_choice;
+                      << "; transports: " << registered->transports
+                      << "; channels: " << registered->channels;
     {
       MutexLock lock(&mu_);
       listener_ = listener;
@@ -241,8 +148,6 @@ class TensorPipeAgent final : public RpcAgent {
   void FailPipe(const std::shared_ptr<ClientPipe>& client, const absl::Status& why,
                 bool notify = true);
   std::string PeerAt(int rank) const;  // with its address, for connection errors
-  // A fresh listening address for the same-host transport in use.
-  std::string SameHostUrl() const;
 
   const TensorPipeOptions options_;
   const auth::JobSecret secret_;
@@ -274,35 +179,9 @@ class TensorPipeAgent final : public RpcAgent {
   ServedCounts served_;
 };
 
-std::string TensorPipeAgent::SameHostUrl() const {
-  const std::string address = UniqueSameHostAddress(self_.name);
-  return same_host_ == SameHostTransport::kUnixSockets ? "unix://@" + address
-                                                       : "shm://" + address;
-}
-
 std::string TensorPipeAgent::PeerAt(int rank) const {
   MutexLock lock(&mu_);
   return DescribeWorkerAt(rank, workers_);
-}
-
-// Which transport and channel TensorPipe will choose for `peer`, by the
-// rule of Note [Same-host fast paths].
-std::string TransportFor(const WorkerInfo& self, const WorkerInfo& peer) {
-  auto find = [](const std::string& locality, const std::string& key) {
-    for (absl::string_view entry : absl::StrSplit(locality, '\t')) {
-      if (absl::ConsumePrefix(&entry, key + "=")) return std::string(entry);
-    }
-    return std::string();
-  };
-  auto same = [&](const std::string& key) {
-    const std::string mine = find(self.locality, key);
-    return !mine.empty() && mine == find(peer.locality, key);
-  };
-  const std::string tcp = peer.address.substr(0, peer.address.find("://"));
-  const std::string transport = same("unix") ? "unix" : same("shm") ? "shm" : tcp;
-  const bool same_host = transport != tcp || same("cma");
-  return absl::StrCat(transport, " transport, ", same("cma") ? "cma" : "basic", " channel",
-                      same_host ? " (same host)" : " (another host)");
 }
 
 Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
@@ -562,7 +441,7 @@ void TensorPipeAgent::Relisten() {
     if (closed_) return;
     urls.push_back(listen_url_);
   }
-  if (same_host_ != SameHostTransport::kTcp) urls.push_back(SameHostUrl());
+  if (same_host_ != SameHostTransport::kTcp) urls.push_back(SameHostUrl(same_host_, self_.name));
   std::shared_ptr<tp::Listener> listener;
   try {
     listener = context_->listen(urls);  // see Note [No TensorPipe calls under mu_]

@@ -1,5 +1,5 @@
 // The same-host transport (Note [Same-host transport], rpc/tensorpipe/
-// tensorpipe_agent.cc), with real worker processes: an idle worker sleeps
+// transport_choice.cc), with real worker processes: an idle worker sleeps
 // instead of polling a core, its Unix socket is guarded like its TCP port,
 // and forcing TCP on one host still works.
 #include <ATen/ops/ones.h>

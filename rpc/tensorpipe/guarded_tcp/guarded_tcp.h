@@ -15,7 +15,7 @@
 //
 // The same transport runs on abstract Unix-domain sockets between workers of
 // one host (CreateGuardedUnixTransport): the agent's default same-host path,
-// Note [Same-host transport] in rpc/tensorpipe/tensorpipe_agent.cc.
+// Note [Same-host transport] in rpc/tensorpipe/transport_choice.cc.
 #pragma once
 
 #include <cstddef>

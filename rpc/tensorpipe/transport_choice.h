@@ -1,0 +1,46 @@
+// Which transports and channels a TensorPipe agent's context offers, and
+// which of them a peer will get (Note [Same-host fast paths], Note
+// [Same-host transport]). Internal to rpc/tensorpipe.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "auth/job_secret.h"
+#include "rpc/backend_options.h"
+#include "rpc/rpc_agent.h"
+
+namespace tensorpipe {
+class Context;
+}  // namespace tensorpipe
+
+namespace tessera::rpc {
+
+struct RegisteredTransports {
+  std::string tcp_name;  // "tcp" (guarded) or "uv": the scheme of the worker's address
+  // The same-host transport registered (kTcp: none).
+  SameHostTransport same_host = SameHostTransport::kTcp;
+  // "key=domain descriptor" entries, published as the worker's locality.
+  std::vector<std::string> locality;
+  std::string transports;  // for the start-up log line
+  std::string channels;
+};
+
+// Registers the cross-host transport, the same-host one `options` (or
+// TESSERA_TENSORPIPE_SAME_HOST / TESSERA_TENSORPIPE_SHM) asks for where
+// viable, and the channels. InvalidArgument for options the uv transport
+// cannot honour.
+absl::StatusOr<RegisteredTransports> RegisterTransports(tensorpipe::Context& context,
+                                                        const TensorPipeOptions& options,
+                                                        const auth::JobSecret& secret);
+
+// A fresh listening URL for the same-host transport `same_host` (not kTcp),
+// unique on this host.
+std::string SameHostUrl(SameHostTransport same_host, const std::string& worker_name);
+
+// Which transport and channel TensorPipe will choose for `peer`, by the
+// rule of Note [Same-host fast paths]: for log lines.
+std::string TransportFor(const WorkerInfo& self, const WorkerInfo& peer);
+
+}  // namespace tessera::rpc
