@@ -1,6 +1,7 @@
 #include "rpc/quiescence.h"
 
 #include <algorithm>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -70,6 +71,17 @@ bool Decode(const std::string& text, AgentCounters* c) {
          absl::SimpleAtoi(parts[3], &c->responses_sent);
 }
 
+// The round's keys of `ranks` not in `published`.
+std::vector<std::string> Unpublished(const std::string& round_prefix, const std::vector<int>& ranks,
+                                     const std::map<std::string, std::string>& published) {
+  std::vector<std::string> keys;
+  for (int r : ranks) {
+    std::string key = round_prefix + std::to_string(r);
+    if (published.count(key) == 0) keys.push_back(std::move(key));
+  }
+  return keys;
+}
+
 bool Balanced(const std::vector<AgentCounters>& all) {
   for (const auto& c : all) {
     if (c.requests_sent != c.responses_received ||
@@ -92,46 +104,41 @@ absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix
     const std::string round_prefix = absl::StrCat(prefix, "/", round, "/");
     auto status = store.Set(round_prefix + std::to_string(rank), Encode(agent.counters()));
     if (!status.ok()) return status;
-    const std::vector<int> members = participants();
-    std::vector<std::string> keys;
-    for (int r : members) keys.push_back(round_prefix + std::to_string(r));
+    // One read per round returns every participant's counters (a Get per
+    // rank made a round cost the store N² calls for N workers).
+    std::vector<int> members = participants();
     auto slice = [deadline] {
       return std::max(absl::ZeroDuration(), std::min(kProbeEvery, deadline - absl::Now()));
     };
-    auto missing = store.WaitForKeys(keys, slice());
-    while (missing.ok() && !missing->empty() && absl::Now() < deadline) {
-      if (probe != nullptr) {
-        TESSERA_RETURN_IF_ERROR(ProbeOrHear(store, prefix, rank, members, *missing, probe));
-      }
+    std::map<std::string, std::string> published;
+    std::vector<std::string> missing = Unpublished(round_prefix, members, published);
+    while (true) {
+      auto read = store.GetMany(missing, slice());
+      if (!read.ok()) return read.status();
+      published.merge(*read);
+      missing = Unpublished(round_prefix, members, published);
+      if (missing.empty()) break;
       // A rank that left meanwhile is no longer waited for.
-      std::vector<int> now = participants();
-      std::vector<std::string> still;
-      for (const auto& key : *missing) {
-        int r = -1;
-        if (absl::SimpleAtoi(key.substr(key.rfind('/') + 1), &r) &&
-            std::find(now.begin(), now.end(), r) != now.end()) {
-          still.push_back(key);
-        }
+      members = participants();
+      missing = Unpublished(round_prefix, members, published);
+      if (missing.empty() || absl::Now() >= deadline) break;
+      if (probe != nullptr) {
+        TESSERA_RETURN_IF_ERROR(ProbeOrHear(store, prefix, rank, members, missing, probe));
       }
-      missing = store.WaitForKeys(still, slice());
     }
-    if (!missing.ok()) return missing.status();
-    if (!missing->empty()) {
+    if (!missing.empty()) {
       std::vector<std::string> ranks;
-      for (const auto& key : *missing) ranks.push_back(key.substr(key.rfind('/') + 1));
+      for (const auto& key : missing) ranks.push_back(key.substr(key.rfind('/') + 1));
       return absl::DeadlineExceededError(absl::StrCat(
           "graceful shutdown: rank(s) ", absl::StrJoin(ranks, ", "),
           " did not take part in round ", round, " (gone, or not shutting down)"));
     }
     std::vector<AgentCounters> current;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      auto value = store.Get(keys[i], absl::ZeroDuration());
-      if (absl::IsDeadlineExceeded(value.status())) continue;  // it left meanwhile
-      if (!value.ok()) return value.status();
+    for (int member : members) {
       current.emplace_back();
-      if (!Decode(*value, &current.back())) {
+      if (!Decode(published.at(round_prefix + std::to_string(member)), &current.back())) {
         return absl::DataLossError("graceful shutdown: malformed counters from rank " +
-                                   std::to_string(members[i]));
+                                   std::to_string(member));
       }
     }
     if (Balanced(current) && current == previous) return absl::OkStatus();

@@ -72,16 +72,27 @@ absl::StatusOr<WorkerInfo> ParseWorker(int rank, const std::string& value) {
   return worker;
 }
 
-// Reads the entries of ranks 0..count-1: unpublished ones stay nameless
-// placeholders. Names must be unique.
+std::vector<std::string> WorkerKeys(const std::string& prefix, int count) {
+  std::vector<std::string> keys;
+  for (int rank = 0; rank < count; ++rank) keys.push_back(WorkerKey(prefix, rank));
+  return keys;
+}
+
+// Reads the entries of ranks 0..count-1 in one store call (a Get per rank
+// made N workers' rendezvous cost the store N² calls): unpublished ones stay
+// nameless placeholders. Names must be unique.
 absl::StatusOr<std::vector<WorkerInfo>> ReadWorkers(store::StoreClient& store,
                                                     const std::string& prefix, int count) {
+  const std::vector<std::string> keys = WorkerKeys(prefix, count);
+  auto published = store.GetMany(keys, absl::ZeroDuration());
+  if (!published.ok()) return published.status();
   std::vector<WorkerInfo> workers(count);
   std::set<std::string> names;
   for (int rank = 0; rank < count; ++rank) {
     workers[rank].rank = rank;
-    auto worker = ReadWorker(store, prefix, rank);
-    if (absl::IsDeadlineExceeded(worker.status())) continue;  // not published yet
+    auto value = published->find(keys[rank]);
+    if (value == published->end()) continue;  // not published yet
+    auto worker = ParseWorker(rank, value->second);
     if (!worker.ok()) return worker.status();
     if (!names.insert(worker->name).second) {
       return absl::InvalidArgumentError("two workers are named '" + worker->name +
@@ -105,12 +116,6 @@ absl::Status AwaitWorkers(store::StoreClient& store, const std::vector<std::stri
       absl::StrCat("rendezvous of '", self.name, "' timed out after ",
                    absl::FormatDuration(timeout), ": rank(s) ", absl::StrJoin(ranks, ", "),
                    " of world size ", count, " never joined (store ", store.target(), ")"));
-}
-
-std::vector<std::string> WorkerKeys(const std::string& prefix, int count) {
-  std::vector<std::string> keys;
-  for (int rank = 0; rank < count; ++rank) keys.push_back(WorkerKey(prefix, rank));
-  return keys;
 }
 
 }  // namespace

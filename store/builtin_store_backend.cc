@@ -83,6 +83,23 @@ absl::StatusOr<std::vector<std::string>> BuiltinStoreBackend::WaitForKeys(
   return std::vector<std::string>(response.missing().begin(), response.missing().end());
 }
 
+absl::StatusOr<std::map<std::string, std::string>> BuiltinStoreBackend::GetMany(
+    const std::vector<std::string>& keys, absl::Duration wait) {
+  proto::WaitRequest request;
+  for (const auto& key : keys) request.add_keys(key);
+  request.set_timeout_ms(absl::ToInt64Milliseconds(wait));
+  request.set_with_values(true);
+  proto::WaitResponse response;
+  auto status =
+      stub_->Call(&proto::Store::Stub::Wait, "Wait", request, &response, wait + kReplySlack);
+  if (!status.ok()) return status;
+  std::map<std::string, std::string> values;
+  for (proto::KeyValue& entry : *response.mutable_present()) {
+    values.emplace(entry.key(), std::move(*entry.mutable_value()));
+  }
+  return values;
+}
+
 absl::StatusOr<int64_t> BuiltinStoreBackend::Add(const std::string& key, int64_t delta,
                                                  absl::Duration timeout) {
   proto::AddRequest request;

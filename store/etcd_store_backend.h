@@ -56,6 +56,10 @@ class EtcdStoreBackend : public StoreBackend {
                                                  absl::Duration wait) override;
   absl::StatusOr<std::vector<std::string>> WaitForKeys(const std::vector<std::string>& keys,
                                                        absl::Duration wait) override;
+  absl::StatusOr<std::map<std::string, std::string>> GetMany(const std::vector<std::string>& keys,
+                                                             absl::Duration wait) override {
+    return Await(keys, wait);
+  }
   absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta,
                               absl::Duration timeout) override;
   absl::StatusOr<std::string> CompareSet(const std::string& key, const std::string& expected,

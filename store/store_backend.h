@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +32,11 @@ class StoreBackend {
   // Waits up to `wait` for every key: those still missing at the deadline.
   virtual absl::StatusOr<std::vector<std::string>> WaitForKeys(const std::vector<std::string>& keys,
                                                                absl::Duration wait) = 0;
+  // Waits up to `wait` for every key: the values of those that exist then,
+  // by key (one call, where a Get per key would make N workers reading N
+  // keys each cost the store N² calls).
+  virtual absl::StatusOr<std::map<std::string, std::string>> GetMany(
+      const std::vector<std::string>& keys, absl::Duration wait) = 0;
   // Adds `delta` to the integer at `key` (absent: 0), atomically.
   virtual absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta,
                                       absl::Duration timeout) = 0;

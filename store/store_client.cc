@@ -62,6 +62,13 @@ absl::Status StoreClient::Wait(const std::vector<std::string>& keys, absl::Durat
                                      absl::StrJoin(*missing, ", "));
 }
 
+absl::StatusOr<std::map<std::string, std::string>> StoreClient::GetMany(
+    const std::vector<std::string>& keys, absl::Duration timeout) {
+  auto values = backend_->GetMany(keys, timeout);
+  if (!values.ok()) return Annotated(values.status(), "read " + std::to_string(keys.size()) + " keys");
+  return values;
+}
+
 absl::StatusOr<int64_t> StoreClient::Add(const std::string& key, int64_t delta) {
   auto value = backend_->Add(key, delta, default_timeout_);
   if (!value.ok()) return Annotated(value.status(), "add '" + key + "'");

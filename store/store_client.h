@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,10 @@ class StoreClient {
   // all arrived) instead of an error.
   absl::StatusOr<std::vector<std::string>> WaitForKeys(const std::vector<std::string>& keys,
                                                        absl::Duration timeout);
+  // Waits up to `timeout` for all keys, in one call: the values of those
+  // present then, by key (missing ones are absent from the map, no error).
+  absl::StatusOr<std::map<std::string, std::string>> GetMany(const std::vector<std::string>& keys,
+                                                             absl::Duration timeout);
   absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta);
   absl::StatusOr<std::string> CompareSet(const std::string& key, const std::string& expected,
                                          const std::string& desired);

@@ -56,7 +56,14 @@ class StoreServiceImpl final : public proto::Store::Service {
       };
       cv_.WaitUntil(&mu_, all_present, absl::Now() + Timeout(request->timeout_ms()));
       for (const auto& key : request->keys()) {
-        if (data_.count(key) == 0) response->add_missing(key);
+        auto it = data_.find(key);
+        if (it == data_.end()) {
+          response->add_missing(key);
+        } else if (request->with_values()) {
+          proto::KeyValue* entry = response->add_present();
+          entry->set_key(key);
+          entry->set_value(it->second);
+        }
       }
       return grpc::Status::OK;
     });

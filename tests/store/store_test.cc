@@ -90,6 +90,38 @@ TEST_P(StoreTest, GetAndWaitTimeOutNamingTheKeys) {
   EXPECT_NE(wait.message().find("b, c"), std::string::npos) << wait;
 }
 
+// One call reads many keys: what is there (binary values intact), waiting
+// for the rest until the deadline, then missing ones are simply absent.
+TEST_P(StoreTest, GetManyReadsEveryKeyInOneCall) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < 150; ++i) {
+    keys.push_back("many/" + std::to_string(i));
+    if (i % 3 != 0) ASSERT_TRUE(client_->Set(keys.back(), std::string("v\0", 2) + keys.back()).ok());
+  }
+  auto some = client_->GetMany(keys, absl::Milliseconds(50));
+  ASSERT_TRUE(some.ok()) << some.status();
+  EXPECT_EQ(some->size(), 100u);
+  for (int i = 0; i < 150; ++i) {
+    auto it = some->find(keys[i]);
+    if (i % 3 == 0) {
+      EXPECT_EQ(it, some->end()) << keys[i];
+    } else {
+      ASSERT_NE(it, some->end()) << keys[i];
+      EXPECT_EQ(it->second, std::string("v\0", 2) + keys[i]);
+    }
+  }
+  std::thread setter([&] {
+    auto c = Client();
+    for (int i = 0; i < 150; i += 3) EXPECT_TRUE(c->Set(keys[i], "late").ok());
+  });
+  auto all = client_->GetMany(keys, absl::Seconds(20));
+  setter.join();
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->size(), 150u);
+  EXPECT_EQ(all->at("many/0"), "late");
+  EXPECT_EQ(all->at("many/1"), std::string("v\0", 2) + "many/1");
+}
+
 TEST_P(StoreTest, ConcurrentAddsAreAtomic) {
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
