@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "store/rendezvous_env.h"
@@ -52,6 +53,13 @@ absl::StatusOr<RpcOptions> RpcOptions::TryFromEnv() {
   }
   options.address = AddressOptions::FromEnv(
       options.backend == Backend::kTensorPipe ? "TP_SOCKET_IFNAME" : nullptr);
+  if (const char* idle = std::getenv("TESSERA_MAX_IDLE_CONNECTIONS")) {
+    if (!absl::SimpleAtoi(idle, &options.tensorpipe.max_idle_pipes) ||
+        options.tensorpipe.max_idle_pipes < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "TESSERA_MAX_IDLE_CONNECTIONS is '", idle, "' (expected a count, 0 or more)"));
+    }
+  }
   options.grpc.tls = GrpcTlsOptions::FromEnv();
   const char* reflection = std::getenv("TESSERA_GRPC_REFLECTION");
   options.grpc.reflection = reflection != nullptr && std::string(reflection) == "1";

@@ -4,6 +4,7 @@
 #include <tensorpipe/tensorpipe.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <map>
@@ -47,6 +48,13 @@ struct ClientPipe {
   bool failed ABSL_GUARDED_BY(mu) = false;
   absl::Status failure ABSL_GUARDED_BY(mu);  // why, once failed
   std::vector<std::shared_ptr<Message>> waiting ABSL_GUARDED_BY(mu);
+  // Note [Idle connections]: calls sent and not yet answered; counted among
+  // the agent's idle pipes while zero after an answer; once `closing`, no
+  // call may claim the pipe.
+  int in_flight ABSL_GUARDED_BY(mu) = 0;
+  bool counted_idle ABSL_GUARDED_BY(mu) = false;
+  bool closing ABSL_GUARDED_BY(mu) = false;
+  absl::Time last_used ABSL_GUARDED_BY(mu);
 };
 
 // One incoming pipe: a peer's requests come in, our responses go back. Its
@@ -147,6 +155,16 @@ class TensorPipeAgent final : public RpcAgent {
   void WriteRequest(const std::shared_ptr<ClientPipe>& client, std::shared_ptr<Message> request);
   void FailPipe(const std::shared_ptr<ClientPipe>& client, const absl::Status& why,
                 bool notify = true);
+  // The pipe to `to_rank`, connected now if there is none; nullptr and
+  // `error` if the agent is closed or the rank unknown.
+  std::shared_ptr<ClientPipe> PipeTo(int to_rank, absl::Status* error);
+  // Counts a call on `client`; false if the pipe is being closed for
+  // idleness (the caller takes another).
+  bool Claim(ClientPipe& client);
+  // Counts an answer; a pipe left with no call in flight becomes idle.
+  void Release(ClientPipe& client);
+  // Closes the least recently used idle pipes beyond the bound.
+  void CloseIdlePipes();
   std::string PeerAt(int rank) const;  // with its address, for connection errors
 
   const TensorPipeOptions options_;
@@ -172,6 +190,8 @@ class TensorPipeAgent final : public RpcAgent {
   std::map<int, std::shared_ptr<ClientPipe>> client_pipes_ ABSL_GUARDED_BY(mu_);
   std::set<std::shared_ptr<ServerPipe>> server_pipes_ ABSL_GUARDED_BY(mu_);
   uint64_t next_pipe_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Client pipes with counted_idle set (Note [Idle connections]).
+  std::atomic<int> idle_pipes_{0};
   PendingCalls pending_;
 
   PeerFailureNotifier peer_failures_;
@@ -184,6 +204,22 @@ std::string TensorPipeAgent::PeerAt(int rank) const {
   return DescribeWorkerAt(rank, workers_);
 }
 
+// Note [Idle connections]
+// A worker keeps one outgoing pipe per peer it calls. In a job of hundreds
+// of workers an all-to-all would leave each holding hundreds of pipes (a
+// connection and the channels' connections each, on both sides) long after
+// the calls ended. So a worker keeps at most TensorPipeOptions::
+// max_idle_pipes pipes with no call in flight; when an answer leaves more
+// idle than that, the least recently used are closed and the next call to
+// such a peer connects again. Closing is said, not done: the caller sends
+// GOODBYE on the pipe (no call of its is in flight there, and none can
+// claim the pipe any more) and the callee, reading it, closes its end; the
+// caller's read then ends, quietly. Without the GOODBYE the callee would
+// take the closed pipe for the caller's death (an incoming pipe ending is
+// how a worker learns a peer failed). The cost: a callee whose only pipe
+// from a caller was closed hears of that caller's death at its next call
+// to it, not at once — which is why the bound is far above what jobs of
+// ordinary size reach.
 Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
                                       absl::Time deadline) {
   // No executor: the runtime's own continuation (decoding) runs inline on
@@ -191,6 +227,23 @@ Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
   // callbacks to the pool. That saves a thread hop per call.
   Promise<Message> promise;
   Future<Message> future = promise.GetFuture();
+  std::shared_ptr<ClientPipe> client;
+  do {
+    absl::Status error;
+    client = PipeTo(to_rank, &error);
+    if (client == nullptr) {
+      promise.Set(error);
+      return future;
+    }
+  } while (!Claim(*client));  // closing for idleness: take a new one
+  const uint64_t request_id = pending_.Add(promise, to_rank, client->id,
+                                           request.envelope.target(), deadline);
+  StampRequest(request_id, self_.rank, deadline, &request.envelope);
+  WriteRequest(client, std::make_shared<Message>(std::move(request)));
+  return future;
+}
+
+std::shared_ptr<ClientPipe> TensorPipeAgent::PipeTo(int to_rank, absl::Status* error) {
   // Note [No TensorPipe calls under mu_]: TensorPipe may run our callbacks
   // inline in the calling thread (e.g. a connect refused at once), and they
   // take mu_; so pipes are connected and read outside the lock.
@@ -199,61 +252,108 @@ Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
   {
     MutexLock lock(&mu_);
     if (closed_) {
-      promise.Set(absl::FailedPreconditionError(
-          "RPC agent of '" + self_.name + "' is shut down"));
-      return future;
+      *error = absl::FailedPreconditionError("RPC agent of '" + self_.name + "' is shut down");
+      return nullptr;
     }
     if (to_rank < 0 || to_rank >= static_cast<int>(workers_.size())) {
-      promise.Set(absl::InvalidArgumentError(
-          absl::StrCat("no worker with rank ", to_rank, " (world size ",
-                       workers_.size(), ")")));
-      return future;
+      *error = absl::InvalidArgumentError(
+          absl::StrCat("no worker with rank ", to_rank, " (world size ", workers_.size(), ")"));
+      return nullptr;
     }
     auto it = client_pipes_.find(to_rank);
-    if (it != client_pipes_.end()) client = it->second;
+    if (it != client_pipes_.end()) return it->second;
     address = workers_[to_rank].address;
     peer_name = workers_[to_rank].name;
     // For the log line of a new connection only: not on every call.
-    if (client == nullptr) transport = TransportFor(self_, workers_[to_rank]);
+    transport = TransportFor(self_, workers_[to_rank]);
   }
-  if (client == nullptr) {
-    // Note [One connect at a time]: two threads connecting to one peer at
-    // once would leave a second pipe to close mid-handshake — and TensorPipe
-    // fails the peer's whole listener for that (Note [Listener restart]),
-    // breaking the handshake of the pipe we keep too. So threads connect one
-    // at a time, and a thread that waited here finds the pipe made.
-    MutexLock connect_lock(&connect_mu_);
-    {
-      MutexLock lock(&mu_);
-      auto it = client_pipes_.find(to_rank);
-      if (it != client_pipes_.end()) client = it->second;
+  // Note [One connect at a time]: two threads connecting to one peer at
+  // once would leave a second pipe to close mid-handshake — and TensorPipe
+  // fails the peer's whole listener for that (Note [Listener restart]),
+  // breaking the handshake of the pipe we keep too. So threads connect one
+  // at a time, and a thread that waited here finds the pipe made.
+  MutexLock connect_lock(&connect_mu_);
+  {
+    MutexLock lock(&mu_);
+    auto it = client_pipes_.find(to_rank);
+    if (it != client_pipes_.end()) return it->second;
+  }
+  TESSERA_LOG(INFO) << self_.name << ": connecting to '" << peer_name << "' (rank " << to_rank
+                    << ") at " << address << ": " << transport;
+  client = std::make_shared<ClientPipe>(
+      secret_, PeerIdentity{self_.name, self_.rank, self_.incarnation});
+  client->rank = to_rank;
+  client->pipe = context_->connect(address, tp::PipeOptions().remoteName(peer_name));
+  {
+    MutexLock lock(&mu_);
+    client->id = next_pipe_id_++;
+    client_pipes_[to_rank] = client;
+  }
+  auto hello = std::make_shared<Message>();
+  hello->envelope = client->handshake.Hello();
+  WriteMessage(client->pipe, std::move(hello), [this, client](const tp::Error& error) {
+    if (error) FailPipe(client, StatusFromPipeError(error, "write failed: "));
+  });
+  ReadResponse(client);
+  return client;
+}
+
+bool TensorPipeAgent::Claim(ClientPipe& client) {
+  MutexLock lock(&client.mu);
+  if (client.closing) return false;
+  ++client.in_flight;
+  if (client.counted_idle) {
+    client.counted_idle = false;
+    --idle_pipes_;
+  }
+  return true;
+}
+
+void TensorPipeAgent::Release(ClientPipe& client) {
+  {
+    MutexLock lock(&client.mu);
+    if (client.in_flight == 0 || --client.in_flight > 0 || client.failed) return;
+    client.counted_idle = true;
+    client.last_used = absl::Now();
+  }
+  if (++idle_pipes_ > options_.max_idle_pipes) CloseIdlePipes();
+}
+
+void TensorPipeAgent::CloseIdlePipes() {
+  std::vector<std::shared_ptr<ClientPipe>> closing;
+  {
+    MutexLock lock(&mu_);
+    if (closed_) return;
+    std::vector<std::pair<absl::Time, std::shared_ptr<ClientPipe>>> idle;
+    for (const auto& [rank, client] : client_pipes_) {
+      MutexLock pipe_lock(&client->mu);  // mu_ before a pipe's mu, never after
+      if (client->counted_idle) idle.emplace_back(client->last_used, client);
     }
-    if (client == nullptr) {
-      TESSERA_LOG(INFO) << self_.name << ": connecting to '" << peer_name << "' (rank " << to_rank
-                        << ") at " << address << ": " << transport;
-      auto fresh = std::make_shared<ClientPipe>(
-          secret_, PeerIdentity{self_.name, self_.rank, self_.incarnation});
-      fresh->rank = to_rank;
-      fresh->pipe = context_->connect(address, tp::PipeOptions().remoteName(peer_name));
-      {
-        MutexLock lock(&mu_);
-        fresh->id = next_pipe_id_++;
-        client_pipes_[to_rank] = fresh;
-      }
-      client = fresh;
-      auto hello = std::make_shared<Message>();
-      hello->envelope = client->handshake.Hello();
-      WriteMessage(client->pipe, std::move(hello), [this, client](const tp::Error& error) {
-        if (error) FailPipe(client, StatusFromPipeError(error, "write failed: "));
-      });
-      ReadResponse(client);
+    const int excess = static_cast<int>(idle.size()) - options_.max_idle_pipes;
+    if (excess <= 0) return;
+    std::partial_sort(idle.begin(), idle.begin() + excess, idle.end(),
+                      [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (int i = 0; i < excess; ++i) {
+      const std::shared_ptr<ClientPipe>& client = idle[i].second;
+      MutexLock pipe_lock(&client->mu);
+      if (!client->counted_idle) continue;  // a call claimed it meanwhile
+      client->counted_idle = false;
+      client->closing = true;
+      --idle_pipes_;
+      client_pipes_.erase(client->rank);
+      closing.push_back(client);
     }
   }
-  const uint64_t request_id = pending_.Add(promise, to_rank, client->id,
-                                           request.envelope.target(), deadline);
-  StampRequest(request_id, self_.rank, deadline, &request.envelope);
-  WriteRequest(client, std::make_shared<Message>(std::move(request)));
-  return future;
+  for (const auto& client : closing) {
+    TESSERA_LOG(DEBUG) << self_.name << ": closing the idle connection to rank " << client->rank
+                       << " (more than " << options_.max_idle_pipes << " idle)";
+    auto goodbye = std::make_shared<Message>();
+    goodbye->envelope.set_kind(proto::GOODBYE);
+    // The callee closes the pipe on reading it; then our read ends.
+    WriteMessage(client->pipe, std::move(goodbye), [this, client](const tp::Error& error) {
+      if (error) FailPipe(client, StatusFromPipeError(error, "write failed: "));
+    });
+  }
 }
 
 void TensorPipeAgent::SetWorkers(std::vector<WorkerInfo> workers) {
@@ -314,15 +414,23 @@ void TensorPipeAgent::FailPipe(const std::shared_ptr<ClientPipe>& client, const 
     // Forget the broken pipe, so the next call reconnects.
     if (it != client_pipes_.end() && it->second == client) client_pipes_.erase(it);
   }
+  bool said_goodbye = false;
   {
     MutexLock lock(&client->mu);
+    if (client->failed) return;  // both a read and a write may report it
     client->failed = true;
     client->failure = why;
     client->waiting.clear();
+    said_goodbye = client->closing;
+    if (client->counted_idle) {
+      client->counted_idle = false;
+      --idle_pipes_;
+    }
   }
-  if (notify) peer_failures_.Notify(client->rank);
+  // After our GOODBYE the pipe's end is expected (Note [Idle connections]).
+  if (notify && !said_goodbye) peer_failures_.Notify(client->rank);
   const absl::Status status = ConnectionEnded(PeerAt(client->rank), why);
-  pending_.FailConnectionAndWarn(client->id, status, self_.name, /*warn=*/true);
+  pending_.FailConnectionAndWarn(client->id, status, self_.name, /*warn=*/!said_goodbye);
   client->pipe->close();
 }
 
@@ -349,6 +457,7 @@ void TensorPipeAgent::ReadResponse(std::shared_ptr<ClientPipe> client) {
     } else {
       const uint64_t id = message->envelope.request_id();
       pending_.Complete(id, *std::move(message));
+      Release(*client);
     }
     ReadResponse(client);
   });
@@ -482,6 +591,13 @@ void TensorPipeAgent::ReadRequest(std::shared_ptr<ServerPipe> server) {
       return;
     }
     const auto kind = message->envelope.kind();
+    if (kind == proto::GOODBYE) {
+      // The caller closes an idle pipe: not a failure (Note [Idle connections]).
+      TESSERA_LOG(DEBUG) << self_.name << ": rank " << server->member_rank.load()
+                         << " closed an idle connection";
+      DropServerPipe(server);
+      return;
+    }
     if (kind != proto::CALL && kind != proto::INTERNAL_CALL) {
       TESSERA_LOG(WARNING) << self_.name << ": closing incoming connection: expected a request, "
                            << "got message kind " << kind;

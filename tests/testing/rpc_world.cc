@@ -38,6 +38,7 @@ void RpcWorld::StartWorld(int world_size,
   }
   rpc::RpcOptions options = InProcessOptions("worker0", 0, world_size, store_->port());
   options.shutdown_timeout = shutdown_timeout;
+  Configure(options);
   auto runtime = rpc::TryInit(options, MakeRegistry(), MakeExtensions());
   ASSERT_TRUE(runtime.ok()) << runtime.status();
   runtime_ = *std::move(runtime);

@@ -32,6 +32,8 @@ class RpcWorld : public ::testing::Test {
   virtual std::string ChildScenario() const { return "serve"; }
   virtual rpc::Registry MakeRegistry();
   virtual std::vector<std::shared_ptr<rpc::RuntimeExtension>> MakeExtensions() { return {}; }
+  // Rank 0's options, before it starts (the children's come from WorkerEnv).
+  virtual void Configure(rpc::RpcOptions& options) {}
   // Graceful shutdown of rank 0; children must then exit with 0.
   void TearDown() override;
 

@@ -25,6 +25,14 @@ rpc::Registry MakeTestRegistry() {
     return ctx.runtime->RpcSync<int64_t>(target, "restricted_echo", v);
   });
   registry.Register("add", [](at::Tensor a, at::Tensor b) { return a + b; });
+  // What this worker's membership recorded: "<event> <name>", oldest first.
+  registry.Register("membership_events", [](CallContext& ctx) {
+    std::vector<std::string> events;
+    for (const auto& event : ctx.runtime->membership().EventsAfter(0)) {
+      events.push_back(absl::StrCat(rpc::MembershipEventName(event.kind), " ", event.name));
+    }
+    return events;
+  });
   registry.Register("fail",
                     [](std::string message) -> int64_t { throw std::runtime_error(message); });
   registry.Register("block", [](CallContext& ctx, std::string key) {
