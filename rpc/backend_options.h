@@ -50,12 +50,8 @@ struct TensorPipeOptions {
   // pipe — and on a host running a connection storm (128 workers on two
   // cores) a member's handshake took over 10 s (Note [Connect again]).
   absl::Duration handshake_timeout = absl::Seconds(60);
-  // How many outgoing connections with no call in flight a worker keeps
-  // open; beyond it, the least recently used are closed (the peer is told:
-  // not a failure) and made again on the next call (Note [Idle
-  // connections], rpc/tensorpipe/tensorpipe_agent.cc). Each costs a few
-  // descriptors on both sides. TESSERA_MAX_IDLE_CONNECTIONS overrides it.
-  int max_idle_pipes = 128;
+  // Set from RpcOptions::max_idle_connections by the runtime.
+  int max_idle_connections = 128;
 };
 
 // Certificates and keys are PEM files.
@@ -83,6 +79,8 @@ struct GrpcOptions {
   std::string advertise_host;
   // Set from RpcOptions::limits by the runtime.
   CodecLimits limits;
+  // Set from RpcOptions::max_idle_connections by the runtime.
+  int max_idle_connections = 128;
   // Largest frame sent or accepted, envelope plus tensor bytes; gRPC's own
   // ceiling is 2 GiB - 1. Larger messages fail with ResourceExhausted.
   size_t max_message_bytes = INT_MAX;

@@ -11,6 +11,7 @@ AgentFactory BackendFactory(Backend backend) {
     return [](AgentSetup setup) {
       GrpcOptions grpc = setup.grpc;
       grpc.limits = setup.limits;
+      grpc.max_idle_connections = setup.max_idle_connections;
       grpc.listen_host = setup.host.bind;
       grpc.advertise_host = setup.host.advertise;
       return CreateGrpcAgent(grpc, setup.secret, setup.name, setup.rank, setup.incarnation,
@@ -20,6 +21,7 @@ AgentFactory BackendFactory(Backend backend) {
   return [](AgentSetup setup) {
     TensorPipeOptions tensorpipe = setup.tensorpipe;
     tensorpipe.limits = setup.limits;
+    tensorpipe.max_idle_connections = setup.max_idle_connections;
     tensorpipe.listen_host = setup.host.bind;
     tensorpipe.advertise_host = setup.host.advertise;
     return CreateTensorPipeAgent(tensorpipe, setup.secret, setup.name, setup.rank,

@@ -54,8 +54,8 @@ absl::StatusOr<RpcOptions> RpcOptions::TryFromEnv() {
   options.address = AddressOptions::FromEnv(
       options.backend == Backend::kTensorPipe ? "TP_SOCKET_IFNAME" : nullptr);
   if (const char* idle = std::getenv("TESSERA_MAX_IDLE_CONNECTIONS")) {
-    if (!absl::SimpleAtoi(idle, &options.tensorpipe.max_idle_pipes) ||
-        options.tensorpipe.max_idle_pipes < 0) {
+    if (!absl::SimpleAtoi(idle, &options.max_idle_connections) ||
+        options.max_idle_connections < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "TESSERA_MAX_IDLE_CONNECTIONS is '", idle, "' (expected a count, 0 or more)"));
     }

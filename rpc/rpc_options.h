@@ -26,6 +26,7 @@ struct AgentSetup {
   HostAddress host;     // where to listen and what to advertise
   auth::JobSecret secret;
   CodecLimits limits;
+  int max_idle_connections = 128;
   TensorPipeOptions tensorpipe;
   GrpcOptions grpc;
   RequestHandler handler;
@@ -118,6 +119,13 @@ struct RpcOptions {
   auth::JobSecret job_secret;
   // Bounds on what a peer may send; the agent and the decoder both use them.
   CodecLimits limits;
+  // How many outgoing connections with no call in flight a worker keeps
+  // open; beyond it, the least recently used are closed — the peer is told,
+  // so it is not taken for a failure — and made again on the next call
+  // (Note [Idle connections], rpc/rpc_agent.h). Each costs descriptors on
+  // both sides (TensorPipe: a connection per channel as well).
+  // TESSERA_MAX_IDLE_CONNECTIONS sets it from the environment.
+  int max_idle_connections = 128;
 
   // Makes the agent. Unset: rpc::Init (rpc/init.h) sets the factory of
   // `backend` (rpc/backends.h); the runtime core includes no backend. Tests

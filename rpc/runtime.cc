@@ -158,6 +158,7 @@ absl::Status Runtime::Start() {
   setup.host = *host;
   setup.secret = options_.job_secret;
   setup.limits = options_.limits;
+  setup.max_idle_connections = options_.max_idle_connections;
   setup.tensorpipe = options_.tensorpipe;
   setup.grpc = options_.grpc;
   setup.handler = std::move(handler);

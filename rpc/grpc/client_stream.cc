@@ -6,8 +6,10 @@
 
 namespace tessera::rpc {
 
-ClientStream::ClientStream(StreamHost* host, uint64_t id, int peer_rank)
-    : host_(host),
+ClientStream::ClientStream(StreamHost* host, uint64_t id, int peer_rank,
+                           std::atomic<int>* idle_count)
+    : use(idle_count),
+      host_(host),
       id_(id),
       peer_rank_(peer_rank),
       handshake_(host->settings().secret, host->settings().self) {}
@@ -42,6 +44,12 @@ absl::Status ClientStream::Send(const Message& request) {
   return absl::OkStatus();
 }
 
+void ClientStream::SayGoodbye() {
+  proto::Envelope goodbye;
+  goodbye.set_kind(proto::GOODBYE);
+  Write(EncodeEnvelopeFrame(goodbye));
+}
+
 void ClientStream::Write(grpc::ByteBuffer frame) {
   if (grpc::ByteBuffer* next = writes_.Push(std::move(frame))) StartWrite(next);
 }
@@ -69,6 +77,7 @@ void ClientStream::OnReadDone(bool ok) {
       status = absl::InvalidArgumentError("peer sent a non-response on a client stream");
     } else {
       host_->OnResponse(*std::move(message));
+      if (use.Release()) host_->OnClientStreamIdle();
     }
   }
   if (!status.ok()) {
@@ -120,6 +129,7 @@ void ClientStream::OnDone(const grpc::Status& status) {
     why = failure_;
     before_ready_.clear();
   }
+  use.Ended();
   if (why.ok()) {
     why = absl::UnavailableError(absl::StrCat(
         "stream ended (", status.error_code(), ": ", status.error_message(), ")"));

@@ -107,9 +107,12 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
     const uint64_t id = response.envelope.request_id();
     pending_.Complete(id, std::move(response));
   }
+  void OnClientStreamIdle() override {
+    if (idle_streams_.load() > options_.max_idle_connections) CloseIdleStreams();
+  }
   void OnClientStreamDone(ClientStream* stream, const absl::Status& why) override;
   void OnRequest(std::shared_ptr<ServerStream> stream, int from_rank, Message request) override;
-  void OnServerStreamDone(int peer_rank, const absl::Status& why) override;
+  void OnServerStreamDone(int peer_rank, const absl::Status& why, bool said_goodbye) override;
   void ListenForNextStream() override;
   bool serving() const override { return serving_.load(); }
   int MemberRankOf(const PeerIdentity& peer) const override {
@@ -122,6 +125,9 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
   // The open stream to `rank`, opening one if needed; an error if the agent
   // is closed or there is no such worker.
   absl::StatusOr<std::shared_ptr<ClientStream>> StreamTo(int rank);
+  // Closes the least recently used idle streams beyond the bound, and their
+  // channels (Note [Idle connections], rpc/idle_connections.h).
+  void CloseIdleStreams();
   std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() const;
   std::string PeerName(int rank) const;
   std::string PeerAt(int rank) const;  // with its address, for connection errors
@@ -153,6 +159,7 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
   int live_client_streams_ ABSL_GUARDED_BY(mu_) = 0;
   int live_server_streams_ ABSL_GUARDED_BY(mu_) = 0;  // listening ones included
   uint64_t next_stream_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::atomic<int> idle_streams_{0};  // client streams with no call in flight
   PeerFailureNotifier peer_failures_;
 
   std::atomic<bool> serving_{false};
@@ -270,7 +277,7 @@ absl::StatusOr<std::shared_ptr<ClientStream>> GrpcAgent::StreamTo(int rank) {
           grpc::CreateCustomChannel(workers_[rank].address, ChannelCredentials(), args));
     }
     stub = slot.get();
-    stream = std::make_shared<ClientStream>(this, next_stream_id_++, rank);
+    stream = std::make_shared<ClientStream>(this, next_stream_id_++, rank, &idle_streams_);
     ++live_client_streams_;
     // Listed before it starts: if it fails at once, OnClientStreamDone must
     // find it to forget it, or later calls would reuse a dead stream.
@@ -280,14 +287,34 @@ absl::StatusOr<std::shared_ptr<ClientStream>> GrpcAgent::StreamTo(int rank) {
   return stream;
 }
 
+void GrpcAgent::CloseIdleStreams() {
+  std::vector<std::shared_ptr<ClientStream>> closing;
+  {
+    MutexLock lock(&mu_);
+    if (closed_) return;
+    closing = TakeIdleBeyond(streams_, options_.max_idle_connections);
+    // The channel (its connection) goes once its last call has ended.
+    for (const auto& stream : closing) stubs_.erase(stream->peer_rank());
+  }
+  for (const auto& stream : closing) {
+    TESSERA_LOG(DEBUG) << self_.name << ": closing the idle stream to rank "
+                       << stream->peer_rank() << " (more than "
+                       << options_.max_idle_connections << " idle)";
+    stream->SayGoodbye();
+  }
+}
+
 Future<Message> GrpcAgent::Send(int to_rank, Message request, absl::Time deadline) {
   Promise<Message> promise;
   Future<Message> future = promise.GetFuture();
-  auto stream = StreamTo(to_rank);
-  if (!stream.ok()) {
-    promise.Set(stream.status());
-    return future;
-  }
+  absl::StatusOr<std::shared_ptr<ClientStream>> stream;
+  do {
+    stream = StreamTo(to_rank);
+    if (!stream.ok()) {
+      promise.Set(stream.status());
+      return future;
+    }
+  } while (!(*stream)->use.Claim());  // closing for idleness: take a new one
   const uint64_t id = pending_.Add(promise, to_rank, (*stream)->id(),
                                    request.envelope.target(), deadline);
   StampRequest(id, self_.rank, deadline, &request.envelope);
@@ -296,6 +323,7 @@ Future<Message> GrpcAgent::Send(int to_rank, Message request, absl::Time deadlin
     pending_.Complete(id, absl::Status(sent.code(), absl::StrCat("call to worker ",
                                                                 PeerName(to_rank), " not sent: ",
                                                                 sent.message())));
+    if ((*stream)->use.Release()) OnClientStreamIdle();  // no answer will come
   }
   return future;
 }
@@ -312,7 +340,8 @@ void GrpcAgent::OnClientStreamDone(ClientStream* stream, const absl::Status& why
     closed = closed_;
   }
   const absl::Status status = ConnectionEnded(PeerAt(stream->peer_rank()), why);
-  pending_.FailConnectionAndWarn(stream->id(), status, self_.name, /*warn=*/!closed);
+  pending_.FailConnectionAndWarn(stream->id(), status, self_.name,
+                                 /*warn=*/!closed && !stream->use.closing());
   if (current) peer_failures_.Notify(stream->peer_rank());
   MutexLock lock(&mu_);
   --live_client_streams_;
@@ -342,13 +371,13 @@ void GrpcAgent::ListenForNextStream() {
   std::make_shared<ServerStream>(this)->Listen(&service_, loop_->queue());
 }
 
-void GrpcAgent::OnServerStreamDone(int peer_rank, const absl::Status& why) {
+void GrpcAgent::OnServerStreamDone(int peer_rank, const absl::Status& why, bool said_goodbye) {
   {
     MutexLock lock(&mu_);
     --live_server_streams_;
     streams_done_.SignalAll();
   }
-  if (peer_rank < 0) return;  // not a worker of the job
+  if (peer_rank < 0 || said_goodbye) return;  // not a worker of the job, or not a failure
   TESSERA_LOG(DEBUG) << self_.name << ": incoming stream from rank " << peer_rank
                      << " ended: " << why;
   peer_failures_.Notify(peer_rank);

@@ -28,7 +28,7 @@ void ServerStream::Listen(grpc::AsyncGenericService* service,
 void ServerStream::OnArrived(bool ok) {
   if (!ok) {
     // The server is shutting down; this stream never carried a call.
-    host_->OnServerStreamDone(-1, absl::OkStatus());
+    host_->OnServerStreamDone(-1, absl::OkStatus(), /*said_goodbye=*/false);
     auto self = std::move(self_);
     return;
   }
@@ -125,6 +125,17 @@ void ServerStream::OnReadDone(bool ok) {
       if (rechecked.has_value()) peer_rank_ = *rechecked;
       from = peer_rank_;
       if (kind == proto::CALL || kind == proto::INTERNAL_CALL) ++in_flight_;
+    }
+    if (kind == proto::GOODBYE) {
+      // The caller closes an idle stream: answer what is under way, then
+      // finish; not a failure (Note [Idle connections]).
+      {
+        MutexLock lock(&mu_);
+        said_goodbye_ = true;
+        reads_done_ = true;
+      }
+      FinishIfDrained();
+      return;
     }
     if (kind != proto::CALL && kind != proto::INTERNAL_CALL) {
       FinishSoon(ToGrpc(absl::InvalidArgumentError(
@@ -255,12 +266,14 @@ void ServerStream::OnDone() {
   host_->timer()->Cancel(handshake_timer_);
   int peer_rank = -1;
   absl::Status why;
+  bool said_goodbye = false;
   {
     MutexLock lock(&mu_);
     peer_rank = peer_rank_;
     why = why_;
+    said_goodbye = said_goodbye_;
   }
-  host_->OnServerStreamDone(peer_rank, why);
+  host_->OnServerStreamDone(peer_rank, why, said_goodbye);
   auto self = std::move(self_);  // the last reference may go with this scope
 }
 

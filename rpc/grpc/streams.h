@@ -11,6 +11,7 @@
 // later, which then become no-ops.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -23,6 +24,7 @@
 #include "rpc/grpc/async_bidi.h"
 #include "rpc/grpc/health.h"
 #include "rpc/grpc/write_queue.h"
+#include "rpc/idle_connections.h"
 #include "rpc/message.h"
 
 namespace tessera::rpc {
@@ -46,6 +48,9 @@ class StreamHost {
   virtual DeadlineTimer* timer() = 0;
   // A response came back on one of our client streams.
   virtual void OnResponse(Message response) = 0;
+  // A client stream was left with no call in flight (Note [Idle
+  // connections], rpc/idle_connections.h).
+  virtual void OnClientStreamIdle() = 0;
   // Client stream `stream` ended; `why` fails the calls still on it.
   virtual void OnClientStreamDone(ClientStream* stream, const absl::Status& why) = 0;
   // An authenticated peer's request arrived; answer with stream->Respond().
@@ -62,14 +67,16 @@ class StreamHost {
   // replaced by a newer incarnation: Note [Fencing stale incarnations]).
   virtual uint64_t WorkersVersion() const = 0;
   // A server stream ended (or, listening, saw the server shut down);
-  // `peer_rank` is -1 unless a worker of the job.
-  virtual void OnServerStreamDone(int peer_rank, const absl::Status& why) = 0;
+  // `peer_rank` is -1 unless a worker of the job. `said_goodbye`: the peer
+  // closed it for idleness, which is not its failure.
+  virtual void OnServerStreamDone(int peer_rank, const absl::Status& why, bool said_goodbye) = 0;
 };
 
 class ClientStream final : public AsyncClientBidi,
                            public std::enable_shared_from_this<ClientStream> {
  public:
-  ClientStream(StreamHost* host, uint64_t id, int peer_rank);
+  // `idle_count`: the host's count of idle client streams (ConnectionUse).
+  ClientStream(StreamHost* host, uint64_t id, int peer_rank, std::atomic<int>* idle_count);
 
   // Opens the stream on `queue` and sends the handshake's hello.
   void Start(grpc::GenericStub* stub, const std::string& method, grpc::CompletionQueue* queue);
@@ -78,6 +85,11 @@ class ClientStream final : public AsyncClientBidi,
   absl::Status Send(const Message& request);
   // Ends the stream; OnDone follows.
   void Cancel() { context().TryCancel(); }
+  // Asks the peer to end the stream, which use.CloseIfIdle() closed: its
+  // end is then no failure on either side (Note [Idle connections]).
+  void SayGoodbye();
+
+  ConnectionUse use;  // calls in flight
 
   uint64_t id() const { return id_; }
   int peer_rank() const { return peer_rank_; }
@@ -149,6 +161,7 @@ class ServerStream final : public AsyncServerBidi,
   int peer_rank_ ABSL_GUARDED_BY(mu_) = -1;
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // requests not yet answered
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool said_goodbye_ ABSL_GUARDED_BY(mu_) = false;  // the peer's GOODBYE came
   std::optional<grpc::Status> finish_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status why_ ABSL_GUARDED_BY(mu_);

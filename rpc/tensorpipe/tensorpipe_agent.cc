@@ -23,6 +23,7 @@
 #include "common/status.h"
 #include "rpc/agent_support.h"
 #include "rpc/auth/handshake.h"
+#include "rpc/idle_connections.h"
 #include "rpc/pending_calls.h"
 #include "rpc/tensorpipe/frame_io.h"
 #include "rpc/tensorpipe/transport_choice.h"
@@ -35,8 +36,8 @@ namespace tp = tensorpipe;
 // One outgoing pipe: requests go out on it, their responses come back on it.
 // Requests wait in `waiting` until the handshake is done.
 struct ClientPipe {
-  ClientPipe(auth::JobSecret secret, PeerIdentity self)
-      : handshake(std::move(secret), std::move(self)) {}
+  ClientPipe(auth::JobSecret secret, PeerIdentity self, std::atomic<int>* idle_count)
+      : handshake(std::move(secret), std::move(self)), use(idle_count) {}
 
   uint64_t id = 0;
   int rank = -1;
@@ -48,13 +49,7 @@ struct ClientPipe {
   bool failed ABSL_GUARDED_BY(mu) = false;
   absl::Status failure ABSL_GUARDED_BY(mu);  // why, once failed
   std::vector<std::shared_ptr<Message>> waiting ABSL_GUARDED_BY(mu);
-  // Note [Idle connections]: calls sent and not yet answered; counted among
-  // the agent's idle pipes while zero after an answer; once `closing`, no
-  // call may claim the pipe.
-  int in_flight ABSL_GUARDED_BY(mu) = 0;
-  bool counted_idle ABSL_GUARDED_BY(mu) = false;
-  bool closing ABSL_GUARDED_BY(mu) = false;
-  absl::Time last_used ABSL_GUARDED_BY(mu);
+  ConnectionUse use;  // Note [Idle connections]
 };
 
 // One incoming pipe: a peer's requests come in, our responses go back. Its
@@ -158,11 +153,6 @@ class TensorPipeAgent final : public RpcAgent {
   // The pipe to `to_rank`, connected now if there is none; nullptr and
   // `error` if the agent is closed or the rank unknown.
   std::shared_ptr<ClientPipe> PipeTo(int to_rank, absl::Status* error);
-  // Counts a call on `client`; false if the pipe is being closed for
-  // idleness (the caller takes another).
-  bool Claim(ClientPipe& client);
-  // Counts an answer; a pipe left with no call in flight becomes idle.
-  void Release(ClientPipe& client);
   // Closes the least recently used idle pipes beyond the bound.
   void CloseIdlePipes();
   std::string PeerAt(int rank) const;  // with its address, for connection errors
@@ -190,7 +180,7 @@ class TensorPipeAgent final : public RpcAgent {
   std::map<int, std::shared_ptr<ClientPipe>> client_pipes_ ABSL_GUARDED_BY(mu_);
   std::set<std::shared_ptr<ServerPipe>> server_pipes_ ABSL_GUARDED_BY(mu_);
   uint64_t next_pipe_id_ ABSL_GUARDED_BY(mu_) = 1;
-  // Client pipes with counted_idle set (Note [Idle connections]).
+  // Client pipes with no call in flight (Note [Idle connections]).
   std::atomic<int> idle_pipes_{0};
   PendingCalls pending_;
 
@@ -204,22 +194,6 @@ std::string TensorPipeAgent::PeerAt(int rank) const {
   return DescribeWorkerAt(rank, workers_);
 }
 
-// Note [Idle connections]
-// A worker keeps one outgoing pipe per peer it calls. In a job of hundreds
-// of workers an all-to-all would leave each holding hundreds of pipes (a
-// connection and the channels' connections each, on both sides) long after
-// the calls ended. So a worker keeps at most TensorPipeOptions::
-// max_idle_pipes pipes with no call in flight; when an answer leaves more
-// idle than that, the least recently used are closed and the next call to
-// such a peer connects again. Closing is said, not done: the caller sends
-// GOODBYE on the pipe (no call of its is in flight there, and none can
-// claim the pipe any more) and the callee, reading it, closes its end; the
-// caller's read then ends, quietly. Without the GOODBYE the callee would
-// take the closed pipe for the caller's death (an incoming pipe ending is
-// how a worker learns a peer failed). The cost: a callee whose only pipe
-// from a caller was closed hears of that caller's death at its next call
-// to it, not at once — which is why the bound is far above what jobs of
-// ordinary size reach.
 Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
                                       absl::Time deadline) {
   // No executor: the runtime's own continuation (decoding) runs inline on
@@ -235,7 +209,7 @@ Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
       promise.Set(error);
       return future;
     }
-  } while (!Claim(*client));  // closing for idleness: take a new one
+  } while (!client->use.Claim());  // closing for idleness: take a new one
   const uint64_t request_id = pending_.Add(promise, to_rank, client->id,
                                            request.envelope.target(), deadline);
   StampRequest(request_id, self_.rank, deadline, &request.envelope);
@@ -281,7 +255,7 @@ std::shared_ptr<ClientPipe> TensorPipeAgent::PipeTo(int to_rank, absl::Status* e
   TESSERA_LOG(INFO) << self_.name << ": connecting to '" << peer_name << "' (rank " << to_rank
                     << ") at " << address << ": " << transport;
   client = std::make_shared<ClientPipe>(
-      secret_, PeerIdentity{self_.name, self_.rank, self_.incarnation});
+      secret_, PeerIdentity{self_.name, self_.rank, self_.incarnation}, &idle_pipes_);
   client->rank = to_rank;
   client->pipe = context_->connect(address, tp::PipeOptions().remoteName(peer_name));
   {
@@ -298,55 +272,16 @@ std::shared_ptr<ClientPipe> TensorPipeAgent::PipeTo(int to_rank, absl::Status* e
   return client;
 }
 
-bool TensorPipeAgent::Claim(ClientPipe& client) {
-  MutexLock lock(&client.mu);
-  if (client.closing) return false;
-  ++client.in_flight;
-  if (client.counted_idle) {
-    client.counted_idle = false;
-    --idle_pipes_;
-  }
-  return true;
-}
-
-void TensorPipeAgent::Release(ClientPipe& client) {
-  {
-    MutexLock lock(&client.mu);
-    if (client.in_flight == 0 || --client.in_flight > 0 || client.failed) return;
-    client.counted_idle = true;
-    client.last_used = absl::Now();
-  }
-  if (++idle_pipes_ > options_.max_idle_pipes) CloseIdlePipes();
-}
-
 void TensorPipeAgent::CloseIdlePipes() {
   std::vector<std::shared_ptr<ClientPipe>> closing;
   {
     MutexLock lock(&mu_);
     if (closed_) return;
-    std::vector<std::pair<absl::Time, std::shared_ptr<ClientPipe>>> idle;
-    for (const auto& [rank, client] : client_pipes_) {
-      MutexLock pipe_lock(&client->mu);  // mu_ before a pipe's mu, never after
-      if (client->counted_idle) idle.emplace_back(client->last_used, client);
-    }
-    const int excess = static_cast<int>(idle.size()) - options_.max_idle_pipes;
-    if (excess <= 0) return;
-    std::partial_sort(idle.begin(), idle.begin() + excess, idle.end(),
-                      [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (int i = 0; i < excess; ++i) {
-      const std::shared_ptr<ClientPipe>& client = idle[i].second;
-      MutexLock pipe_lock(&client->mu);
-      if (!client->counted_idle) continue;  // a call claimed it meanwhile
-      client->counted_idle = false;
-      client->closing = true;
-      --idle_pipes_;
-      client_pipes_.erase(client->rank);
-      closing.push_back(client);
-    }
+    closing = TakeIdleBeyond(client_pipes_, options_.max_idle_connections);
   }
   for (const auto& client : closing) {
     TESSERA_LOG(DEBUG) << self_.name << ": closing the idle connection to rank " << client->rank
-                       << " (more than " << options_.max_idle_pipes << " idle)";
+                       << " (more than " << options_.max_idle_connections << " idle)";
     auto goodbye = std::make_shared<Message>();
     goodbye->envelope.set_kind(proto::GOODBYE);
     // The callee closes the pipe on reading it; then our read ends.
@@ -414,19 +349,15 @@ void TensorPipeAgent::FailPipe(const std::shared_ptr<ClientPipe>& client, const 
     // Forget the broken pipe, so the next call reconnects.
     if (it != client_pipes_.end() && it->second == client) client_pipes_.erase(it);
   }
-  bool said_goodbye = false;
   {
     MutexLock lock(&client->mu);
     if (client->failed) return;  // both a read and a write may report it
     client->failed = true;
     client->failure = why;
     client->waiting.clear();
-    said_goodbye = client->closing;
-    if (client->counted_idle) {
-      client->counted_idle = false;
-      --idle_pipes_;
-    }
   }
+  client->use.Ended();
+  const bool said_goodbye = client->use.closing();
   // After our GOODBYE the pipe's end is expected (Note [Idle connections]).
   if (notify && !said_goodbye) peer_failures_.Notify(client->rank);
   const absl::Status status = ConnectionEnded(PeerAt(client->rank), why);
@@ -457,7 +388,9 @@ void TensorPipeAgent::ReadResponse(std::shared_ptr<ClientPipe> client) {
     } else {
       const uint64_t id = message->envelope.request_id();
       pending_.Complete(id, *std::move(message));
-      Release(*client);
+      if (client->use.Release() && idle_pipes_.load() > options_.max_idle_connections) {
+        CloseIdlePipes();
+      }
     }
     ReadResponse(client);
   });
@@ -592,7 +525,8 @@ void TensorPipeAgent::ReadRequest(std::shared_ptr<ServerPipe> server) {
     }
     const auto kind = message->envelope.kind();
     if (kind == proto::GOODBYE) {
-      // The caller closes an idle pipe: not a failure (Note [Idle connections]).
+      // The caller closes an idle pipe: not a failure (Note [Idle
+      // connections], rpc/idle_connections.h).
       TESSERA_LOG(DEBUG) << self_.name << ": rank " << server->member_rank.load()
                          << " closed an idle connection";
       DropServerPipe(server);

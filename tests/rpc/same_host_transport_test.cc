@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/process_cpu.h"
 #include "tests/testing/rpc_world.h"
@@ -96,56 +95,6 @@ TEST_F(SameHostTransportTest, GarbageOnTheUnixSocketLeavesTheWorkerServing) {
   EXPECT_EQ(rt().RpcSync<int64_t>("worker1", "echo", int64_t{11}), 11);
   EXPECT_EQ(rt().RpcSync<at::Tensor>("worker1", "echo", at::ones({1 << 20})).sum().item<float>(),
             float(1 << 20));
-}
-
-// Connections accepted by a worker process and still open: its same-host
-// listener's name, in the connected state ("03"; listeners are "01").
-int AcceptedConnections(pid_t pid) {
-  std::ifstream in("/proc/net/unix");
-  const std::string prefix = absl::StrCat("@tessera_", pid, "_");
-  int count = 0;
-  for (std::string line; std::getline(in, line);) {
-    std::vector<std::string> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
-    if (fields.size() >= 8 && fields[5] == "03" && fields[7].rfind(prefix, 0) == 0) ++count;
-  }
-  return count;
-}
-
-// Note [Idle connections] (rpc/tensorpipe/tensorpipe_agent.cc): beyond the
-// bound, a caller's least recently used idle connections close — the callee
-// is told, so nobody takes it for a failure — and the next call connects
-// again.
-class IdleConnectionsTest : public RpcWorld {
-  void Configure(rpc::RpcOptions& options) override { options.tensorpipe.max_idle_pipes = 1; }
-};
-
-TEST_F(IdleConnectionsTest, BeyondTheBoundTheyCloseAndNobodyCallsItAFailure) {
-  StartWorld(4);
-  const std::vector<std::string> peers = {"worker1", "worker2", "worker3"};
-  for (int round = 0; round < 2; ++round) {
-    for (size_t i = 0; i < peers.size(); ++i) {
-      const int64_t value = round * 10 + static_cast<int64_t>(i);
-      EXPECT_EQ(rt().RpcSync<int64_t>(peers[i], "echo", value), value) << peers[i];
-    }
-  }
-  // Only the last callee's connection is kept; the others' ends close once
-  // they read the goodbye.
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while ((AcceptedConnections(children_[0]->pid()) > 0 ||
-          AcceptedConnections(children_[1]->pid()) > 0) &&
-         absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(10));  // polling a condition, with a deadline
-  }
-  EXPECT_EQ(AcceptedConnections(children_[0]->pid()), 0);
-  EXPECT_EQ(AcceptedConnections(children_[1]->pid()), 0);
-  EXPECT_GT(AcceptedConnections(children_[2]->pid()), 0);
-  for (const std::string& peer : peers) {
-    for (const std::string& event : rt().RpcSync<std::vector<std::string>>(peer,
-                                                                           "membership_events")) {
-      EXPECT_NE(event, "failed worker0") << peer;
-      EXPECT_NE(event, "left worker0") << peer;
-    }
-  }
 }
 
 // TESSERA_TENSORPIPE_SAME_HOST=tcp: the cross-host path on one machine.
