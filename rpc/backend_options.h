@@ -49,6 +49,7 @@ struct TensorPipeOptions {
   // at the transport gate, so the bound only reclaims a member's stalled
   // pipe — and on a host running a connection storm (128 workers on two
   // cores) a member's handshake took over 10 s (Note [Connect again]).
+  // TESSERA_HANDSHAKE_TIMEOUT_S sets it.
   absl::Duration handshake_timeout = absl::Seconds(60);
   // Set from RpcOptions::max_idle_connections by the runtime.
   int max_idle_connections = 128;
@@ -85,8 +86,12 @@ struct GrpcOptions {
   // ceiling is 2 GiB - 1. Larger messages fail with ResourceExhausted.
   size_t max_message_bytes = INT_MAX;
   // How long a connecting peer has to complete the handshake — gRPC's
-  // HTTP/2 set-up as well as Tessera's.
-  absl::Duration handshake_timeout = absl::Seconds(10);
+  // HTTP/2 set-up as well as Tessera's. 60 s, as TensorPipe's: with 10 s,
+  // an all-to-all of 128 workers on two cores failed (servers closed
+  // connections whose HTTP/2 preface they had not got to yet). The price:
+  // a silent stranger holds a descriptor that long (gRPC has no gate to
+  // make room). TESSERA_HANDSHAKE_TIMEOUT_S sets both backends' bound.
+  absl::Duration handshake_timeout = absl::Seconds(60);
   // Threads that run the streams' gRPC completions (decoding frames,
   // handing requests to the executor, which runs the handlers). One is
   // fastest here: threads sharing a queue hand its events to each other

@@ -60,6 +60,15 @@ absl::StatusOr<RpcOptions> RpcOptions::TryFromEnv() {
           "TESSERA_MAX_IDLE_CONNECTIONS is '", idle, "' (expected a count, 0 or more)"));
     }
   }
+  if (const char* seconds = std::getenv("TESSERA_HANDSHAKE_TIMEOUT_S")) {
+    int parsed = 0;
+    if (!absl::SimpleAtoi(seconds, &parsed) || parsed <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "TESSERA_HANDSHAKE_TIMEOUT_S is '", seconds, "' (expected a number of seconds, 1 or more)"));
+    }
+    options.tensorpipe.handshake_timeout = absl::Seconds(parsed);
+    options.grpc.handshake_timeout = absl::Seconds(parsed);
+  }
   options.grpc.tls = GrpcTlsOptions::FromEnv();
   const char* reflection = std::getenv("TESSERA_GRPC_REFLECTION");
   options.grpc.reflection = reflection != nullptr && std::string(reflection) == "1";

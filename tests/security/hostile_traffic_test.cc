@@ -198,6 +198,9 @@ std::vector<Worker> WorkersIn(const std::string& output) {
 
 TEST(HostileTrafficTest, NoConnectionHurtsAWorkerTheStoreOrTheLaunchers) {
   setenv("TESSERA_JOB_SECRET", kSecret, 1);  // both launchers inherit it
+  // The workers' bound on a connection's handshake (60 s by default), short
+  // so that gRPC's silent strangers are let go within the test.
+  setenv("TESSERA_HANDSHAKE_TIMEOUT_S", "10", 1);
   const std::string port = std::to_string(FreeLoopbackPort());
   auto node_args = [&](const char* node_rank) {
     return std::vector<std::string>{"--nnodes", "2", "--node_rank", node_rank,
@@ -310,6 +313,7 @@ TEST(HostileTrafficTest, NoConnectionHurtsAWorkerTheStoreOrTheLaunchers) {
   for (size_t i = 0; i < workers.size(); ++i) std::printf(" %d->%d", baseline[i], descriptors[i]);
   std::printf("\n%s%s", node0.output().c_str(), node1.output().c_str());
   unsetenv("TESSERA_JOB_SECRET");
+  unsetenv("TESSERA_HANDSHAKE_TIMEOUT_S");
 }
 
 }  // namespace
