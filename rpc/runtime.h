@@ -291,6 +291,9 @@ class Runtime {
   static constexpr int kProbesBeforeGivingUp = 3;
   std::map<int, int> unanswered_probes_;
   std::map<int, absl::Time> restarting_since_;
+  // When a rank handed out to a joining worker, and not yet announced, was
+  // first probed (it is starting: loading, meeting the store).
+  std::map<int, absl::Time> joining_since_;
   // When a rank of an elastic role first failed to answer (its node may be
   // lost: Note [Lost nodes]); the launcher's verdict takes a beat or two
   // beyond --node_timeout.
