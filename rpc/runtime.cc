@@ -376,19 +376,6 @@ absl::Status Runtime::ProbeMissing(const std::vector<int>& ranks) {
   for (auto& [rank, probe] : probes) {
     auto answer = probe.Wait(kProbeTimeout + absl::Seconds(1));
     const std::string who = DescribeWorker(rank);
-    const std::optional<WorkerInfo> known = membership_.Find(rank);
-    if (!answer.ok() && (!known.has_value() || known->incarnation < 0)) {
-      // Handed out to a joining worker (tessera-run --join) that has not
-      // announced itself yet: it is starting, not gone — for as long as a
-      // rendezvous may take (on a loaded host, loading LibTorch alone takes
-      // seconds; three quick probes were not enough).
-      const absl::Time since = joining_since_.try_emplace(rank, absl::Now()).first->second;
-      if (absl::Now() - since < options_.rendezvous_timeout) continue;
-      return absl::DeadlineExceededError(absl::StrCat(
-          "graceful shutdown: rank ", rank, " was handed out to a joining worker, which has not "
-          "joined within ", absl::FormatDuration(options_.rendezvous_timeout)));
-    }
-    joining_since_.erase(rank);
     if (answer.ok()) {
       unanswered_probes_.erase(rank);
       silent_since_.erase(rank);

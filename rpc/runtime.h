@@ -233,9 +233,9 @@ class Runtime {
   // The ranks a graceful shutdown waits for: those that have not left.
   std::vector<int> ShutdownParticipants();
   // For a rank that does not answer shutdown's probes: whether it is not
-  // dead after all — tessera-run is starting it again, or it left for good,
-  // or it is of an elastic role and the launcher has had only seconds to
-  // say which.
+  // dead after all — a joining worker still starting, tessera-run starting
+  // it again, or it left for good, or it is of an elastic role and the
+  // launcher has had only seconds to say which.
   bool AbsenceExcused(int rank);
   Future<Message> HandleRequest(int from_rank, Message request);
   Future<Message> Dispatch(int from_rank, const Message& request, bool waited_for_registration);

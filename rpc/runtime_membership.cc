@@ -164,6 +164,16 @@ bool Runtime::AbsenceExcused(int rank) {
   namespace elastic = store::elastic;
   const std::string& prefix = options_.store_prefix;
   store::StoreClient& store = *store_client_;
+  if (const auto known = membership_.Find(rank); !known.has_value() || known->incarnation < 0) {
+    // Handed out to a joining worker (tessera-run --join) that has not
+    // announced itself yet: it is starting, not gone — for as long as a
+    // rendezvous may take (on a loaded host loading LibTorch alone takes
+    // seconds; three quick probes were not enough). Then it is probed as
+    // any other rank.
+    const absl::Time since = joining_since_.try_emplace(rank, absl::Now()).first->second;
+    return absl::Now() - since < options_.rendezvous_timeout;
+  }
+  joining_since_.erase(rank);
   if (store.Get(elastic::LeftKey(prefix, rank), absl::ZeroDuration()).ok()) return true;
   if (store.Get(elastic::RestartingKey(prefix, rank), absl::ZeroDuration()).ok()) {
     // A restart that never comes back (its launcher died too) is a death

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/host_address.h"
+#include "common/status.h"
 #include "proto/store.grpc.pb.h"
 #include "store/store_auth.h"
 #include "store/store_channel.h"
@@ -71,28 +72,27 @@ absl::StatusOr<std::optional<std::string>> BuiltinStoreBackend::Get(const std::s
   return response.value();
 }
 
-absl::StatusOr<std::vector<std::string>> BuiltinStoreBackend::WaitForKeys(
-    const std::vector<std::string>& keys, absl::Duration wait) {
+absl::Status BuiltinStoreBackend::CallWait(const std::vector<std::string>& keys,
+                                           absl::Duration wait, bool with_values,
+                                           proto::WaitResponse* response) {
   proto::WaitRequest request;
   for (const auto& key : keys) request.add_keys(key);
   request.set_timeout_ms(absl::ToInt64Milliseconds(wait));
+  request.set_with_values(with_values);
+  return stub_->Call(&proto::Store::Stub::Wait, "Wait", request, response, wait + kReplySlack);
+}
+
+absl::StatusOr<std::vector<std::string>> BuiltinStoreBackend::WaitForKeys(
+    const std::vector<std::string>& keys, absl::Duration wait) {
   proto::WaitResponse response;
-  auto status =
-      stub_->Call(&proto::Store::Stub::Wait, "Wait", request, &response, wait + kReplySlack);
-  if (!status.ok()) return status;
+  TESSERA_RETURN_IF_ERROR(CallWait(keys, wait, /*with_values=*/false, &response));
   return std::vector<std::string>(response.missing().begin(), response.missing().end());
 }
 
 absl::StatusOr<std::map<std::string, std::string>> BuiltinStoreBackend::GetMany(
     const std::vector<std::string>& keys, absl::Duration wait) {
-  proto::WaitRequest request;
-  for (const auto& key : keys) request.add_keys(key);
-  request.set_timeout_ms(absl::ToInt64Milliseconds(wait));
-  request.set_with_values(true);
   proto::WaitResponse response;
-  auto status =
-      stub_->Call(&proto::Store::Stub::Wait, "Wait", request, &response, wait + kReplySlack);
-  if (!status.ok()) return status;
+  TESSERA_RETURN_IF_ERROR(CallWait(keys, wait, /*with_values=*/true, &response));
   std::map<std::string, std::string> values;
   for (proto::KeyValue& entry : *response.mutable_present()) {
     values.emplace(entry.key(), std::move(*entry.mutable_value()));

@@ -12,6 +12,10 @@
 #include "auth/job_secret.h"
 #include "store/store_backend.h"
 
+namespace tessera::proto {
+class WaitResponse;
+}  // namespace tessera::proto
+
 namespace tessera::store {
 
 class BuiltinStoreBackend : public StoreBackend {
@@ -37,6 +41,10 @@ class BuiltinStoreBackend : public StoreBackend {
 
  private:
   class Stub;
+  // The store's Wait: the keys missing after `wait`, and the present ones'
+  // values if `with_values` (GetMany).
+  absl::Status CallWait(const std::vector<std::string>& keys, absl::Duration wait,
+                        bool with_values, proto::WaitResponse* response);
   const std::string target_;
   std::unique_ptr<Stub> stub_;
 };
