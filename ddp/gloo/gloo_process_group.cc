@@ -21,6 +21,7 @@
 #include "ddp/gloo/gloo_store.h"
 #include "ddp/gloo/reduced_float_math.h"
 #include "ddp/gloo/ring_reduce_scatter.h"
+#include "ddp/shm/shm_group_setup.h"
 
 namespace tessera::ddp {
 namespace {
@@ -288,8 +289,8 @@ class GlooProcessGroup final : public ProcessGroup {
   SerialQueue queue_;
 };
 
-absl::StatusOr<std::unique_ptr<ProcessGroup>> Connect(store::StoreClient* store, int rank, int size,
-                                                      const GlooOptions& options) {
+absl::StatusOr<std::unique_ptr<ProcessGroup>> ConnectFlat(store::StoreClient* store, int rank,
+                                                          int size, const GlooOptions& options) {
   if (size <= 0 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("invalid rank ", rank, " of ", size));
   }
@@ -319,6 +320,25 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> Connect(store::StoreClient* store,
         " ms (GlooOptions::connect_timeout), each rank dialling the address the other "
         "published in the store at ", store->target(), ": ", e.what()));
   }
+}
+
+// The flat group, with shared-memory collectives where ranks share a host
+// (ddp/shm/shm_group_setup.h); the hosts' leaders meet over Gloo.
+absl::StatusOr<std::unique_ptr<ProcessGroup>> Connect(store::StoreClient* store, int rank, int size,
+                                                      const GlooOptions& options) {
+  TESSERA_ASSIGN_OR_RETURN(auto flat, ConnectFlat(store, rank, size, options));
+  auto connect_leaders = [&](int leader, int leaders,
+                             const std::string& prefix) -> absl::StatusOr<std::unique_ptr<ProcessGroup>> {
+    GlooOptions among_leaders = options;
+    among_leaders.store_prefix = prefix;
+    return ConnectFlat(store, leader, leaders, among_leaders);
+  };
+  auto group = WithSharedMemory(std::move(flat), store, options.store_prefix, options.shm,
+                                options.timeout, options.connect_timeout, connect_leaders);
+  if (!group.ok()) {
+    return Annotate(group.status(), absl::StrCat("Gloo process group of rank ", rank, " of ", size));
+  }
+  return group;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Factory for the Gloo backend of ProcessGroup (CPU tensors over TCP),
-// meeting through Tessera's rendezvous store.
+// meeting through Tessera's rendezvous store; ranks that share a host
+// reduce through shared memory (GlooOptions::shm).
 #pragma once
 
 #include <memory>
@@ -11,6 +12,7 @@
 #include "common/timeouts.h"
 #include "ddp/env_rendezvous.h"
 #include "ddp/process_group.h"
+#include "ddp/shm/shm_group_setup.h"
 #include "store/store_client.h"
 
 namespace tessera::ddp {
@@ -45,6 +47,10 @@ struct GlooOptions {
   // size"). Only buffers over 2 x world size MiB are cut differently from
   // Gloo's default.
   size_t ring_max_segment_bytes = 4 << 20;
+  // Collectives between ranks of one host through shared memory, and
+  // across hosts through one Gloo leader per host (ddp/shm/); Gloo carries
+  // point to point. On by default; TESSERA_SHM_COLLECTIVES=0 turns it off.
+  ShmCollectivesOptions shm;
 };
 
 // Connects all `size` ranks (bounded by options.connect_timeout). `store` must

@@ -14,8 +14,16 @@
 namespace tessera::testing {
 namespace {
 
-absl::StatusOr<ddp::EnvProcessGroup> ChildGroup() {
+// Gloo alone: ranks on one host would otherwise reduce through shared
+// memory (tests/ddp/shm_process_group_test.cc).
+ddp::GlooOptions GlooAlone() {
   ddp::GlooOptions options;
+  options.shm.enabled = false;
+  return options;
+}
+
+absl::StatusOr<ddp::EnvProcessGroup> ChildGroup() {
+  ddp::GlooOptions options = GlooAlone();
   options.timeout = absl::Seconds(60);
   return ddp::CreateGlooProcessGroupFromEnv(options);
 }
@@ -49,7 +57,7 @@ class GlooProcessGroupTest : public ::testing::TestWithParam<int> {
 TEST_P(GlooProcessGroupTest, EveryOpDtypeAndSize) {
   const int world_size = GetParam();
   world_.StartChildren(world_size, "pg_conformance");
-  auto pg = ddp::CreateGlooProcessGroup(world_.store(), 0, world_size);
+  auto pg = ddp::CreateGlooProcessGroup(world_.store(), 0, world_size, GlooAlone());
   EXPECT_EQ(pg->size(), world_size);
   auto status = RunConformance(*pg);
   EXPECT_TRUE(status.ok()) << status;
@@ -59,7 +67,7 @@ TEST_P(GlooProcessGroupTest, EveryOpDtypeAndSize) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooProcessGroupTest, ::testing::Values(2, 3));
 
 TEST_F(GlooProcessGroupTest, MissingRankIsATimeoutNotAHang) {
-  ddp::GlooOptions options;
+  ddp::GlooOptions options = GlooAlone();
   options.connect_timeout = absl::Milliseconds(800);
   const absl::Status pg =
       StatusOf([&] { ddp::CreateGlooProcessGroup(world_.store(), 0, 2, options); });
@@ -72,7 +80,7 @@ TEST_F(GlooProcessGroupTest, MissingRankIsATimeoutNotAHang) {
 // timeout: a rank that starts seconds after the others still joins.
 TEST_F(GlooProcessGroupTest, LateRankJoinsWithinConnectTimeout) {
   world_.StartChildren(2, "pg_late");
-  ddp::GlooOptions options;
+  ddp::GlooOptions options = GlooAlone();
   options.timeout = kShortOpTimeout;
   options.connect_timeout = absl::Seconds(120);
   auto pg = ddp::CreateGlooProcessGroup(world_.store(), 0, 2, options);
@@ -86,7 +94,7 @@ TEST_F(GlooProcessGroupTest, LateRankJoinsWithinConnectTimeout) {
 
 TEST_F(GlooProcessGroupTest, DeadRankFailsTheCollective) {
   world_.StartChildren(2, "pg_dies");
-  ddp::GlooOptions options;
+  ddp::GlooOptions options = GlooAlone();
   options.timeout = absl::Seconds(5);
   auto pg = ddp::CreateGlooProcessGroup(world_.store(), 0, 2, options);
   ASSERT_EQ(world_.children()[0]->Wait(absl::Seconds(60)), 0);  // joined, then gone

@@ -6,9 +6,12 @@
 #include <ATen/ops/equal.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/repeat_interleave.h>
+#include <ATen/ops/sin.h>
+#include <ATen/ops/stack.h>
 #include <ATen/ops/zeros.h>
 
 #include <cstdio>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -35,6 +38,51 @@ absl::Status SendRecvRing(ddp::ProcessGroup& pg) {
   TESSERA_RETURN_IF_ERROR(Done(sent));
   TESSERA_RETURN_IF_ERROR(Done(received));
   return Check(at::equal(in, at::full({5}, 10.0f * ((r + n - 1) % n))), "send/recv ring");
+}
+
+// Values that differ by rank and element, deterministic, without a
+// generator's state.
+at::Tensor RankIntegers(int rank, int64_t numel) {
+  return (at::arange(numel, at::kLong) * (7919 * rank + 104729)).remainder(2000003) - 1000001;
+}
+at::Tensor RankFloats(int rank, int64_t numel, at::ScalarType dtype) {
+  return (at::sin(at::arange(numel, at::kFloat) * (0.37f * (rank + 1))) * 1000.0f).to(dtype);
+}
+
+// Two numbers that change if any bit of `tensor` does.
+at::Tensor BitDigest(const at::Tensor& tensor) {
+  const at::Tensor bits =
+      (tensor.element_size() == 2 ? tensor.view(at::kShort) : tensor.view(at::kInt)).to(at::kLong);
+  const at::Tensor weights = at::arange(bits.numel(), at::kLong).remainder(1009) + 1;
+  return at::stack({bits.sum(), (bits * weights).sum()});
+}
+
+// Integer sums of varied values are exact, and every rank holds the same
+// bits of a floating sum or average (allgathered digests compared), at a
+// size under and over every backend's segment and algorithm switch.
+absl::Status ExactAndIdenticalEverywhere(ddp::ProcessGroup& pg) {
+  const int r = pg.rank();
+  const int n = pg.size();
+  for (int64_t numel : {int64_t{3001}, (int64_t{1} << 21) + 7}) {
+    at::Tensor ints = RankIntegers(r, numel);
+    at::Tensor expected = at::zeros({numel}, at::kLong);
+    for (int k = 0; k < n; ++k) expected += RankIntegers(k, numel);
+    TESSERA_RETURN_IF_ERROR(Done(pg.Allreduce(ints)));
+    TESSERA_RETURN_IF_ERROR(
+        Check(at::equal(ints, expected), absl::StrCat("exact int64 sum of ", numel)));
+    for (auto [dtype, op] : {std::pair{at::kFloat, ReduceOp::kSum},
+                             std::pair{at::kBFloat16, ReduceOp::kAverage}}) {
+      at::Tensor values = RankFloats(r, numel, dtype);
+      TESSERA_RETURN_IF_ERROR(Done(pg.Allreduce(values, op)));
+      at::Tensor digest = BitDigest(values);
+      at::Tensor digests = at::zeros({2 * n}, at::kLong);
+      TESSERA_RETURN_IF_ERROR(Done(pg.Allgather(digest, digests)));
+      TESSERA_RETURN_IF_ERROR(Check(at::equal(digests.view({n, 2}), digest.expand({n, 2})),
+                                    absl::StrCat("the same bits on every rank: ",
+                                                 c10::toString(dtype), " of ", numel)));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -120,6 +168,7 @@ absl::Status RunConformance(ddp::ProcessGroup& pg) {
                                 "reduce_scatter average"));
 
   if (n > 1) TESSERA_RETURN_IF_ERROR(SendRecvRing(pg));
+  TESSERA_RETURN_IF_ERROR(ExactAndIdenticalEverywhere(pg));
 
   // Bad input is an error here, not a hang for the others: checked before
   // anything is sent, so no rank issues it.

@@ -1,0 +1,99 @@
+// Collectives among the ranks of one host through one shared-memory
+// segment (Note [Shared-memory collectives] in shm_communicator.cc).
+//
+// Synchronous: each call returns when this rank's part is done. All local
+// ranks must make the same calls in the same order; each call's kind, dtype,
+// element count, root and op are compared across ranks before any data is
+// read, so a mismatch is an error naming both ranks, not corruption. Every
+// wait is bounded by `timeout`; a local rank that died is named within
+// ~20 ms of the wait that needs it. After an error the communicator is
+// broken: every later call fails with the first error.
+//
+// Thread-compatible: one call at a time (the process group's queue).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "ddp/process_group.h"
+#include "ddp/shm/shm_segment.h"
+
+namespace tessera::ddp {
+
+class ShmCommunicator {
+ public:
+  // Bytes of a segment for `local_size` ranks with `slot_bytes` per buffer.
+  static size_t SegmentBytes(int local_size, size_t slot_bytes);
+  // The slot size used for `local_size` ranks: 16 MiB shared, at most 4 MiB
+  // and at least 64 KiB each (the segment holds two slots per rank).
+  static size_t DefaultSlotBytes(int local_size);
+
+  // `global_ranks[i]` is local rank i's rank in the job (for messages).
+  ShmCommunicator(std::unique_ptr<ShmSegment> segment, int local_rank,
+                  std::vector<int> global_ranks, size_t slot_bytes, absl::Duration timeout);
+
+  // Local rank 0, on its new segment, before publishing its name.
+  void InitializeSegment();
+  // Marks this rank alive, checks the segment's shape, and waits (until
+  // `deadline`) for every local rank to attach; the last to attach removes
+  // the segment's name (Note [Shared-memory names]).
+  absl::Status Attach(absl::Time deadline);
+
+  int local_rank() const { return local_rank_; }
+  const std::string& segment_name() const { return segment_->name(); }
+  int local_size() const { return static_cast<int>(global_ranks_.size()); }
+
+  // `tensor` reduced across local ranks, in place (kAverage divides by the
+  // local size).
+  absl::Status Allreduce(const at::Tensor& tensor, ReduceOp op);
+  // Local rank `root`'s `tensor` into every local rank's `tensor`.
+  absl::Status Broadcast(const at::Tensor& tensor, int root);
+  // `output` = every local rank's `input`, in local rank order.
+  absl::Status Allgather(const at::Tensor& input, const at::Tensor& output);
+  // `output` = this local rank's chunk of the reduction of `input`s.
+  absl::Status ReduceScatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op);
+  absl::Status Barrier();
+
+ private:
+  struct Control;
+  enum class Kind : int32_t;
+
+  Control& control(int local_rank) const;
+  uint8_t* slot(int local_rank, int buffer) const;
+
+  // Starts a call: fails if broken, records this rank's description.
+  absl::Status Begin(Kind kind, const at::Tensor* tensor, int64_t numel, int root, ReduceOp op);
+  // Ends a call, breaking the communicator on error.
+  absl::Status Finish(absl::Status status);
+  // This rank is at the next phase; waits until every local rank is. The
+  // first of a call also compares the calls' descriptions.
+  absl::Status Arrive();
+  absl::Status WaitForPhase(int peer, uint32_t phase);
+  absl::Status CheckDescriptions() const;
+  std::string Describe(int local_rank) const;
+  int NextBuffer() { return static_cast<int>(pieces_++ & 1); }
+
+  const std::unique_ptr<ShmSegment> segment_;
+  const int local_rank_;
+  const std::vector<int> global_ranks_;
+  const size_t slot_bytes_;
+  const absl::Duration timeout_;
+  uint8_t* const data_;
+
+  absl::Status broken_;
+  uint64_t calls_ = 0;    // calls made, same on every local rank
+  uint32_t phase_ = 0;    // barriers passed
+  uint64_t pieces_ = 0;   // slot buffers used, alternating between two
+  bool first_arrival_ = false;
+  const char* call_name_ = "";
+  absl::Time deadline_;
+};
+
+}  // namespace tessera::ddp
