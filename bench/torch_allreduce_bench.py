@@ -1,6 +1,7 @@
 """The workload of bench/allreduce_bench.cc with PyTorch's Gloo process group
-(torch.distributed, two processes on loopback). Prints one JSON object with the
-same keys. Run with /usr/bin/python3 (Debian's python3-torch 1.13)."""
+(torch.distributed, ALLREDUCE_WORLD processes on loopback, 2 by default).
+Prints one JSON object with the same keys. Run with /usr/bin/python3
+(Debian's python3-torch 1.13)."""
 import json
 import os
 import sys
@@ -8,11 +9,11 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch_two_processes import run_two_processes
+from torch_two_processes import run_processes
 
 SIZES = [int(s) for s in os.environ["ALLREDUCE_SIZES"].split(",")] if "ALLREDUCE_SIZES" in os.environ \
     else [4, 4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 64 << 20, 256 << 20]
-WORLD = 2
+WORLD = int(os.environ.get("ALLREDUCE_WORLD", "2"))
 
 
 def iterations(nbytes):
@@ -48,4 +49,4 @@ def run(rank, port, out):
 
 
 if __name__ == "__main__":
-    run_two_processes(run, "/tmp/torch_allreduce_bench.json")
+    run_processes(run, "/tmp/torch_allreduce_bench.json", WORLD)

@@ -110,9 +110,13 @@ size_t ShmCommunicator::SegmentBytes(int local_size, size_t slot_bytes) {
   return RoundUp(control, 4096) + 2 * local_size * slot_bytes;
 }
 
-size_t ShmCommunicator::DefaultSlotBytes(int local_size) {
-  const size_t share = (size_t{16} << 20) / std::max(local_size, 1);
-  return RoundUp(std::clamp(share, size_t{64} << 10, size_t{4} << 20), 4096);
+size_t ShmCommunicator::DefaultSlotBytes(int /*local_size*/) {
+  // Pieces this size stay in the caches between being copied in, reduced
+  // and copied out: on this 2-core EPYC (1 MiB L2 per core) 128-512 KiB
+  // pieces gave 3-4 GB/s at 64 MiB where 4 MiB pieces gave ~2
+  // (docs/benchmarks.md, "Shared-memory collectives"). A segment is then
+  // 1 MiB per local rank.
+  return size_t{512} << 10;
 }
 
 ShmCommunicator::ShmCommunicator(std::unique_ptr<ShmSegment> segment, int local_rank,

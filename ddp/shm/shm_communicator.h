@@ -31,8 +31,8 @@ class ShmCommunicator {
  public:
   // Bytes of a segment for `local_size` ranks with `slot_bytes` per buffer.
   static size_t SegmentBytes(int local_size, size_t slot_bytes);
-  // The slot size used for `local_size` ranks: 16 MiB shared, at most 4 MiB
-  // and at least 64 KiB each (the segment holds two slots per rank).
+  // The slot size used for `local_size` ranks (the segment holds two slots
+  // per rank).
   static size_t DefaultSlotBytes(int local_size);
 
   // `global_ranks[i]` is local rank i's rank in the job (for messages).
