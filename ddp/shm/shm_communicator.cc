@@ -25,10 +25,11 @@
 // 20 ms to check the deadline and whether the awaited rank is alive
 // (ShmSegment::IsAlive).
 //
-// Allreduce, per piece of a slot's size: each rank copies its piece into
-// its slot; barrier; rank r reduces the r-th part of the piece over all
-// slots in rank order (shm_reduce.h: the same bits everywhere) into its slot
-// and its output; barrier; each rank copies the other parts out. Broadcast,
+// Allreduce, per piece of a slot's size: each rank copies its piece, but
+// for its own part, into its slot; barrier; rank r reduces the r-th part
+// of the piece over all ranks in rank order (shm_reduce.h: the same bits
+// everywhere; its own values read from its tensor) into its slot and its
+// output; barrier; each rank copies the other parts out. Broadcast,
 // allgather and reduce-scatter need one barrier per piece. Pieces alternate
 // between a rank's two slots: a rank writes a slot again only two pieces
 // later, after a barrier that every rank passed only when done reading it,
@@ -312,10 +313,16 @@ absl::Status ShmCommunicator::Allreduce(const at::Tensor& tensor, ReduceOp op) {
     const int64_t len = std::min(piece_elements, numel - offset);
     const int buffer = NextBuffer();
     uint8_t* piece = data + offset * element;
-    std::memcpy(slot(local_rank_, buffer), piece, len * element);
-    TESSERA_RETURN_IF_ERROR(Finish(Arrive()));
     const int64_t lo = bound(len, local_rank_), hi = bound(len, local_rank_ + 1);
-    for (int r = 0; r < n; ++r) sources[r] = slot(r, buffer) + lo * element;
+    // The others' parts only: this rank reduces its own part from its
+    // tensor (a quarter less memory traffic at two ranks).
+    std::memcpy(slot(local_rank_, buffer), piece, lo * element);
+    std::memcpy(slot(local_rank_, buffer) + hi * element, piece + hi * element,
+                (len - hi) * element);
+    TESSERA_RETURN_IF_ERROR(Finish(Arrive()));
+    for (int r = 0; r < n; ++r) {
+      sources[r] = (r == local_rank_ ? piece : slot(r, buffer)) + lo * element;
+    }
     ReduceElements(tensor.scalar_type(), op, sources.data(), n, hi - lo, n,
                    slot(local_rank_, buffer) + lo * element, piece + lo * element);
     TESSERA_RETURN_IF_ERROR(Finish(Arrive()));
