@@ -70,7 +70,11 @@ absl::Status HierarchicalProcessGroup::Await(Work work) const {
   // The leaders' group bounds its own collective by the same timeout; the
   // margin only keeps this wait from racing its error.
   auto result = work.Wait(timeout_ + absl::Seconds(5));
-  return result.ok() ? absl::OkStatus() : result.status();
+  if (result.ok()) return absl::OkStatus();
+  // This host's other ranks wait for the leader's next local step: they
+  // learn at once that it will not come.
+  if (local_ != nullptr) local_->Abort(result.status());
+  return result.status();
 }
 
 absl::Status HierarchicalProcessGroup::AllreduceNow(const at::Tensor& tensor, ReduceOp op) {

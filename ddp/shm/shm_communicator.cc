@@ -103,6 +103,8 @@ struct alignas(kCacheLine) ShmCommunicator::Control {
   std::atomic<uint32_t> phase;
   std::atomic<uint32_t> sleepers;
   std::atomic<int32_t> pid;
+  // Set when this rank's communicator broke: the others stop waiting for it.
+  std::atomic<uint32_t> broken;
   Description described[2];  // by call parity
 };
 
@@ -198,9 +200,16 @@ absl::Status ShmCommunicator::Begin(Kind kind, const at::Tensor* tensor, int64_t
 }
 
 absl::Status ShmCommunicator::Finish(absl::Status status) {
-  if (!status.ok() && broken_.ok()) broken_ = status;
+  if (!status.ok() && broken_.ok()) {
+    broken_ = status;
+    Control& mine = control(local_rank_);
+    mine.broken.store(1, std::memory_order_seq_cst);
+    Futex(&mine.phase, FUTEX_WAKE, INT_MAX, nullptr);
+  }
   return status;
 }
+
+void ShmCommunicator::Abort(const absl::Status& cause) { Finish(cause); }
 
 absl::Status ShmCommunicator::Arrive() {
   ++phase_;
@@ -246,6 +255,11 @@ absl::Status ShmCommunicator::WaitForPhase(int peer, uint32_t phase) {
     }
     sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (Reached(counter.load(std::memory_order_acquire), phase)) return absl::OkStatus();
+    if (control(peer).broken.load() != 0) {
+      return absl::UnavailableError(absl::StrCat(
+          call_name_, " through shared memory: ", Describe(peer),
+          " failed (its own error says why) and left the collective"));
+    }
     const int32_t pid = control(peer).pid.load();
     if (pid == kFailedToAttach) {
       return absl::FailedPreconditionError(absl::StrCat(

@@ -7,7 +7,8 @@
 // read, so a mismatch is an error naming both ranks, not corruption. Every
 // wait is bounded by `timeout`; a local rank that died is named within
 // ~20 ms of the wait that needs it. After an error the communicator is
-// broken: every later call fails with the first error.
+// broken: every later call fails with the first error, and the other local
+// ranks waiting for this one fail at once, naming it.
 //
 // Thread-compatible: one call at a time (the process group's queue).
 #pragma once
@@ -60,6 +61,9 @@ class ShmCommunicator {
   // `output` = this local rank's chunk of the reduction of `input`s.
   absl::Status ReduceScatter(const at::Tensor& input, const at::Tensor& output, ReduceOp op);
   absl::Status Barrier();
+  // Breaks the communicator with `cause` (a step outside it failed, e.g.
+  // the leaders'): the other local ranks stop waiting for this one at once.
+  void Abort(const absl::Status& cause);
 
  private:
   struct Control;
