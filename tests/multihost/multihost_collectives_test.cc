@@ -1,18 +1,21 @@
 // Collectives across separate network hosts with shared memory within each
-// (ddp/shm/, Note [Hierarchical collectives]): 2 hosts x 2 ranks under
-// tessera-run. Every rank runs the conformance suite on the hierarchical
-// group, then checks it against a flat Gloo group of the same ranks:
-// integer sums, broadcasts and allgathers equal, floating sums equal to
-// rounding.
+// (ddp/shm/, Note [Hierarchical collectives]): 2 hosts x 2 ranks. Every rank
+// runs the conformance suite on the hierarchical group, then checks it
+// against a flat Gloo group of the same ranks: integer sums, broadcasts and
+// allgathers equal, floating sums equal to rounding. Then a host's leader
+// is SIGKILLed mid-job: every other rank fails at once, naming it.
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/allclose.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/ones.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/sin.h>
 #include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstdio>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -92,6 +95,77 @@ TEST(MultiHostCollectivesTest, TwoHostsOfTwoRanksReduceThroughSharedMemoryAndLea
   EXPECT_TRUE(absl::StrContains(job->on(0).output(),
                                 "collectives through shared memory: 4 ranks on 2 host(s)"))
       << job->output();
+}
+
+// The collective timeout of the killed-rank test: failures must come long
+// before it.
+constexpr absl::Duration kKillTimeout = absl::Seconds(60);
+
+// Allreduces until one fails; rank 2 (the second host's leader) SIGKILLs
+// itself after 20. Prints how long the failing allreduce took and why, then
+// stays until every survivor has failed.
+TESSERA_WORKER_SCENARIO(hierarchical_rank_dies) {
+  ddp::GlooOptions options;
+  options.timeout = kKillTimeout;
+  auto env = ddp::CreateGlooProcessGroupFromEnv(options);
+  const int rank = env.group->rank();
+  at::Tensor values = at::ones({1000});
+  for (int i = 0; i < 100000; ++i) {
+    if (rank == 2 && i == 20) ::raise(SIGKILL);
+    const absl::Time start = absl::Now();
+    auto done = env.group->Allreduce(values).Wait(2 * kKillTimeout);
+    if (!done.ok()) {
+      const absl::Duration took = absl::Now() - start;
+      std::printf("rank %d failed %s after %s: %s\n", rank,
+                  took < kKillTimeout / 4 ? "at once" : "late", absl::FormatDuration(took).c_str(),
+                  done.status().ToString().c_str());
+      std::fflush(stdout);
+      // Alive until every survivor has failed: a rank that failed must tell
+      // its host's others so, not merely exit (which they would see too).
+      (void)env.store->Set(absl::StrCat("dies/failed/", rank), "");
+      (void)env.store->Wait({"dies/failed/0", "dies/failed/1", "dies/failed/3"}, 2 * kKillTimeout);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+// Two processes per host started directly (no launcher, which would stop
+// the host's other rank itself); rank 2, the leader of host 1, is killed
+// between two allreduces. Rank 3 (its host) names it from its liveness
+// lock; rank 0 (the other leader) fails in Gloo's step with it; rank 1
+// learns from rank 0's broken mark: all at once, long before the timeout.
+TEST(MultiHostCollectivesTest, AKilledLeaderFailsEveryOtherRankAtOnce) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 2);
+  const std::string self = SelfPath();
+  auto job = Job::Direct(
+      hosts,
+      {"/bin/sh", "-c",
+       "RANK=$BASE_RANK \"$0\" --tessera_worker=hierarchical_rank_dies & "
+       "RANK=$((BASE_RANK + 1)) \"$0\" --tessera_worker=hierarchical_rank_dies & wait",
+       self},
+      [&](int host, const std::string& port) {
+        return Env{{"MASTER_ADDR", hosts.address(0)},
+                   {"MASTER_PORT", port},
+                   {"WORLD_SIZE", "4"},
+                   {"BASE_RANK", std::to_string(2 * host)}};
+      });
+  job->Finish();
+  const std::string out = job->output();
+  for (int rank : {0, 1, 3}) {
+    EXPECT_TRUE(absl::StrContains(out, absl::StrCat("rank ", rank, " failed at once"))) << out;
+  }
+  EXPECT_FALSE(absl::StrContains(out, "rank 2 failed")) << out;
+  EXPECT_FALSE(absl::StrContains(out, "failed late")) << out;
+  // Rank 3, on the killed rank's host: named from its liveness lock.
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex("rank 3 failed at once[^\\n]*rank 2 \\(local rank 0, pid \\d+\\) exited or "
+                      "was killed")))
+      << out;
+  // Rank 1: its leader's broken mark, not a timeout.
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex("rank 1 failed at once[^\\n]*rank 0 \\(local rank 0, pid \\d+\\) failed")))
+      << out;
 }
 
 }  // namespace
