@@ -4,8 +4,10 @@
 // an error) and is executed in the order it was issued; all ranks must
 // issue the same operations in the same order. Tensors are contiguous CPU
 // tensors, updated in place: float, double, half, bfloat16, int8, uint8,
-// int32, int64. A missing or dead rank fails the operation
-// with DeadlineExceeded at the group's timeout instead of hanging.
+// int32, int64. A missing rank fails the operation with DeadlineExceeded
+// at the group's timeout instead of hanging; a rank that died fails it with
+// Unavailable as soon as the backend sees it (a broken connection, a lost
+// liveness lock), else at the timeout.
 //
 // Backends live in sub-packages behind factories (ddp/gloo/).
 // Thread-safety: methods may be called from any thread.

@@ -257,12 +257,21 @@ class GlooProcessGroup final : public ProcessGroup {
     const uint64_t ticket =
         queue_.Post([this, done, what, op = std::move(op), timeout_ms]() mutable {
           absl::Status status;
+          const absl::Time start = absl::Now();
           try {
             status = op(next_tag_++);
           } catch (const gloo::IoException& e) {
-            status = absl::DeadlineExceededError(
-                absl::StrCat(what, " did not complete within ", timeout_ms, " ms (",
-                             kCollectiveTimeoutCauses, "): ", e.what()));
+            const int64_t took_ms = absl::ToInt64Milliseconds(absl::Now() - start);
+            // Well before the timeout, Gloo's I/O error is a connection that
+            // broke (a peer exited or was killed), not a wait that ran out.
+            status = took_ms < timeout_ms / 2
+                         ? absl::UnavailableError(absl::StrCat(
+                               what, " failed after ", took_ms,
+                               " ms: a peer's connection broke (it exited or was killed?): ",
+                               e.what()))
+                         : absl::DeadlineExceededError(
+                               absl::StrCat(what, " did not complete within ", timeout_ms,
+                                            " ms (", kCollectiveTimeoutCauses, "): ", e.what()));
           } catch (const std::exception& e) {
             status = absl::InternalError(absl::StrCat(what, " failed: ", e.what()));
           }
