@@ -2,8 +2,9 @@
 // (ddp/shm/, Note [Hierarchical collectives]): 2 hosts x 2 ranks. Every rank
 // runs the conformance suite on the hierarchical group, then checks it
 // against a flat Gloo group of the same ranks: integer sums, broadcasts and
-// allgathers equal, floating sums equal to rounding. Then a host's leader
-// is SIGKILLed mid-job: every other rank fails at once, naming it.
+// allgathers equal, floating sums equal to rounding; also with hosts of
+// unequal rank counts (2 + 1). Then a host's leader is SIGKILLed mid-job:
+// every other rank fails at once, naming it.
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/allclose.h>
 #include <ATen/ops/arange.h>
@@ -95,6 +96,38 @@ TEST(MultiHostCollectivesTest, TwoHostsOfTwoRanksReduceThroughSharedMemoryAndLea
   EXPECT_TRUE(absl::StrContains(job->on(0).output(),
                                 "collectives through shared memory: 4 ranks on 2 host(s)"))
       << job->output();
+}
+
+// Hosts of unequal rank counts: two ranks on host 0, one on host 1 (alone
+// there: a leader with no shared memory), started directly. Allgather
+// takes the flat group then (Note [Hierarchical collectives]); the rest
+// goes through the hierarchy.
+TEST(MultiHostCollectivesTest, HostsOfUnequalRankCountsAgreeWithFlatGloo) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 2);
+  auto job = Job::Direct(
+      hosts,
+      {"/bin/sh", "-c",
+       "if [ \"$BASE_RANK\" = 0 ]; then "
+       "RANK=0 \"$0\" --tessera_worker=hierarchical_collectives & "
+       "RANK=1 \"$0\" --tessera_worker=hierarchical_collectives & "
+       "wait $! || exit 1; wait || exit 1; "
+       "else RANK=2 exec \"$0\" --tessera_worker=hierarchical_collectives; fi",
+       SelfPath()},
+      [&](int host, const std::string& port) {
+        return Env{{"MASTER_ADDR", hosts.address(0)},
+                   {"MASTER_PORT", port},
+                   {"WORLD_SIZE", "3"},
+                   {"BASE_RANK", std::to_string(2 * host)}};
+      });
+  job->Finish();
+  const std::string out = job->output();
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_TRUE(absl::StrContains(
+        out, absl::StrCat("hierarchical rank ", rank, " of 3 agrees with flat Gloo")))
+        << out;
+  }
+  EXPECT_TRUE(absl::StrContains(out, "collectives through shared memory: 3 ranks on 2 host(s)"))
+      << out;
 }
 
 // The collective timeout of the killed-rank test: failures must come long
