@@ -16,6 +16,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <functional>
 #include <regex>
 #include <string>
 #include <vector>
@@ -102,6 +103,18 @@ TEST(MultiHostCollectivesTest, TwoHostsOfTwoRanksReduceThroughSharedMemoryAndLea
 // there: a leader with no shared memory), started directly. Allgather
 // takes the flat group then (Note [Hierarchical collectives]); the rest
 // goes through the hierarchy.
+// The environment of ranks a test's shell starts itself on each host (no
+// launcher): host h's first rank is BASE_RANK = 2h; rank 0 hosts the store.
+std::function<Env(int, const std::string&)> RanksStartedDirectly(NetworkHosts& hosts,
+                                                                 int world_size) {
+  return [&hosts, world_size](int host, const std::string& port) {
+    return Env{{"MASTER_ADDR", hosts.address(0)},
+               {"MASTER_PORT", port},
+               {"WORLD_SIZE", std::to_string(world_size)},
+               {"BASE_RANK", std::to_string(2 * host)}};
+  };
+}
+
 TEST(MultiHostCollectivesTest, HostsOfUnequalRankCountsAgreeWithFlatGloo) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 2);
   auto job = Job::Direct(
@@ -113,12 +126,7 @@ TEST(MultiHostCollectivesTest, HostsOfUnequalRankCountsAgreeWithFlatGloo) {
        "wait $! || exit 1; wait || exit 1; "
        "else RANK=2 exec \"$0\" --tessera_worker=hierarchical_collectives; fi",
        SelfPath()},
-      [&](int host, const std::string& port) {
-        return Env{{"MASTER_ADDR", hosts.address(0)},
-                   {"MASTER_PORT", port},
-                   {"WORLD_SIZE", "3"},
-                   {"BASE_RANK", std::to_string(2 * host)}};
-      });
+      RanksStartedDirectly(hosts, 3));
   job->Finish();
   const std::string out = job->output();
   for (int rank = 0; rank < 3; ++rank) {
@@ -177,12 +185,7 @@ TEST(MultiHostCollectivesTest, AKilledLeaderFailsEveryOtherRankAtOnce) {
        "RANK=$BASE_RANK \"$0\" --tessera_worker=hierarchical_rank_dies & "
        "RANK=$((BASE_RANK + 1)) \"$0\" --tessera_worker=hierarchical_rank_dies & wait",
        self},
-      [&](int host, const std::string& port) {
-        return Env{{"MASTER_ADDR", hosts.address(0)},
-                   {"MASTER_PORT", port},
-                   {"WORLD_SIZE", "4"},
-                   {"BASE_RANK", std::to_string(2 * host)}};
-      });
+      RanksStartedDirectly(hosts, 4));
   job->Finish();
   const std::string out = job->output();
   for (int rank : {0, 1, 3}) {
