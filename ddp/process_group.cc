@@ -4,6 +4,14 @@
 
 namespace tessera::ddp {
 
+absl::Status CheckCpuTensor(const char* op, const at::Tensor& tensor, const char* backend) {
+  if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": the ", backend, " backend takes defined, contiguous CPU tensors"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckWholeAndChunk(const char* op, const at::Tensor& whole, const at::Tensor& chunk,
                                 int ranks) {
   if (whole.numel() != chunk.numel() * ranks || whole.scalar_type() != chunk.scalar_type() ||

@@ -51,6 +51,10 @@ class ProcessGroup {
   virtual Work Recv(at::Tensor tensor, int src, uint64_t tag) = 0;
 };
 
+// For CPU backends: `tensor` must be defined, on the CPU and contiguous
+// (`backend` names the backend in the error).
+absl::Status CheckCpuTensor(const char* op, const at::Tensor& tensor, const char* backend);
+
 // For backends. Allgather's output and reduce-scatter's input (`whole`) must
 // hold `ranks` chunks like `chunk`: same dtype, same device.
 absl::Status CheckWholeAndChunk(const char* op, const at::Tensor& whole, const at::Tensor& chunk,

@@ -58,11 +58,7 @@ void DivideInPlace(const at::Tensor& tensor, int ranks) {
 }
 
 absl::Status CheckTensor(const at::Tensor& tensor, const char* op) {
-  if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": the Gloo backend takes defined, contiguous CPU tensors"));
-  }
-  return absl::OkStatus();
+  return CheckCpuTensor(op, tensor, "Gloo");
 }
 
 class GlooProcessGroup final : public ProcessGroup {

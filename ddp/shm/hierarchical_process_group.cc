@@ -28,11 +28,7 @@ namespace tessera::ddp {
 namespace {
 
 absl::Status CheckTensor(const at::Tensor& tensor, const char* op) {
-  if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": the shared-memory backend takes defined, contiguous CPU tensors"));
-  }
-  return absl::OkStatus();
+  return CheckCpuTensor(op, tensor, "shared-memory");
 }
 
 }  // namespace

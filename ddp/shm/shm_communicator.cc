@@ -108,19 +108,15 @@ struct alignas(kCacheLine) ShmCommunicator::Control {
   Description described[2];  // by call parity
 };
 
-size_t ShmCommunicator::SegmentBytes(int local_size, size_t slot_bytes) {
-  const size_t control = RoundUp(sizeof(Header), kCacheLine) + local_size * sizeof(Control);
-  return RoundUp(control, 4096) + 2 * local_size * slot_bytes;
+// Bytes before the data slots: the header and the control blocks, to a page.
+size_t ShmCommunicator::ControlBytes(size_t local_size) {
+  return RoundUp(RoundUp(sizeof(Header), kCacheLine) + local_size * sizeof(Control), 4096);
 }
 
-size_t ShmCommunicator::DefaultSlotBytes(int /*local_size*/) {
-  // Pieces this size stay in the caches between being copied in, reduced
-  // and copied out: on this 2-core EPYC (1 MiB L2 per core) 128-512 KiB
-  // pieces gave 3-4 GB/s at 64 MiB where 4 MiB pieces gave ~2
-  // (docs/benchmarks.md, "Shared-memory collectives"). A segment is then
-  // 1 MiB per local rank.
-  return size_t{512} << 10;
+size_t ShmCommunicator::SegmentBytes(int local_size, size_t slot_bytes) {
+  return ControlBytes(local_size) + 2 * local_size * slot_bytes;
 }
+
 
 ShmCommunicator::ShmCommunicator(std::unique_ptr<ShmSegment> segment, int local_rank,
                                  std::vector<int> global_ranks, size_t slot_bytes,
@@ -130,9 +126,8 @@ ShmCommunicator::ShmCommunicator(std::unique_ptr<ShmSegment> segment, int local_
       global_ranks_(std::move(global_ranks)),
       slot_bytes_(slot_bytes),
       timeout_(timeout),
-      data_(static_cast<uint8_t*>(segment_->data()) +
-            RoundUp(RoundUp(sizeof(Header), kCacheLine) + global_ranks_.size() * sizeof(Control),
-                    4096)) {}
+      data_(static_cast<uint8_t*>(segment_->data()) + ControlBytes(global_ranks_.size())),
+      sources_(global_ranks_.size()) {}
 
 ShmCommunicator::Control& ShmCommunicator::control(int local_rank) const {
   auto* base = static_cast<uint8_t*>(segment_->data()) + RoundUp(sizeof(Header), kCacheLine);
@@ -321,7 +316,6 @@ absl::Status ShmCommunicator::Allreduce(const at::Tensor& tensor, ReduceOp op) {
     if (part >= n) return len;
     return std::min(len, (len * part / n) & ~int64_t{15});
   };
-  std::vector<const void*> sources(n);
   int64_t offset = 0;
   do {
     const int64_t len = std::min(piece_elements, numel - offset);
@@ -335,9 +329,9 @@ absl::Status ShmCommunicator::Allreduce(const at::Tensor& tensor, ReduceOp op) {
                 (len - hi) * element);
     TESSERA_RETURN_IF_ERROR(Finish(Arrive()));
     for (int r = 0; r < n; ++r) {
-      sources[r] = (r == local_rank_ ? piece : slot(r, buffer)) + lo * element;
+      sources_[r] = (r == local_rank_ ? piece : slot(r, buffer)) + lo * element;
     }
-    ReduceElements(tensor.scalar_type(), op, sources.data(), n, hi - lo, n,
+    ReduceElements(tensor.scalar_type(), op, sources_.data(), n, hi - lo, n,
                    slot(local_rank_, buffer) + lo * element, piece + lo * element);
     TESSERA_RETURN_IF_ERROR(Finish(Arrive()));
     for (int r = 0; r < n; ++r) {
@@ -396,7 +390,6 @@ absl::Status ShmCommunicator::ReduceScatter(const at::Tensor& input, const at::T
   const int64_t part = std::max<int64_t>(1, static_cast<int64_t>(slot_bytes_ / element / n));
   const auto* in = static_cast<const uint8_t*>(input.data_ptr());
   auto* out = static_cast<uint8_t*>(output.data_ptr());
-  std::vector<const void*> sources(n);
   int64_t offset = 0;
   do {
     const int64_t len = std::min(part, chunk - offset);
@@ -406,8 +399,8 @@ absl::Status ShmCommunicator::ReduceScatter(const at::Tensor& input, const at::T
                   in + (k * chunk + offset) * element, len * element);
     }
     TESSERA_RETURN_IF_ERROR(Finish(Arrive()));
-    for (int r = 0; r < n; ++r) sources[r] = slot(r, buffer) + local_rank_ * part * element;
-    ReduceElements(input.scalar_type(), op, sources.data(), n, len, n,
+    for (int r = 0; r < n; ++r) sources_[r] = slot(r, buffer) + local_rank_ * part * element;
+    ReduceElements(input.scalar_type(), op, sources_.data(), n, len, n,
                    out + offset * element, nullptr);
     offset += len;
   } while (offset < chunk);

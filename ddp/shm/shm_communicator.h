@@ -32,9 +32,14 @@ class ShmCommunicator {
  public:
   // Bytes of a segment for `local_size` ranks with `slot_bytes` per buffer.
   static size_t SegmentBytes(int local_size, size_t slot_bytes);
-  // The slot size used for `local_size` ranks (the segment holds two slots
-  // per rank).
-  static size_t DefaultSlotBytes(int local_size);
+  // The slot size used unless the options set one (the segment holds two
+  // slots per rank).
+  // Pieces this size stay in the caches between being copied in, reduced
+  // and copied out: on this 2-core EPYC (1 MiB L2 per core) 128-512 KiB
+  // pieces gave 3-4 GB/s at 64 MiB where 4 MiB pieces gave ~2
+  // (docs/benchmarks.md, "Shared-memory collectives"). A segment is then
+  // 1 MiB per local rank.
+  static constexpr size_t kDefaultSlotBytes = size_t{512} << 10;
 
   // `global_ranks[i]` is local rank i's rank in the job (for messages).
   ShmCommunicator(std::unique_ptr<ShmSegment> segment, int local_rank,
@@ -47,7 +52,6 @@ class ShmCommunicator {
   // the segment's name (Note [Shared-memory names]).
   absl::Status Attach(absl::Time deadline);
 
-  int local_rank() const { return local_rank_; }
   const std::string& segment_name() const { return segment_->name(); }
   int local_size() const { return static_cast<int>(global_ranks_.size()); }
 
@@ -69,6 +73,7 @@ class ShmCommunicator {
   struct Control;
   enum class Kind : int32_t;
 
+  static size_t ControlBytes(size_t local_size);
   Control& control(int local_rank) const;
   uint8_t* slot(int local_rank, int buffer) const;
 
@@ -95,6 +100,7 @@ class ShmCommunicator {
   uint64_t calls_ = 0;    // calls made, same on every local rank
   uint32_t phase_ = 0;    // barriers passed
   uint64_t pieces_ = 0;   // slot buffers used, alternating between two
+  std::vector<const void*> sources_;  // a reduction's inputs, one per local rank
   bool first_arrival_ = false;
   const char* call_name_ = "";
   absl::Time deadline_;

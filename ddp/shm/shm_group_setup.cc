@@ -108,7 +108,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> WithSharedMemory(
 
   const int local_size = layout.local_size(rank);
   const size_t slot_bytes =
-      options.slot_bytes != 0 ? options.slot_bytes : ShmCommunicator::DefaultSlotBytes(local_size);
+      options.slot_bytes != 0 ? options.slot_bytes : ShmCommunicator::kDefaultSlotBytes;
   std::unique_ptr<ShmCommunicator> local;
   absl::Status joined;
   if (local_size > 1) {

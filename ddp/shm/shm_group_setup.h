@@ -18,7 +18,7 @@ struct ShmCollectivesOptions {
   // Off: the flat group is returned as it is. TESSERA_SHM_COLLECTIVES=0
   // or 1 overrides this field.
   bool enabled = true;
-  // Bytes of each rank's two slots; 0 picks ShmCommunicator::DefaultSlotBytes.
+  // Bytes of each rank's two slots; 0 picks ShmCommunicator::kDefaultSlotBytes.
   size_t slot_bytes = 0;
 };
 

@@ -128,15 +128,17 @@ TEST_F(ShmProcessGroupTest, AKilledRankIsNamedLongBeforeTheTimeout) {
   const absl::Duration timeout = absl::Seconds(60);
   auto pg = Group(2, timeout);
   ddp::Work work = pg->Allreduce(at::full({1000}, 1.0f));
-  const absl::Time start = absl::Now();
   world_.children()[0]->Kill();
   auto result = work.Wait(absl::Seconds(120));
-  const absl::Duration took = absl::Now() - start;
   ASSERT_FALSE(result.ok());
+  // UNAVAILABLE from the lost liveness lock, not DEADLINE_EXCEEDED at the
+  // timeout (which is what a wait for a silent rank gives).
   EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable) << result.status();
-  EXPECT_TRUE(absl::StrContains(result.status().message(), "rank 1 (local rank 1, pid "))
+  EXPECT_TRUE(absl::StrContains(result.status().message(),
+                                "rank 1 (local rank 1, pid "))
       << result.status();
-  EXPECT_LT(took, timeout / 4) << result.status();
+  EXPECT_TRUE(absl::StrContains(result.status().message(), "exited or was killed"))
+      << result.status();
   // The group is broken: the next collective fails at once with the cause.
   auto next = pg->Barrier().Wait(absl::Seconds(5));
   EXPECT_EQ(next.status().code(), absl::StatusCode::kUnavailable) << next.status();
