@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace tessera::auth {
 
@@ -39,7 +40,7 @@ std::string RandomBytes(size_t bytes) {
   std::string out(bytes, '\0');
   if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(bytes)) != 1) {
     // Without randomness the handshake proves nothing; never go on without it.
-    throw std::runtime_error("OpenSSL RAND_bytes failed");
+    throw StatusError(absl::InternalError("OpenSSL RAND_bytes failed"));
   }
   return out;
 }

@@ -1,4 +1,5 @@
 #include "ddp/distributed_sampler.h"
+#include "common/status.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/randperm.h>
@@ -13,9 +14,9 @@ DistributedSampler::DistributedSampler(size_t dataset_size, DistributedSamplerOp
     : dataset_size_(dataset_size), options_(options) {
   if (options_.num_replicas <= 0 || options_.rank < 0 ||
       options_.rank >= options_.num_replicas) {
-    throw std::invalid_argument("DistributedSampler: rank " + std::to_string(options_.rank) +
-                                " is not in [0, " + std::to_string(options_.num_replicas) +
-                                ")");
+    throw StatusError(absl::InvalidArgumentError(
+        "DistributedSampler: rank " + std::to_string(options_.rank) + " is not in [0, " +
+        std::to_string(options_.num_replicas) + ")"));
   }
   Recompute();
 }

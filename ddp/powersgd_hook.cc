@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace tessera::ddp {
 
@@ -76,7 +77,7 @@ at::Tensor Pack(const std::vector<at::Tensor>& pieces, const at::Tensor& like) {
 
 PowerSgdHook::PowerSgdHook(PowerSgdOptions options)
     : options_(options), tail_(Work::Ready(std::monostate{})) {
-  if (options_.matrix_rank < 1) throw std::invalid_argument("PowerSGD: matrix_rank must be >= 1");
+  if (options_.matrix_rank < 1) throw StatusError(absl::InvalidArgumentError("PowerSGD: matrix_rank must be >= 1"));
 }
 
 PowerSgdHook::~PowerSgdHook() = default;

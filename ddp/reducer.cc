@@ -284,8 +284,9 @@ void Reducer::State::Finalize() {
     Bucket& bucket = reducer->buckets_[b];
     auto result = bucket.work->Wait(reducer->options_.timeout);
     if (!result.ok()) {
-      throw std::runtime_error(absl::StrCat("DistributedDataParallel: averaging gradient bucket ",
-                                            b, " failed: ", result.status().ToString()));
+      throw StatusError(Annotate(
+          result.status(),
+          absl::StrCat("DistributedDataParallel: averaging gradient bucket ", b, " failed")));
     }
     if (scale != 1.0) bucket.flat.mul_(scale);
     WriteBack(bucket);

@@ -100,7 +100,7 @@ GlobalStats GatherStats(const at::Tensor& input, const Settings& settings) {
   const at::Tensor means = rows.narrow(1, 1, channels);           // [world, C]
   const at::Tensor m2s = rows.narrow(1, 1 + channels, channels);  // [world, C]
   const double total = counts.sum().item<double>();
-  if (total == 0) throw std::invalid_argument("SyncBatchNorm: every rank's batch is empty");
+  if (total == 0) throw StatusError(absl::InvalidArgumentError("SyncBatchNorm: every rank's batch is empty"));
   GlobalStats stats;
   stats.count = total;
   stats.mean = (means * counts).sum(0) / total;
@@ -198,10 +198,10 @@ SyncBatchNormImpl::SyncBatchNormImpl(SyncBatchNormOptions options, ProcessGroup*
 
 at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
   if (input.dim() < 2 || input.size(1) != options_.num_features) {
-    throw std::invalid_argument(
+    throw StatusError(absl::InvalidArgumentError(
         absl::StrCat("SyncBatchNorm: expected an input of shape (N, ", options_.num_features,
                      ", *), got ", input.dim(), " dimensions",
-                     input.dim() >= 2 ? absl::StrCat(" with ", input.size(1), " channels") : ""));
+                     input.dim() >= 2 ? absl::StrCat(" with ", input.size(1), " channels") : "")));
   }
   if (input.scalar_type() == at::kHalf && input.device().is_cpu()) {
     // LibTorch 1.13's CPU batch_norm has no Half kernel (its own BatchNorm

@@ -96,7 +96,8 @@ class ZeroRedundancyOptimizer::OverlapHookImpl final : public CommHook {
   size_t IndexOf(const at::Tensor& p) const {
     auto it = zero_->index_of_.find(p.unsafeGetTensorImpl());
     if (it == zero_->index_of_.end()) {
-      throw std::invalid_argument("ZeroRedundancyOptimizer: DDP's parameter is not one of ours");
+      throw StatusError(absl::InvalidArgumentError(
+          "ZeroRedundancyOptimizer: DDP's parameter is not one of ours"));
     }
     return it->second;
   }

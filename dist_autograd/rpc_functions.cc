@@ -1,4 +1,5 @@
 #include "dist_autograd/rpc_functions.h"
+#include "common/status.h"
 
 #include <torch/csrc/autograd/variable.h>
 
@@ -26,11 +27,11 @@ void RecvRpcBackward::Attach(const std::vector<at::Tensor>& received) {
 }
 
 variable_list RecvRpcBackward::apply(variable_list&& /*grads*/) {
-  throw std::runtime_error(
+  throw StatusError(absl::FailedPreconditionError(
       "this tensor was received over RPC inside distributed autograd context " +
       std::to_string(context_id_) +
       ": its gradient belongs to another worker; run the backward pass with "
-      "tessera::dist_autograd's Backward(context_id, roots), not a local backward()");
+      "tessera::dist_autograd's Backward(context_id, roots), not a local backward()"));
 }
 
 }  // namespace tessera::dist_autograd

@@ -15,7 +15,8 @@ PipelineDriver::PipelineDriver(rref::RRefContext& rrefs, std::vector<rref::RRef<
                                PipelineOptions options)
     : rrefs_(rrefs), stages_(std::move(stages)), options_(options) {
   if (stages_.empty() || options_.micro_batches < 1) {
-    throw std::invalid_argument("PipelineDriver needs at least one stage and one micro-batch");
+    throw StatusError(
+        absl::InvalidArgumentError("PipelineDriver needs at least one stage and one micro-batch"));
   }
 }
 

@@ -116,8 +116,8 @@ StepResult RunScheduledStep(rref::RRefContext& rrefs, const std::vector<rref::RR
                             const at::Tensor& batch, const at::Tensor& target,
                             const MicroBatchLoss& loss) {
   if (batch.size(0) != target.size(0)) {
-    throw std::invalid_argument(absl::StrCat("pipeline step: batch has ", batch.size(0),
-                                             " rows but target ", target.size(0)));
+    throw StatusError(absl::InvalidArgumentError(absl::StrCat(
+        "pipeline step: batch has ", batch.size(0), " rows but target ", target.size(0))));
   }
   const std::vector<at::Tensor> inputs = batch.chunk(micro_batches);
   const std::vector<at::Tensor> targets = target.chunk(micro_batches);

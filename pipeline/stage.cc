@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "dist_autograd/dist_autograd.h"
 #include "rref/remote.h"
+#include "common/status.h"
 
 namespace tessera::pipeline {
 
@@ -141,9 +142,9 @@ void RegisterStage(rref::ClassRegistry& classes, std::map<std::string, StageFact
         if (it == factories.end()) {
           std::vector<std::string> known;
           for (const auto& [known_name, factory] : factories) known.push_back(known_name);
-          throw std::invalid_argument("no pipeline stage model named '" + name +
-                                      "' on this worker (known: " +
-                                      absl::StrJoin(known, ", ") + ")");
+          throw StatusError(absl::NotFoundError("no pipeline stage model named '" + name +
+                                                "' on this worker (known: " +
+                                                absl::StrJoin(known, ", ") + ")"));
         }
         return std::make_shared<Stage>(it->second(seed));
       })

@@ -4,7 +4,10 @@
 // mixing float and double parameters averages each in its own precision.
 // Rank 0 is this process, rank 1 a child.
 #include <gtest/gtest.h>
+#include <gmock/gmock.h>
 #include <torch/torch.h>
+
+#include <csignal>
 
 #include "absl/strings/str_cat.h"
 #include "ddp/distributed_data_parallel.h"
@@ -121,6 +124,34 @@ TEST_F(DdpReplicaTest, OtherDtypeIsRefusedOnEveryRank) { ExpectRefusedOnBothRank
 
 TESSERA_TWO_RANK_TEST(DdpReplicaTest, FloatAndDoubleParametersAverageEachInItsOwnPrecision,
                       RunTwoPrecisions)
+
+// Rank 1 joins, creates its replica (the parameters' broadcast needs it), and
+// is SIGKILLed before the first backward.
+TESSERA_WORKER_SCENARIO(ddp_killed_before_backward) {
+  auto env = ddp::CreateGlooProcessGroupFromEnv();
+  ddp::DistributedDataParallel::Create(std::make_shared<ShapedImpl>(at::IntArrayRef{2, 5},
+                                                                    at::kFloat),
+                                       env.group.get());
+  ::raise(SIGKILL);
+  return 1;
+}
+
+// The error rule (README "Errors"): a bucket's failed allreduce reaches the
+// caller of backward() as a StatusError with the collective's own code
+// (UNAVAILABLE: a peer is gone), not a flattened string.
+TEST_F(DdpReplicaTest, AFailedBucketAllreduceKeepsItsStatusCode) {
+  auto group = Start("ddp_killed_before_backward");
+  ASSERT_NE(group, nullptr);
+  auto replica = std::make_shared<ShapedImpl>(at::IntArrayRef{2, 5}, at::kFloat);
+  ddp::DdpOptions options;
+  options.timeout = absl::Seconds(60);
+  auto ddp = ddp::DistributedDataParallel::Create(replica, group.get(), options);
+  ASSERT_EQ(child_->Wait(absl::Seconds(60)), 128 + SIGKILL);
+  const absl::Status failed =
+      StatusOf([&] { (replica->parameters()[0] * 2).sum().backward(); });
+  EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable) << failed;
+  EXPECT_THAT(std::string(failed.message()), ::testing::HasSubstr("averaging gradient bucket 0"));
+}
 
 }  // namespace
 }  // namespace tessera::testing

@@ -1,4 +1,5 @@
 #include "ddp/distributed_sampler.h"
+#include "common/status.h"
 
 #include <gtest/gtest.h>
 
@@ -74,7 +75,8 @@ TEST(DistributedSamplerTest, BatchesWalkTheShardThenStop) {
   EXPECT_FALSE(sampler.next(3).has_value());
   sampler.reset();
   EXPECT_TRUE(sampler.next(1).has_value());
-  EXPECT_THROW(DistributedSampler(5, {2, 2, true, 0, false}), std::invalid_argument);
+  const absl::Status bad_rank = StatusOf([] { DistributedSampler(5, {2, 2, true, 0, false}); });
+  EXPECT_EQ(bad_rank.code(), absl::StatusCode::kInvalidArgument) << bad_rank;
 }
 
 // A checkpoint taken mid-epoch resumes at the same epoch and position.

@@ -223,7 +223,8 @@ TEST(SyncBatchNormShapeTest, WrongChannelCountIsAClearError) {
   try {
     sync(torch::zeros({2, 4, 5}));
     FAIL() << "no error";
-  } catch (const std::invalid_argument& e) {
+  } catch (const StatusError& e) {
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument) << e.what();
     EXPECT_NE(std::string(e.what()).find("expected an input of shape (N, 3, *), got 3 "
                                          "dimensions with 4 channels"),
               std::string::npos)

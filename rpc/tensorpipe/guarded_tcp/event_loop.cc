@@ -8,19 +8,25 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <system_error>
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status.h"
 
 namespace tessera::rpc::guarded_tcp {
 namespace {
 
 constexpr int kCapacity = 64;
 
+// A failed system call as the library reports errors (README "Errors").
+StatusError SystemError(const char* what) {
+  return StatusError(absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno))));
+}
+
 int CheckedFd(int fd, const char* what) {
-  if (fd < 0) throw std::system_error(errno, std::system_category(), what);
+  if (fd < 0) throw SystemError(what);
   return fd;
 }
 
@@ -42,7 +48,7 @@ EventLoop::EventLoop(tensorpipe::DeferredExecutor& executor, absl::Duration spin
   ev.events = EPOLLIN;
   ev.data.u64 = 0;
   if (::epoll_ctl(epoll_fd_.fd(), EPOLL_CTL_ADD, event_fd_.fd(), &ev) != 0) {
-    throw std::system_error(errno, std::system_category(), "epoll_ctl(eventfd)");
+    throw SystemError("epoll_ctl(eventfd)");
   }
   thread_ = std::thread([this] { Loop(); });
 }
@@ -97,7 +103,7 @@ void EventLoop::registerDescriptor(int fd, int events, std::shared_ptr<EventHand
   record_to_handler_.emplace(record, std::move(handler));
   // As EpollLoop, which throws too: only a closed or foreign fd fails here.
   if (::epoll_ctl(epoll_fd_.fd(), op, fd, &ev) != 0) {
-    throw std::system_error(errno, std::system_category(), "epoll_ctl");
+    throw SystemError("epoll_ctl");
   }
 }
 
