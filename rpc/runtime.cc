@@ -134,6 +134,7 @@ absl::Status Runtime::Start() {
   timer_ = std::make_unique<DeadlineTimer>();
   pool_ = std::make_unique<ThreadPool>(options_.num_worker_threads, options_.name,
                                        options_.max_worker_threads);
+  live_pool_.store(pool_.get(), std::memory_order_release);
   RequestHandler handler = [this](int from, Message request) {
     return HandleRequest(from, std::move(request));
   };
@@ -162,7 +163,7 @@ absl::Status Runtime::Start() {
   setup.tensorpipe = options_.tensorpipe;
   setup.grpc = options_.grpc;
   setup.handler = std::move(handler);
-  setup.executor = pool_.get();
+  setup.executor = pool();
   setup.timer = timer_.get();
   auto agent = options_.agent_factory(std::move(setup));
   if (!agent.ok()) return agent.status();
@@ -232,13 +233,13 @@ Future<c10::IValue> Runtime::CallAsync(const std::string& to, const std::string&
 
 Future<c10::IValue> Runtime::CallAsync(int to_rank, const std::string& function,
                                        std::vector<c10::IValue> args, const CallOptions& options) {
-  return Call(to_rank, function, std::move(args), options, pool_.get());
+  return Call(to_rank, function, std::move(args), options, pool());
 }
 
 Future<c10::IValue> Runtime::CallInternal(int to_rank, const std::string& service,
                                           std::vector<c10::IValue> args,
                                           const CallOptions& options) {
-  return Call(to_rank, service, std::move(args), options, pool_.get(), proto::INTERNAL_CALL);
+  return Call(to_rank, service, std::move(args), options, pool(), proto::INTERNAL_CALL);
 }
 
 Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
@@ -305,7 +306,7 @@ Future<Message> Runtime::AwaitRegistration(int from_rank, const Message& request
                 " for it; registered: ", names.empty() ? "none" : absl::StrJoin(names, ", "),
                 ")")));
           },
-          pool_.get());
+          pool());
 }
 
 Future<Message> Runtime::Dispatch(int from_rank, const Message& request,
@@ -454,7 +455,8 @@ absl::Status Runtime::TryShutdown(bool graceful) {
     agent_->Close(absl::CancelledError("RPC runtime of '" + options_.name +
                                        "' shut down before the call completed"));
   }
-  pool_.reset();  // drains queued callbacks, joins threads
+  pool_.reset();  // drains queued callbacks (they may still post), joins threads
+  live_pool_.store(nullptr, std::memory_order_release);
   for (const auto& extension : extensions_) extension->OnClosed();
   if (store_server_ != nullptr) store_server_->Shutdown();
   return status;

@@ -132,7 +132,7 @@ class Runtime {
     const std::optional<int> rank = membership_.RankOf(to);
     if (!rank.has_value()) return Future<ResultOf<R>>::Ready(NoWorkerNamed(to));
     return Typed<R>(Call(*rank, function, std::move(values), options, nullptr), to, function,
-                    pool_.get());
+                    pool());
   }
   template <typename R = c10::IValue, typename... Args>
   R RpcSync(const std::string& to, const std::string& function, Args&&... args) {
@@ -160,7 +160,7 @@ class Runtime {
                                    nullptr, proto::INTERNAL_CALL, M::kCarriesUserValues);
     std::string to;
     if (!membership_.NameAndRole(to_rank, &to)) to = "rank " + std::to_string(to_rank);
-    return Typed<typename M::Response>(std::move(raw), to, M::kService, pool_.get());
+    return Typed<typename M::Response>(std::move(raw), to, M::kService, pool());
   }
   // Untyped: for tests that send internal services malformed values.
   Future<c10::IValue> CallInternal(int to_rank, const std::string& service,
@@ -200,7 +200,7 @@ class Runtime {
     return nullptr;
   }
 
-  ThreadPool& executor() { return *pool_; }
+  ThreadPool& executor() { return *pool(); }
   DeadlineTimer& timer() { return *timer_; }
   store::StoreClient& store() { return *store_client_; }
   const Registry& registry() const { return registry_; }
@@ -274,7 +274,13 @@ class Runtime {
   std::unique_ptr<store::StoreServer> store_server_;
   std::unique_ptr<store::StoreClient> store_client_;
   std::unique_ptr<DeadlineTimer> timer_;
-  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<ThreadPool> pool_;  // owner only: read the pool through pool()
+  // pool_.get() from Init until the pool has drained in TryShutdown, then
+  // null. Pool tasks (handlers, callbacks, membership events) post more work
+  // while the drain runs; pool_ itself is cleared by reset() before the
+  // drain starts, so reading it there is a data race (and a null pool).
+  std::atomic<ThreadPool*> live_pool_{nullptr};
+  ThreadPool* pool() const { return live_pool_.load(std::memory_order_acquire); }
   std::unique_ptr<RpcAgent> agent_;
   WorkerInfo self_;  // the agent's, with role and incarnation
   Membership membership_;

@@ -113,10 +113,11 @@ void Runtime::ReleasePeer(int rank) {
 
 void Runtime::OnPeerFailure(int rank) {
   // On a transport thread: hand it to the pool, extensions may take locks.
-  if (shutting_down_.load() || pool_ == nullptr) return;
+  ThreadPool* const pool = this->pool();
+  if (shutting_down_.load() || pool == nullptr) return;
   const std::optional<WorkerInfo> peer = membership_.Find(rank);
   if (!peer.has_value()) return;
-  pool_->Post([this, rank, incarnation = peer->incarnation] {
+  pool->Post([this, rank, incarnation = peer->incarnation] {
     if (shutting_down_.load()) return;
     MutexLock lock(&peer_changes_mu_);
     // A failure noticed after a newer incarnation rejoined is the old one's,
@@ -140,7 +141,9 @@ void Runtime::OnPeerFailure(int rank) {
 }
 
 void Runtime::PostMembershipEvents() {
-  if (pool_ != nullptr) pool_->Post([this] { membership_.DeliverPending(); });
+  if (ThreadPool* const pool = this->pool(); pool != nullptr) {
+    pool->Post([this] { membership_.DeliverPending(); });
+  }
 }
 
 std::vector<int> Runtime::ShutdownParticipants() {
