@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <set>
 
 #include "absl/flags/commandlineflag.h"
+#include "absl/flags/internal/parse.h"
+#include "absl/flags/internal/usage.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
@@ -110,7 +113,17 @@ ParsedFlags ParseFlags(int argc, char** argv, const std::string& usage, Position
     }
   }
   std::vector<char*> ours(argv, argv + end);
-  absl::ParseCommandLine(static_cast<int>(ours.size()), ours.data());
+  // Abseil exits with status 1 after printing --help; GNU's convention, and
+  // a script that runs `program --help`, expect 0 for help asked for.
+  namespace internal = absl::flags_internal;
+  internal::ParseCommandLineImpl(static_cast<int>(ours.size()), ours.data(),
+                                 internal::ArgvListAction::kRemoveParsedArgs,
+                                 internal::UsageFlagsAction::kIgnoreUsage,
+                                 internal::OnUndefinedFlag::kAbortIfUndefined);
+  if (internal::HandleUsageFlags(std::cout, absl::ProgramUsageMessage()) != -1) {
+    std::cout.flush();
+    std::exit(0);
+  }
   if (end < argc && std::string(argv[end]) == "--") ++end;
   parsed.positional.assign(argv + end, argv + argc);
   return parsed;

@@ -22,8 +22,8 @@ struct ParsedFlags {
 };
 
 // Parses argv into the program's ABSL_FLAGs. Prints the problem and exits
-// with status 2 on a bad command line; --help prints `usage` and the flags,
-// and exits (with Abseil's status, 1).
+// with status 2 on a bad command line; --help (and --helpfull, --version)
+// prints `usage` and the flags to standard output and exits with status 0.
 ParsedFlags ParseFlags(int argc, char** argv, const std::string& usage,
                        Positionals positionals = Positionals::kNone);
 

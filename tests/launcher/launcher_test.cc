@@ -342,7 +342,7 @@ TEST(LauncherTest, RunsTheFashionMnistDdpExampleForOneEpoch) {
 }
 
 // Every program reads its flags with Abseil: --help lists each flag with its
-// meaning and default, and a misspelt flag is named with the nearest one
+// meaning and default (on standard output, exit status 0), and a misspelt flag is named with the nearest one
 // instead of being ignored (ddp_fashion_mnist once took its epochs as a bare
 // number, so `--epochs 1` trained zero epochs).
 TEST(LauncherTest, EveryProgramHasHelpAndNamesTheNearestFlag) {
@@ -357,8 +357,9 @@ TEST(LauncherTest, EveryProgramHasHelpAndNamesTheNearestFlag) {
       {"examples/rpc_demo/rpc_demo", "--help"},
   };
   for (const auto& [program, flag] : programs) {
-    ObservedProcess help({program, "--help"});
-    help.Finish();
+    // GNU's convention: help asked for goes to standard output, status 0.
+    ObservedProcess help({"/bin/sh", "-c", program + " --help 2>/dev/null"});
+    EXPECT_EQ(help.Finish(), 0) << program << help.output();
     EXPECT_NE(help.output().find("Try --helpfull"), std::string::npos) << program << help.output();
     if (flag != "--help") {
       EXPECT_NE(help.output().find(flag + " ("), std::string::npos) << program << help.output();
