@@ -72,7 +72,7 @@ headers=$(g++ -std=c++17 -MM -I. -I"$BIN" -isystem /usr/include/torch/csrc/api/i
 manifest_dir=$PREFIX/share/tessera
 old_manifest=$manifest_dir/install-manifest
 if [[ -f $old_manifest ]]; then
-  old_version=$(sed -n 's/^# Tessera \([^ ]*\).*/\1/p' "$old_manifest")
+  old_version=$(sed -n 's/^# Tessera \([^ ,]*\).*/\1/p' "$old_manifest")
   echo "install.sh: replacing Tessera ${old_version:-of unknown version} installed in $PREFIX"
   grep -v '^#' "$old_manifest" | while read -r file; do rm -f "$PREFIX/$file"; done
   find "$PREFIX/include/tessera" -depth -type d -empty -delete 2>/dev/null || true

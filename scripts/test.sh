@@ -22,6 +22,17 @@ if [[ -f /usr/local/cuda/include/nccl.h ]]; then
 else
   echo "no CUDA and NCCL in /usr/local/cuda: the NCCL backend is not built"
 fi
+# Tessera from a project of one's own: install, CMake, pkg-config, Bazel.
+# After the Bazel tests: it builds in this workspace (install.sh).
+echo "Tessera in a project of its own: tests/out_of_tree/out_of_tree_test.sh"
+started=$SECONDS
+if tests/out_of_tree/out_of_tree_test.sh 2>&1 | tee -a "$log"; then  # pipefail: the test's status
+  result=PASSED
+else
+  result=FAILED
+  status=1
+fi
+echo "//tests/out_of_tree:out_of_tree_test $result in $((SECONDS - started))s" | tee -a "$log"
 # One plain closing line: N passed, N failed (counting test targets).
 passed=$(grep -cE '^//.* PASSED in' "$log")
 failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS)' "$log")
