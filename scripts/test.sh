@@ -9,7 +9,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh || exit 1
-scripts/check_layering.sh || exit 1
+scripts/check_layering.sh --self-test && scripts/check_layering.sh || exit 1
 scripts/check_errors.sh || exit 1
 log=$(mktemp)
 bazel test //... "$@" 2>&1 | tee "$log"
