@@ -70,7 +70,7 @@ class State : public std::enable_shared_from_this<State<T>> {
         return;
       }
     }
-    callback(*result_);
+    callback(Settled());
   }
 
   bool IsReady() const {
@@ -120,14 +120,19 @@ class State : public std::enable_shared_from_this<State<T>> {
 
   void Dispatch(Callback callback) {
     if (executor_ == nullptr) {
-      callback(*result_);
+      callback(Settled());
       return;
     }
     executor_->Post([callback = std::move(callback),
                      self = this->shared_from_this()]() {
-      callback(*self->result_);
+      callback(self->Settled());
     });
   }
+
+  // The result, read without the lock: once set it never changes (Set
+  // succeeds once), and callers have seen it set. The one read the
+  // thread-safety analysis is told to trust.
+  const absl::StatusOr<T>& Settled() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return *result_; }
 
   static constexpr int kSpinYields = 64;
 

@@ -52,6 +52,9 @@ struct Reducer::State {
   void Finalize();
   void WriteBack(Bucket& bucket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status RebuildBuckets() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Groups parameters into buckets, taking them in `order` (Note [Bucket
+  // rebuild]); gradients already in the old buckets are not carried over.
+  void AssignBuckets(const std::vector<size_t>& order) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 };
 
 namespace {
@@ -93,8 +96,8 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, ProcessGroup* group, Reduce
   for (size_t k = 0; k < order.size(); ++k) order[k] = order.size() - 1 - k;
   {
     MutexLock lock(&state_->mu);
-    AssignBuckets(order);
     state_->reducer = this;
+    state_->AssignBuckets(order);
     state_->ready.assign(parameters_.size(), false);
   }
   for (size_t k = 0; k < parameters_.size(); ++k) {
@@ -114,19 +117,21 @@ GradBucket Reducer::HookView(size_t index, const at::Tensor& flat) const {
   return view;
 }
 
-void Reducer::AssignBuckets(const std::vector<size_t>& order) {
-  buckets_.clear();
-  state_->bucket_of.assign(parameters_.size(), 0);
-  for (auto& members : ddp::AssignBuckets(parameters_, order, options_.limits)) {
-    Bucket& bucket = buckets_.emplace_back();
+void Reducer::State::AssignBuckets(const std::vector<size_t>& order) {
+  std::vector<Bucket>& buckets = reducer->buckets_;
+  const std::vector<at::Tensor>& parameters = reducer->parameters_;
+  buckets.clear();
+  bucket_of.assign(parameters.size(), 0);
+  for (auto& members : ddp::AssignBuckets(parameters, order, reducer->options_.limits)) {
+    Bucket& bucket = buckets.emplace_back();
     int64_t numel = 0;
     for (size_t k : members) {
       bucket.offsets.push_back(numel);
-      numel += parameters_[k].numel();
-      state_->bucket_of[k] = buckets_.size() - 1;
+      numel += parameters[k].numel();
+      bucket_of[k] = buckets.size() - 1;
     }
     bucket.parameters = std::move(members);
-    bucket.flat = at::zeros({numel}, parameters_[bucket.parameters.front()].options());
+    bucket.flat = at::zeros({numel}, parameters[bucket.parameters.front()].options());
   }
 }
 
@@ -319,7 +324,7 @@ absl::Status Reducer::State::RebuildBuckets() {
         "DistributedDataParallel: agreeing on the gradient order for the buckets failed");
   }
   const int64_t* rank0 = agreed.data_ptr<int64_t>();
-  reducer->AssignBuckets(std::vector<size_t>(rank0, rank0 + n));
+  AssignBuckets(std::vector<size_t>(rank0, rank0 + n));
   return absl::OkStatus();
 }
 

@@ -119,10 +119,6 @@ class Reducer {
 
   // The bucket as the communication hook sees it.
   GradBucket HookView(size_t index, const at::Tensor& flat) const;
-  // Groups parameters into buckets, taking them in `order` (Note [Bucket
-  // rebuild]); gradients already in the old buckets are not carried over.
-  void AssignBuckets(const std::vector<size_t>& order) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mu);
-
   std::vector<at::Tensor> parameters_;
   // Note [Keep gradient accumulators alive]: a parameter's accumulator is
   // cached only weakly; unless we hold it, backward makes a new one without

@@ -168,18 +168,41 @@ std::optional<MembershipEvent> Membership::MarkLeft(int rank) {
 }
 
 void Membership::DeliverPending() {
-  MutexLock delivering(&deliver_mu_);
-  std::vector<MembershipEvent> events = EventsAfter(delivered_);
-  if (events.empty()) return;
-  std::vector<Listener> listeners;
   {
-    MutexLock lock(&mu_);
-    listeners = listeners_;
+    // One thread delivers at a time, in sequence order. A call meanwhile
+    // (another pool thread, or a listener's own change) leaves its events to
+    // that thread's next round instead of waiting on the listeners, which
+    // run with no lock held.
+    MutexLock lock(&deliver_mu_);
+    if (delivering_) return;
+    delivering_ = true;
   }
-  for (const auto& event : events) {
-    for (const auto& listener : listeners) listener(event);
+  uint64_t after = 0;
+  {
+    MutexLock lock(&deliver_mu_);
+    after = delivered_;
   }
-  delivered_ = events.back().sequence;
+  while (true) {
+    std::vector<MembershipEvent> events = EventsAfter(after);
+    if (events.empty()) {
+      MutexLock lock(&deliver_mu_);
+      // An event recorded since was left to us by its DeliverPending.
+      if (!EventsAfter(after).empty()) continue;
+      delivering_ = false;
+      return;
+    }
+    std::vector<Listener> listeners;
+    {
+      MutexLock lock(&mu_);
+      listeners = listeners_;
+    }
+    for (const auto& event : events) {
+      for (const auto& listener : listeners) listener(event);
+    }
+    after = events.back().sequence;
+    MutexLock lock(&deliver_mu_);
+    delivered_ = after;
+  }
 }
 
 }  // namespace tessera::rpc

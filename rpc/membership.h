@@ -99,7 +99,8 @@ class Membership {
   std::vector<Member> members_ ABSL_GUARDED_BY(mu_);
   std::vector<MembershipEvent> events_ ABSL_GUARDED_BY(mu_);
   std::vector<Listener> listeners_ ABSL_GUARDED_BY(mu_);
-  Mutex deliver_mu_;  // one delivery at a time, in sequence order
+  Mutex deliver_mu_;  // guards the delivery's progress, never held while listeners run
+  bool delivering_ ABSL_GUARDED_BY(deliver_mu_) = false;  // one delivery at a time, in order
   uint64_t delivered_ ABSL_GUARDED_BY(deliver_mu_) = 0;
 };
 

@@ -9,7 +9,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
   libabsl-dev libgloo-dev libgtest-dev googletest libbenchmark-dev
   dataset-fashion-mnist python3-torch
-  libclang-rt-14-dev libssl-dev openssl python3-grpcio python3-protobuf
+  clang-14 libclang-rt-14-dev libssl-dev openssl python3-grpcio python3-protobuf
   etcd-server cmake pkg-config
 )
 

@@ -22,6 +22,11 @@ if [[ -f /usr/local/cuda/include/nccl.h ]]; then
 else
   echo "no CUDA and NCCL in /usr/local/cuda: the NCCL backend is not built"
 fi
+# Clang's thread-safety analysis of the lock annotations (gcc ignores
+# them); it reads the generated headers the build above made.
+if ! { scripts/check_thread_safety.sh --self-test && scripts/check_thread_safety.sh; }; then
+  status=1
+fi
 # Tessera from a project of one's own: install, CMake, pkg-config, Bazel.
 # After the Bazel tests: it builds in this workspace (install.sh).
 echo "Tessera in a project of its own: tests/out_of_tree/out_of_tree_test.sh"

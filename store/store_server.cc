@@ -51,8 +51,10 @@ class StoreServiceImpl final : public proto::Store::Service {
       MutexLock lock(&mu_);
       auto all_present = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
         if (shutting_down_) return true;
-        return std::all_of(request->keys().begin(), request->keys().end(),
-                           [&](const std::string& k) { return data_.count(k) > 0; });
+        for (const std::string& key : request->keys()) {
+          if (data_.count(key) == 0) return false;
+        }
+        return true;
       };
       cv_.WaitUntil(&mu_, all_present, absl::Now() + Timeout(request->timeout_ms()));
       for (const auto& key : request->keys()) {

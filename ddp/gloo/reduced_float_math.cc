@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -91,7 +92,12 @@ __attribute__((target("avx2"))) void SumBFloat16Avx2(c10::BFloat16* out, const c
 
 bool HalfMathIsVectorised() {
 #if defined(__x86_64__)
-  static const bool f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  // F16C from CPUID itself: clang's __builtin_cpu_supports has no "f16c".
+  static const bool f16c = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 &&
+           (ecx & bit_F16C) != 0;
+  }();
   return f16c;
 #else
   return false;
