@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/usage.h"
 #include "bench/allreduce_timing.h"
 #include "bench/gloo_group.h"
 #include "bench/two_processes.h"
@@ -39,7 +40,14 @@ int RunRank(int rank, int port, const std::vector<std::string>& args) {
 
 }  // namespace
 
+constexpr char kUsage[] =
+    "usage: allreduce_bench [WORLD_SIZE [BCUBE_MIN_BYTES BCUBE_MAX_BYTES]]\n"
+    "Allreduce through Tessera's Gloo process group on loopback (default 2 ranks); prints JSON:\n"
+    "per size, the median time in microseconds and the bus bandwidth. bench/compare_allreduce.sh\n"
+    "runs it beside PyTorch.\n";
+
 int main(int argc, char** argv) {
+  tessera::bench::ExitOnHelp(argc, argv, kUsage);
   const int world = argc > 1 && std::strcmp(argv[1], "--rank") != 0 ? std::atoi(argv[1]) : 2;
   return tessera::bench::RunProcesses(argc, argv, world, RunRank);
 }

@@ -29,6 +29,7 @@
 #include <map>
 #include <vector>
 
+#include "bench/usage.h"
 #include "bench/median.h"
 #include "bench/two_processes.h"
 #include "bench/worker_options.h"
@@ -185,4 +186,13 @@ int RankMain(int rank, int port, const std::vector<std::string>&) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return tessera::bench::RunProcesses(argc, argv, 3, RankMain); }
+constexpr char kUsage[] =
+    "usage: dist_autograd_bench\n"
+    "Distributed autograd over three processes on loopback: backward through RPC stages and\n"
+    "parameter-server updates per second; prints JSON. bench/compare_dist_autograd.sh runs it\n"
+    "beside PyTorch.\n";
+
+int main(int argc, char** argv) {
+  tessera::bench::ExitOnHelp(argc, argv, kUsage);
+  return tessera::bench::RunProcesses(argc, argv, 3, RankMain);
+}

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/usage.h"
 #include "proto/worker_service.grpc.pb.h"
 
 namespace {
@@ -110,7 +111,12 @@ double CallsPerSecond(Stream& stream, int calls, int window) {
 
 }  // namespace
 
-int main() {
+constexpr char kUsage[] =
+    "usage: grpc_floor\n"
+    "A bare gRPC echo between two processes: the floor under the gRPC agent; prints JSON.\n";
+
+int main(int argc, char** argv) {
+  tessera::bench::ExitOnHelp(argc, argv, kUsage);
   int port_pipe[2], quit_pipe[2];
   if (pipe(port_pipe) != 0 || pipe(quit_pipe) != 0) return 1;
   // Fork before either side touches gRPC: its threads do not survive fork.

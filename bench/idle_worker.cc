@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/usage.h"
 #include "absl/time/clock.h"
 #include "bench/two_processes.h"
 #include "bench/worker_options.h"
@@ -46,4 +47,12 @@ int RankMain(int rank, int port, const std::vector<std::string>& args) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return tessera::bench::RunTwoProcesses(argc, argv, RankMain); }
+constexpr char kUsage[] =
+    "usage: idle_worker [SECONDS]\n"
+    "One call between two workers, then both idle for SECONDS (default 10); prints the CPU\n"
+    "seconds each used, as JSON. TESSERA_TENSORPIPE_SAME_HOST picks the same-host transport.\n";
+
+int main(int argc, char** argv) {
+  tessera::bench::ExitOnHelp(argc, argv, kUsage);
+  return tessera::bench::RunTwoProcesses(argc, argv, RankMain);
+}

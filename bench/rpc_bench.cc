@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/usage.h"
 #include "bench/two_processes.h"
 #include "bench/worker_options.h"
 #include "rpc/init.h"
@@ -109,4 +110,12 @@ int RankMain(int rank, int port, const std::vector<std::string>& args) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return tessera::bench::RunTwoProcesses(argc, argv, RankMain); }
+constexpr char kUsage[] =
+    "usage: rpc_bench [--grpc] [--same-host=unix|shm|tcp]\n"
+    "RPC round trip, calls per second and echo bandwidth between two processes on loopback;\n"
+    "prints JSON. bench/compare_rpc.sh runs it beside PyTorch and the transport floors.\n";
+
+int main(int argc, char** argv) {
+  tessera::bench::ExitOnHelp(argc, argv, kUsage);
+  return tessera::bench::RunTwoProcesses(argc, argv, RankMain);
+}

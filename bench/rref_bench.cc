@@ -14,6 +14,7 @@
 #include <mutex>
 #include <vector>
 
+#include "bench/usage.h"
 #include "bench/two_processes.h"
 #include "bench/worker_options.h"
 #include "rpc/init.h"
@@ -106,4 +107,12 @@ int RankMain(int rank, int port, const std::vector<std::string>&) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return tessera::bench::RunTwoProcesses(argc, argv, RankMain); }
+constexpr char kUsage[] =
+    "usage: rref_bench\n"
+    "RRef costs between two processes on loopback: remote methods, to_here, remote() churn;\n"
+    "prints JSON. bench/compare_rref.sh runs it beside PyTorch.\n";
+
+int main(int argc, char** argv) {
+  tessera::bench::ExitOnHelp(argc, argv, kUsage);
+  return tessera::bench::RunTwoProcesses(argc, argv, RankMain);
+}

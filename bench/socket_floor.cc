@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/usage.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -89,7 +91,13 @@ void NoDelay(int fd, const Address& a) {
 
 }  // namespace
 
+constexpr char kUsage[] =
+    "usage: socket_floor [--unix]\n"
+    "A ping-pong over a plain blocking socket between two processes (TCP on loopback, or an\n"
+    "abstract Unix socket): the floor under the TensorPipe backend's transports; prints JSON.\n";
+
 int main(int argc, char** argv) {
+  tessera::bench::ExitOnHelp(argc, argv, kUsage);
   const bool unix_socket = argc > 1 && std::strcmp(argv[1], "--unix") == 0;
   Address address = ListenAddress(unix_socket);
   const int listener = ::socket(address.family, SOCK_STREAM, 0);

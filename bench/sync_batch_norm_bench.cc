@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/usage.h"
 #include "bench/median.h"
 #include "bench/two_processes.h"
 #include "bench/gloo_group.h"
@@ -88,4 +89,12 @@ int RunRank(int rank, int port, const std::vector<std::string>&) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return tessera::bench::RunTwoProcesses(argc, argv, RunRank); }
+constexpr char kUsage[] =
+    "usage: sync_batch_norm_bench\n"
+    "SyncBatchNorm forward + backward at world size 2 against the unsynchronised layer, per\n"
+    "activation shape; prints JSON.\n";
+
+int main(int argc, char** argv) {
+  tessera::bench::ExitOnHelp(argc, argv, kUsage);
+  return tessera::bench::RunTwoProcesses(argc, argv, RunRank);
+}

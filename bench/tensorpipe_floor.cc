@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/usage.h"
+
 namespace tp = tensorpipe;
 using Clock = std::chrono::steady_clock;
 
@@ -50,7 +52,12 @@ void Serve(std::shared_ptr<tp::Pipe> pipe, char* buffer) {
   });
 }
 
+constexpr char kUsage[] =
+    "usage: tensorpipe_floor [--no-shm]\n"
+    "A bare TensorPipe ping-pong done in its callbacks: the floor under rpc_bench; prints JSON.\n";
+
 int main(int argc, char** argv) {
+  tessera::bench::ExitOnHelp(argc, argv, kUsage);
   const bool shm = !(argc > 1 && std::strcmp(argv[1], "--no-shm") == 0);
   int fds[2], quit[2];  // child -> parent: URL; parent -> child: EOF to stop
   if (pipe(fds) != 0 || pipe(quit) != 0) return 1;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/usage.h"
 #include "bench/gloo_group.h"
 #include "bench/median.h"
 #include "bench/mlp.h"
@@ -104,4 +105,12 @@ int RunRank(int rank, int port, const std::vector<std::string>&) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return tessera::bench::RunTwoProcesses(argc, argv, RunRank); }
+constexpr char kUsage[] =
+    "usage: zero_bench\n"
+    "ZeroRedundancyOptimizer against a plain optimizer under DDP at world size 2; prints JSON.\n"
+    "bench/compare_zero.sh runs it beside PyTorch.\n";
+
+int main(int argc, char** argv) {
+  tessera::bench::ExitOnHelp(argc, argv, kUsage);
+  return tessera::bench::RunTwoProcesses(argc, argv, RunRank);
+}

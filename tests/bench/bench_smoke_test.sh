@@ -4,6 +4,14 @@
 # as bench/compare_*.sh run them; a benchmark that cannot meet its ranks
 # fails here instead of in the next person's measurement.
 set -euo pipefail
+# Every benchmark program given: --help prints its usage on standard output
+# and exits 0 (GNU's convention, as for every program of Tessera's).
+for program in "$@"; do
+  if ! help=$("$program" --help 2>/dev/null) || [[ $help != usage:* ]]; then
+    echo "FAIL: $program --help: non-zero status, or no usage on standard output"; exit 1
+  fi
+done
+echo "ok: --help of $# benchmark programs"
 check() {  # check NAME KEY COMMAND...: COMMAND's last line is JSON holding KEY
   local name=$1 key=$2
   shift 2
