@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/usage.h"
 #include "bench/allreduce_timing.h"
 #include "bench/two_processes.h"
 #include "ddp/nccl/nccl_process_group.h"
@@ -40,7 +41,13 @@ int RunRank(int rank, int port, const std::vector<std::string>& args) {
 
 }  // namespace
 
+constexpr char kUsage[] =
+    "usage: nccl_allreduce_bench [WORLD_SIZE]\n"
+    "Allreduce through the NCCL process group, one process per GPU (default: every visible\n"
+    "GPU); prints JSON: per size, the median time and the bus bandwidth.\n";
+
 int main(int argc, char** argv) {
+  tessera::bench::ExitOnHelp(argc, argv, kUsage);
   const bool given = argc > 1 && std::strcmp(argv[1], "--rank") != 0;
   const int world = given ? std::atoi(argv[1]) : tessera::ddp::VisibleCudaDevices();
   if (world < 1) {
