@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "bench/usage.h"
 #include "bench/allreduce_timing.h"
 #include "bench/gloo_group.h"
 #include "bench/two_processes.h"
+#include "bench/usage.h"
 #include "ddp/collective_checks.h"
 
 namespace {

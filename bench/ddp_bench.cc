@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "bench/usage.h"
 #include "bench/gloo_group.h"
 #include "bench/median.h"
 #include "bench/mlp.h"
 #include "bench/two_processes.h"
+#include "bench/usage.h"
 #include "ddp/distributed_data_parallel.h"
 
 namespace {

@@ -29,9 +29,9 @@
 #include <map>
 #include <vector>
 
-#include "bench/usage.h"
 #include "bench/median.h"
 #include "bench/two_processes.h"
+#include "bench/usage.h"
 #include "bench/worker_options.h"
 #include "common/status.h"
 #include "dist_autograd/dist_autograd.h"

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "bench/usage.h"
 #include "absl/time/clock.h"
 #include "bench/two_processes.h"
+#include "bench/usage.h"
 #include "bench/worker_options.h"
 #include "common/process_cpu.h"
 #include "rpc/init.h"

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "bench/usage.h"
 #include "bench/allreduce_timing.h"
 #include "bench/two_processes.h"
+#include "bench/usage.h"
 #include "ddp/nccl/nccl_process_group.h"
 #include "store/store_client.h"
 

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "bench/usage.h"
 #include "bench/two_processes.h"
+#include "bench/usage.h"
 #include "bench/worker_options.h"
 #include "rpc/init.h"
 #include "rpc/runtime.h"

@@ -14,8 +14,8 @@
 #include <mutex>
 #include <vector>
 
-#include "bench/usage.h"
 #include "bench/two_processes.h"
+#include "bench/usage.h"
 #include "bench/worker_options.h"
 #include "rpc/init.h"
 #include "rref/remote.h"

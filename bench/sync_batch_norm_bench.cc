@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "bench/usage.h"
+#include "bench/gloo_group.h"
 #include "bench/median.h"
 #include "bench/two_processes.h"
-#include "bench/gloo_group.h"
+#include "bench/usage.h"
 #include "ddp/sync_batch_norm.h"
 
 namespace {
