@@ -22,16 +22,14 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "auth/job_secret.h"
-#include "common/host_address.h"
 #include "common/status.h"
 #include "common/subprocess.h"
+#include "launcher/captured_signals.h"
 #include "launcher/elastic_restarts.h"
-#include "launcher/etcd_job_prefix.h"
+#include "launcher/job_store.h"
 #include "launcher/node_coordinator.h"
 #include "store/elastic_keys.h"
 #include "store/store_client.h"
-#include "store/store_server.h"
-#include "store/store_url.h"
 
 namespace tessera::launcher {
 namespace {
@@ -392,6 +390,26 @@ absl::StatusOr<int> TakeJoinRanks(store::StoreClient& store, const LaunchOptions
 
 }  // namespace
 
+// What node 0 tells an elastic job's workers through the store
+// (store/elastic_keys.h): the attempt's world size, the elastic roles, the
+// node timeout and the most ranks --join may add. Best effort: a worker that
+// cannot read a key waits for it, bounded.
+void PublishJobKeys(store::StoreClient& store, const LaunchOptions& options, int world_size) {
+  namespace elastic = store::elastic;
+  const std::string& prefix = elastic::kDefaultPrefix;
+  store.Set(elastic::WorldSizeKey(prefix), std::to_string(world_size)).IgnoreError();
+  store.Set(elastic::ElasticRolesKey(prefix), options.elastic_roles).IgnoreError();
+  if (options.nnodes > 1) {
+    store
+        .Set(elastic::NodeTimeoutKey(prefix),
+             std::to_string(absl::ToInt64Seconds(options.node_timeout)))
+        .IgnoreError();
+  }
+  if (options.max_ranks > 0) {
+    store.Set(elastic::MaxRanksKey(prefix), std::to_string(options.max_ranks)).IgnoreError();
+  }
+}
+
 int Run(const LaunchOptions& options) {
   // Restarting would not help a command that is not there.
   if (auto program = FindProgram(options.command.empty() ? "" : options.command[0]);
@@ -406,72 +424,24 @@ int Run(const LaunchOptions& options) {
     Say("cannot read the job secret: " + secret.status().ToString());
     return 1;
   }
-  // Block the signals we read from a signalfd before any thread exists (the
-  // store's gRPC threads inherit the mask): otherwise a SIGCHLD delivered to
-  // one of them is discarded and a worker's exit goes unnoticed. With
-  // SIGCHLD ignored (inheritable), children would be reaped silently.
-  ::signal(SIGCHLD, SIG_DFL);
-  sigset_t handled, original;
-  sigemptyset(&handled);
-  sigaddset(&handled, SIGINT);
-  sigaddset(&handled, SIGTERM);
-  sigaddset(&handled, SIGCHLD);
-  sigprocmask(SIG_BLOCK, &handled, &original);
-  const int signal_fd = signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC);
-
-  // Before any worker starts: says why the launcher cannot go on, restores
-  // the signal mask and gives the exit code.
-  auto give_up = [&](const std::string& why) {
+  // Before any thread exists (launcher/captured_signals.h).
+  const CapturedSignals signals;
+  // Before any worker starts: says why the launcher cannot go on.
+  auto give_up = [](const std::string& why) {
     Say(why);
-    close(signal_fd);
-    sigprocmask(SIG_SETMASK, &original, nullptr);
     return 1;
   };
-  std::unique_ptr<store::StoreServer> store;
-  // Node 0's hold on the job's keys in etcd (--store): checked free at the
-  // start, cleared between attempts and at the end.
-  std::unique_ptr<store::EtcdStoreBackend> etcd;
-  int port = options.master_port;
-  if (!options.store_url.empty()) {
-    if (options.node_rank == 0 && !options.join) {
-      auto claimed = ClaimEtcdPrefix(options.store_url, *secret, options.rendezvous_timeout);
-      if (!claimed.ok()) return give_up(std::string(claimed.status().message()));
-      etcd = *std::move(claimed);
-      Say("rendezvous store: " + etcd->target());
-    }
-  } else if (options.node_rank == 0 && !options.join) {
-    // Reached at --master_addr by the other nodes.
-    auto server = options.standalone
-                      ? store::StoreServer::Start("127.0.0.1", 0, *secret)
-                      : store::StoreServer::StartForMaster(options.master_addr, port, *secret);
-    if (!server.ok()) {
-      return give_up(absl::StrCat("cannot host the rendezvous store at --master_addr ",
-                                  options.master_addr, ": ", server.status().ToString()));
-    }
-    store = *std::move(server);
-    port = store->port();
-    // Where more workers can join (--join --master_port; an elastic job's
-    // own restarted ranks find it through their environment).
-    Say(absl::StrCat("rendezvous store at ", options.standalone ? "127.0.0.1" : options.master_addr,
-                     ":", port));
-  }
+  absl::StatusOr<JobStore> opened = JobStore::Open(options, *secret);
+  if (!opened.ok()) return give_up(std::string(opened.status().message()));
+  JobStore& rendezvous = *opened;
+  if (!rendezvous.announcement().empty()) Say(rendezvous.announcement());
   LaunchOptions resolved = options;
   if (options.standalone) resolved.master_addr = "127.0.0.1";
-  const std::string store_address =
-      options.store_url.empty() ? JoinHostPort(resolved.master_addr, port) : options.store_url;
-  if (auto usable = store::ConnectStore(store_address, absl::Seconds(10), *secret); !usable.ok()) {
-    // Only an etcd endpoint's name that does not resolve gets here.
-    return give_up("cannot use the rendezvous store: " + usable.status().ToString());
-  }
-  auto connect_store = [&] {
-    // Checked just above: only a name that stopped resolving since could fail.
-    return ValueOrThrow(store::ConnectStore(store_address, absl::Seconds(10), *secret));
-  };
+  const int port = rendezvous.port();
+  auto connect_store = [&] { return rendezvous.Connect(); };
   // Forgets the last attempt's keys but those under `keep_prefix` (node 0).
   auto clear_store = [&](const std::string& keep_prefix) {
-    if (store != nullptr) store->Clear(keep_prefix);
-    if (etcd == nullptr) return;
-    if (absl::Status cleared = etcd->Clear(keep_prefix, options.rendezvous_timeout);
+    if (absl::Status cleared = rendezvous.Clear(keep_prefix, options.rendezvous_timeout);
         !cleared.ok()) {
       Say("warning: cannot clear the job's keys in etcd: " + cleared.ToString());
     }
@@ -531,7 +501,7 @@ int Run(const LaunchOptions& options) {
   };
   const Respawn respawn = [&](const Worker& failed) {
     return Spawn(resolved, failed.rank, failed.local_rank, failed.world_size, "rejoin", port,
-                 role_file(failed.rank), original);
+                 role_file(failed.rank), signals.original_mask());
   };
 
   int exit_code = 1;
@@ -568,30 +538,16 @@ int Run(const LaunchOptions& options) {
       world_size = round_world;
     }
     if (job_store != nullptr && options.node_rank == 0 && !options.join) {
-      job_store->Set(elastic::WorldSizeKey(elastic::kDefaultPrefix), std::to_string(world_size))
-          .IgnoreError();  // rank 0 records it too
-      job_store->Set(elastic::ElasticRolesKey(elastic::kDefaultPrefix), options.elastic_roles)
-          .IgnoreError();
-      if (options.nnodes > 1) {
-        job_store
-            ->Set(elastic::NodeTimeoutKey(elastic::kDefaultPrefix),
-                  std::to_string(absl::ToInt64Seconds(options.node_timeout)))
-            .IgnoreError();
-      }
-      if (options.max_ranks > 0) {
-        job_store
-            ->Set(elastic::MaxRanksKey(elastic::kDefaultPrefix), std::to_string(options.max_ranks))
-            .IgnoreError();
-      }
+      PublishJobKeys(*job_store, options, world_size);  // rank 0 records the world size too
     }
     std::vector<Worker> workers;
     for (int local = 0; local < options.nproc_per_node; ++local) {
       workers.push_back(Spawn(resolved, first_rank + local, local, world_size,
                               options.join ? "join" : "", port, role_file(first_rank + local),
-                              original));
+                              signals.original_mask()));
     }
     const int failure_fd = nodes != nullptr ? nodes->WatchFailures(attempt) : -1;
-    Outcome outcome = Supervise(workers, signal_fd, failure_fd, options.stop_grace,
+    Outcome outcome = Supervise(workers, signals.fd(), failure_fd, options.stop_grace,
                                 elastic_restarts.get(), respawn, options.rendezvous_timeout);
     const bool succeeded = outcome.interrupted_by == 0 && !outcome.failed_rank.has_value() &&
                            !outcome.failed_elsewhere;
@@ -652,8 +608,6 @@ int Run(const LaunchOptions& options) {
     }
     if (last) break;
   }
-  close(signal_fd);
-  sigprocmask(SIG_SETMASK, &original, nullptr);
   return exit_code;
 }
 
