@@ -64,9 +64,16 @@ chmod 755 "$work"
 chmod 555 "$readonly_parent"
 log=$work/readonly.log
 if [[ $(id -u) -eq 0 ]]; then
-  # root writes anywhere: try as nobody.
+  # root writes anywhere: try as nobody, with a copy of what install.sh
+  # reads before it checks the prefix (the checkout may be in a folder
+  # nobody cannot enter, such as /root).
+  copy=$work/installer
+  mkdir -p "$copy/scripts" "$copy/tessera"
+  cp scripts/install.sh "$copy/scripts/"
+  cp tessera/version.bzl "$copy/tessera/"
+  chmod -R a+rX "$copy"
   setpriv --reuid=65534 --regid=65534 --clear-groups \
-    scripts/install.sh "$readonly_parent/prefix" >"$log" 2>&1
+    "$copy/scripts/install.sh" "$readonly_parent/prefix" >"$log" 2>&1
 else
   scripts/install.sh "$readonly_parent/prefix" >"$log" 2>&1
 fi
