@@ -168,6 +168,7 @@ std::optional<MembershipEvent> Membership::MarkLeft(int rank) {
 }
 
 void Membership::DeliverPending() {
+  uint64_t after = 0;
   {
     // One thread delivers at a time, in sequence order. A call meanwhile
     // (another pool thread, or a listener's own change) leaves its events to
@@ -176,10 +177,6 @@ void Membership::DeliverPending() {
     MutexLock lock(&deliver_mu_);
     if (delivering_) return;
     delivering_ = true;
-  }
-  uint64_t after = 0;
-  {
-    MutexLock lock(&deliver_mu_);
     after = delivered_;
   }
   while (true) {
