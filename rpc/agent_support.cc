@@ -16,6 +16,12 @@ void StampRequest(uint64_t request_id, int self_rank, absl::Time deadline,
   envelope->set_origin_rank(self_rank);
 }
 
+uint64_t MessageBytes(const Message& message) {
+  uint64_t bytes = message.envelope.ByteSizeLong();
+  for (const at::Tensor& tensor : message.tensors) bytes += tensor.nbytes();
+  return bytes;
+}
+
 Message ResponseTo(uint64_t request_id, const absl::StatusOr<Message>& result,
                    const std::string& self_name, int self_rank) {
   Message response;

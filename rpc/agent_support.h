@@ -27,6 +27,10 @@ void StampRequest(uint64_t request_id, int self_rank, absl::Time deadline,
 Message ResponseTo(uint64_t request_id, const absl::StatusOr<Message>& result,
                    const std::string& self_name, int self_rank);
 
+// A message's size for queue bounds (Note [Bounded queues]): its envelope
+// and its tensors' bytes.
+uint64_t MessageBytes(const Message& message);
+
 // "'name' (rank r)", or "rank r" for a rank outside `workers`.
 std::string DescribeWorker(int rank, const std::vector<WorkerInfo>& workers);
 

@@ -8,6 +8,7 @@
 
 #include "absl/time/time.h"
 #include "rpc/codec.h"
+#include "rpc/queue_limits.h"
 
 namespace tessera::rpc {
 
@@ -53,6 +54,8 @@ struct TensorPipeOptions {
   absl::Duration handshake_timeout = absl::Seconds(60);
   // Set from RpcOptions::max_idle_connections by the runtime.
   int max_idle_connections = 128;
+  // Set from RpcOptions::queues by the runtime.
+  QueueLimits queues;
 };
 
 // Certificates and keys are PEM files.
@@ -82,6 +85,8 @@ struct GrpcOptions {
   CodecLimits limits;
   // Set from RpcOptions::max_idle_connections by the runtime.
   int max_idle_connections = 128;
+  // Set from RpcOptions::queues by the runtime.
+  QueueLimits queues;
   // Largest frame sent or accepted, envelope plus tensor bytes; gRPC's own
   // ceiling is 2 GiB - 1. Larger messages fail with ResourceExhausted.
   size_t max_message_bytes = INT_MAX;

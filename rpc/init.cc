@@ -12,6 +12,7 @@ AgentFactory BackendFactory(Backend backend) {
       GrpcOptions grpc = setup.grpc;
       grpc.limits = setup.limits;
       grpc.max_idle_connections = setup.max_idle_connections;
+      grpc.queues = setup.queues;
       grpc.listen_host = setup.host.bind;
       grpc.advertise_host = setup.host.advertise;
       return CreateGrpcAgent(grpc, setup.secret, setup.name, setup.rank, setup.incarnation,
@@ -22,6 +23,7 @@ AgentFactory BackendFactory(Backend backend) {
     TensorPipeOptions tensorpipe = setup.tensorpipe;
     tensorpipe.limits = setup.limits;
     tensorpipe.max_idle_connections = setup.max_idle_connections;
+    tensorpipe.queues = setup.queues;
     tensorpipe.listen_host = setup.host.bind;
     tensorpipe.advertise_host = setup.host.advertise;
     return CreateTensorPipeAgent(tensorpipe, setup.secret, setup.name, setup.rank,

@@ -20,6 +20,22 @@ const char* BackendName(Backend backend) {
   return backend == Backend::kGrpc ? "grpc" : "tensorpipe";
 }
 
+namespace {
+
+// Sets `*out` from the count in environment variable `name`, if set.
+template <typename Count>
+absl::Status ReadCount(const char* name, Count min, Count* out) {
+  const char* text = std::getenv(name);
+  if (text == nullptr) return absl::OkStatus();
+  if (!absl::SimpleAtoi(text, out) || *out < min) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " is '", text, "' (expected a count, ", min, " or more)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 RpcOptions RpcOptions::FromEnv() { return ValueOrThrow(TryFromEnv()); }
 
 absl::StatusOr<RpcOptions> RpcOptions::TryFromEnv() {
@@ -53,13 +69,11 @@ absl::StatusOr<RpcOptions> RpcOptions::TryFromEnv() {
   }
   options.address = AddressOptions::FromEnv(
       options.backend == Backend::kTensorPipe ? "TP_SOCKET_IFNAME" : nullptr);
-  if (const char* idle = std::getenv("TESSERA_MAX_IDLE_CONNECTIONS")) {
-    if (!absl::SimpleAtoi(idle, &options.max_idle_connections) ||
-        options.max_idle_connections < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "TESSERA_MAX_IDLE_CONNECTIONS is '", idle, "' (expected a count, 0 or more)"));
-    }
-  }
+  TESSERA_RETURN_IF_ERROR(ReadCount("TESSERA_MAX_IDLE_CONNECTIONS", 0, &options.max_idle_connections));
+  TESSERA_RETURN_IF_ERROR(ReadCount("TESSERA_MAX_REQUESTS_IN_SERVICE", 1,
+                                    &options.queues.max_requests_in_service));
+  TESSERA_RETURN_IF_ERROR(ReadCount("TESSERA_MAX_UNSENT_BYTES_PER_PEER", uint64_t{1},
+                                    &options.queues.max_unsent_bytes_per_peer));
   if (const char* seconds = std::getenv("TESSERA_HANDSHAKE_TIMEOUT_S")) {
     int parsed = 0;
     if (!absl::SimpleAtoi(seconds, &parsed) || parsed <= 0) {

@@ -27,6 +27,7 @@ struct AgentSetup {
   auth::JobSecret secret;
   CodecLimits limits;
   int max_idle_connections = 128;
+  QueueLimits queues;
   TensorPipeOptions tensorpipe;
   GrpcOptions grpc;
   RequestHandler handler;
@@ -126,6 +127,11 @@ struct RpcOptions {
   // both sides (TensorPipe: a connection per channel as well).
   // TESSERA_MAX_IDLE_CONNECTIONS sets it from the environment.
   int max_idle_connections = 128;
+  // How much a worker holds of the calls it serves, and queues of the calls
+  // it makes, before refusing more with RESOURCE_EXHAUSTED (Note [Bounded
+  // queues], rpc/queue_limits.h). TESSERA_MAX_REQUESTS_IN_SERVICE and
+  // TESSERA_MAX_UNSENT_BYTES_PER_PEER set them from the environment.
+  QueueLimits queues;
 
   // Makes the agent. Unset: rpc::Init (rpc/init.h) sets the factory of
   // `backend` (rpc/backends.h); the runtime core includes no backend. Tests
@@ -138,7 +144,7 @@ struct RpcOptions {
   // TESSERA_WORKER_NAME (default "worker<rank>"), the role from
   // TESSERA_WORKER_ROLE, how it joins from TESSERA_JOIN, the backend from TESSERA_RPC_BACKEND and
   // the job secret from TESSERA_JOB_SECRET or TESSERA_JOB_SECRET_FILE, gRPC's TLS files from
-  // TESSERA_TLS_* (GrpcTlsOptions::FromEnv), the address from TESSERA_ADDRESS,
+  // TESSERA_TLS_* (GrpcTlsOptions::FromEnv), the queue bounds from TESSERA_MAX_*, the address from TESSERA_ADDRESS,
   // TESSERA_ADVERTISE_ADDRESS and TESSERA_SOCKET_IFNAME (TP_SOCKET_IFNAME first on TensorPipe, as
   // PyTorch's RPC reads it). Throws StatusError naming a missing or malformed variable.
   static RpcOptions FromEnv();

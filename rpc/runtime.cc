@@ -160,6 +160,7 @@ absl::Status Runtime::Start() {
   setup.secret = options_.job_secret;
   setup.limits = options_.limits;
   setup.max_idle_connections = options_.max_idle_connections;
+  setup.queues = options_.queues;
   setup.tensorpipe = options_.tensorpipe;
   setup.grpc = options_.grpc;
   setup.handler = std::move(handler);

@@ -3,6 +3,7 @@
 #include "common/status.h"
 #include "rpc/grpc/frame_codec.h"
 #include "rpc/grpc/streams.h"
+#include "rpc/queue_limits.h"
 
 namespace tessera::rpc {
 
@@ -34,7 +35,14 @@ absl::Status ClientStream::Send(const Message& request) {
     // the handshake (a pipe keeps its callers' order, as TensorPipe's does).
     MutexLock lock(&mu_);
     if (ending_) return failure_.ok() ? absl::UnavailableError("stream ended") : failure_;
+    const uint64_t waiting = before_ready_bytes_ + writes_.bytes();
+    const uint64_t bytes = frame->Length();
+    const uint64_t limit = host_->settings().max_unsent_bytes;
+    if (!FitsUnsentBytes(waiting, bytes, limit)) {
+      return UnsentBytesExhausted(waiting, bytes, limit, host_->settings().self.name);
+    }
     if (!ready_) {
+      before_ready_bytes_ += bytes;
       before_ready_.push_back(*std::move(frame));
       return absl::OkStatus();
     }
@@ -105,6 +113,7 @@ absl::Status ClientStream::HandleHandshake(const Message& message) {
       if (grpc::ByteBuffer* first = writes_.Push(std::move(frame))) start = first;
     }
     before_ready_.clear();
+    before_ready_bytes_ = 0;
   }
   if (start != nullptr) StartWrite(start);
   return absl::OkStatus();
@@ -128,6 +137,7 @@ void ClientStream::OnDone(const grpc::Status& status) {
     ending_ = true;
     why = failure_;
     before_ready_.clear();
+    before_ready_bytes_ = 0;
   }
   use.Ended();
   if (why.ok()) {

@@ -21,6 +21,7 @@
 #include "rpc/grpc/completion_loop.h"
 #include "rpc/grpc/streams.h"
 #include "rpc/pending_calls.h"
+#include "rpc/queue_limits.h"
 
 namespace tessera::rpc {
 namespace {
@@ -63,11 +64,13 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
         handler_(std::move(handler)),
         executor_(executor),
         timer_(timer),
+        admission_(options.queues.max_requests_in_service),
         pending_(timer, [this](int rank) { return PeerAt(rank); }) {
     settings_.self = PeerIdentity{self_.name, self_.rank, self_.incarnation};
     settings_.secret = secret;
     settings_.limits = options.limits;
     settings_.max_message_bytes = options.max_message_bytes;
+    settings_.max_unsent_bytes = options.queues.max_unsent_bytes_per_peer;
     settings_.handshake_timeout = options.handshake_timeout;
   }
 
@@ -138,6 +141,7 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
   const RequestHandler handler_;
   Executor* const executor_;
   DeadlineTimer* const timer_;
+  RequestAdmission admission_;  // Note [Bounded queues]
   const std::shared_ptr<BufferPool> buffers_ = BufferPool::Create();
   std::optional<TlsMaterial> tls_;
   grpc::AsyncGenericService service_;
@@ -350,12 +354,20 @@ void GrpcAgent::OnClientStreamDone(ClientStream* stream, const absl::Status& why
 
 void GrpcAgent::OnRequest(std::shared_ptr<ServerStream> stream, int from_rank, Message request) {
   served_.RequestReceived();
+  const bool admitted = request.envelope.kind() == proto::CALL;  // internal calls: never refused
+  if (admitted && !admission_.TryAdmit()) {
+    stream->Respond(ResponseTo(request.envelope.request_id(), admission_.Refusal(self_.name),
+                               self_.name, self_.rank));
+    served_.ResponseSent();
+    return;
+  }
   // Handlers may block (nested synchronous calls), so never on the loop.
-  executor_->Post([this, stream = std::move(stream), from_rank,
+  executor_->Post([this, stream = std::move(stream), from_rank, admitted,
                    request = std::move(request)]() mutable {
     const uint64_t request_id = request.envelope.request_id();
     handler_(from_rank, std::move(request))
-        .OnReady([this, stream, request_id](const absl::StatusOr<Message>& result) {
+        .OnReady([this, stream, request_id, admitted](const absl::StatusOr<Message>& result) {
+          if (admitted) admission_.Finished();
           stream->Respond(ResponseTo(request_id, result, self_.name, self_.rank));
           served_.ResponseSent();
         });

@@ -37,6 +37,7 @@ struct StreamSettings {
   auth::JobSecret secret;
   CodecLimits limits;
   size_t max_message_bytes = 0;
+  uint64_t max_unsent_bytes = 0;  // QueueLimits::max_unsent_bytes_per_peer
   absl::Duration handshake_timeout;
 };
 
@@ -81,7 +82,8 @@ class ClientStream final : public AsyncClientBidi,
   // Opens the stream on `queue` and sends the handshake's hello.
   void Start(grpc::GenericStub* stub, const std::string& method, grpc::CompletionQueue* queue);
   // Queues a request (written once the handshake is done). An error if the
-  // stream is ending or the frame is too large; nothing was sent then.
+  // stream is ending, the frame is too large or would pass the bound on
+  // unsent bytes (Note [Bounded queues]); nothing was sent then.
   absl::Status Send(const Message& request);
   // Ends the stream; OnDone follows.
   void Cancel() { context().TryCancel(); }
@@ -116,6 +118,7 @@ class ClientStream final : public AsyncClientBidi,
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
   bool ending_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<grpc::ByteBuffer> before_ready_ ABSL_GUARDED_BY(mu_);
+  uint64_t before_ready_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<ClientStream> self_;
 };

@@ -3,11 +3,14 @@
 // gRPC's callback streams allow a single outstanding write; frames that
 // arrive meanwhile wait here. The queue only decides what to write next —
 // the caller starts the write, outside the queue's lock, on the buffer the
-// queue returns (which stays valid until the next Done()).
+// queue returns (which stays valid until the next Done()). It counts the
+// bytes it holds, the write in flight included, for the bound on unsent
+// bytes (Note [Bounded queues], rpc/queue_limits.h).
 #pragma once
 
 #include <grpcpp/support/byte_buffer.h>
 
+#include <cstdint>
 #include <deque>
 
 #include "common/mutex.h"
@@ -19,6 +22,7 @@ class WriteQueue {
   // Queues `frame`; returns it if the caller must start writing it now.
   grpc::ByteBuffer* Push(grpc::ByteBuffer frame) {
     MutexLock lock(&mu_);
+    bytes_ += frame.Length();
     frames_.push_back(std::move(frame));
     if (writing_) return nullptr;
     writing_ = true;
@@ -28,6 +32,7 @@ class WriteQueue {
   // The write in flight finished; returns the next frame to write, if any.
   grpc::ByteBuffer* Done() {
     MutexLock lock(&mu_);
+    bytes_ -= frames_.front().Length();
     frames_.pop_front();
     if (frames_.empty()) {
       writing_ = false;
@@ -39,12 +44,16 @@ class WriteQueue {
   // Drops the frames not yet started; true if a write is still in flight.
   bool DropQueued() {
     MutexLock lock(&mu_);
-    if (writing_) {
-      while (frames_.size() > 1) frames_.pop_back();
-    } else {
-      frames_.clear();
+    while (frames_.size() > (writing_ ? 1 : 0)) {
+      bytes_ -= frames_.back().Length();
+      frames_.pop_back();
     }
     return writing_;
+  }
+
+  uint64_t bytes() const {
+    MutexLock lock(&mu_);
+    return bytes_;
   }
 
   bool idle() const {
@@ -56,6 +65,7 @@ class WriteQueue {
   mutable Mutex mu_;
   std::deque<grpc::ByteBuffer> frames_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tessera::rpc

@@ -25,6 +25,7 @@
 #include "rpc/auth/handshake.h"
 #include "rpc/idle_connections.h"
 #include "rpc/pending_calls.h"
+#include "rpc/queue_limits.h"
 #include "rpc/tensorpipe/frame_io.h"
 #include "rpc/tensorpipe/transport_choice.h"
 
@@ -32,6 +33,12 @@ namespace tessera::rpc {
 namespace {
 
 namespace tp = tensorpipe;
+
+// A request on its way out, and its size for the bound on unsent bytes.
+struct OutgoingRequest {
+  std::shared_ptr<Message> message;
+  uint64_t bytes = 0;
+};
 
 // One outgoing pipe: requests go out on it, their responses come back on it.
 // Requests wait in `waiting` until the handshake is done.
@@ -48,7 +55,9 @@ struct ClientPipe {
   bool ready ABSL_GUARDED_BY(mu) = false;
   bool failed ABSL_GUARDED_BY(mu) = false;
   absl::Status failure ABSL_GUARDED_BY(mu);  // why, once failed
-  std::vector<std::shared_ptr<Message>> waiting ABSL_GUARDED_BY(mu);
+  std::vector<OutgoingRequest> waiting ABSL_GUARDED_BY(mu);
+  // Bytes of requests waiting or being written (Note [Bounded queues]).
+  uint64_t unsent_bytes ABSL_GUARDED_BY(mu) = 0;
   ConnectionUse use;  // Note [Idle connections]
 };
 
@@ -79,6 +88,7 @@ class TensorPipeAgent final : public RpcAgent {
         handler_(std::move(handler)),
         executor_(executor),
         timer_(timer),
+        admission_(options.queues.max_requests_in_service),
         context_(std::make_shared<tp::Context>(tp::ContextOptions().name(self_.name))),
         pending_(timer, [this](int rank) { return PeerAt(rank); }) {}
 
@@ -143,11 +153,17 @@ class TensorPipeAgent final : public RpcAgent {
                                      const Message& message);
   void RejectPeer(const std::shared_ptr<ServerPipe>& server, const absl::Status& why);
   void DropServerPipe(const std::shared_ptr<ServerPipe>& server);
-  void ServeRequest(std::shared_ptr<tp::Pipe> pipe, int from, Message request);
+  // Runs a request on the pool; `admitted`: it counts against admission_.
+  void ServeRequest(std::shared_ptr<tp::Pipe> pipe, int from, Message request, bool admitted);
+  // Answers request `request_id` with `why` instead of serving it.
+  void Refuse(const std::shared_ptr<ServerPipe>& server, uint64_t request_id,
+              const absl::Status& why);
   void ReadResponse(std::shared_ptr<ClientPipe> client);
   absl::Status HandleClientHandshake(const std::shared_ptr<ClientPipe>& client,
                                      const Message& message);
   void WriteRequest(const std::shared_ptr<ClientPipe>& client, std::shared_ptr<Message> request);
+  // Writes a request counted in client->unsent_bytes; uncounts it once written.
+  void WriteCounted(const std::shared_ptr<ClientPipe>& client, OutgoingRequest request);
   void FailPipe(const std::shared_ptr<ClientPipe>& client, const absl::Status& why,
                 bool notify = true);
   // The pipe to `to_rank`, connected now if there is none; nullptr and
@@ -156,6 +172,7 @@ class TensorPipeAgent final : public RpcAgent {
   // Closes the least recently used idle pipes beyond the bound.
   void CloseIdlePipes();
   std::string PeerAt(int rank) const;  // with its address, for connection errors
+  std::string PeerName(int rank) const;
 
   const TensorPipeOptions options_;
   const auth::JobSecret secret_;
@@ -163,6 +180,7 @@ class TensorPipeAgent final : public RpcAgent {
   const RequestHandler handler_;
   Executor* const executor_;
   DeadlineTimer* const timer_;
+  RequestAdmission admission_;  // Note [Bounded queues]
   std::shared_ptr<tp::Context> context_;
   std::shared_ptr<tp::Listener> listener_ ABSL_GUARDED_BY(mu_);  // see Relisten()
   std::string listen_url_;  // the TCP listener's; self_.address is what peers dial
@@ -192,6 +210,11 @@ class TensorPipeAgent final : public RpcAgent {
 std::string TensorPipeAgent::PeerAt(int rank) const {
   MutexLock lock(&mu_);
   return DescribeWorkerAt(rank, workers_);
+}
+
+std::string TensorPipeAgent::PeerName(int rank) const {
+  MutexLock lock(&mu_);
+  return DescribeWorker(rank, workers_);
 }
 
 Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
@@ -319,26 +342,57 @@ void TensorPipeAgent::SetWorkers(std::vector<WorkerInfo> workers) {
 
 void TensorPipeAgent::WriteRequest(const std::shared_ptr<ClientPipe>& client,
                                    std::shared_ptr<Message> request) {
+  const uint64_t request_id = request->envelope.request_id();
+  OutgoingRequest outgoing{std::move(request), 0};
+  outgoing.bytes = MessageBytes(*outgoing.message);
+  const uint64_t limit = options_.queues.max_unsent_bytes_per_peer;
   bool failed = false;
   absl::Status failure;
+  absl::Status refused;
   {
-    // Until the peer accepted us, requests wait (in order) for the handshake.
     MutexLock lock(&client->mu);
     failed = client->failed;
     failure = client->failure;
-    if (!failed && !client->ready) {
-      client->waiting.push_back(std::move(request));
-      return;
+    if (!failed && !FitsUnsentBytes(client->unsent_bytes, outgoing.bytes, limit)) {
+      refused = UnsentBytesExhausted(client->unsent_bytes, outgoing.bytes, limit, self_.name);
+    } else if (!failed) {
+      client->unsent_bytes += outgoing.bytes;
+      // Until the peer accepted us, requests wait (in order) for the handshake.
+      if (!client->ready) {
+        client->waiting.push_back(std::move(outgoing));
+        return;
+      }
     }
   }
   if (failed) {
     // The pipe broke before this call was registered on it.
-    pending_.Complete(request->envelope.request_id(), ConnectionEnded(PeerAt(client->rank), failure));
+    pending_.Complete(request_id, ConnectionEnded(PeerAt(client->rank), failure));
     return;
   }
-  WriteMessage(client->pipe, std::move(request), [this, client](const tp::Error& error) {
-    if (error) FailPipe(client, StatusFromPipeError(error, "write failed: "));
-  });
+  if (!refused.ok()) {
+    pending_.Complete(request_id,
+                      absl::Status(refused.code(), absl::StrCat("call to worker ",
+                                                                PeerName(client->rank),
+                                                                " not sent: ", refused.message())));
+    // No answer will come to release the pipe.
+    if (client->use.Release() && idle_pipes_.load() > options_.max_idle_connections) {
+      CloseIdlePipes();
+    }
+    return;
+  }
+  WriteCounted(client, std::move(outgoing));
+}
+
+void TensorPipeAgent::WriteCounted(const std::shared_ptr<ClientPipe>& client,
+                                   OutgoingRequest request) {
+  WriteMessage(client->pipe, std::move(request.message),
+               [this, client, bytes = request.bytes](const tp::Error& error) {
+                 {
+                   MutexLock lock(&client->mu);
+                   client->unsent_bytes -= bytes;
+                 }
+                 if (error) FailPipe(client, StatusFromPipeError(error, "write failed: "));
+               });
 }
 
 void TensorPipeAgent::FailPipe(const std::shared_ptr<ClientPipe>& client, const absl::Status& why,
@@ -414,7 +468,7 @@ absl::Status TensorPipeAgent::HandleClientHandshake(const std::shared_ptr<Client
   // `ready`, new requests join `waiting` behind these, so the order of
   // calls on the pipe is kept.
   while (true) {
-    std::vector<std::shared_ptr<Message>> batch;
+    std::vector<OutgoingRequest> batch;
     {
       MutexLock lock(&client->mu);
       if (client->waiting.empty()) {
@@ -423,11 +477,7 @@ absl::Status TensorPipeAgent::HandleClientHandshake(const std::shared_ptr<Client
       }
       batch.swap(client->waiting);
     }
-    for (auto& request : batch) {
-      WriteMessage(client->pipe, std::move(request), [this, client](const tp::Error& error) {
-        if (error) FailPipe(client, StatusFromPipeError(error, "write failed: "));
-      });
-    }
+    for (auto& request : batch) WriteCounted(client, std::move(request));
   }
   return absl::OkStatus();
 }
@@ -544,19 +594,22 @@ void TensorPipeAgent::ReadRequest(std::shared_ptr<ServerPipe> server) {
     if (from == kStaleIncarnation) {
       // Answered, not served: the stale process learns why.
       const PeerIdentity& peer = *server->peer;
-      auto refusal = std::make_shared<Message>(
-          ResponseTo(message->envelope.request_id(),
-                     StaleIncarnationError(peer.name, peer.rank, peer.incarnation, self_.name),
-                     self_.name, self_.rank));
-      WriteMessage(server->pipe, std::move(refusal),
-                   [this](const tp::Error&) { served_.ResponseSent(); });
+      Refuse(server, message->envelope.request_id(),
+             StaleIncarnationError(peer.name, peer.rank, peer.incarnation, self_.name));
+      ReadRequest(server);
+      return;
+    }
+    const bool admitted = kind == proto::CALL;  // internal calls are never refused
+    if (admitted && !admission_.TryAdmit()) {
+      Refuse(server, message->envelope.request_id(), admission_.Refusal(self_.name));
       ReadRequest(server);
       return;
     }
     message->envelope.set_origin_rank(from);
-    executor_->Post([this, pipe = server->pipe, from, request = *std::move(message)]() mutable {
-      ServeRequest(pipe, from, std::move(request));
-    });
+    executor_->Post(
+        [this, pipe = server->pipe, from, admitted, request = *std::move(message)]() mutable {
+          ServeRequest(pipe, from, std::move(request), admitted);
+        });
     ReadRequest(server);
   });
 }
@@ -605,11 +658,19 @@ void TensorPipeAgent::DropServerPipe(const std::shared_ptr<ServerPipe>& server) 
   server_pipes_.erase(server);
 }
 
-void TensorPipeAgent::ServeRequest(std::shared_ptr<tp::Pipe> pipe, int from,
-                                   Message request) {
+void TensorPipeAgent::Refuse(const std::shared_ptr<ServerPipe>& server, uint64_t request_id,
+                             const absl::Status& why) {
+  auto refusal = std::make_shared<Message>(ResponseTo(request_id, why, self_.name, self_.rank));
+  WriteMessage(server->pipe, std::move(refusal),
+               [this](const tp::Error&) { served_.ResponseSent(); });
+}
+
+void TensorPipeAgent::ServeRequest(std::shared_ptr<tp::Pipe> pipe, int from, Message request,
+                                   bool admitted) {
   const uint64_t request_id = request.envelope.request_id();
   handler_(from, std::move(request))
-      .OnReady([this, pipe, request_id](const absl::StatusOr<Message>& result) {
+      .OnReady([this, pipe, request_id, admitted](const absl::StatusOr<Message>& result) {
+        if (admitted) admission_.Finished();
         auto response = std::make_shared<Message>(
             ResponseTo(request_id, result, self_.name, self_.rank));
         WriteMessage(pipe, std::move(response), [this](const tp::Error& error) {
