@@ -244,6 +244,9 @@ class Runtime {
   absl::Duration Timeout(const CallOptions& options) const;
   // A call for `target`, not registered yet: waits (Note [Late registration]).
   Future<Message> AwaitRegistration(int from_rank, const Message& request);
+  // --- graceful shutdown (rpc/runtime_shutdown.cc) ---
+  // Answers other workers' liveness probes (Note [Shutdown liveness]).
+  void ServeLivenessProbes();
   // For the shutdown agreement: an error naming the first of `ranks` found
   // dead (or not answering for several probes), else OK.
   absl::Status ProbeMissing(const std::vector<int>& ranks);

@@ -5,7 +5,7 @@
 
 namespace tessera::rpc::services {
 
-// The runtime's own (rpc/runtime.cc): shutdown's liveness probe.
+// The runtime's own (rpc/runtime_shutdown.cc): shutdown's liveness probe.
 inline constexpr char kPing[] = "tessera.ping";
 // Elastic membership (rpc/runtime_membership.cc): a worker announcing
 // that it (re)joined the running job, or that it leaves it.

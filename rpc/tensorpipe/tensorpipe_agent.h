@@ -1,10 +1,13 @@
 // Factory for the TensorPipe backend of RpcAgent (the default backend).
 //
-// Transports: `tcp` always, as the bootstrap — Tessera's guarded TCP
-// transport (guarded_tcp/), or TensorPipe's own `uv` if asked; `shm` when
-// viable on the host, preferred for peers on the same machine. Channels for tensor bytes:
-// `cma` (cross-memory attach, one copy) when viable, else `basic`. The choice
-// is probed at start and logged at INFO.
+// Transports: `tcp` always, as the bootstrap and between hosts — Tessera's
+// guarded TCP transport (guarded_tcp/), or TensorPipe's own `uv` if asked;
+// for peers on the same machine the one TensorPipeOptions::same_host picks
+// (by default the guarded transport on Unix sockets, which sleeps while
+// idle: Note [Same-host transport], transport_choice.cc). Channels for
+// tensor bytes: `cma` (cross-memory attach, one copy) between workers of
+// one host when viable, else `basic`. The choice is probed at start and
+// logged at INFO. The agent itself: tensorpipe_agent_impl.h.
 #pragma once
 
 #include <memory>

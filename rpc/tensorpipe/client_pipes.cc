@@ -1,0 +1,251 @@
+// The client side of the TensorPipe agent: pipes this worker opens to its
+// peers, the requests it sends on them and the answers it reads back
+// (tensorpipe_agent_impl.h).
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "rpc/tensorpipe/frame_io.h"
+#include "rpc/tensorpipe/tensorpipe_agent_impl.h"
+
+namespace tessera::rpc {
+
+Future<Message> TensorPipeAgent::Send(int to_rank, Message request,
+                                      absl::Time deadline) {
+  // No executor: the runtime's own continuation (decoding) runs inline on
+  // the completing thread, and only the future it hands to user code posts
+  // callbacks to the pool. That saves a thread hop per call.
+  Promise<Message> promise;
+  Future<Message> future = promise.GetFuture();
+  std::shared_ptr<ClientPipe> client;
+  do {
+    absl::Status error;
+    client = PipeTo(to_rank, &error);
+    if (client == nullptr) {
+      promise.Set(error);
+      return future;
+    }
+  } while (!client->use.Claim());  // closing for idleness: take a new one
+  const uint64_t request_id = pending_.Add(promise, to_rank, client->id,
+                                           request.envelope.target(), deadline);
+  StampRequest(request_id, self_.rank, deadline, &request.envelope);
+  WriteRequest(client, std::make_shared<Message>(std::move(request)));
+  return future;
+}
+
+std::shared_ptr<ClientPipe> TensorPipeAgent::PipeTo(int to_rank, absl::Status* error) {
+  // Note [No TensorPipe calls under mu_]: TensorPipe may run our callbacks
+  // inline in the calling thread (e.g. a connect refused at once), and they
+  // take mu_; so pipes are connected and read outside the lock.
+  std::shared_ptr<ClientPipe> client;
+  std::string address, peer_name, transport;
+  {
+    MutexLock lock(&mu_);
+    if (closed_) {
+      *error = absl::FailedPreconditionError("RPC agent of '" + self_.name + "' is shut down");
+      return nullptr;
+    }
+    if (to_rank < 0 || to_rank >= static_cast<int>(workers_.size())) {
+      *error = absl::InvalidArgumentError(
+          absl::StrCat("no worker with rank ", to_rank, " (world size ", workers_.size(), ")"));
+      return nullptr;
+    }
+    auto it = client_pipes_.find(to_rank);
+    if (it != client_pipes_.end()) return it->second;
+    address = workers_[to_rank].address;
+    peer_name = workers_[to_rank].name;
+    // For the log line of a new connection only: not on every call.
+    transport = TransportFor(self_, workers_[to_rank]);
+  }
+  // Note [One connect at a time]: two threads connecting to one peer at
+  // once would leave a second pipe to close mid-handshake — and TensorPipe
+  // fails the peer's whole listener for that (Note [Listener restart]),
+  // breaking the handshake of the pipe we keep too. So threads connect one
+  // at a time, and a thread that waited here finds the pipe made.
+  MutexLock connect_lock(&connect_mu_);
+  {
+    MutexLock lock(&mu_);
+    auto it = client_pipes_.find(to_rank);
+    if (it != client_pipes_.end()) return it->second;
+  }
+  TESSERA_LOG(INFO) << self_.name << ": connecting to '" << peer_name << "' (rank " << to_rank
+                    << ") at " << address << ": " << transport;
+  client = std::make_shared<ClientPipe>(
+      secret_, PeerIdentity{self_.name, self_.rank, self_.incarnation}, &idle_pipes_);
+  client->rank = to_rank;
+  client->pipe = context_->connect(address, tp::PipeOptions().remoteName(peer_name));
+  {
+    MutexLock lock(&mu_);
+    client->id = next_pipe_id_++;
+    client_pipes_[to_rank] = client;
+  }
+  auto hello = std::make_shared<Message>();
+  hello->envelope = client->handshake.Hello();
+  WriteMessage(client->pipe, std::move(hello), [this, client](const tp::Error& error) {
+    if (error) FailPipe(client, StatusFromPipeError(error, "write failed: "));
+  });
+  ReadResponse(client);
+  return client;
+}
+
+void TensorPipeAgent::CloseIdlePipes() {
+  std::vector<std::shared_ptr<ClientPipe>> closing;
+  {
+    MutexLock lock(&mu_);
+    if (closed_) return;
+    closing = TakeIdleBeyond(client_pipes_, options_.max_idle_connections);
+  }
+  for (const auto& client : closing) {
+    TESSERA_LOG(DEBUG) << self_.name << ": closing the idle connection to rank " << client->rank
+                       << " (more than " << options_.max_idle_connections << " idle)";
+    auto goodbye = std::make_shared<Message>();
+    goodbye->envelope.set_kind(proto::GOODBYE);
+    // The callee closes the pipe on reading it; then our read ends.
+    WriteMessage(client->pipe, std::move(goodbye), [this, client](const tp::Error& error) {
+      if (error) FailPipe(client, StatusFromPipeError(error, "write failed: "));
+    });
+  }
+}
+
+void TensorPipeAgent::WriteRequest(const std::shared_ptr<ClientPipe>& client,
+                                   std::shared_ptr<Message> request) {
+  const uint64_t request_id = request->envelope.request_id();
+  OutgoingRequest outgoing{std::move(request), 0};
+  outgoing.bytes = MessageBytes(*outgoing.message);
+  const uint64_t limit = options_.queues.max_unsent_bytes_per_peer;
+  bool failed = false;
+  absl::Status failure;
+  absl::Status refused;
+  {
+    MutexLock lock(&client->mu);
+    failed = client->failed;
+    failure = client->failure;
+    if (!failed && !FitsUnsentBytes(client->unsent_bytes, outgoing.bytes, limit)) {
+      refused = UnsentBytesExhausted(client->unsent_bytes, outgoing.bytes, limit, self_.name);
+    } else if (!failed) {
+      client->unsent_bytes += outgoing.bytes;
+      // Until the peer accepted us, requests wait (in order) for the handshake.
+      if (!client->ready) {
+        client->waiting.push_back(std::move(outgoing));
+        return;
+      }
+    }
+  }
+  if (failed) {
+    // The pipe broke before this call was registered on it.
+    pending_.Complete(request_id, ConnectionEnded(PeerAt(client->rank), failure));
+    return;
+  }
+  if (!refused.ok()) {
+    pending_.Complete(request_id,
+                      absl::Status(refused.code(), absl::StrCat("call to worker ",
+                                                                PeerName(client->rank),
+                                                                " not sent: ", refused.message())));
+    // No answer will come to release the pipe.
+    if (client->use.Release() && idle_pipes_.load() > options_.max_idle_connections) {
+      CloseIdlePipes();
+    }
+    return;
+  }
+  WriteCounted(client, std::move(outgoing));
+}
+
+void TensorPipeAgent::WriteCounted(const std::shared_ptr<ClientPipe>& client,
+                                   OutgoingRequest request) {
+  WriteMessage(client->pipe, std::move(request.message),
+               [this, client, bytes = request.bytes](const tp::Error& error) {
+                 {
+                   MutexLock lock(&client->mu);
+                   client->unsent_bytes -= bytes;
+                 }
+                 if (error) FailPipe(client, StatusFromPipeError(error, "write failed: "));
+               });
+}
+
+void TensorPipeAgent::FailPipe(const std::shared_ptr<ClientPipe>& client, const absl::Status& why,
+                               bool notify) {
+  {
+    MutexLock lock(&mu_);
+    auto it = client_pipes_.find(client->rank);
+    // Forget the broken pipe, so the next call reconnects.
+    if (it != client_pipes_.end() && it->second == client) client_pipes_.erase(it);
+  }
+  {
+    MutexLock lock(&client->mu);
+    if (client->failed) return;  // both a read and a write may report it
+    client->failed = true;
+    client->failure = why;
+    client->waiting.clear();
+  }
+  client->use.Ended();
+  const bool said_goodbye = client->use.closing();
+  // After our GOODBYE the pipe's end is expected (Note [Idle connections]).
+  if (notify && !said_goodbye) peer_failures_.Notify(client->rank);
+  const absl::Status status = ConnectionEnded(PeerAt(client->rank), why);
+  pending_.FailConnectionAndWarn(client->id, status, self_.name, /*warn=*/!said_goodbye);
+  client->pipe->close();
+}
+
+void TensorPipeAgent::ReadResponse(std::shared_ptr<ClientPipe> client) {
+  ReadFrame(client->pipe, options_.limits, buffers_.get(), [this, client](absl::StatusOr<Message> message) {
+    if (!message.ok()) {
+      FailPipe(client, message.status());
+      return;
+    }
+    bool ready = false;
+    {
+      MutexLock lock(&client->mu);
+      ready = client->ready;
+    }
+    if (!ready) {
+      auto status = HandleClientHandshake(client, *message);
+      if (!status.ok()) {
+        FailPipe(client, status);
+        return;
+      }
+    } else if (message->envelope.kind() != proto::RESPONSE) {
+      FailPipe(client, absl::InvalidArgumentError("peer sent a non-response on a client pipe"));
+      return;
+    } else {
+      const uint64_t id = message->envelope.request_id();
+      pending_.Complete(id, *std::move(message));
+      if (client->use.Release() && idle_pipes_.load() > options_.max_idle_connections) {
+        CloseIdlePipes();
+      }
+    }
+    ReadResponse(client);
+  });
+}
+
+absl::Status TensorPipeAgent::HandleClientHandshake(const std::shared_ptr<ClientPipe>& client,
+                                                    const Message& message) {
+  if (!client->proof_sent) {
+    auto proof = client->handshake.OnChallenge(message.envelope);
+    if (!proof.ok()) return proof.status();
+    auto reply = std::make_shared<Message>();
+    reply->envelope = *std::move(proof);
+    client->proof_sent = true;
+    WriteMessage(client->pipe, std::move(reply), [this, client](const tp::Error& error) {
+      if (error) FailPipe(client, StatusFromPipeError(error, "write failed: "));
+    });
+    return absl::OkStatus();
+  }
+  TESSERA_RETURN_IF_ERROR(client->handshake.OnResult(message.envelope));
+  // Written outside the lock (Note [No TensorPipe calls under mu_]); until
+  // `ready`, new requests join `waiting` behind these, so the order of
+  // calls on the pipe is kept.
+  while (true) {
+    std::vector<OutgoingRequest> batch;
+    {
+      MutexLock lock(&client->mu);
+      if (client->waiting.empty()) {
+        client->ready = true;
+        break;
+      }
+      batch.swap(client->waiting);
+    }
+    for (auto& request : batch) WriteCounted(client, std::move(request));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tessera::rpc

@@ -1,0 +1,144 @@
+// The server side of the TensorPipe agent: pipes peers opened to this
+// worker, their handshake, and the requests it serves on them
+// (tensorpipe_agent_impl.h).
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "rpc/tensorpipe/frame_io.h"
+#include "rpc/tensorpipe/tensorpipe_agent_impl.h"
+
+namespace tessera::rpc {
+
+void TensorPipeAgent::ReadRequest(std::shared_ptr<ServerPipe> server) {
+  ReadFrame(server->pipe, options_.limits, buffers_.get(), [this, server](absl::StatusOr<Message> message) {
+    if (!message.ok()) {
+      if (message.status().code() == absl::StatusCode::kUnavailable) {
+        TESSERA_LOG(DEBUG) << self_.name << ": incoming connection ended: " << message.status();
+        if (server->peer.has_value()) peer_failures_.Notify(server->member_rank.load());
+      } else {
+        TESSERA_LOG(WARNING) << self_.name << ": closing incoming connection: bad frame: "
+                             << message.status().message();
+      }
+      DropServerPipe(server);
+      return;
+    }
+    if (!server->peer.has_value()) {
+      auto status = HandleServerHandshake(server, *message);
+      if (!status.ok()) {
+        RejectPeer(server, status);
+        return;
+      }
+      ReadRequest(server);
+      return;
+    }
+    const auto kind = message->envelope.kind();
+    if (kind == proto::GOODBYE) {
+      // The caller closes an idle pipe: not a failure (Note [Idle
+      // connections], rpc/idle_connections.h).
+      TESSERA_LOG(DEBUG) << self_.name << ": rank " << server->member_rank.load()
+                         << " closed an idle connection";
+      DropServerPipe(server);
+      return;
+    }
+    if (kind != proto::CALL && kind != proto::INTERNAL_CALL) {
+      TESSERA_LOG(WARNING) << self_.name << ": closing incoming connection: expected a request, "
+                           << "got message kind " << kind;
+      DropServerPipe(server);
+      return;
+    }
+    served_.RequestReceived();
+    // The identity the peer proved, not what the envelope claims.
+    const int from = server->member_rank.load();
+    if (from == kStaleIncarnation) {
+      // Answered, not served: the stale process learns why.
+      const PeerIdentity& peer = *server->peer;
+      Refuse(server, message->envelope.request_id(),
+             StaleIncarnationError(peer.name, peer.rank, peer.incarnation, self_.name));
+      ReadRequest(server);
+      return;
+    }
+    const bool admitted = kind == proto::CALL;  // internal calls are never refused
+    if (admitted && !admission_.TryAdmit()) {
+      Refuse(server, message->envelope.request_id(), admission_.Refusal(self_.name));
+      ReadRequest(server);
+      return;
+    }
+    message->envelope.set_origin_rank(from);
+    executor_->Post(
+        [this, pipe = server->pipe, from, admitted, request = *std::move(message)]() mutable {
+          ServeRequest(pipe, from, std::move(request), admitted);
+        });
+    ReadRequest(server);
+  });
+}
+
+absl::Status TensorPipeAgent::HandleServerHandshake(const std::shared_ptr<ServerPipe>& server,
+                                                    const Message& message) {
+  auto reply = std::make_shared<Message>();
+  if (!server->challenged) {
+    auto challenge = server->handshake.OnHello(message.envelope);
+    if (!challenge.ok()) return challenge.status();
+    reply->envelope = *std::move(challenge);
+    server->challenged = true;
+  } else {
+    auto peer = server->handshake.OnProof(message.envelope);
+    if (!peer.ok()) return peer.status();
+    timer_->Cancel(server->handshake_timer);
+    {
+      MutexLock lock(&mu_);
+      const int member_rank = MemberRank(peer->name, peer->rank, peer->incarnation, workers_);
+      if (member_rank == kStaleIncarnation) {
+        return StaleIncarnationError(peer->name, peer->rank, peer->incarnation, self_.name);
+      }
+      server->member_rank = member_rank;
+      server->peer = *std::move(peer);
+    }
+    reply->envelope = ServerHandshake::Accepted();
+  }
+  WriteMessage(server->pipe, std::move(reply), [](const tp::Error&) {});
+  return absl::OkStatus();
+}
+
+void TensorPipeAgent::RejectPeer(const std::shared_ptr<ServerPipe>& server,
+                                 const absl::Status& why) {
+  TESSERA_LOG(WARNING) << self_.name << ": refused a connection: " << why.message();
+  auto rejection = std::make_shared<Message>();
+  rejection->envelope = ServerHandshake::Rejected(why, self_.name);
+  // Closed once the peer has the reason (or the write failed).
+  WriteMessage(server->pipe, std::move(rejection),
+               [this, server](const tp::Error&) { DropServerPipe(server); });
+}
+
+void TensorPipeAgent::DropServerPipe(const std::shared_ptr<ServerPipe>& server) {
+  timer_->Cancel(server->handshake_timer);
+  server->pipe->close();
+  MutexLock lock(&mu_);
+  server_pipes_.erase(server);
+}
+
+void TensorPipeAgent::Refuse(const std::shared_ptr<ServerPipe>& server, uint64_t request_id,
+                             const absl::Status& why) {
+  auto refusal = std::make_shared<Message>(ResponseTo(request_id, why, self_.name, self_.rank));
+  WriteMessage(server->pipe, std::move(refusal),
+               [this](const tp::Error&) { served_.ResponseSent(); });
+}
+
+void TensorPipeAgent::ServeRequest(std::shared_ptr<tp::Pipe> pipe, int from, Message request,
+                                   bool admitted) {
+  const uint64_t request_id = request.envelope.request_id();
+  handler_(from, std::move(request))
+      .OnReady([this, pipe, request_id, admitted](const absl::StatusOr<Message>& result) {
+        if (admitted) admission_.Finished();
+        auto response = std::make_shared<Message>(
+            ResponseTo(request_id, result, self_.name, self_.rank));
+        WriteMessage(pipe, std::move(response), [this](const tp::Error& error) {
+          if (error) {
+            TESSERA_LOG(DEBUG) << self_.name << ": response not delivered: "
+                               << error.what();
+          }
+          served_.ResponseSent();
+        });
+      });
+}
+
+}  // namespace tessera::rpc

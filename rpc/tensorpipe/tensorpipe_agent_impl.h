@@ -1,0 +1,181 @@
+// The TensorPipe agent's class and its connections, shared by its three
+// files (as the gRPC agent's streams.h is): tensorpipe_agent.cc sets up,
+// listens, accepts and closes; client_pipes.cc sends requests on the pipes
+// this worker opens and reads their answers; server_pipes.cc serves the
+// requests on pipes peers opened. Private to this package.
+#pragma once
+
+#include <tensorpipe/tensorpipe.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "common/deadline_timer.h"
+#include "common/executor.h"
+#include "common/mutex.h"
+#include "rpc/agent_support.h"
+#include "rpc/auth/handshake.h"
+#include "rpc/buffer_pool.h"
+#include "rpc/idle_connections.h"
+#include "rpc/pending_calls.h"
+#include "rpc/queue_limits.h"
+#include "rpc/rpc_agent.h"
+#include "rpc/tensorpipe/tensorpipe_agent.h"
+#include "rpc/tensorpipe/transport_choice.h"
+
+namespace tessera::rpc {
+
+namespace tp = tensorpipe;
+
+// A request on its way out, and its size for the bound on unsent bytes.
+struct OutgoingRequest {
+  std::shared_ptr<Message> message;
+  uint64_t bytes = 0;
+};
+
+// One outgoing pipe: requests go out on it, their responses come back on it.
+// Requests wait in `waiting` until the handshake is done.
+struct ClientPipe {
+  ClientPipe(auth::JobSecret secret, PeerIdentity self, std::atomic<int>* idle_count)
+      : handshake(std::move(secret), std::move(self)), use(idle_count) {}
+
+  uint64_t id = 0;
+  int rank = -1;
+  std::shared_ptr<tp::Pipe> pipe;
+  ClientHandshake handshake;  // driven by the pipe's reads, one at a time
+  bool proof_sent = false;    // likewise
+  Mutex mu;
+  bool ready ABSL_GUARDED_BY(mu) = false;
+  bool failed ABSL_GUARDED_BY(mu) = false;
+  absl::Status failure ABSL_GUARDED_BY(mu);  // why, once failed
+  std::vector<OutgoingRequest> waiting ABSL_GUARDED_BY(mu);
+  // Bytes of requests waiting or being written (Note [Bounded queues]).
+  uint64_t unsent_bytes ABSL_GUARDED_BY(mu) = 0;
+  ConnectionUse use;  // Note [Idle connections]
+};
+
+// One incoming pipe: a peer's requests come in, our responses go back. Its
+// requests are served only after the handshake, as the identity it proved.
+struct ServerPipe {
+  explicit ServerPipe(auth::JobSecret secret) : handshake(std::move(secret)) {}
+
+  std::shared_ptr<tp::Pipe> pipe;
+  ServerHandshake handshake;  // driven by the pipe's reads, one at a time
+  bool challenged = false;    // likewise
+  // Set once the peer proved itself (under the agent's mu_): the identity
+  // it claimed.
+  std::optional<PeerIdentity> peer;
+  // The rank its requests are served as (MemberRank); may change from -1 to
+  // its rank when SetWorkers learns of a worker that joined.
+  std::atomic<int> member_rank{-1};
+  DeadlineTimer::Id handshake_timer = 0;
+};
+
+class TensorPipeAgent final : public RpcAgent {
+ public:
+  TensorPipeAgent(const TensorPipeOptions& options, const auth::JobSecret& secret, WorkerInfo self,
+                  RequestHandler handler, Executor* executor, DeadlineTimer* timer)
+      : options_(options),
+        secret_(secret),
+        self_(std::move(self)),
+        handler_(std::move(handler)),
+        executor_(executor),
+        timer_(timer),
+        admission_(options.queues.max_requests_in_service),
+        context_(std::make_shared<tp::Context>(tp::ContextOptions().name(self_.name))),
+        pending_(timer, [this](int rank) { return PeerAt(rank); }) {}
+
+  ~TensorPipeAgent() override {
+    Close(absl::CancelledError("RPC agent destroyed"));
+  }
+
+  // Listens (TCP and the same-host transport) and starts accepting.
+  absl::Status Start();
+
+  const WorkerInfo& self() const override { return self_; }
+
+  void SetWorkers(std::vector<WorkerInfo> workers) override;
+
+  Future<Message> Send(int to_rank, Message request,
+                       absl::Time deadline) override;
+
+  AgentCounters counters() const override { return served_.Complete(pending_.Counts()); }
+
+  void Close(const absl::Status& reason) override;
+
+  void SetPeerFailureHandler(std::function<void(int rank)> handler) override {
+    peer_failures_.Set(std::move(handler));
+  }
+
+ private:
+  void Accept(std::shared_ptr<tp::Listener> listener);
+  void Relisten();
+  void ReadRequest(std::shared_ptr<ServerPipe> server);
+  // Handles a handshake step; an error rejects the peer.
+  absl::Status HandleServerHandshake(const std::shared_ptr<ServerPipe>& server,
+                                     const Message& message);
+  void RejectPeer(const std::shared_ptr<ServerPipe>& server, const absl::Status& why);
+  void DropServerPipe(const std::shared_ptr<ServerPipe>& server);
+  // Runs a request on the pool; `admitted`: it counts against admission_.
+  void ServeRequest(std::shared_ptr<tp::Pipe> pipe, int from, Message request, bool admitted);
+  // Answers request `request_id` with `why` instead of serving it.
+  void Refuse(const std::shared_ptr<ServerPipe>& server, uint64_t request_id,
+              const absl::Status& why);
+  void ReadResponse(std::shared_ptr<ClientPipe> client);
+  absl::Status HandleClientHandshake(const std::shared_ptr<ClientPipe>& client,
+                                     const Message& message);
+  void WriteRequest(const std::shared_ptr<ClientPipe>& client, std::shared_ptr<Message> request);
+  // Writes a request counted in client->unsent_bytes; uncounts it once written.
+  void WriteCounted(const std::shared_ptr<ClientPipe>& client, OutgoingRequest request);
+  void FailPipe(const std::shared_ptr<ClientPipe>& client, const absl::Status& why,
+                bool notify = true);
+  // The pipe to `to_rank`, connected now if there is none; nullptr and
+  // `error` if the agent is closed or the rank unknown.
+  std::shared_ptr<ClientPipe> PipeTo(int to_rank, absl::Status* error);
+  // Closes the least recently used idle pipes beyond the bound.
+  void CloseIdlePipes();
+  std::string PeerAt(int rank) const;  // with its address, for connection errors
+  std::string PeerName(int rank) const;
+
+  const TensorPipeOptions options_;
+  const auth::JobSecret secret_;
+  WorkerInfo self_;
+  const RequestHandler handler_;
+  Executor* const executor_;
+  DeadlineTimer* const timer_;
+  RequestAdmission admission_;  // Note [Bounded queues]
+  std::shared_ptr<tp::Context> context_;
+  std::shared_ptr<tp::Listener> listener_ ABSL_GUARDED_BY(mu_);  // see Relisten()
+  std::string listen_url_;  // the TCP listener's; self_.address is what peers dial
+  SameHostTransport same_host_ = SameHostTransport::kTcp;  // set by Start()
+  const std::shared_ptr<BufferPool> buffers_ = BufferPool::Create();
+  absl::Duration relisten_backoff_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(1);
+  DeadlineTimer::Id relisten_timer_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Serialises connecting (Note [One connect at a time]); never taken by
+  // TensorPipe callbacks, so TensorPipe may be called under it.
+  Mutex connect_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  mutable Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<WorkerInfo> workers_ ABSL_GUARDED_BY(mu_);
+  std::map<int, std::shared_ptr<ClientPipe>> client_pipes_ ABSL_GUARDED_BY(mu_);
+  std::set<std::shared_ptr<ServerPipe>> server_pipes_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_pipe_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Client pipes with no call in flight (Note [Idle connections]).
+  std::atomic<int> idle_pipes_{0};
+  PendingCalls pending_;
+
+  PeerFailureNotifier peer_failures_;
+
+  ServedCounts served_;
+};
+
+}  // namespace tessera::rpc
