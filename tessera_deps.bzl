@@ -7,7 +7,7 @@ downloaded). In the user's WORKSPACE, after Tessera itself:
     tessera_dependencies()
 
 The repository must be named "tessera". Flags for the user's .bazelrc: see
-README, "Use Tessera in your own project" (examples/out_of_tree/.bazelrc).
+docs/guide/own-project.md (examples/out_of_tree/.bazelrc).
 """
 
 def _tessera_third_party_impl(ctx):

@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Installs Tessera for programs built outside this tree (README, "Use
-# Tessera in your own project"):
+# Installs Tessera for programs built outside this tree (docs/guide/own-project.md):
 #   scripts/install.sh [PREFIX]          PREFIX defaults to /usr/local
 # puts
 #   PREFIX/include/tessera/...            the headers a program includes, and those they include

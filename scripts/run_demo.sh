@@ -3,8 +3,7 @@
 # one server and two trainers as local processes under tessera-run.
 # Extra arguments go to the example (e.g. --epochs 3, --optimizer sgd).
 # Trainers are elastic: `kill -9` one and tessera-run starts it again alone;
-# it rejoins the running server, which never restarts (README, "When workers
-# fail").
+# it rejoins the running server, which never restarts (docs/guide/failures.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh

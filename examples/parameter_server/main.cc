@@ -9,7 +9,7 @@
 // test accuracy once every batch is trained and every trainer is done.
 //
 // Elastic: trainers may die and come back, join late or leave early, and
-// the server trains on (README "When workers fail"):
+// the server trains on (docs/guide/failures.md):
 //   tessera-run --standalone --nproc_per_node 3 --elastic_roles trainer
 //       --max_restarts 3 parameter_server --epochs 1
 // then `kill -9` a trainer: tessera-run starts it again alone, it rejoins

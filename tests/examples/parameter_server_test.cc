@@ -1,7 +1,7 @@
 // The parameter-server example, run short as real processes under
 // tessera-run: a server and two trainers. The loss must fall and the test
 // accuracy must beat a bar far above chance (10%). The full run is in the
-// README.
+// README and docs/guide/job-shapes.md.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

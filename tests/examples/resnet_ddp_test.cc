@@ -1,6 +1,6 @@
 // The ResNet DDP example, short, under tessera-run with two ranks: the
 // epoch runs (40 steps of it), the loss falls, and rank 0 reports the
-// epoch's time and test accuracy (the full run is in the README).
+// epoch's time and test accuracy (the full run is in docs/guide/job-shapes.md).
 #include <gtest/gtest.h>
 
 #include <cstdlib>

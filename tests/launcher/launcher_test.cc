@@ -319,7 +319,7 @@ TEST(LauncherTest, JobsMeetThroughEtcdAndOutliveAMember) {
       << refused.output();
 }
 
-// The DDP tutorial's ToyModel job, launched the way the README says.
+// The DDP tutorial's ToyModel job, launched the way docs/guide/ddp.md says.
 TEST(LauncherTest, RunsTheDdpToyExample) {
   const std::string checkpoint = absl::StrCat(std::getenv("TEST_TMPDIR"), "/toy.pt");
   Launcher launcher({"--nproc_per_node", "2", "--standalone", "examples/ddp_toy/ddp_toy",
@@ -330,7 +330,7 @@ TEST(LauncherTest, RunsTheDdpToyExample) {
 }
 
 // One epoch of the Fashion-MNIST DDP example: it trains (accuracy far above
-// the 10% of chance). The full run (4 epochs, ~89%) is in the README.
+// the 10% of chance). The full run (4 epochs, ~89%) is in docs/guide/ddp.md.
 TEST(LauncherTest, RunsTheFashionMnistDdpExampleForOneEpoch) {
   Launcher launcher({"--nproc_per_node", "2", "--standalone",
                      "examples/ddp_fashion_mnist/ddp_fashion_mnist", "--epochs", "1"});

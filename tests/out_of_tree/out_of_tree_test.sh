@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Tessera used from a project of one's own (issue 34; README, "Use Tessera in
-# your own project"): examples/out_of_tree is copied into a temporary folder
+# Tessera used from a project of one's own (issue 34; docs/guide/own-project.md): examples/out_of_tree is copied into a temporary folder
 # outside the repository and
 #   - built with CMake (find_package(Tessera)) against a fresh install of
 #     scripts/install.sh in a temporary prefix,

@@ -1,5 +1,5 @@
-// The README's examples run as it says: each under tessera-run with two
-// workers, exiting 0 with the output the README shows.
+// The README's and the guide's examples run as they say: each under tessera-run with two
+// workers, exiting 0 with the output the page shows.
 #include <gtest/gtest.h>
 
 #include <string>
