@@ -50,7 +50,7 @@ namespace {
 // (a training loop's) then find it awake: no futex wake-up on Post. 200
 // yields (~0.1-0.2 ms of an otherwise idle core) took the median 4-byte
 // Gloo allreduce from ~135 to ~105 µs over 8 interleaved runs; 2000 did
-// not do clearly better (docs/benchmarks.md).
+// not do clearly better (docs/benchmarks-history.md).
 constexpr int kIdleSpins = 200;
 }  // namespace
 

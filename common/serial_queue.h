@@ -4,7 +4,7 @@
 // A collective posted to a backend is usually waited for at once. Handing
 // it to the queue's thread and its completion back costs two thread
 // wake-ups: about 40 of the ~120 µs of a 4-byte Gloo allreduce between two
-// processes on loopback (docs/benchmarks.md). RunInline lets the waiting
+// processes on loopback (docs/benchmarks-history.md). RunInline lets the waiting
 // thread run the tasks up to its own when nothing is running, so the order
 // is kept and the queue's thread runs only what nobody is waiting for yet
 // (DDP's buckets, overlapped with backward). And an idle queue thread

@@ -14,7 +14,7 @@
 //
 // Cost: one small allgather before each collective, and collectives run one
 // after another (each waits for the previous one to finish); measured in
-// docs/benchmarks.md. Point-to-point Send/Recv pass through unchecked (a
+// docs/benchmarks-history.md. Point-to-point Send/Recv pass through unchecked (a
 // pair has no collective to compare over; the NCCL backend checks each
 // message's header, Gloo its byte count).
 //

@@ -105,7 +105,7 @@ struct GrpcOptions {
   // Serve gRPC server reflection (grpc.reflection.v1alpha). Off by default:
   // gRPC runs it on synchronous-server threads, which join this process's
   // event polling and cost every agent message a thread hop (measured in
-  // docs/benchmarks.md). TESSERA_GRPC_REFLECTION=1 turns it on.
+  // docs/benchmarks-history.md). TESSERA_GRPC_REFLECTION=1 turns it on.
   bool reflection = false;
   GrpcTlsOptions tls;
 };

@@ -35,7 +35,7 @@ struct GlooOptions {
   // Allreduce algorithm by size: Gloo's BCUBE (log2(size) exchange rounds)
   // for buffers of bcube_min_bytes..bcube_max_bytes, Gloo's ring
   // (reduce-scatter + allgather in pipelined chunks, bandwidth-optimal)
-  // otherwise. Measured on loopback with 3 ranks (docs/benchmarks.md, "Gloo
+  // otherwise. Measured on loopback with 3 ranks (docs/benchmarks-history.md, "Gloo
   // allreduce algorithms"): BCUBE 25-30% faster at 4-64 KiB, the ring faster
   // from 256 KiB (1.5x at 64 MiB) and, oddly, for a few bytes.
   size_t bcube_min_bytes = 1 << 10;
@@ -43,7 +43,7 @@ struct GlooOptions {
   // Largest piece the ring pipelines (it keeps one in flight while reducing
   // another). Gloo's default is 1 MiB; each piece costs the calling thread a
   // wake-up per step, and on loopback 2-4 MiB pieces were ~10% faster for
-  // 64-256 MiB buffers at 2 and 3 ranks (docs/benchmarks.md, "Ring segment
+  // 64-256 MiB buffers at 2 and 3 ranks (docs/benchmarks-history.md, "Ring segment
   // size"). Only buffers over 2 x world size MiB are cut differently from
   // Gloo's default.
   size_t ring_max_segment_bytes = 4 << 20;

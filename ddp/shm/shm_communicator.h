@@ -37,7 +37,7 @@ class ShmCommunicator {
   // Pieces this size stay in the caches between being copied in, reduced
   // and copied out: on this 2-core EPYC (1 MiB L2 per core) 128-512 KiB
   // pieces gave 3-4 GB/s at 64 MiB where 4 MiB pieces gave ~2
-  // (docs/benchmarks.md, "Shared-memory collectives"). A segment is then
+  // (docs/benchmarks-history.md, "Shared-memory collectives"). A segment is then
   // 1 MiB per local rank.
   static constexpr size_t kDefaultSlotBytes = size_t{512} << 10;
 

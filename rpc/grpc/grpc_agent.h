@@ -32,7 +32,7 @@ namespace tessera::rpc {
 // set: with the default epoll poller any thread blocked in gRPC — a store
 // call waiting at shutdown, a sync server's threads — may take the agent's
 // socket events and hand them to its loop thread, a thread hop per message
-// (measured in docs/benchmarks.md); "poll" keeps each queue's connections
+// (measured in docs/benchmarks-history.md); "poll" keeps each queue's connections
 // with that queue's threads. A gRPC already started keeps its poller.
 void PrepareProcessForGrpcAgent();
 

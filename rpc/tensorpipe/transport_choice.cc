@@ -34,7 +34,7 @@ std::string UniqueSameHostAddress(const std::string& name) {
 // sockets (guarded_tcp.h): an epoll loop that sleeps while idle, the same
 // secret gate and bounded frames as TCP (TensorPipe's shm listener let any
 // local process reach TensorPipe's unguarded parsing), tensors still moved
-// by the cma channel. Measured in docs/benchmarks.md ("Same-host
+// by the cma channel. Measured in docs/benchmarks-history.md ("Same-host
 // transport"). The environment overrides the option, so a job can be
 // switched without rebuilding.
 SameHostTransport SameHostFromEnv(SameHostTransport configured) {

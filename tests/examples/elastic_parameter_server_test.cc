@@ -91,7 +91,7 @@ TEST_F(ElasticParameterServerTest, KilledTrainersRejoinAJoiningTrainerHelpsAndTh
   ASSERT_EQ(undisturbed.Finish(absl::Seconds(300)), 0) << undisturbed.output();
   const double expected = FirstNumber(undisturbed.output(), "test accuracy ([0-9.]+)%");
   // One-sided: two undisturbed runs of this asynchronous job already differ
-  // by up to about a point either way (docs/benchmarks.md), and a disturbed
+  // by up to about a point either way (docs/benchmarks-history.md), and a disturbed
   // run that does better is no fault of elasticity.
   EXPECT_GT(accuracy, expected - 1.0) << out << undisturbed.output();
 }

@@ -457,7 +457,7 @@ double AccuracyIn(const std::string& output) {
 // The same 500 steps as the parameter-server cases of
 // multihost_cluster_faults_test, undisturbed: the accuracy those reach
 // after a lost machine or a healed cut is compared with this one's
-// (bench/recovery.sh --across_hosts; docs/benchmarks.md).
+// (bench/recovery.sh --across_hosts; docs/benchmarks-history.md).
 TEST(MultiHostTest, TheParameterServerExampleTrainsAcrossThreeHosts) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
   auto job = Job::Launched(hosts, 1,
