@@ -207,8 +207,7 @@ int main(int argc, char** argv) {
   using tessera::examples::RunServer;
   return tessera::examples::RunWorkerExample(
       argc, argv,
-      {"batched_serving",
-       "Batched serving over RPC: a server batches single-row inference calls from many "
+      {"Batched serving over RPC: a server batches single-row inference calls from many "
        "clients; run it with tessera-run --nproc_per_node N (N >= 2).",
        2, 1 << 20, "needs a server and clients: --nproc_per_node >= 2",
        [](int rank) { return rank == 0 ? std::string("server") : absl::StrCat("client", rank); },

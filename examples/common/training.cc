@@ -9,6 +9,7 @@
 
 #include "absl/flags/flag.h"
 #include "common/flags.h"
+#include "examples/common/example_main.h"
 #include "common/status.h"
 
 ABSL_FLAG(int, epochs, 2, "passes over this worker's shard of the training set");
@@ -38,32 +39,27 @@ void Require(bool holds, const std::string& requirement) {
 
 int RunExample(int argc, char** argv, const std::string& usage,
                const std::function<int(const TrainingFlags&)>& run) {
-  ParseFlags(argc, argv, usage);
-  const std::string program = std::string(argv[0]).substr(std::string(argv[0]).rfind('/') + 1);
-  TrainingFlags flags;
-  flags.epochs = absl::GetFlag(FLAGS_epochs);
-  flags.batch = absl::GetFlag(FLAGS_batch);
-  flags.lr = absl::GetFlag(FLAGS_lr);
-  flags.max_steps = absl::GetFlag(FLAGS_max_steps);
-  flags.log_every = absl::GetFlag(FLAGS_log_every);
-  flags.seed = absl::GetFlag(FLAGS_seed);
-  flags.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
-  flags.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
-  if (flags.epochs < 1 || flags.batch < 1 || flags.log_every < 1 || flags.lr <= 0 ||
-      flags.max_steps < 0 || flags.checkpoint_every < 0) {
-    std::fprintf(stderr,
-                 "%s: --epochs, --batch, --log_every must be >= 1, --lr > 0 and "
-                 "--max_steps, --checkpoint_every >= 0\n",
-                 program.c_str());
-    return 2;
-  }
-  try {
+  return ExampleMain(argc, argv, usage, [&](const std::string& program) {
+    TrainingFlags flags;
+    flags.epochs = absl::GetFlag(FLAGS_epochs);
+    flags.batch = absl::GetFlag(FLAGS_batch);
+    flags.lr = absl::GetFlag(FLAGS_lr);
+    flags.max_steps = absl::GetFlag(FLAGS_max_steps);
+    flags.log_every = absl::GetFlag(FLAGS_log_every);
+    flags.seed = absl::GetFlag(FLAGS_seed);
+    flags.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+    flags.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+    if (flags.epochs < 1 || flags.batch < 1 || flags.log_every < 1 || flags.lr <= 0 ||
+        flags.max_steps < 0 || flags.checkpoint_every < 0) {
+      std::fprintf(stderr,
+                   "%s: --epochs, --batch, --log_every must be >= 1, --lr > 0 and "
+                   "--max_steps, --checkpoint_every >= 0\n",
+                   program.c_str());
+      return 2;
+    }
     at::set_num_threads(1);
     return run(flags);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", program.c_str(), e.what());
-    return 1;
-  }
+  });
 }
 
 double TrainEpochs(const TrainingFlags& flags, const data::Examples& data,

@@ -33,11 +33,10 @@ struct TrainingFlags {
 // An example's own default learning rate (before the command line is read).
 void SetDefaultLearningRate(double lr);
 
-// Parses the command line (common/flags.h: --help, nearest-flag errors)
-// into the training flags and the example's own ABSL_FLAGs, gives this
-// process one compute thread (the machine's cores go to the processes) and
-// returns run(flags). A StatusError or other exception prints as
-// "<program>: <error>" and exits 1; bad flag values exit 2.
+// ExampleMain (example_main.h) for the training examples: reads the
+// training flags (and the example's own ABSL_FLAGs), gives this process one
+// compute thread (the machine's cores go to the processes) and returns
+// run(flags). Bad flag values exit 2.
 int RunExample(int argc, char** argv, const std::string& usage,
                const std::function<int(const TrainingFlags&)>& run);
 

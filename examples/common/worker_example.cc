@@ -1,19 +1,16 @@
 #include "examples/common/worker_example.h"
 
 #include <cstdio>
-#include <exception>
 
-#include "common/flags.h"
+#include "examples/common/example_main.h"
 
 namespace tessera::examples {
 
 int RunWorkerExample(int argc, char** argv, const WorkerExample& example) {
-  ParseFlags(argc, argv, example.usage);
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  try {
+  return ExampleMain(argc, argv, example.usage, [&](const std::string& program) {
     WorkerOptions options = WorkerOptions::FromEnv();
     if (options.world_size < example.min_world || options.world_size > example.max_world) {
-      std::fprintf(stderr, "%s: %s\n", example.program.c_str(), example.requirement.c_str());
+      std::fprintf(stderr, "%s: %s\n", program.c_str(), example.requirement.c_str());
       return 2;
     }
     options.name = example.name(options.rank);
@@ -21,10 +18,7 @@ int RunWorkerExample(int argc, char** argv, const WorkerExample& example) {
     const int status = example.run(*worker);
     worker->Shutdown();
     return status;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", example.program.c_str(), e.what());
-    return 1;
-  }
+  });
 }
 
 }  // namespace tessera::examples

@@ -1,10 +1,9 @@
 // main() of the examples that run as named RPC workers (batched serving,
-// reinforcement learning, the model-parallel RNN): parses the flags
-// (common/flags.h), keeps stdout line-buffered (lines from several
-// processes stay whole), checks the world size, names each rank, starts
-// the Worker, runs `run` and shuts the worker down (once every worker is
-// done; `run` may already have). An exception prints as "<program>: <error>"
-// and exits 1; a wrong world size prints `requirement` and exits 2.
+// reinforcement learning, the model-parallel RNN), on ExampleMain
+// (example_main.h): checks the world size, names each rank, starts the
+// Worker, runs `run` and shuts the worker down (once every worker is done;
+// `run` may already have). A wrong world size prints `requirement` and
+// exits 2.
 #pragma once
 
 #include <functional>
@@ -15,7 +14,6 @@
 namespace tessera::examples {
 
 struct WorkerExample {
-  std::string program;
   std::string usage;
   int min_world = 2;
   int max_world = 1 << 20;

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "common/flags.h"
+#include "examples/common/example_main.h"
 #include "common/status.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/gloo/gloo_process_group.h"
@@ -67,13 +67,8 @@ int Train() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tessera::ParseFlags(argc, argv,
-                      "The DDP tutorial's ToyModel with its checkpoint pattern; "
-                      "run it with tessera-run --nproc_per_node N.");
-  try {
-    return Train();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ddp_toy: %s\n", e.what());
-    return 1;
-  }
+  return tessera::examples::ExampleMain(argc, argv,
+                                        "The DDP tutorial's ToyModel with its checkpoint "
+                                        "pattern; run it with tessera-run --nproc_per_node N.",
+                                        [](const std::string&) { return Train(); });
 }

@@ -120,8 +120,7 @@ int RunTrainer(Worker& worker) {
 int main(int argc, char** argv) {
   return tessera::examples::RunWorkerExample(
       argc, argv,
-      {"model_parallel_rnn",
-       "A model-parallel RNN (embedding and decoder on a parameter server, LSTM on the "
+      {"A model-parallel RNN (embedding and decoder on a parameter server, LSTM on the "
        "trainer) trained with distributed autograd; run it with tessera-run "
        "--nproc_per_node 2.",
        2, 2, "runs as 2 workers: --nproc_per_node 2",

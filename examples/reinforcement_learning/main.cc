@@ -100,8 +100,7 @@ int main(int argc, char** argv) {
   using tessera::examples::RunObserver;
   return tessera::examples::RunWorkerExample(
       argc, argv,
-      {"reinforcement_learning",
-       "Reinforcement learning over RPC: an agent holds the policy, observers run CartPole "
+      {"Reinforcement learning over RPC: an agent holds the policy, observers run CartPole "
        "and ask it for actions; run it with tessera-run --nproc_per_node N (N >= 2).",
        2, 1 << 20, "needs an agent and observers: --nproc_per_node >= 2",
        [](int rank) { return rank == 0 ? std::string("agent") : absl::StrCat("observer", rank); },

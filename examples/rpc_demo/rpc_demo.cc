@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/flags.h"
+#include "examples/common/example_main.h"
 #include "rpc/init.h"
 #include "rpc/runtime.h"
 
@@ -92,7 +92,6 @@ int Drive(Runtime& rt) {
 }
 
 int RunWorker() {
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines from 3 processes stay whole
   const auto options = tessera::rpc::RpcOptions::FromEnv();
   if (options.world_size != 3) {
     std::fprintf(stderr, "rpc_demo: runs as 3 workers: tessera-run --nproc_per_node 3\n");
@@ -109,13 +108,8 @@ int RunWorker() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tessera::ParseFlags(argc, argv,
-                      "RPC demo: three workers move tensors over Tessera RPC; run "
-                      "it with tessera-run --standalone --nproc_per_node 3.");
-  try {
-    return RunWorker();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rpc_demo: %s\n", e.what());
-    return 1;
-  }
+  return tessera::examples::ExampleMain(argc, argv,
+                                        "RPC demo: three workers move tensors over Tessera RPC; "
+                                        "run it with tessera-run --standalone --nproc_per_node 3.",
+                                        [](const std::string&) { return RunWorker(); });
 }

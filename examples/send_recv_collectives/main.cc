@@ -16,7 +16,7 @@
 #include <cstdio>
 #include <functional>
 
-#include "common/flags.h"
+#include "examples/common/example_main.h"
 #include "common/status.h"
 #include "ddp/gloo/gloo_process_group.h"
 #include "examples/send_recv_collectives/collectives.h"
@@ -103,14 +103,9 @@ int Run() {
 }  // namespace tessera::examples
 
 int main(int argc, char** argv) {
-  tessera::ParseFlags(argc, argv,
-                      "Broadcast and ring all-reduce from Send/Recv, checked against the "
-                      "built-in collectives; run it with tessera-run --nproc_per_node N.");
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  try {
-    return tessera::examples::Run();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "send_recv_collectives: %s\n", e.what());
-    return 1;
-  }
+  return tessera::examples::ExampleMain(
+      argc, argv,
+      "Broadcast and ring all-reduce from Send/Recv, checked against the built-in "
+      "collectives; run it with tessera-run --nproc_per_node N.",
+      [](const std::string&) { return tessera::examples::Run(); });
 }
