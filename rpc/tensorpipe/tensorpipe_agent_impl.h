@@ -116,34 +116,39 @@ class TensorPipeAgent final : public RpcAgent {
   }
 
  private:
+  // --- set-up (tensorpipe_agent.cc) ---
   void Accept(std::shared_ptr<tp::Listener> listener);
   void Relisten();
+  std::string PeerAt(int rank) const;  // with its address, for connection errors
+  std::string PeerName(int rank) const;
+
+  // --- pipes this worker opens (client_pipes.cc) ---
+  // The pipe to `to_rank`, connected now if there is none; nullptr and
+  // `error` if the agent is closed or the rank unknown.
+  std::shared_ptr<ClientPipe> PipeTo(int to_rank, absl::Status* error);
+  void WriteRequest(const std::shared_ptr<ClientPipe>& client, std::shared_ptr<Message> request);
+  // Writes a request counted in client->unsent_bytes; uncounts it once written.
+  void WriteCounted(const std::shared_ptr<ClientPipe>& client, OutgoingRequest request);
+  void ReadResponse(std::shared_ptr<ClientPipe> client);
+  absl::Status HandleClientHandshake(const std::shared_ptr<ClientPipe>& client,
+                                     const Message& message);
+  void FailPipe(const std::shared_ptr<ClientPipe>& client, const absl::Status& why,
+                bool notify = true);
+  // Closes the least recently used idle pipes beyond the bound.
+  void CloseIdlePipes();
+
+  // --- pipes peers open (server_pipes.cc) ---
   void ReadRequest(std::shared_ptr<ServerPipe> server);
   // Handles a handshake step; an error rejects the peer.
   absl::Status HandleServerHandshake(const std::shared_ptr<ServerPipe>& server,
                                      const Message& message);
   void RejectPeer(const std::shared_ptr<ServerPipe>& server, const absl::Status& why);
   void DropServerPipe(const std::shared_ptr<ServerPipe>& server);
-  // Runs a request on the pool; `admitted`: it counts against admission_.
-  void ServeRequest(std::shared_ptr<tp::Pipe> pipe, int from, Message request, bool admitted);
   // Answers request `request_id` with `why` instead of serving it.
   void Refuse(const std::shared_ptr<ServerPipe>& server, uint64_t request_id,
               const absl::Status& why);
-  void ReadResponse(std::shared_ptr<ClientPipe> client);
-  absl::Status HandleClientHandshake(const std::shared_ptr<ClientPipe>& client,
-                                     const Message& message);
-  void WriteRequest(const std::shared_ptr<ClientPipe>& client, std::shared_ptr<Message> request);
-  // Writes a request counted in client->unsent_bytes; uncounts it once written.
-  void WriteCounted(const std::shared_ptr<ClientPipe>& client, OutgoingRequest request);
-  void FailPipe(const std::shared_ptr<ClientPipe>& client, const absl::Status& why,
-                bool notify = true);
-  // The pipe to `to_rank`, connected now if there is none; nullptr and
-  // `error` if the agent is closed or the rank unknown.
-  std::shared_ptr<ClientPipe> PipeTo(int to_rank, absl::Status* error);
-  // Closes the least recently used idle pipes beyond the bound.
-  void CloseIdlePipes();
-  std::string PeerAt(int rank) const;  // with its address, for connection errors
-  std::string PeerName(int rank) const;
+  // Runs a request on the pool; `admitted`: it counts against admission_.
+  void ServeRequest(std::shared_ptr<tp::Pipe> pipe, int from, Message request, bool admitted);
 
   const TensorPipeOptions options_;
   const auth::JobSecret secret_;
