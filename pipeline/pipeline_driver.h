@@ -47,10 +47,7 @@ struct PipelineOptions {
 class PipelineDriver {
  public:
   PipelineDriver(rref::RRefContext& rrefs, std::vector<rref::RRef<Stage>> stages,
-                 PipelineOptions options);
-  PipelineDriver(rref::RRefContext& rrefs, std::vector<rref::RRef<Stage>> stages,
-                 int64_t micro_batches, absl::Duration timeout = absl::ZeroDuration())
-      : PipelineDriver(rrefs, std::move(stages), PipelineOptions{micro_batches, {}, timeout}) {}
+                 PipelineOptions options = {});
 
   // The model's output for `batch` (split along dimension 0 into up to
   // micro_batches parts). Call inside a dist_autograd ContextGuard to train.

@@ -124,7 +124,8 @@ int DriveRpcJob(rpc::Runtime& rt, rref::RRefContext& rrefs, dist_autograd::DistA
         rref::RemoteObject<pipeline::Stage>(rrefs, "worker0", std::string("front"), int64_t{1});
     auto back =
         rref::RemoteObject<pipeline::Stage>(rrefs, "worker2", std::string("back"), int64_t{2});
-    pipeline::PipelineDriver driver(rrefs, {front, back}, /*micro_batches=*/4);
+    pipeline::PipelineDriver driver(rrefs, {front, back},
+                                    pipeline::PipelineOptions{/*micro_batches=*/4});
     dist_optim::SgdOptions sgd;
     sgd.lr = 0.1;
     auto optimizer = dist_optim::DistributedOptimizer::Create(rrefs, driver.ParameterRRefs(), sgd);

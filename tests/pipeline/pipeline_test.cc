@@ -40,7 +40,8 @@ TEST_F(PipelineTest, MicroBatchedStagesTrainLikeOneProcess) {
   StartWorld(3);
   auto front = rref::RemoteObject<Stage>(*rrefs_, "worker1", std::string("front"), int64_t{1});
   auto back = rref::RemoteObject<Stage>(*rrefs_, "worker2", std::string("back"), int64_t{2});
-  pipeline::PipelineDriver driver(*rrefs_, {front, back}, /*micro_batches=*/4);
+  pipeline::PipelineDriver driver(*rrefs_, {front, back},
+                                  pipeline::PipelineOptions{/*micro_batches=*/4});
   dist_optim::SgdOptions sgd;
   sgd.lr = 0.1;
   sgd.momentum = 0.9;
@@ -80,8 +81,10 @@ TEST_F(PipelineTest, MicroBatchedStagesTrainLikeOneProcess) {
   // One row per micro-batch: 10 chains in flight at once give the same
   // output as one micro-batch (each stage's input RRef is dropped while its
   // fetch is in flight: Note [Calls hold their RRef]).
-  pipeline::PipelineDriver one(*rrefs_, {front, back}, /*micro_batches=*/1);
-  pipeline::PipelineDriver ten(*rrefs_, {front, back}, /*micro_batches=*/10);
+  pipeline::PipelineDriver one(*rrefs_, {front, back},
+                               pipeline::PipelineOptions{/*micro_batches=*/1});
+  pipeline::PipelineDriver ten(*rrefs_, {front, back},
+                               pipeline::PipelineOptions{/*micro_batches=*/10});
   for (int round = 0; round < 5; ++round) {
     const at::Tensor x = at::randn({10, 6});
     EXPECT_TRUE(at::allclose(ten.Forward(x), one.Forward(x), 1e-5, 1e-6));
@@ -225,7 +228,7 @@ TEST_F(PipelineTest, UnknownStageModelIsNamedInTheError) {
         << e.what();
   }
   // Through a driver: the micro-batch and the cause are named.
-  pipeline::PipelineDriver broken(*rrefs_, {stage}, /*micro_batches=*/2);
+  pipeline::PipelineDriver broken(*rrefs_, {stage}, pipeline::PipelineOptions{/*micro_batches=*/2});
   try {
     broken.Forward(at::randn({4, 6}));
     FAIL() << "expected an error";

@@ -140,7 +140,7 @@ TEST_F(TimeoutsTest, TheDefaultCutsOffEveryKindOfBlockingCall) {
 
   auto stage =
       caller().RemoteObject<pipeline::Stage>("worker1", std::string("stalling"), int64_t{0});
-  pipeline::PipelineDriver driver(caller().rrefs(), {stage}, /*micro_batches=*/1);
+  pipeline::PipelineDriver driver(caller().rrefs(), {stage});
   ExpectCutOff(StatusOf([&] { driver.Forward(at::ones({2, 2})); }), "pipeline forward");
 
   // A collective rank 1 never joins: rank 0's allreduce fails at the default.
