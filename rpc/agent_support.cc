@@ -22,6 +22,25 @@ uint64_t MessageBytes(const Message& message) {
   return bytes;
 }
 
+void RequestService::Serve(int from_rank, Message request,
+                           std::function<void(Message response)> respond) {
+  const uint64_t request_id = request.envelope.request_id();
+  const bool admitted = request.envelope.kind() == proto::CALL;  // internal calls: never refused
+  if (admitted && !admission_.TryAdmit()) {
+    respond(ResponseTo(request_id, admission_.Refusal(self_name_), self_name_, self_rank_));
+    return;
+  }
+  executor_->Post([this, from_rank, request_id, admitted, respond = std::move(respond),
+                   request = std::move(request)]() mutable {
+    handler_(from_rank, std::move(request))
+        .OnReady([this, request_id, admitted,
+                  respond = std::move(respond)](const absl::StatusOr<Message>& result) {
+          if (admitted) admission_.Finished();
+          respond(ResponseTo(request_id, result, self_name_, self_rank_));
+        });
+  });
+}
+
 Message ResponseTo(uint64_t request_id, const absl::StatusOr<Message>& result,
                    const std::string& self_name, int self_rank) {
   Message response;

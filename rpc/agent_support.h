@@ -11,8 +11,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/executor.h"
 #include "common/mutex.h"
 #include "rpc/message.h"
+#include "rpc/queue_limits.h"
 #include "rpc/rpc_agent.h"
 
 namespace tessera::rpc {
@@ -43,6 +45,32 @@ std::string DescribeWorkerAt(int rank, const std::vector<WorkerInfo>& workers);
 // ended with `why`: a refused handshake stays Unauthenticated, anything else
 // means the peer is Unavailable.
 absl::Status ConnectionEnded(const std::string& peer, const absl::Status& why);
+
+// How every backend serves an authenticated peer's request (Note [Bounded
+// queues], rpc/queue_limits.h): a user call past the admission bound is
+// answered at once with the refusal, on the calling (transport) thread;
+// anything else runs the handler on the executor — handlers may block, so
+// never on a transport thread — and the response goes to `respond`.
+class RequestService {
+ public:
+  RequestService(RequestHandler handler, Executor* executor, int max_requests_in_service,
+                 std::string self_name, int self_rank)
+      : handler_(std::move(handler)),
+        executor_(executor),
+        admission_(max_requests_in_service),
+        self_name_(std::move(self_name)),
+        self_rank_(self_rank) {}
+
+  // `respond` sends the response (refusal, result or error) from any thread.
+  void Serve(int from_rank, Message request, std::function<void(Message response)> respond);
+
+ private:
+  const RequestHandler handler_;
+  Executor* const executor_;
+  RequestAdmission admission_;
+  const std::string self_name_;
+  const int self_rank_;
+};
 
 // The serving half of an agent's AgentCounters (PendingCalls::Counts() has
 // the calling half).

@@ -21,7 +21,6 @@
 #include "rpc/grpc/completion_loop.h"
 #include "rpc/grpc/streams.h"
 #include "rpc/pending_calls.h"
-#include "rpc/queue_limits.h"
 
 namespace tessera::rpc {
 namespace {
@@ -61,10 +60,9 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
             RequestHandler handler, Executor* executor, DeadlineTimer* timer)
       : options_(options),
         self_(std::move(self)),
-        handler_(std::move(handler)),
-        executor_(executor),
         timer_(timer),
-        admission_(options.queues.max_requests_in_service),
+        requests_(std::move(handler), executor, options.queues.max_requests_in_service,
+                  self_.name, self_.rank),
         pending_(timer, [this](int rank) { return PeerAt(rank); }) {
     settings_.self = PeerIdentity{self_.name, self_.rank, self_.incarnation};
     settings_.secret = secret;
@@ -138,10 +136,8 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
   const GrpcOptions options_;
   WorkerInfo self_;
   StreamSettings settings_;
-  const RequestHandler handler_;
-  Executor* const executor_;
   DeadlineTimer* const timer_;
-  RequestAdmission admission_;  // Note [Bounded queues]
+  RequestService requests_;  // Note [Bounded queues]
   const std::shared_ptr<BufferPool> buffers_ = BufferPool::Create();
   std::optional<TlsMaterial> tls_;
   grpc::AsyncGenericService service_;
@@ -354,24 +350,11 @@ void GrpcAgent::OnClientStreamDone(ClientStream* stream, const absl::Status& why
 
 void GrpcAgent::OnRequest(std::shared_ptr<ServerStream> stream, int from_rank, Message request) {
   served_.RequestReceived();
-  const bool admitted = request.envelope.kind() == proto::CALL;  // internal calls: never refused
-  if (admitted && !admission_.TryAdmit()) {
-    stream->Respond(ResponseTo(request.envelope.request_id(), admission_.Refusal(self_.name),
-                               self_.name, self_.rank));
-    served_.ResponseSent();
-    return;
-  }
-  // Handlers may block (nested synchronous calls), so never on the loop.
-  executor_->Post([this, stream = std::move(stream), from_rank, admitted,
-                   request = std::move(request)]() mutable {
-    const uint64_t request_id = request.envelope.request_id();
-    handler_(from_rank, std::move(request))
-        .OnReady([this, stream, request_id, admitted](const absl::StatusOr<Message>& result) {
-          if (admitted) admission_.Finished();
-          stream->Respond(ResponseTo(request_id, result, self_.name, self_.rank));
-          served_.ResponseSent();
-        });
-  });
+  requests_.Serve(from_rank, std::move(request),
+                  [this, stream = std::move(stream)](Message response) {
+                    stream->Respond(response);
+                    served_.ResponseSent();
+                  });
 }
 
 void GrpcAgent::ListenForNextStream() {

@@ -87,6 +87,12 @@ std::shared_ptr<ClientPipe> TensorPipeAgent::PipeTo(int to_rank, absl::Status* e
   return client;
 }
 
+void TensorPipeAgent::CallEnded(const std::shared_ptr<ClientPipe>& client) {
+  if (client->use.Release() && idle_pipes_.load() > options_.max_idle_connections) {
+    CloseIdlePipes();
+  }
+}
+
 void TensorPipeAgent::CloseIdlePipes() {
   std::vector<std::shared_ptr<ClientPipe>> closing;
   {
@@ -140,10 +146,7 @@ void TensorPipeAgent::WriteRequest(const std::shared_ptr<ClientPipe>& client,
                       absl::Status(refused.code(), absl::StrCat("call to worker ",
                                                                 PeerName(client->rank),
                                                                 " not sent: ", refused.message())));
-    // No answer will come to release the pipe.
-    if (client->use.Release() && idle_pipes_.load() > options_.max_idle_connections) {
-      CloseIdlePipes();
-    }
+    CallEnded(client);  // no answer will come to end it
     return;
   }
   WriteCounted(client, std::move(outgoing));
@@ -208,9 +211,7 @@ void TensorPipeAgent::ReadResponse(std::shared_ptr<ClientPipe> client) {
     } else {
       const uint64_t id = message->envelope.request_id();
       pending_.Complete(id, *std::move(message));
-      if (client->use.Release() && idle_pipes_.load() > options_.max_idle_connections) {
-        CloseIdlePipes();
-      }
+      CallEnded(client);
     }
     ReadResponse(client);
   });

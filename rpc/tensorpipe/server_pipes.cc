@@ -52,22 +52,17 @@ void TensorPipeAgent::ReadRequest(std::shared_ptr<ServerPipe> server) {
     if (from == kStaleIncarnation) {
       // Answered, not served: the stale process learns why.
       const PeerIdentity& peer = *server->peer;
-      Refuse(server, message->envelope.request_id(),
-             StaleIncarnationError(peer.name, peer.rank, peer.incarnation, self_.name));
-      ReadRequest(server);
-      return;
-    }
-    const bool admitted = kind == proto::CALL;  // internal calls are never refused
-    if (admitted && !admission_.TryAdmit()) {
-      Refuse(server, message->envelope.request_id(), admission_.Refusal(self_.name));
+      Respond(server->pipe,
+              ResponseTo(message->envelope.request_id(),
+                         StaleIncarnationError(peer.name, peer.rank, peer.incarnation, self_.name),
+                         self_.name, self_.rank));
       ReadRequest(server);
       return;
     }
     message->envelope.set_origin_rank(from);
-    executor_->Post(
-        [this, pipe = server->pipe, from, admitted, request = *std::move(message)]() mutable {
-          ServeRequest(pipe, from, std::move(request), admitted);
-        });
+    requests_.Serve(from, *std::move(message), [this, pipe = server->pipe](Message response) {
+      Respond(pipe, std::move(response));
+    });
     ReadRequest(server);
   });
 }
@@ -116,29 +111,15 @@ void TensorPipeAgent::DropServerPipe(const std::shared_ptr<ServerPipe>& server) 
   server_pipes_.erase(server);
 }
 
-void TensorPipeAgent::Refuse(const std::shared_ptr<ServerPipe>& server, uint64_t request_id,
-                             const absl::Status& why) {
-  auto refusal = std::make_shared<Message>(ResponseTo(request_id, why, self_.name, self_.rank));
-  WriteMessage(server->pipe, std::move(refusal),
-               [this](const tp::Error&) { served_.ResponseSent(); });
-}
-
-void TensorPipeAgent::ServeRequest(std::shared_ptr<tp::Pipe> pipe, int from, Message request,
-                                   bool admitted) {
-  const uint64_t request_id = request.envelope.request_id();
-  handler_(from, std::move(request))
-      .OnReady([this, pipe, request_id, admitted](const absl::StatusOr<Message>& result) {
-        if (admitted) admission_.Finished();
-        auto response = std::make_shared<Message>(
-            ResponseTo(request_id, result, self_.name, self_.rank));
-        WriteMessage(pipe, std::move(response), [this](const tp::Error& error) {
-          if (error) {
-            TESSERA_LOG(DEBUG) << self_.name << ": response not delivered: "
-                               << error.what();
-          }
-          served_.ResponseSent();
-        });
-      });
+void TensorPipeAgent::Respond(const std::shared_ptr<tp::Pipe>& pipe, Message response) {
+  WriteMessage(pipe, std::make_shared<Message>(std::move(response)),
+               [this](const tp::Error& error) {
+                 if (error) {
+                   TESSERA_LOG(DEBUG) << self_.name << ": response not delivered: "
+                                      << error.what();
+                 }
+                 served_.ResponseSent();
+               });
 }
 
 }  // namespace tessera::rpc

@@ -86,10 +86,9 @@ class TensorPipeAgent final : public RpcAgent {
       : options_(options),
         secret_(secret),
         self_(std::move(self)),
-        handler_(std::move(handler)),
-        executor_(executor),
         timer_(timer),
-        admission_(options.queues.max_requests_in_service),
+        requests_(std::move(handler), executor, options.queues.max_requests_in_service,
+                  self_.name, self_.rank),
         context_(std::make_shared<tp::Context>(tp::ContextOptions().name(self_.name))),
         pending_(timer, [this](int rank) { return PeerAt(rank); }) {}
 
@@ -134,6 +133,9 @@ class TensorPipeAgent final : public RpcAgent {
                                      const Message& message);
   void FailPipe(const std::shared_ptr<ClientPipe>& client, const absl::Status& why,
                 bool notify = true);
+  // A call on `client` ended (answered, or refused before it was sent):
+  // the pipe may now be idle, and idle pipes beyond the bound close.
+  void CallEnded(const std::shared_ptr<ClientPipe>& client);
   // Closes the least recently used idle pipes beyond the bound.
   void CloseIdlePipes();
 
@@ -144,19 +146,14 @@ class TensorPipeAgent final : public RpcAgent {
                                      const Message& message);
   void RejectPeer(const std::shared_ptr<ServerPipe>& server, const absl::Status& why);
   void DropServerPipe(const std::shared_ptr<ServerPipe>& server);
-  // Answers request `request_id` with `why` instead of serving it.
-  void Refuse(const std::shared_ptr<ServerPipe>& server, uint64_t request_id,
-              const absl::Status& why);
-  // Runs a request on the pool; `admitted`: it counts against admission_.
-  void ServeRequest(std::shared_ptr<tp::Pipe> pipe, int from, Message request, bool admitted);
+  // Writes a response (or a refusal) on `pipe`.
+  void Respond(const std::shared_ptr<tp::Pipe>& pipe, Message response);
 
   const TensorPipeOptions options_;
   const auth::JobSecret secret_;
   WorkerInfo self_;
-  const RequestHandler handler_;
-  Executor* const executor_;
   DeadlineTimer* const timer_;
-  RequestAdmission admission_;  // Note [Bounded queues]
+  RequestService requests_;  // Note [Bounded queues]
   std::shared_ptr<tp::Context> context_;
   std::shared_ptr<tp::Listener> listener_ ABSL_GUARDED_BY(mu_);  // see Relisten()
   std::string listen_url_;  // the TCP listener's; self_.address is what peers dial
