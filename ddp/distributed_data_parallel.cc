@@ -5,6 +5,7 @@
 
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/timeouts.h"
 #include "ddp/replica_sync.h"
 
 namespace tessera::ddp {
@@ -15,6 +16,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
 
 std::unique_ptr<DistributedDataParallel> DistributedDataParallel::Create(
     std::shared_ptr<torch::nn::Module> module, ProcessGroup* group, DdpOptions options) {
+  options = WithDefaultTimeout(std::move(options));
   std::unique_ptr<DistributedDataParallel> ddp(
       new DistributedDataParallel(std::move(module), group, options));
   auto named = ddp->module_->named_parameters();

@@ -35,7 +35,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/timeouts.h"
 #include "ddp/join.h"
 #include "ddp/process_group.h"
 #include "ddp/reducer.h"
@@ -49,7 +48,8 @@ struct DdpOptions {
   double first_bucket_cap_mb = 1;
   // How buckets are averaged (ddp/comm_hook.h); null: one allreduce each.
   std::shared_ptr<CommHook> comm_hook;
-  absl::Duration timeout = DefaultTimeout();  // common/timeouts.h
+  // Bound on each collective wait; zero: DefaultTimeout() (common/timeouts.h).
+  absl::Duration timeout = absl::ZeroDuration();
   // See Reducer. Without find_unused_parameters a parameter that gets no
   // gradient still averages correctly (as zero), but its bucket is only
   // sent when backward ends.

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "common/timeouts.h"
 
 namespace tessera::ddp {
 namespace {
@@ -100,7 +101,8 @@ GlobalStats GatherStats(const at::Tensor& input, const Settings& settings) {
   const at::Tensor means = rows.narrow(1, 1, channels);           // [world, C]
   const at::Tensor m2s = rows.narrow(1, 1 + channels, channels);  // [world, C]
   const double total = counts.sum().item<double>();
-  if (total == 0) throw StatusError(absl::InvalidArgumentError("SyncBatchNorm: every rank's batch is empty"));
+  if (total == 0)
+    throw StatusError(absl::InvalidArgumentError("SyncBatchNorm: every rank's batch is empty"));
   GlobalStats stats;
   stats.count = total;
   stats.mean = (means * counts).sum(0) / total;
@@ -183,7 +185,7 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
 }  // namespace
 
 SyncBatchNormImpl::SyncBatchNormImpl(SyncBatchNormOptions options, ProcessGroup* group)
-    : options_(options), group_(group) {
+    : options_(WithDefaultTimeout(options)), group_(group) {
   const int64_t c = options_.num_features;
   if (options_.affine) {
     weight = register_parameter("weight", at::ones({c}));

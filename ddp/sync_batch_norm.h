@@ -33,7 +33,6 @@
 #include <torch/nn/pimpl.h>
 
 #include "absl/time/time.h"
-#include "common/timeouts.h"
 #include "ddp/process_group.h"
 
 namespace tessera::ddp {
@@ -45,7 +44,8 @@ struct SyncBatchNormOptions {
   double momentum = 0.1;
   bool affine = true;
   bool track_running_stats = true;
-  absl::Duration timeout = DefaultTimeout();  // common/timeouts.h
+  // Bound on each collective; zero: DefaultTimeout() (common/timeouts.h).
+  absl::Duration timeout = absl::ZeroDuration();
 };
 
 class SyncBatchNormImpl : public torch::nn::Module {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/optimizer_state.h"
 #include "common/status.h"
+#include "common/timeouts.h"
 #include "ddp/comm_hook.h"
 
 namespace tessera::ddp {
@@ -110,7 +111,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<at::Tensor> paramet
                                                  ProcessGroup* group,
                                                  const ShardOptimizerFactory& make_optimizer,
                                                  ZeroOptions options)
-    : parameters_(std::move(parameters)), group_(group), options_(options) {
+    : parameters_(std::move(parameters)), group_(group), options_(WithDefaultTimeout(options)) {
   std::vector<int64_t> numels;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     numels.push_back(parameters_[i].numel());

@@ -51,7 +51,6 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "common/timeouts.h"
 #include "ddp/process_group.h"
 
 namespace torch::optim {
@@ -64,7 +63,8 @@ class CommHook;
 
 struct ZeroOptions {
   bool overlap_with_ddp = false;
-  absl::Duration timeout = DefaultTimeout();
+  // Bound on each collective; zero: DefaultTimeout() (common/timeouts.h).
+  absl::Duration timeout = absl::ZeroDuration();
 };
 
 using ShardOptimizerFactory =

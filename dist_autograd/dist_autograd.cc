@@ -5,9 +5,9 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/await_call.h"
 #include "common/logging.h"
 #include "common/status.h"
-#include "common/timeouts.h"
 #include "dist_autograd/autograd_messages.h"
 
 namespace tessera::dist_autograd {
@@ -218,12 +218,12 @@ DistAutograd& DistAutograd::Of(const rpc::Runtime& runtime) {
 // ---------------------------------------------------------------- backward
 
 void DistAutograd::Backward(int64_t context_id, const std::vector<at::Tensor>& roots,
-                            bool retain_graph, absl::Duration timeout) {
-  ThrowIfError(TryBackward(context_id, roots, retain_graph, timeout));
+                            bool retain_graph, const rpc::CallOptions& options) {
+  ThrowIfError(TryBackward(context_id, roots, retain_graph, options));
 }
 
 absl::Status DistAutograd::TryBackward(int64_t context_id, const std::vector<at::Tensor>& roots,
-                                       bool retain_graph, absl::Duration timeout) {
+                                       bool retain_graph, const rpc::CallOptions& options) {
   rpc::Runtime* runtime = runtime_.load();
   if (runtime == nullptr) return absl::FailedPreconditionError("RPC runtime is closed");
   auto context = Find(context_id);
@@ -242,8 +242,7 @@ absl::Status DistAutograd::TryBackward(int64_t context_id, const std::vector<at:
     edges.push_back(torch::autograd::impl::gradient_edge(roots[i]));
     seeds.push_back(at::ones_like(roots[i], at::MemoryFormat::Preserve));
   }
-  if (timeout <= absl::ZeroDuration()) timeout = runtime->options().default_call_timeout;
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = absl::Now() + runtime->EffectiveTimeout(options);
   // Send functions of this context may lead into the same graph later.
   const bool keep_graph = retain_graph || context->has_sends();
   auto to_send = RunLocalPass(*context, edges, seeds, keep_graph);
@@ -251,7 +250,7 @@ absl::Status DistAutograd::TryBackward(int64_t context_id, const std::vector<at:
     return Annotate(to_send.status(), "backward on worker '" + self_name() + "'");
   }
   // The calls carry the deadline and fail at it naming their worker.
-  auto done = Propagate(context_id, *std::move(to_send), deadline).Wait(deadline + kWaitBackstop);
+  auto done = AwaitCall(Propagate(context_id, *std::move(to_send), deadline), deadline);
   if (!done.ok()) {
     return Annotate(done.status(), absl::StrCat("distributed backward of context ",
                                                 context_id, " from '", self_name(), "'"));

@@ -59,6 +59,7 @@
 #include "common/mutex.h"
 #include "dist_autograd/context.h"
 #include "dist_autograd/local_pass.h"
+#include "rpc/call_options.h"
 #include "rpc/runtime.h"
 #include "rpc/runtime_extension.h"
 
@@ -79,13 +80,13 @@ class DistAutograd final : public rpc::RuntimeExtension,
   // Runs the backward pass from `roots` (tensors that require grad; each is
   // seeded with a gradient of ones) across every worker involved, and
   // returns when it is complete; throws StatusError naming the worker where
-  // it failed. `timeout` zero: the runtime's default call timeout.
+  // it failed. `options.timeout` bounds the whole pass (zero: the runtime's
+  // default call timeout).
   void Backward(int64_t context_id, const std::vector<at::Tensor>& roots, bool retain_graph = false,
-                absl::Duration timeout = absl::ZeroDuration());
+                const rpc::CallOptions& options = {});
   // The same, returning the failure.
   absl::Status TryBackward(int64_t context_id, const std::vector<at::Tensor>& roots,
-                           bool retain_graph = false,
-                           absl::Duration timeout = absl::ZeroDuration());
+                           bool retain_graph = false, const rpc::CallOptions& options = {});
 
   // The gradients that backward passes of the context accumulated for this
   // worker's leaves: leaf tensor -> gradient. StatusError (NotFound) for an
@@ -153,8 +154,8 @@ class DistAutograd final : public rpc::RuntimeExtension,
   Future<bool> Propagate(int64_t context_id, std::vector<RecvGradients> to_send,
                          absl::Time deadline);
   // Serves "dist_autograd.backward": a pass from one of our send functions.
-  Future<bool> RunFromSend(int64_t context_id, int64_t send_id,
-                           std::vector<at::Tensor> grads, absl::Time deadline);
+  Future<bool> RunFromSend(int64_t context_id, int64_t send_id, std::vector<at::Tensor> grads,
+                           absl::Time deadline);
 
   std::atomic<rpc::Runtime*> runtime_{nullptr};
   int self_rank_ = -1;

@@ -3,8 +3,8 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "common/await_call.h"
 #include "common/status.h"
-#include "common/timeouts.h"
 #include "rref/remote.h"
 
 namespace tessera::dist_optim {
@@ -27,7 +27,7 @@ Future<T> OnOwner(Future<T> call, std::string what, std::string owner) {
 DistributedOptimizer DistributedOptimizer::Create(rref::RRefContext& rrefs,
                                                   const std::vector<rref::RRef<at::Tensor>>& params,
                                                   const OptimizerOptions& options,
-                                                  absl::Duration timeout) {
+                                                  const rpc::CallOptions& call) {
   auto fail = [](absl::Status status) { throw StatusError(std::move(status)); };
   if (params.empty()) fail(absl::InvalidArgumentError("DistributedOptimizer: no parameters"));
   // Owners in first-appearance order, each with its parameters in order.
@@ -47,7 +47,7 @@ DistributedOptimizer DistributedOptimizer::Create(rref::RRefContext& rrefs,
     for (const auto& owner : owners) {
       optimizer.optimizers_.push_back(rref::RemoteObject<LocalOptimizer>(
           rrefs, owner, by_owner[owner], wire.kind, wire.values));
-      created.push_back(OnOwner(optimizer.optimizers_.back().RpcAsync<int64_t>("num_params"),
+      created.push_back(OnOwner(optimizer.optimizers_.back().RpcAsync<int64_t>(call, "num_params"),
                                 "DistributedOptimizer: creating the local optimizer", owner));
     }
   } catch (const StatusError& e) {
@@ -55,42 +55,43 @@ DistributedOptimizer DistributedOptimizer::Create(rref::RRefContext& rrefs,
                   "DistributedOptimizer: register the owner side with "
                   "dist_optim::RegisterLocalOptimizer(classes)"));
   }
-  WhenAllOk(created).Get(rrefs.EffectiveTimeout(timeout) + kWaitBackstop);
+  ValueOrThrow(AwaitCall(WhenAllOk(created), rrefs.EffectiveTimeout(call)));
   return optimizer;
 }
 
-Future<bool> DistributedOptimizer::StepAsync(int64_t context_id, absl::Duration timeout) const {
+Future<bool> DistributedOptimizer::StepAsync(int64_t context_id,
+                                             const rpc::CallOptions& options) const {
   const std::string what = absl::StrCat("DistributedOptimizer: step of context ", context_id);
   std::vector<Future<std::monostate>> steps;
   for (const auto& local : optimizers_) {
-    steps.push_back(OnOwner(local.RpcAsync<void>(rpc::CallOptions{timeout}, "step", context_id),
-                            what, local.owner_name()));
+    steps.push_back(
+        OnOwner(local.RpcAsync<void>(options, "step", context_id), what, local.owner_name()));
   }
   return WhenAllOk(steps);
 }
 
-std::vector<at::Tensor> DistributedOptimizer::SaveState(absl::Duration timeout) const {
+std::vector<at::Tensor> DistributedOptimizer::SaveState(const rpc::CallOptions& options) const {
   std::vector<at::Tensor> states;
   for (const auto& local : optimizers_) {
-    states.push_back(local.RpcSync<at::Tensor>(rpc::CallOptions{timeout}, "state"));
+    states.push_back(local.RpcSync<at::Tensor>(options, "state"));
   }
   return states;
 }
 
 void DistributedOptimizer::LoadState(const std::vector<at::Tensor>& states,
-                                     absl::Duration timeout) const {
+                                     const rpc::CallOptions& options) const {
   if (states.size() != optimizers_.size()) {
     throw StatusError(absl::InvalidArgumentError(
         absl::StrCat("DistributedOptimizer: ", states.size(), " saved states for ",
                      optimizers_.size(), " owners")));
   }
   for (size_t i = 0; i < states.size(); ++i) {
-    optimizers_[i].RpcSync<void>(rpc::CallOptions{timeout}, "load_state", states[i]);
+    optimizers_[i].RpcSync<void>(options, "load_state", states[i]);
   }
 }
 
-void DistributedOptimizer::Step(int64_t context_id, absl::Duration timeout) const {
-  StepAsync(context_id, timeout).Get(rrefs_->EffectiveTimeout(timeout) + kWaitBackstop);
+void DistributedOptimizer::Step(int64_t context_id, const rpc::CallOptions& options) const {
+  ValueOrThrow(AwaitCall(StepAsync(context_id, options), rrefs_->EffectiveTimeout(options)));
 }
 
 }  // namespace tessera::dist_optim

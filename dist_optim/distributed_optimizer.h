@@ -14,8 +14,9 @@
 //     optimizer.Step(context.id());
 //   }
 //
-// Both throw StatusError naming the owner that failed. Timeouts: zero means
-// the runtime's default call timeout.
+// Both throw StatusError naming the owner that failed. Each takes a last
+// CallOptions (or absl::Duration) bounding it; zero, or none, means the
+// runtime's default call timeout (Note [One timeout convention]).
 //
 // Create() groups the parameters by owner and makes one LocalOptimizer per
 // owner (with remote(); each owner must register the class, see
@@ -35,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "dist_optim/local_optimizer.h"
 #include "dist_optim/optimizer_options.h"
+#include "rpc/call_options.h"
 #include "rref/rref.h"
 #include "rref/rref_context.h"
 
@@ -45,18 +47,17 @@ class DistributedOptimizer {
   static DistributedOptimizer Create(rref::RRefContext& rrefs,
                                      const std::vector<rref::RRef<at::Tensor>>& params,
                                      const OptimizerOptions& options,
-                                     absl::Duration timeout = absl::ZeroDuration());
+                                     const rpc::CallOptions& call = {});
 
-  void Step(int64_t context_id, absl::Duration timeout = absl::ZeroDuration()) const;
+  void Step(int64_t context_id, const rpc::CallOptions& options = {}) const;
   // The same, as a future (each owner's failure named in its status).
-  Future<bool> StepAsync(int64_t context_id, absl::Duration timeout = absl::ZeroDuration()) const;
+  Future<bool> StepAsync(int64_t context_id, const rpc::CallOptions& options = {}) const;
 
   // For checkpoints: each owner's optimizer state (in the order of the
   // owners' first parameters), and back into an optimizer created over the
   // same parameters. Throw StatusError naming the owner that failed.
-  std::vector<at::Tensor> SaveState(absl::Duration timeout = absl::ZeroDuration()) const;
-  void LoadState(const std::vector<at::Tensor>& states,
-                 absl::Duration timeout = absl::ZeroDuration()) const;
+  std::vector<at::Tensor> SaveState(const rpc::CallOptions& options = {}) const;
+  void LoadState(const std::vector<at::Tensor>& states, const rpc::CallOptions& options = {}) const;
 
   // How many owners the parameters live on.
   size_t num_owners() const { return optimizers_.size(); }

@@ -5,8 +5,8 @@
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "common/await_call.h"
 #include "common/status.h"
-#include "common/timeouts.h"
 #include "rref/remote.h"
 
 namespace tessera::pipeline {
@@ -27,16 +27,17 @@ at::Tensor PipelineDriver::Forward(const at::Tensor& batch) {
     for (size_t k = 0; k + 1 < stages_.size(); ++k) {
       input = stages_[k].Remote<at::Tensor>("forward", input);
     }
-    outputs.push_back(
-        stages_.back().RpcAsync<at::Tensor>(rpc::CallOptions{options_.timeout}, "forward", input));
+    outputs.push_back(stages_.back().RpcAsync<at::Tensor>(options_.timeout, "forward", input));
   }
+  // Every call is sent: none is due later than this.
+  const absl::Time deadline = absl::Now() + rrefs_.EffectiveTimeout(options_.timeout);
   std::vector<at::Tensor> parts;
   for (size_t i = 0; i < outputs.size(); ++i) {
     // The cause names the stage's worker that failed (errors nest per hop).
-    auto part = outputs[i].Wait(rrefs_.EffectiveTimeout(options_.timeout) + kWaitBackstop);
+    auto part = AwaitCall(outputs[i], deadline);
     if (!part.ok()) {
-      throw StatusError(Annotate(part.status(), absl::StrCat("pipeline forward of micro-batch ",
-                                                             i, " of ", outputs.size())));
+      throw StatusError(Annotate(part.status(), absl::StrCat("pipeline forward of micro-batch ", i,
+                                                             " of ", outputs.size())));
     }
     parts.push_back(*std::move(part));
   }

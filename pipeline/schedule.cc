@@ -9,9 +9,9 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/await_call.h"
 #include "common/mutex.h"
 #include "common/status.h"
-#include "common/timeouts.h"
 #include "rref/remote.h"
 
 namespace tessera::pipeline {
@@ -124,7 +124,7 @@ StepResult RunScheduledStep(rref::RRefContext& rrefs, const std::vector<rref::RR
   const auto count = static_cast<int64_t>(inputs.size());
   const int64_t in_flight_limit =
       schedule == Schedule::kOneFOneB ? static_cast<int64_t>(stages.size()) : count;
-  const absl::Time deadline = absl::Now() + rrefs.EffectiveTimeout(timeout) + kWaitBackstop;
+  const absl::Time deadline = WaitDeadline(absl::Now() + rrefs.EffectiveTimeout(timeout));
 
   ScheduledStep step(rrefs, stages, timeout);
   std::vector<at::Tensor> outputs(count), output_grads(count);

@@ -79,8 +79,9 @@ struct RpcOptions {
   absl::Duration rendezvous_timeout = absl::Seconds(60);
   // The one default deadline of this worker's blocking calls: RPCs, RRef
   // calls and to_here(), distributed backward and optimizer steps, pipeline
-  // batches — each call may override it (CallOptions::timeout or its own
-  // timeout argument). TESSERA_TIMEOUT_S sets it from the environment.
+  // batches — each call may override it with its CallOptions (Note [One
+  // timeout convention], rpc/call_options.h). TESSERA_TIMEOUT_S sets it from
+  // the environment.
   absl::Duration default_call_timeout = DefaultTimeout();  // common/timeouts.h
   // How long a graceful shutdown waits for the other workers to arrive and
   // their calls to drain (rpc.shutdown() waits without bound; a dead worker
@@ -144,9 +145,10 @@ struct RpcOptions {
   // TESSERA_WORKER_NAME (default "worker<rank>"), the role from
   // TESSERA_WORKER_ROLE, how it joins from TESSERA_JOIN, the backend from TESSERA_RPC_BACKEND and
   // the job secret from TESSERA_JOB_SECRET or TESSERA_JOB_SECRET_FILE, gRPC's TLS files from
-  // TESSERA_TLS_* (GrpcTlsOptions::FromEnv), the queue bounds from TESSERA_MAX_*, the address from TESSERA_ADDRESS,
-  // TESSERA_ADVERTISE_ADDRESS and TESSERA_SOCKET_IFNAME (TP_SOCKET_IFNAME first on TensorPipe, as
-  // PyTorch's RPC reads it). Throws StatusError naming a missing or malformed variable.
+  // TESSERA_TLS_* (GrpcTlsOptions::FromEnv), the queue bounds from TESSERA_MAX_*, the address from
+  // TESSERA_ADDRESS, TESSERA_ADVERTISE_ADDRESS and TESSERA_SOCKET_IFNAME (TP_SOCKET_IFNAME first on
+  // TensorPipe, as PyTorch's RPC reads it). Throws StatusError naming a missing or malformed
+  // variable.
   static RpcOptions FromEnv();
   // The same, returning the failure.
   static absl::StatusOr<RpcOptions> TryFromEnv();

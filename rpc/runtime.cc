@@ -200,10 +200,6 @@ WorkerInfo Runtime::GetWorkerInfo(int rank) const {
   return *worker;
 }
 
-absl::Duration Runtime::Timeout(const CallOptions& options) const {
-  return options.timeout > absl::ZeroDuration() ? options.timeout : options_.default_call_timeout;
-}
-
 Future<c10::IValue> Runtime::CallAsync(const std::string& to, const std::string& function,
                                        std::vector<c10::IValue> args, const CallOptions& options) {
   const std::optional<int> rank = membership_.RankOf(to);
@@ -225,7 +221,7 @@ Future<c10::IValue> Runtime::CallInternal(int to_rank, const std::string& servic
 Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
                                   std::vector<c10::IValue> args, const CallOptions& options,
                                   Executor* executor, proto::MessageKind kind,
-                                  bool carries_user_values) {
+                                  bool carries_user_values) const {
   Message request;
   request.carries_user_values = carries_user_values;
   request.envelope.set_kind(kind);
@@ -245,7 +241,7 @@ Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
     }
   }
   CallObserver* observer = observer_;
-  return agent_->Send(to_rank, std::move(request), absl::Now() + Timeout(options))
+  return agent_->Send(to_rank, std::move(request), absl::Now() + EffectiveTimeout(options))
       .Then(
           [peer, observer](const absl::StatusOr<Message>& response) -> absl::StatusOr<c10::IValue> {
             if (!response.ok()) return response.status();

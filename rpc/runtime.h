@@ -60,28 +60,21 @@
 #include "common/status.h"
 #include "common/thread_pool.h"
 #include "common/timeouts.h"
+#include "rpc/call_options.h"
 #include "rpc/internal_service.h"
 #include "rpc/membership.h"
 #include "rpc/registry.h"
 #include "rpc/rpc_agent.h"
 #include "rpc/rpc_options.h"
 #include "rpc/runtime_extension.h"
+#include "rpc/typed_calls.h"
 #include "rpc/value_traits.h"
 #include "store/store_client.h"
 #include "store/store_server.h"
 
 namespace tessera::rpc {
 
-// What a typed call of R yields: `void` calls yield std::monostate.
-template <typename R>
-using ResultOf = std::conditional_t<std::is_void_v<R>, std::monostate, R>;
-
-struct CallOptions {
-  // Zero means "the runtime's default_call_timeout".
-  absl::Duration timeout = absl::ZeroDuration();
-};
-
-class Runtime {
+class Runtime : public TypedCalls<Runtime> {
  public:
   // Starts the agent that options.agent_factory makes, meets every other
   // worker through the store (bounded by rendezvous_timeout) and begins
@@ -119,35 +112,13 @@ class Runtime {
   Future<c10::IValue> CallAsync(int to_rank, const std::string& function,
                                 std::vector<c10::IValue> args, const CallOptions& options = {});
 
-  // Typed calls: arguments are converted with ValueTraits; the result is
-  // checked against R (an error names what arrived instead).
-  template <typename R = c10::IValue, typename... Args>
-  Future<ResultOf<R>> RpcAsync(const std::string& to, const std::string& function, Args&&... args) {
-    return RpcAsync<R>(CallOptions{}, to, function, std::forward<Args>(args)...);
-  }
-  template <typename R = c10::IValue, typename... Args>
-  Future<ResultOf<R>> RpcAsync(const CallOptions& options, const std::string& to,
-                               const std::string& function, Args&&... args) {
-    std::vector<c10::IValue> values{ToIValue(std::forward<Args>(args))...};
-    const std::optional<int> rank = membership_.RankOf(to);
-    if (!rank.has_value()) return Future<ResultOf<R>>::Ready(NoWorkerNamed(to));
-    return Typed<R>(Call(*rank, function, std::move(values), options, nullptr), to, function,
-                    pool());
-  }
-  template <typename R = c10::IValue, typename... Args>
-  R RpcSync(const std::string& to, const std::string& function, Args&&... args) {
-    return RpcSync<R>(CallOptions{}, to, function, std::forward<Args>(args)...);
-  }
-  template <typename R = c10::IValue, typename... Args>
-  R RpcSync(const CallOptions& options, const std::string& to, const std::string& function,
-            Args&&... args) {
-    auto result = RpcAsync<R>(options, to, function, std::forward<Args>(args)...)
-                      .Wait(Timeout(options) + kWaitBackstop);
-    if constexpr (std::is_void_v<R>) {
-      ThrowIfError(result.status());
-    } else {
-      return ValueOrThrow(std::move(result));
-    }
+  // Typed calls, RpcSync/RpcAsync([options,] to, function, args...)
+  // (rpc/typed_calls.h): arguments are converted with ValueTraits; the
+  // result is checked against R (an error names what arrived instead).
+
+  // The call's timeout: its own, or default_call_timeout when zero.
+  absl::Duration EffectiveTimeout(const CallOptions& options) const {
+    return OrDefault(options.timeout, options_.default_call_timeout);
   }
 
   // Sends a typed internal message (Note [Typed internal services],
@@ -211,11 +182,22 @@ class Runtime {
   Runtime(RpcOptions options, Registry registry,
           std::vector<std::shared_ptr<RuntimeExtension>> extensions);
   absl::Status Start();
+  friend class TypedCalls<Runtime>;
+  template <typename R, typename... Args>
+  Future<ResultOf<R>> StartTypedCall(const CallOptions& options, const std::string& to,
+                                     const std::string& function, Args&&... args) const {
+    std::vector<c10::IValue> values{ToIValue(std::forward<Args>(args))...};
+    const std::optional<int> rank = membership_.RankOf(to);
+    if (!rank.has_value()) return Future<ResultOf<R>>::Ready(NoWorkerNamed(to));
+    return Typed<R>(Call(*rank, function, std::move(values), options, nullptr), to, function,
+                    pool());
+  }
   // Sends a call; the returned future's callbacks run on `executor`
   // (nullptr: inline on the completing thread — internal use only).
   Future<c10::IValue> Call(int to_rank, const std::string& function, std::vector<c10::IValue> args,
                            const CallOptions& options, Executor* executor,
-                           proto::MessageKind kind = proto::CALL, bool carries_user_values = true);
+                           proto::MessageKind kind = proto::CALL,
+                           bool carries_user_values = true) const;
   void OnPeerFailure(int rank);
   // --- elastic membership (rpc/runtime_membership.cc) ---
   // Answers the join and leave announcements of other workers.
@@ -241,7 +223,6 @@ class Runtime {
   Future<Message> Dispatch(int from_rank, const Message& request, bool waited_for_registration);
   std::string DescribeWorker(int rank) const;
   static absl::Status NoWorkerNamed(const std::string& name);
-  absl::Duration Timeout(const CallOptions& options) const;
   // A call for `target`, not registered yet: waits (Note [Late registration]).
   Future<Message> AwaitRegistration(int from_rank, const Message& request);
   // --- graceful shutdown (rpc/runtime_shutdown.cc) ---

@@ -3,6 +3,7 @@
 // ranks a graceful shutdown waits for.
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/await_call.h"
 #include "common/logging.h"
 #include "rpc/rendezvous.h"
 #include "rpc/runtime.h"
@@ -95,7 +96,7 @@ void Runtime::AnnounceJoin() {
     calls.emplace_back(peer.rank, CallService(peer.rank, message, CallOptions{kAnnounceTimeout}));
   }
   for (auto& [rank, call] : calls) {
-    auto answer = call.Wait(kAnnounceTimeout + kWaitBackstop);
+    auto answer = AwaitCall(call, kAnnounceTimeout);
     if (answer.ok()) continue;
     // Dead, or being restarted itself: its new incarnation will announce
     // itself to us.
@@ -212,7 +213,7 @@ void Runtime::Leave(const std::string& reason) {
                                                      CallOptions{kAnnounceTimeout}));
   }
   for (auto& [rank, call] : calls) {
-    auto answer = call.Wait(kAnnounceTimeout + kWaitBackstop);
+    auto answer = AwaitCall(call, kAnnounceTimeout);
     if (!answer.ok()) {
       TESSERA_LOG(INFO) << options_.name << ": could not tell " << DescribeWorker(rank)
                         << " that it leaves: " << answer.status().message();

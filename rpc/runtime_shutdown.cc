@@ -2,6 +2,7 @@
 // (rpc/quiescence.h), the liveness probes of workers that have not arrived,
 // then closing the agent, the pool and the store.
 #include "absl/strings/str_cat.h"
+#include "common/await_call.h"
 #include "common/logging.h"
 #include "rpc/quiescence.h"
 #include "rpc/runtime.h"
@@ -43,7 +44,7 @@ absl::Status Runtime::ProbeMissing(const std::vector<int>& ranks) {
     probes.emplace_back(rank, CallService(rank, PingRequest{}, CallOptions{kProbeTimeout}));
   }
   for (auto& [rank, probe] : probes) {
-    auto answer = probe.Wait(kProbeTimeout + absl::Seconds(1));
+    auto answer = AwaitCall(probe, kProbeTimeout);
     const std::string who = DescribeWorker(rank);
     if (answer.ok()) {
       unanswered_probes_.erase(rank);

@@ -12,7 +12,9 @@
 // Blocking calls throw StatusError; the *Async variants return futures
 // that carry the status instead (README, "Errors"). Every call has the
 // runtime's default deadline (RpcOptions::default_call_timeout) unless it
-// is given its own (a timeout argument, or CallOptions first).
+// is given its own CallOptions — first in RpcSync/RpcAsync, last in
+// to_here; an absl::Duration converts to it (Note [One timeout convention],
+// rpc/call_options.h).
 //
 // Thread-safety: an RRef may be copied and used from any thread.
 #pragma once
@@ -20,16 +22,18 @@
 #include <string>
 #include <utility>
 
+#include "common/await_call.h"
 #include "common/status.h"
-#include "common/timeouts.h"
+#include "rpc/call_options.h"
 #include "rpc/runtime.h"
+#include "rpc/typed_calls.h"
 #include "rpc/value_traits.h"
 #include "rref/rref_context.h"
 
 namespace tessera::rref {
 
 template <typename T>
-class RRef {
+class RRef : public rpc::TypedCalls<RRef<T>> {
  public:
   RRef() = default;
   explicit RRef(c10::intrusive_ptr<RRefImpl> impl) : impl_(std::move(impl)) {}
@@ -43,19 +47,19 @@ class RRef {
   // A copy of the value (for tensors, a copy of the data). Objects of
   // registered classes never leave their owner: for RRef<SomeClass> this
   // does not compile, and to_here_value_async() returns an error saying so.
-  // `timeout` zero: the runtime's default.
-  Future<T> to_here_async(absl::Duration timeout = absl::ZeroDuration()) const {
+  // `options.timeout` zero (or a Duration of zero): the runtime's default.
+  Future<T> to_here_async(const rpc::CallOptions& options = {}) const {
     static_assert(rpc::IsWireType<T>::value,
                   "to_here(): objects of registered classes never leave their owner; "
                   "call their methods (RpcSync/RpcAsync) instead");
-    return Typed<T>(Held(impl_->context()->Fetch(*impl_, timeout)));
+    return Typed<T>(Held(impl_->context()->Fetch(*impl_, options.timeout)));
   }
   // Untyped fetch, for code that does not know T.
-  Future<c10::IValue> to_here_value_async(absl::Duration timeout = absl::ZeroDuration()) const {
-    return Held(impl_->context()->Fetch(*impl_, timeout));
+  Future<c10::IValue> to_here_value_async(const rpc::CallOptions& options = {}) const {
+    return Held(impl_->context()->Fetch(*impl_, options.timeout));
   }
-  T to_here(absl::Duration timeout = absl::ZeroDuration()) const {
-    return to_here_async(timeout).Get(GraceAfter(timeout));
+  T to_here(const rpc::CallOptions& options = {}) const {
+    return ValueOrThrow(AwaitCall(to_here_async(options), EffectiveTimeout(options)));
   }
 
   // The value itself; only on the owner (StatusError, FailedPrecondition,
@@ -69,31 +73,9 @@ class RRef {
     return std::static_pointer_cast<T>(ValueOrThrow(impl_->context()->LocalObject(*impl_)));
   }
 
-  // Calls a method of the remote object (see ClassRegistry).
-  template <typename R = c10::IValue, typename... Args>
-  Future<rpc::ResultOf<R>> RpcAsync(const std::string& method, Args&&... args) const {
-    return RpcAsync<R>(rpc::CallOptions{}, method, std::forward<Args>(args)...);
-  }
-  template <typename R = c10::IValue, typename... Args>
-  Future<rpc::ResultOf<R>> RpcAsync(const rpc::CallOptions& options, const std::string& method,
-                                    Args&&... args) const {
-    return Typed<R>(Held(impl_->context()->CallMethod(
-        *impl_, method, {rpc::ToIValue(std::forward<Args>(args))...}, options.timeout)));
-  }
-  template <typename R = c10::IValue, typename... Args>
-  R RpcSync(const std::string& method, Args&&... args) const {
-    return RpcSync<R>(rpc::CallOptions{}, method, std::forward<Args>(args)...);
-  }
-  template <typename R = c10::IValue, typename... Args>
-  R RpcSync(const rpc::CallOptions& options, const std::string& method, Args&&... args) const {
-    auto result =
-        RpcAsync<R>(options, method, std::forward<Args>(args)...).Wait(GraceAfter(options.timeout));
-    if constexpr (std::is_void_v<R>) {
-      ThrowIfError(result.status());
-    } else {
-      return ValueOrThrow(std::move(result));
-    }
-  }
+  // Calls a method of the remote object (see ClassRegistry):
+  // RpcSync/RpcAsync([options,] method, args...), rpc/typed_calls.h.
+
   // Calls a method of the remote object and keeps the result on the owner.
   template <typename R, typename... Args>
   RRef<R> Remote(const std::string& method, Args&&... args) const {
@@ -117,10 +99,15 @@ class RRef {
     return call;
   }
 
-  // How long a blocking call waits on its future: the call's deadline (its
-  // own, or the runtime's default), then kWaitBackstop.
-  absl::Duration GraceAfter(absl::Duration timeout) const {
-    return impl_->context()->EffectiveTimeout(timeout) + kWaitBackstop;
+  friend class rpc::TypedCalls<RRef<T>>;
+  template <typename R, typename... Args>
+  Future<rpc::ResultOf<R>> StartTypedCall(const rpc::CallOptions& options,
+                                          const std::string& method, Args&&... args) const {
+    return Typed<R>(Held(impl_->context()->CallMethod(
+        *impl_, method, {rpc::ToIValue(std::forward<Args>(args))...}, options.timeout)));
+  }
+  absl::Duration EffectiveTimeout(const rpc::CallOptions& options) const {
+    return impl_->context()->EffectiveTimeout(options.timeout);
   }
 
   template <typename R>

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "common/timeouts.h"
 
 namespace tessera::rref {
 
@@ -17,10 +18,10 @@ std::shared_ptr<RRefContext> RRefContext::Create(ClassRegistry classes) {
 
 RRefContext::RRefContext(ClassRegistry classes) : classes_(std::move(classes)) {}
 
-absl::Duration RRefContext::EffectiveTimeout(absl::Duration timeout) const {
-  if (timeout > absl::ZeroDuration()) return timeout;
+absl::Duration RRefContext::EffectiveTimeout(const rpc::CallOptions& options) const {
   rpc::Runtime* runtime = runtime_.load();
-  return runtime != nullptr ? runtime->options().default_call_timeout : absl::Seconds(60);
+  return runtime != nullptr ? runtime->EffectiveTimeout(options)
+                            : OrDefault(options.timeout, DefaultTimeout());
 }
 
 void RRefContext::Attach(rpc::Runtime* runtime, rpc::Registry* internal) {

@@ -40,6 +40,7 @@
 #include "absl/status/statusor.h"
 #include "common/future.h"
 #include "common/mutex.h"
+#include "rpc/call_options.h"
 #include "rpc/runtime.h"
 #include "rpc/runtime_extension.h"
 #include "rref/class_registry.h"
@@ -91,8 +92,8 @@ class RRefContext final : public rpc::RuntimeExtension,
   ClassRegistry& classes() { return classes_; }
   const ClassRegistry& classes() const { return classes_; }
   rpc::Runtime* runtime() const { return runtime_.load(); }
-  // `timeout`, or the runtime's default call timeout when it is zero.
-  absl::Duration EffectiveTimeout(absl::Duration timeout) const;
+  // The call's timeout, or the runtime's default call timeout when zero.
+  absl::Duration EffectiveTimeout(const rpc::CallOptions& options) const;
 
   // For leak checks in tests and at shutdown.
   struct Stats {

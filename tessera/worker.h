@@ -30,6 +30,7 @@
 #include "dist_autograd/dist_autograd.h"
 #include "rpc/rpc_options.h"
 #include "rpc/runtime.h"
+#include "rpc/typed_calls.h"
 #include "rref/class_registry.h"
 #include "rref/remote.h"
 #include "rref/rref.h"
@@ -47,7 +48,7 @@ struct WorkerOptions : rpc::RpcOptions {
   static WorkerOptions FromEnv(const std::string& name = "");
 };
 
-class Worker {
+class Worker : public rpc::TypedCalls<Worker> {
  public:
   // Starts this worker and meets the others (bounded by
   // options.rendezvous_timeout). Throws StatusError naming what failed.
@@ -69,25 +70,7 @@ class Worker {
   }
 
   // --- calling ---
-  template <typename R = c10::IValue, typename... Args>
-  R RpcSync(const std::string& to, const std::string& function, Args&&... args) {
-    return runtime_->RpcSync<R>(to, function, std::forward<Args>(args)...);
-  }
-  template <typename R = c10::IValue, typename... Args>
-  R RpcSync(const rpc::CallOptions& options, const std::string& to, const std::string& function,
-            Args&&... args) {
-    return runtime_->RpcSync<R>(options, to, function, std::forward<Args>(args)...);
-  }
-  template <typename R = c10::IValue, typename... Args>
-  Future<rpc::ResultOf<R>> RpcAsync(const std::string& to, const std::string& function,
-                                    Args&&... args) {
-    return runtime_->RpcAsync<R>(to, function, std::forward<Args>(args)...);
-  }
-  template <typename R = c10::IValue, typename... Args>
-  Future<rpc::ResultOf<R>> RpcAsync(const rpc::CallOptions& options, const std::string& to,
-                                    const std::string& function, Args&&... args) {
-    return runtime_->RpcAsync<R>(options, to, function, std::forward<Args>(args)...);
-  }
+  // RpcSync/RpcAsync([options,] to, function, args...): rpc/typed_calls.h.
   // remote(): runs `function` on `owner` and keeps the result there.
   template <typename R, typename... Args>
   rref::RRef<R> Remote(const std::string& owner, const std::string& function, Args&&... args) {
@@ -123,6 +106,15 @@ class Worker {
 
  private:
   Worker() = default;
+  friend class rpc::TypedCalls<Worker>;
+  template <typename R, typename... Args>
+  Future<rpc::ResultOf<R>> StartTypedCall(const rpc::CallOptions& options, Args&&... args) const {
+    return runtime_->RpcAsync<R>(options, std::forward<Args>(args)...);
+  }
+  absl::Duration EffectiveTimeout(const rpc::CallOptions& options) const {
+    return runtime_->EffectiveTimeout(options);
+  }
+
   std::shared_ptr<rref::RRefContext> rrefs_;
   std::shared_ptr<dist_autograd::DistAutograd> autograd_;
   std::unique_ptr<rpc::Runtime> runtime_;  // last: closes before the parts it uses

@@ -10,15 +10,23 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/optimizer_state.h"
+#include "common/await_call.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/timeouts.h"
 
 namespace tessera::ddp {
 namespace {
 
-// Waits for a collective, throwing its error.
+// Waits for a collective (which fails by itself at `timeout`), throwing its
+// error.
 void Await(const Work& work, absl::Duration timeout) {
-  ThrowIfError(work.Wait(timeout + absl::Seconds(1)).status());
+  ThrowIfError(AwaitCall(work, timeout).status());
+}
+
+FaultTolerantOptions WithDefaultGlooTimeout(FaultTolerantOptions options) {
+  options.gloo = WithDefaultTimeout(std::move(options.gloo));
+  return options;
 }
 
 }  // namespace
@@ -28,7 +36,7 @@ FaultTolerantDdp::FaultTolerantDdp(store::StoreClient* store, torch::nn::Module&
     : store_(store),
       model_(model),
       optimizer_(optimizer),
-      options_(std::move(options)),
+      options_(WithDefaultGlooTimeout(std::move(options))),
       quorum_(store, options_.replica_id, options_.quorum) {}
 
 FaultTolerantDdp::~FaultTolerantDdp() = default;
@@ -38,7 +46,7 @@ void FaultTolerantDdp::FormGroup(const QuorumRound& round) {
   GlooOptions gloo = options_.gloo;
   // A fresh group per quorum: its keys must not meet an older group's.
   gloo.store_prefix = absl::StrCat(options_.quorum.prefix, "/group/", round.round);
-  gloo.connect_timeout = options_.quorum.timeout;
+  gloo.connect_timeout = options_.quorum.round_timeout();
   group_ = CreateGlooProcessGroup(store_, round.rank, static_cast<int>(round.members.size()), gloo);
   group_broken_ = false;
 }

@@ -121,7 +121,7 @@ absl::StatusOr<std::vector<QuorumMember>> Quorum::AwaitArrivals(int64_t r) const
     expected.clear();
     expected_count = static_cast<size_t>(options_.initial_replicas);
   } else if (previous_round_ != r - 1) {
-    auto previous = Closed(r - 1, options_.timeout);
+    auto previous = Closed(r - 1, options_.round_timeout());
     expected = previous.ok() ? Ids(*previous) : std::vector<std::string>();
     expected_count =
         previous.ok() ? expected.size() : static_cast<size_t>(options_.initial_replicas);
@@ -131,7 +131,7 @@ absl::StatusOr<std::vector<QuorumMember>> Quorum::AwaitArrivals(int64_t r) const
   if (!holders_.empty()) expected = holders_;
   expected_count =
       std::max({expected_count, expected.size(), static_cast<size_t>(options_.RequiredReplicas())});
-  const absl::Time deadline = absl::Now() + options_.timeout;
+  const absl::Time deadline = absl::Now() + options_.round_timeout();
   while (true) {
     int64_t slots = 0;
     auto arrivals = Arrivals(r, &slots);
@@ -247,7 +247,7 @@ absl::StatusOr<std::string> Quorum::Decide(const QuorumRound& round, bool ok) {
   TESSERA_RETURN_IF_ERROR(store_->Set(Key(round.round, "vote/" + id_), ok ? "1" : "0"));
   std::vector<std::string> votes;
   for (const auto& m : round.members) votes.push_back(Key(round.round, "vote/" + m.id));
-  const absl::Time deadline = absl::Now() + options_.timeout;
+  const absl::Time deadline = absl::Now() + options_.round_timeout();
   std::string decision = ok ? "" : "abort";  // a no needs nobody else's vote
   while (decision.empty()) {
     auto missing = store_->WaitForKeys(

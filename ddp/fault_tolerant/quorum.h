@@ -55,6 +55,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/timeouts.h"
 #include "store/store_client.h"
 
 namespace tessera::ddp {
@@ -64,8 +65,8 @@ struct QuorumOptions {
   std::string prefix = "tessera/ft";
   // How long a round waits for the members of the previous quorum (and the
   // first round for `initial_replicas`) before closing without them; and
-  // how long a commit waits for votes.
-  absl::Duration timeout = absl::Seconds(5);
+  // how long a commit waits for votes. Zero: 5 s (round_timeout()).
+  absl::Duration timeout = absl::ZeroDuration();
   // Replicas expected in the first round.
   int initial_replicas = 1;
   // A round with fewer members commits nothing (Note [No split brain]);
@@ -77,6 +78,8 @@ struct QuorumOptions {
   // (DeadlineExceeded) or Commit (FailedPrecondition) gives up.
   absl::Duration rejoin_timeout = absl::Minutes(5);
 
+  // `timeout`, or its default.
+  absl::Duration round_timeout() const { return OrDefault(timeout, absl::Seconds(5)); }
   // min_replicas, or the majority it stands for.
   int RequiredReplicas() const;
 };

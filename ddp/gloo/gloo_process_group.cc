@@ -18,6 +18,7 @@
 #include "common/serial_queue.h"
 #include "common/thread_pool.h"
 #include "common/status.h"
+#include "common/timeouts.h"
 #include "ddp/gloo/gloo_store.h"
 #include "ddp/gloo/reduced_float_math.h"
 #include "ddp/gloo/ring_reduce_scatter.h"
@@ -330,7 +331,8 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ConnectFlat(store::StoreClient* st
 // The flat group, with shared-memory collectives where ranks share a host
 // (ddp/shm/shm_group_setup.h); the hosts' leaders meet over Gloo.
 absl::StatusOr<std::unique_ptr<ProcessGroup>> Connect(store::StoreClient* store, int rank, int size,
-                                                      const GlooOptions& options) {
+                                                      GlooOptions options) {
+  options = WithDefaultTimeout(std::move(options));
   TESSERA_ASSIGN_OR_RETURN(auto flat, ConnectFlat(store, rank, size, options));
   auto connect_leaders = [&](int leader, int leaders,
                              const std::string& prefix) -> absl::StatusOr<std::unique_ptr<ProcessGroup>> {
@@ -358,7 +360,7 @@ EnvProcessGroup CreateGlooProcessGroupFromEnv(const GlooOptions& options) {
       [&](store::StoreClient* store, const store::RendezvousEnv& env) {
         return Connect(store, env.rank, env.world_size, options);
       },
-      options.timeout));
+      OrDefault(options.timeout, DefaultTimeout())));
 }
 
 }  // namespace tessera::ddp

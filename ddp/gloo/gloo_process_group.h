@@ -9,7 +9,6 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/host_address.h"
-#include "common/timeouts.h"
 #include "ddp/env_rendezvous.h"
 #include "ddp/process_group.h"
 #include "ddp/shm/shm_group_setup.h"
@@ -24,8 +23,9 @@ struct GlooOptions {
   // Gloo advertises the address it listens on: `advertise` is used only as
   // what a wildcard `address` listens on for (no NAT for Gloo, as PyTorch).
   AddressOptions address;
-  // Bound on every collective and point-to-point wait.
-  absl::Duration timeout = DefaultTimeout();  // common/timeouts.h
+  // Bound on every collective and point-to-point wait; zero:
+  // DefaultTimeout() (common/timeouts.h).
+  absl::Duration timeout = absl::ZeroDuration();
   // Bound on meeting the other ranks (store waits and Gloo's full mesh).
   // Longer than `timeout`: the ranks of a multi-node job start as their
   // nodes do, minutes apart (PyTorch waits 30 minutes for either).

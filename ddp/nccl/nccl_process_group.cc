@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "common/thread_pool.h"
+#include "common/timeouts.h"
 #include "ddp/nccl/nccl_communicator.h"
 #include "ddp/nccl/nccl_ops.h"
 #include "ddp/nccl/nccl_status.h"
@@ -161,7 +162,8 @@ class NcclProcessGroup final : public ProcessGroup {
 };
 
 absl::StatusOr<std::unique_ptr<ProcessGroup>> Connect(store::StoreClient* store, int rank, int size,
-                                                      const NcclOptions& options) {
+                                                      NcclOptions options) {
+  options = WithDefaultTimeout(std::move(options));
   if (size <= 0 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("invalid rank ", rank, " of ", size));
   }
@@ -207,7 +209,7 @@ EnvProcessGroup CreateNcclProcessGroupFromEnv(const NcclOptions& options) {
         }
         return Connect(store, env.rank, env.world_size, local);
       },
-      options.timeout));
+      OrDefault(options.timeout, DefaultTimeout())));
 }
 
 }  // namespace tessera::ddp

@@ -21,7 +21,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/timeouts.h"
 #include "ddp/env_rendezvous.h"
 #include "ddp/process_group.h"
 #include "store/store_client.h"
@@ -32,8 +31,8 @@ struct NcclOptions {
   // CUDA device of this rank; -1 picks rank % VisibleCudaDevices() (the
   // FromEnv factory: LOCAL_RANK % VisibleCudaDevices()).
   int device = -1;
-  // Bound on every operation.
-  absl::Duration timeout = DefaultTimeout();  // common/timeouts.h
+  // Bound on every operation; zero: DefaultTimeout() (common/timeouts.h).
+  absl::Duration timeout = absl::ZeroDuration();
   // Bound on joining the other ranks (as GlooOptions::connect_timeout).
   absl::Duration connect_timeout = absl::Minutes(5);
   // Keys of this group in the store (one group per prefix).

@@ -2,7 +2,9 @@
 // set short (TESSERA_TIMEOUT_S), every kind of blocking call is cut off by
 // it — an RPC, an RRef method call, to_here(), a distributed backward, a
 // pipeline batch, a collective — while a call that sets its own deadline
-// keeps it. The peer here stalls (until the test ends) in each of them.
+// keeps it — given in each shape the API takes (Note [One timeout
+// convention], rpc/call_options.h). The peer here stalls (until the test
+// ends) in each of them, or answers after a second.
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/ones.h>
 #include <gtest/gtest.h>
@@ -31,6 +33,10 @@ class Staller {
   explicit Staller(const absl::Notification* release) : release_(release) {}
   bool Stall() {
     release_->WaitForNotificationWithTimeout(absl::Seconds(20));
+    return true;
+  }
+  bool AnswerInASecond() {
+    release_->WaitForNotificationWithTimeout(absl::Seconds(1));
     return true;
   }
 
@@ -73,33 +79,46 @@ class TimeoutsTest : public ::testing::Test {
       release_.WaitForNotificationWithTimeout(absl::Seconds(20));
       return at::ones({2});
     });
-    // Answers after 1 s: past the default, within a call's own 20 s.
+    // Answer after 1 s: past the default, within a call's own 20 s.
     worker->Register("answer_in_a_second", [this] {
       release_.WaitForNotificationWithTimeout(absl::Seconds(1));
       return true;
     });
+    worker->Register("tensor_in_a_second", [this] {
+      release_.WaitForNotificationWithTimeout(absl::Seconds(1));
+      return at::ones({2});
+    });
     // A product whose backward stalls: a distributed backward through it waits.
     weights_[rank] = at::ones({2}).requires_grad_();
-    worker->Register("scale", [this, rank](at::Tensor x) {
-      at::Tensor y = x * weights_[rank];
-      y.register_hook([this](const at::Tensor& grad) {
-        release_.WaitForNotificationWithTimeout(absl::Seconds(20));
-        return grad;
-      });
-      return y;
-    });
+    auto scale_with_backward_of = [this, rank](absl::Duration backward_wait) {
+      return [this, rank, backward_wait](at::Tensor x) {
+        at::Tensor y = x * weights_[rank];
+        y.register_hook([this, backward_wait](const at::Tensor& grad) {
+          release_.WaitForNotificationWithTimeout(backward_wait);
+          return grad;
+        });
+        return y;
+      };
+    };
+    worker->Register("scale", scale_with_backward_of(absl::Seconds(20)));
+    worker->Register("scale_backward_in_a_second", scale_with_backward_of(absl::Seconds(1)));
     worker->RegisterClass<Staller>("Staller")
         .Factory<>([this] { return std::make_shared<Staller>(&release_); })
-        .Method("stall", &Staller::Stall);
+        .Method("stall", &Staller::Stall)
+        .Method("answer_in_a_second", &Staller::AnswerInASecond);
+    auto stage_answering_after = [this](absl::Duration wait) {
+      return [this, wait](int64_t) {
+        pipeline::StageModel model;
+        model.forward = [this, wait](const at::Tensor& x) {
+          release_.WaitForNotificationWithTimeout(wait);
+          return x;
+        };
+        return model;
+      };
+    };
     pipeline::RegisterStage(worker->rrefs().classes(),
-                            {{"stalling", [this](int64_t) {
-                                pipeline::StageModel model;
-                                model.forward = [this](const at::Tensor& x) {
-                                  release_.WaitForNotificationWithTimeout(absl::Seconds(20));
-                                  return x;
-                                };
-                                return model;
-                              }}});
+                            {{"stalling", stage_answering_after(absl::Seconds(20))},
+                             {"in_a_second", stage_answering_after(absl::Seconds(1))}});
     return worker;
   }
 
@@ -165,6 +184,35 @@ TEST_F(TimeoutsTest, ACallsOwnDeadlineOverridesTheDefault) {
   EXPECT_FALSE(answer.Wait(absl::Seconds(1)).ok());  // still waiting past the default
   release_.Notify();
   EXPECT_TRUE(answer.Get(absl::Seconds(20)));
+}
+
+// Each answer comes after 1 s, past the 0.5 s default: the call's own 20 s,
+// given as an absl::Duration wherever the API takes a deadline, is kept.
+TEST_F(TimeoutsTest, EveryShapeOfDeadlineTakesADuration) {
+  const absl::Duration own = absl::Seconds(20);
+  EXPECT_TRUE(caller().RpcSync<bool>(own, "worker1", "answer_in_a_second"));
+  EXPECT_TRUE(caller().RpcAsync<bool>(own, "worker1", "answer_in_a_second").Get(absl::Seconds(30)));
+  auto staller = caller().RemoteObject<Staller>("worker1");
+  EXPECT_TRUE(staller.RpcSync<bool>(own, "answer_in_a_second"));
+  EXPECT_TRUE(caller()
+                  .Remote<at::Tensor>("worker1", "tensor_in_a_second")
+                  .to_here(own)
+                  .equal(at::ones({2})));
+  {
+    dist_autograd::ContextGuard context(caller().autograd());
+    at::Tensor y =
+        caller().RpcSync<at::Tensor>("worker1", "scale_backward_in_a_second", at::ones({2}));
+    EXPECT_TRUE(caller().autograd().TryBackward(context.id(), {y.sum()}, false, own).ok());
+  }
+  // An options field: zero is the default (cut off), a value is kept.
+  auto stage =
+      caller().RemoteObject<pipeline::Stage>("worker1", std::string("in_a_second"), int64_t{0});
+  pipeline::PipelineDriver with_default(caller().rrefs(), {stage});
+  ExpectCutOff(StatusOf([&] { with_default.Forward(at::ones({2, 2})); }), "pipeline default");
+  pipeline::PipelineOptions options;
+  options.timeout = own;
+  pipeline::PipelineDriver with_own(caller().rrefs(), {stage}, options);
+  EXPECT_TRUE(with_own.Forward(at::ones({2, 2})).equal(at::ones({2, 2})));
 }
 
 }  // namespace
