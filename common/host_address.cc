@@ -142,6 +142,28 @@ absl::StatusOr<std::string> InterfaceAddressFor(const std::string& name, const s
 
 bool IsLocalAddress(const std::string& address) { return !InterfaceOf(address).empty(); }
 
+// Rule 3, also the advertised address of a wildcard listener: the source
+// address of the route to the master (`master_text` names it in errors).
+absl::StatusOr<HostAddress> ByRoute(const std::string& master, const std::string& master_text) {
+  HostAddress routed;
+  if (IsLoopbackAddress(master)) {
+    routed.bind = routed.advertise = master;
+    routed.reason = absl::StrCat("MASTER_ADDR ", master_text, " is loopback");
+  } else {
+    auto source = RouteSource(master);
+    if (!source.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "no route from this host to MASTER_ADDR ", master_text, ": ", source.status().message(),
+          "; set TESSERA_SOCKET_IFNAME or TESSERA_ADDRESS (this host has: ", DescribeInterfaces(),
+          ")"));
+    }
+    routed.bind = routed.advertise = *source;
+    routed.reason = absl::StrCat("the route to MASTER_ADDR ", master_text);
+  }
+  routed.interface = InterfaceOf(routed.advertise);
+  return routed;
+}
+
 }  // namespace
 
 AddressOptions AddressOptions::FromEnv(const char* layer_ifname_variable) {
@@ -197,26 +219,7 @@ absl::StatusOr<HostAddress> ChooseHostAddress(const std::string& master_addr,
   const std::string master_text =
       master == Unbracket(master_addr) ? master : absl::StrCat(master_addr, " (", master, ")");
 
-  // Rule 3, also the advertised address of a wildcard listener.
-  auto by_route = [&]() -> absl::StatusOr<HostAddress> {
-    HostAddress routed;
-    if (IsLoopbackAddress(master)) {
-      routed.bind = routed.advertise = master;
-      routed.reason = absl::StrCat("MASTER_ADDR ", master_text, " is loopback");
-    } else {
-      auto source = RouteSource(master);
-      if (!source.ok()) {
-        return absl::UnavailableError(absl::StrCat(
-            "no route from this host to MASTER_ADDR ", master_text, ": ", source.status().message(),
-            "; set TESSERA_SOCKET_IFNAME or TESSERA_ADDRESS (this host has: ",
-            DescribeInterfaces(), ")"));
-      }
-      routed.bind = routed.advertise = *source;
-      routed.reason = absl::StrCat("the route to MASTER_ADDR ", master_text);
-    }
-    routed.interface = InterfaceOf(routed.advertise);
-    return routed;
-  };
+  auto by_route = [&] { return ByRoute(master, master_text); };
 
   HostAddress chosen;
   if (!options.address.empty()) {

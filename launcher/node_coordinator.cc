@@ -165,35 +165,41 @@ int NodeCoordinator::WatchFailures(int round) {
                 : "node 0's launcher is gone or the link to it is down"));
       }
       if (node_rank_ != 0) continue;
-      for (auto node = watched.begin(); node != watched.end();) {
-        const absl::Time heard = LastHeard(round, *node);
-        if (now - heard <= node_timeout_) {
-          ++node;
-          continue;
-        }
-        // A node whose workers finished reports its end and its launcher
-        // exits: silent, but not lost (its replicas may finish seconds
-        // before this node's; judged lost, it failed a finished job).
-        if (store_->Get(EndedKey(round, *node), absl::ZeroDuration()).ok()) {
-          node = watched.erase(node);
-          continue;
-        }
-        const Verdict lost = DeclareLost(round, *node, heard);
-        if (lost.kind == Verdict::kStop) return wake(lost.what);
-        if (lost.kind == Verdict::kRegroup) {
-          {
-            MutexLock lock(&mu_);
-            regrouping_ = true;
-          }
-          // Every node stops its workers; the next round opens without it.
-          ReportFailure(round, lost.what);
-          return wake(lost.what);
-        }
-        node = watched.erase(node);
-      }
+      if (auto stop = JudgeSilentNodes(round, watched, now)) return wake(*std::move(stop));
     }
   });
   return wake_[0];
+}
+
+std::optional<std::string> NodeCoordinator::JudgeSilentNodes(int round, std::set<int>& watched,
+                                                             absl::Time now) {
+  for (auto node = watched.begin(); node != watched.end();) {
+    const absl::Time heard = LastHeard(round, *node);
+    if (now - heard <= node_timeout_) {
+      ++node;
+      continue;
+    }
+    // A node whose workers finished reports its end and its launcher
+    // exits: silent, but not lost (its replicas may finish seconds
+    // before this node's; judged lost, it failed a finished job).
+    if (store_->Get(EndedKey(round, *node), absl::ZeroDuration()).ok()) {
+      node = watched.erase(node);
+      continue;
+    }
+    const Verdict lost = DeclareLost(round, *node, heard);
+    if (lost.kind == Verdict::kStop) return lost.what;
+    if (lost.kind == Verdict::kRegroup) {
+      {
+        MutexLock lock(&mu_);
+        regrouping_ = true;
+      }
+      // Every node stops its workers; the next round opens without it.
+      ReportFailure(round, lost.what);
+      return lost.what;
+    }
+    node = watched.erase(node);
+  }
+  return std::nullopt;
 }
 
 void NodeCoordinator::StopWatching() {

@@ -154,6 +154,10 @@ class NodeCoordinator {
   // Node 0: declares `node` lost in `round` and records it unless the job
   // must stop.
   Verdict DeclareLost(int round, int node, absl::Time last_heard);
+  // Node 0's watcher, once a beat: judges the `watched` nodes silent for
+  // node_timeout_ (DeclareLost) and stops watching those that ended. What
+  // stops this node's workers, if anything.
+  std::optional<std::string> JudgeSilentNodes(int round, std::set<int>& watched, absl::Time now);
 
   const std::unique_ptr<store::StoreClient> store_;
   const ClearStore clear_;

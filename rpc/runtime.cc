@@ -92,11 +92,32 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(
 }
 
 absl::Status Runtime::Start() {
+  auto host = ChooseHostAddress(options_.master_addr, options_.address);
+  if (!host.ok()) return Annotate(host.status(), options_.name + " cannot choose its address");
+  TESSERA_RETURN_IF_ERROR(ConnectStore());
+  timer_ = std::make_unique<DeadlineTimer>();
+  pool_ = std::make_unique<ThreadPool>(options_.num_worker_threads, options_.name,
+                                       options_.max_worker_threads);
+  live_pool_.store(pool_.get(), std::memory_order_release);
+  if (options_.job_secret.empty()) {
+    TESSERA_LOG(WARNING) << options_.name
+                         << ": no job secret (TESSERA_JOB_SECRET): anyone who can reach this "
+                            "worker's port can call its registered functions";
+  }
+  TESSERA_RETURN_IF_ERROR(StartAgent(*host));
+  TESSERA_RETURN_IF_ERROR(MeetWorkers());
+  TESSERA_LOG(INFO)
+      << options_.name << ": "
+      << (options_.join == JoinMode::kStart ? "joined a world of " : "entered a running job of ")
+      << membership_.size() << " at " << host->Describe()
+      << (self_.incarnation > 0 ? absl::StrCat(" (incarnation ", self_.incarnation, ")") : "");
+  return absl::OkStatus();
+}
+
+absl::Status Runtime::ConnectStore() {
   const bool host_store = options_.store_url.empty() &&
                           (options_.store_role == StoreRole::kHost ||
                            (options_.store_role == StoreRole::kAuto && options_.rank == 0));
-  auto host = ChooseHostAddress(options_.master_addr, options_.address);
-  if (!host.ok()) return Annotate(host.status(), options_.name + " cannot choose its address");
   int port = options_.master_port;
   if (host_store) {
     auto server =
@@ -110,24 +131,15 @@ absl::Status Runtime::Start() {
       options_.rendezvous_timeout, options_.job_secret);
   if (!store.ok()) return Annotate(store.status(), options_.name + " cannot reach its store");
   store_client_ = *std::move(store);
-  timer_ = std::make_unique<DeadlineTimer>();
-  pool_ = std::make_unique<ThreadPool>(options_.num_worker_threads, options_.name,
-                                       options_.max_worker_threads);
-  live_pool_.store(pool_.get(), std::memory_order_release);
-  RequestHandler handler = [this](int from, Message request) {
-    return HandleRequest(from, std::move(request));
-  };
-  if (options_.job_secret.empty()) {
-    TESSERA_LOG(WARNING) << options_.name
-                         << ": no job secret (TESSERA_JOB_SECRET): anyone who can reach this "
-                            "worker's port can call its registered functions";
-  }
-  const std::string& prefix = options_.store_prefix;
-  namespace elastic = store::elastic;
+  return absl::OkStatus();
+}
+
+absl::Status Runtime::StartAgent(const HostAddress& host) {
   int incarnation = 0;
   if (options_.join == JoinMode::kRejoin) {
     // Before the agent: its handshakes say it (Note [Fencing stale incarnations]).
-    auto taken = store_client_->Add(elastic::IncarnationKey(prefix, options_.rank), 1);
+    auto taken =
+        store_client_->Add(store::elastic::IncarnationKey(options_.store_prefix, options_.rank), 1);
     if (!taken.ok()) return taken.status();
     incarnation = static_cast<int>(*taken);
   }
@@ -135,23 +147,30 @@ absl::Status Runtime::Start() {
   setup.name = options_.name;
   setup.rank = options_.rank;
   setup.incarnation = incarnation;
-  setup.host = *host;
+  setup.host = host;
   setup.secret = options_.job_secret;
   setup.limits = options_.limits;
   setup.max_idle_connections = options_.max_idle_connections;
   setup.queues = options_.queues;
   setup.tensorpipe = options_.tensorpipe;
   setup.grpc = options_.grpc;
-  setup.handler = std::move(handler);
+  setup.handler = [this](int from, Message request) {
+    return HandleRequest(from, std::move(request));
+  };
   setup.executor = pool();
   setup.timer = timer_.get();
   auto agent = options_.agent_factory(std::move(setup));
   if (!agent.ok()) return agent.status();
   agent_ = *std::move(agent);
   agent_->SetPeerFailureHandler([this](int rank) { OnPeerFailure(rank); });
-
   self_ = agent_->self();
   self_.role = options_.role;
+  return absl::OkStatus();
+}
+
+absl::Status Runtime::MeetWorkers() {
+  const std::string& prefix = options_.store_prefix;
+  namespace elastic = store::elastic;
   TESSERA_RETURN_IF_ERROR(
       elastic::DeclareRole(*store_client_, prefix, options_.rank, options_.role));
   auto workers = options_.join == JoinMode::kStart
@@ -166,11 +185,6 @@ absl::Status Runtime::Start() {
   agent_->SetWorkers(*workers);
   membership_.Reset(*std::move(workers));
   if (options_.join != JoinMode::kStart) AnnounceJoin();
-  TESSERA_LOG(INFO)
-      << options_.name << ": "
-      << (options_.join == JoinMode::kStart ? "joined a world of " : "entered a running job of ")
-      << membership_.size() << " at " << host->Describe()
-      << (self_.incarnation > 0 ? absl::StrCat(" (incarnation ", self_.incarnation, ")") : "");
   return absl::OkStatus();
 }
 

@@ -56,6 +56,7 @@
 #include "absl/status/statusor.h"
 #include "common/deadline_timer.h"
 #include "common/future.h"
+#include "common/host_address.h"
 #include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_pool.h"
@@ -182,6 +183,12 @@ class Runtime : public TypedCalls<Runtime> {
   Runtime(RpcOptions options, Registry registry,
           std::vector<std::shared_ptr<RuntimeExtension>> extensions);
   absl::Status Start();
+  // Start's steps: host the store if this rank does, and connect to it;
+  // start the agent (taking a new incarnation when rejoining); meet the
+  // other workers through the store.
+  absl::Status ConnectStore();
+  absl::Status StartAgent(const HostAddress& host);
+  absl::Status MeetWorkers();
   friend class TypedCalls<Runtime>;
   template <typename R, typename... Args>
   Future<ResultOf<R>> StartTypedCall(const CallOptions& options, const std::string& to,

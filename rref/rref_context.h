@@ -215,6 +215,10 @@ class RRefContext final : public rpc::RuntimeExtension,
     return !rref.isOwner() && rref.rref_id().worker == self_ && rref.fork_id().worker == self_;
   }
   void RegisterServices(rpc::Registry* internal);
+  // remote(): the requests that create a value (rref_services.cc).
+  void ServeCreations(rpc::Registry* internal);
+  // Calls, fetches, forks and deletes of existing values.
+  void ServeUses(rpc::Registry* internal);
   // Owner side: `entry`'s value is whatever `value` completes with;
   // `what` describes the producer for error messages.
   static void Fulfil(const std::shared_ptr<OwnerEntry>& entry, Future<OwnedValue> value,

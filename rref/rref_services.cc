@@ -270,6 +270,11 @@ Future<bool> RRefContext::RegisterFork(const GlobalId& rref_id, const GlobalId& 
 }
 
 void RRefContext::RegisterServices(rpc::Registry* internal) {
+  ServeCreations(internal);
+  ServeUses(internal);
+}
+
+void RRefContext::ServeCreations(rpc::Registry* internal) {
   // Registers the caller's fork of a new value and starts producing it.
   auto start = [this](const GlobalId& rref_id, const GlobalId& fork_id, int caller,
                       const std::string& type) {
@@ -323,6 +328,9 @@ void RRefContext::RegisterServices(rpc::Registry* internal) {
             },
             "method '" + m.method + "'");
       });
+}
+
+void RRefContext::ServeUses(rpc::Registry* internal) {
   rpc::Serve<CallRequest>(*internal, [this](rpc::CallContext& ctx, CallRequest m) {
     const int caller = ctx.caller_rank;
     if (!m.may_be_early) return InvokeMethod(caller, m.rref, m.method, std::move(m.args));

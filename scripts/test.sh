@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 scripts/install_deps.sh || exit 1
 scripts/check_layering.sh --self-test && scripts/check_layering.sh || exit 1
 scripts/check_errors.sh || exit 1
+scripts/check_sizes.sh --self-test && scripts/check_sizes.sh || exit 1
 log=$(mktemp)
 bazel test //... "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}

@@ -108,54 +108,59 @@ void ServerStream::OnReadDone(bool ok) {
       FinishSoon(ToGrpc(status));
       return;
     }
-  } else {
-    const auto kind = message->envelope.kind();
-    // Checked again when the agent's table changed: a peer not a member at
-    // its handshake may have joined since, and one may have been replaced
-    // by a newer incarnation (Note [Fencing stale incarnations]).
-    std::optional<int> rechecked;
-    if (const uint64_t version = host_->WorkersVersion();
-        peer_.has_value() && version != checked_version_) {
-      checked_version_ = version;
-      rechecked = host_->MemberRankOf(*peer_);
-    }
-    int from = -1;
-    {
-      MutexLock lock(&mu_);
-      if (rechecked.has_value()) peer_rank_ = *rechecked;
-      from = peer_rank_;
-      if (kind == proto::CALL || kind == proto::INTERNAL_CALL) ++in_flight_;
-    }
-    if (kind == proto::GOODBYE) {
-      // The caller closes an idle stream: answer what is under way, then
-      // finish; not a failure (Note [Idle connections]).
-      {
-        MutexLock lock(&mu_);
-        said_goodbye_ = true;
-        reads_done_ = true;
-      }
-      FinishIfDrained();
-      return;
-    }
-    if (kind != proto::CALL && kind != proto::INTERNAL_CALL) {
-      FinishSoon(ToGrpc(absl::InvalidArgumentError(
-          absl::StrCat("expected a request, got message kind ", kind))));
-      return;
-    }
-    if (from == kStaleIncarnation) {
-      // Answered, not served: the stale process learns why.
-      const PeerIdentity& self = host_->settings().self;
-      Respond(ResponseTo(message->envelope.request_id(),
-                         StaleIncarnationError(peer_->name, peer_->rank, peer_->incarnation,
-                                               self.name),
-                         self.name, self.rank));
-    } else {
-      // The authenticated identity, not what the envelope claims.
-      message->envelope.set_origin_rank(from);
-      host_->OnRequest(shared_from_this(), from, *std::move(message));
-    }
+  } else if (!OnRequestFrame(*std::move(message))) {
+    return;
   }
   StartRead(&read_buffer_);
+}
+
+bool ServerStream::OnRequestFrame(Message message) {
+  const auto kind = message.envelope.kind();
+  // Checked again when the agent's table changed: a peer not a member at
+  // its handshake may have joined since, and one may have been replaced
+  // by a newer incarnation (Note [Fencing stale incarnations]).
+  std::optional<int> rechecked;
+  if (const uint64_t version = host_->WorkersVersion();
+      peer_.has_value() && version != checked_version_) {
+    checked_version_ = version;
+    rechecked = host_->MemberRankOf(*peer_);
+  }
+  int from = -1;
+  {
+    MutexLock lock(&mu_);
+    if (rechecked.has_value()) peer_rank_ = *rechecked;
+    from = peer_rank_;
+    if (kind == proto::CALL || kind == proto::INTERNAL_CALL) ++in_flight_;
+  }
+  if (kind == proto::GOODBYE) {
+    // The caller closes an idle stream: answer what is under way, then
+    // finish; not a failure (Note [Idle connections]).
+    {
+      MutexLock lock(&mu_);
+      said_goodbye_ = true;
+      reads_done_ = true;
+    }
+    FinishIfDrained();
+    return false;
+  }
+  if (kind != proto::CALL && kind != proto::INTERNAL_CALL) {
+    FinishSoon(ToGrpc(
+        absl::InvalidArgumentError(absl::StrCat("expected a request, got message kind ", kind))));
+    return false;
+  }
+  if (from == kStaleIncarnation) {
+    // Answered, not served: the stale process learns why.
+    const PeerIdentity& self = host_->settings().self;
+    Respond(
+        ResponseTo(message.envelope.request_id(),
+                   StaleIncarnationError(peer_->name, peer_->rank, peer_->incarnation, self.name),
+                   self.name, self.rank));
+  } else {
+    // The authenticated identity, not what the envelope claims.
+    message.envelope.set_origin_rank(from);
+    host_->OnRequest(shared_from_this(), from, std::move(message));
+  }
+  return true;
 }
 
 absl::Status ServerStream::HandleHandshake(const Message& message) {

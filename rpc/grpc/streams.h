@@ -143,6 +143,9 @@ class ServerStream final : public AsyncServerBidi,
 
   void Start();
   absl::Status HandleHandshake(const Message& message);
+  // A frame after the handshake: a request (served), a goodbye or garbage
+  // (the stream finishes). False when no further read is to start.
+  bool OnRequestFrame(Message message);
   void AnswerHealthProbe();
   void Write(grpc::ByteBuffer frame);
   // Finishes with `status` once the write in flight (if any) is done.
