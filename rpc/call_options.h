@@ -9,7 +9,7 @@
 //   The default is the runtime's RpcOptions::default_call_timeout.
 // - Per component, as the `timeout` field of its options (PipelineOptions,
 //   DdpOptions, GlooOptions, NcclOptions, SyncBatchNormOptions,
-//   ZeroRedundancyOptions, QuorumOptions). The default is the runtime's for
+//   ZeroOptions, QuorumOptions). The default is the runtime's for
 //   parts that call through it (the pipeline), else DefaultTimeout()
 //   (common/timeouts.h), QuorumOptions its own 5 s.
 // Durations named for one phase (rendezvous_timeout, connect_timeout,
