@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "common/trace.h"
 
 namespace tessera::checkpoint {
 namespace {
@@ -94,6 +95,8 @@ Checkpoint FromIValue(const c10::IValue& value, const std::string& path) {
 
 void SaveCheckpoint(const std::string& dir, const std::string& name,
                     const Checkpoint& checkpoint) {
+  trace::Span span =
+      trace::Span::Begin(trace::Track::kCheckpoint, "checkpoint", "save checkpoint " + name);
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) FailErrno(dir, "mkdir");
   const std::string path = PathOf(dir, name);
   const std::vector<char> payload = torch::jit::pickle_save(ToIValue(checkpoint));

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "ddp/collective_checks.h"
+#include "ddp/traced_process_group.h"
 #include "store/store_url.h"
 
 namespace tessera::ddp {
@@ -39,6 +40,7 @@ absl::StatusOr<EnvProcessGroup> CreateProcessGroupFromEnv(const ProcessGroupFact
   if (!group.ok()) return group.status();
   result.group = *std::move(group);
   if (*checked) result.group = WithCollectiveChecks(std::move(result.group), timeout);
+  result.group = WithTracing(std::move(result.group));
   return result;
 }
 

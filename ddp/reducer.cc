@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "common/trace.h"
 #include "ddp/bucket_assignment.h"
 #include "dist_autograd/gradient_sink.h"
 
@@ -32,6 +33,8 @@ struct Reducer::State {
   std::vector<bool> ready ABSL_GUARDED_BY(mu);  // per parameter, this pass
   ReducerPassStats stats ABSL_GUARDED_BY(mu);
   ReducerPassStats last_stats ABSL_GUARDED_BY(mu);
+  // While tracing: this pass's backward, from its first gradient to its end.
+  trace::Span backward_span ABSL_GUARDED_BY(mu);
   std::vector<size_t> bucket_of ABSL_GUARDED_BY(mu);  // parameter -> bucket
   // Note [Bucket rebuild]: until done, the order in which this pass's
   // gradients arrived.
@@ -191,6 +194,7 @@ absl::Status Reducer::ShadowPass() {
 void Reducer::State::StartPass() {
   if (join != nullptr) Announce();
   in_backward = true;
+  backward_span = trace::Span::Begin(trace::Track::kDdp, "ddp", "backward");
   next_to_launch = 0;
   ready.assign(ready.size(), false);
   stats = ReducerPassStats{};
@@ -273,11 +277,19 @@ void Reducer::State::Launch(Bucket& bucket) {
   if (in_backward) ++stats.launched_during_backward;
   const auto index = static_cast<size_t>(&bucket - reducer->buckets_.data());
   bucket.work = reducer->hook_->Reduce(reducer->HookView(index, bucket.flat), *reducer->group_);
+  if (trace::Enabled()) {
+    // Note [Tracing]: the bucket's reduction, from launch to done.
+    auto span = std::make_shared<trace::Span>(trace::Span::Begin(
+        trace::Track::kDdp, "ddp", absl::StrCat("allreduce bucket ", index)));
+    span->Arg("bytes", static_cast<int64_t>(bucket.flat.nbytes()));
+    bucket.work->OnReady([span](const absl::StatusOr<std::monostate>&) { span->End(); });
+  }
 }
 
 void Reducer::State::Finalize() {
   MutexLock lock(&mu);
   in_backward = false;
+  backward_span.End();
   if (reducer == nullptr) return;
   for (auto& bucket : reducer->buckets_) bucket.pending = 0;
   LaunchReady();

@@ -8,6 +8,7 @@
 #include "common/await_call.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/trace.h"
 #include "dist_autograd/autograd_messages.h"
 
 namespace tessera::dist_autograd {
@@ -232,6 +233,9 @@ absl::Status DistAutograd::TryBackward(int64_t context_id, const std::vector<at:
                                             context_id, " on worker '", self_name(), "'"));
   }
   if (roots.empty()) return absl::InvalidArgumentError("backward: no roots given");
+  trace::Span span =
+      trace::Span::Begin(trace::Track::kAutograd, "autograd", "distributed backward");
+  span.Arg("context", context_id);
   torch::autograd::edge_list edges;
   std::vector<at::Tensor> seeds;
   for (size_t i = 0; i < roots.size(); ++i) {
@@ -302,7 +306,10 @@ Future<bool> DistAutograd::RunFromSend(int64_t context_id, int64_t send_id,
     }
     roots.emplace_back(send, i);
   }
+  trace::Span span = trace::Span::Begin(trace::Track::kAutograd, "autograd", "local backward");
+  span.Arg("context", context_id);
   auto to_send = RunLocalPass(*context, roots, grads, /*keep_graph=*/true);
+  span.End();
   if (!to_send.ok()) return Future<bool>::Ready(to_send.status());
   if (deadline == absl::InfiniteFuture()) {
     rpc::Runtime* runtime = runtime_.load();

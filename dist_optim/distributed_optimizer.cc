@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/await_call.h"
 #include "common/status.h"
+#include "common/trace.h"
 #include "rref/remote.h"
 
 namespace tessera::dist_optim {
@@ -91,6 +92,9 @@ void DistributedOptimizer::LoadState(const std::vector<at::Tensor>& states,
 }
 
 void DistributedOptimizer::Step(int64_t context_id, const rpc::CallOptions& options) const {
+  trace::Span span =
+      trace::Span::Begin(trace::Track::kOptimizer, "optimizer", "distributed optimizer step");
+  span.Arg("context", context_id);
   ValueOrThrow(AwaitCall(StepAsync(context_id, options), rrefs_->EffectiveTimeout(options)));
 }
 

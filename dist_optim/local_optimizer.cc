@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/optimizer_state.h"
 #include "common/status.h"
+#include "common/trace.h"
 #include "dist_autograd/dist_autograd.h"
 #include "dist_optim/optimizer_options.h"
 #include "dist_optim/parameter_guard.h"
@@ -33,6 +34,8 @@ LocalOptimizer::LocalOptimizer(std::vector<rref::RRef<at::Tensor>> params, std::
 LocalOptimizer::~LocalOptimizer() = default;
 
 absl::Status LocalOptimizer::Step(rpc::CallContext& ctx, int64_t context_id) {
+  trace::Span span = trace::Span::Begin(trace::Track::kOptimizer, "optimizer", "optimizer step");
+  span.Arg("context", context_id);
   auto grads = dist_autograd::DistAutograd::Of(*ctx.runtime).GetGradients(context_id);
   ParameterGuard guard(params_);
   // LibTorch's optimizers read .grad: lend them the context's gradients for

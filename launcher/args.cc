@@ -39,6 +39,9 @@ ABSL_FLAG(int, max_ranks, 0,
           "the most ranks the job may have, workers joined with --join included (like the MAX "
           "of torchrun's --nnodes MIN:MAX); 0: no bound");
 ABSL_FLAG(int, rdzv_timeout, 300, "seconds a node waits for the others");
+ABSL_FLAG(std::string, trace, "",
+          "directory where each worker writes its trace, DIR/<worker name>.json (sets "
+          "TESSERA_TRACE for the workers; scripts/tessera-trace merges and summarises them)");
 ABSL_FLAG(int, node_timeout, 60,
           "seconds a node may be silent (no heartbeat through the store) before it is declared "
           "lost: the job goes on without it if --nnodes MIN allows and its workers' roles are "
@@ -122,6 +125,7 @@ absl::StatusOr<LaunchOptions> ParseArgs(int argc, char** argv) {
   options.join = absl::GetFlag(FLAGS_join);
   options.max_ranks = absl::GetFlag(FLAGS_max_ranks);
   options.store_url = absl::GetFlag(FLAGS_store);
+  options.trace_dir = absl::GetFlag(FLAGS_trace);
   if (const char* url = std::getenv("TESSERA_STORE"); options.store_url.empty() && url != nullptr) {
     options.store_url = url;
   }

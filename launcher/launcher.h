@@ -52,6 +52,9 @@ struct LaunchOptions {
   // An etcd cluster as the store (etcd://..., store/store_url.h) instead
   // of node 0's built-in one; empty for the built-in store.
   std::string store_url;
+  // Where workers write their traces (TESSERA_TRACE; Note [Tracing],
+  // common/trace.h); empty: as the environment says.
+  std::string trace_dir;
   std::vector<std::string> command;  // program and its arguments
 };
 

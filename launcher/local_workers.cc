@@ -308,6 +308,7 @@ Worker Spawn(const LaunchOptions& options, int rank, int local_rank, int world_s
                {"TESSERA_JOIN", join}};
   if (!options.store_url.empty()) spawn.env.push_back({"TESSERA_STORE", options.store_url});
   if (!role_file.empty()) spawn.env.push_back({"TESSERA_ROLE_FILE", role_file});
+  if (!options.trace_dir.empty()) spawn.env.push_back({"TESSERA_TRACE", options.trace_dir});
   spawn.output_fd = fds[1];
   // Workers start with default signal handling, whatever the launcher
   // inherited (an ignored SIGTERM would defeat stopping them).

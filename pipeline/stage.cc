@@ -10,6 +10,7 @@
 #include "dist_autograd/dist_autograd.h"
 #include "rref/remote.h"
 #include "common/status.h"
+#include "common/trace.h"
 
 namespace tessera::pipeline {
 
@@ -45,6 +46,15 @@ absl::StatusOr<ScheduledContext> ContextOfCall(rpc::CallContext& ctx) {
   return ScheduledContext{*context, autograd.shared_from_this()};
 }
 
+// Note [Tracing]: one span per micro-batch's forward or backward on a stage.
+trace::Span StageSpan(const char* pass, int64_t micro, int64_t context) {
+  trace::Span span = trace::Span::Begin(trace::Track::kPipeline, "pipeline",
+                                        absl::StrCat(pass, " ", micro));
+  span.Arg("micro_batch", micro);
+  span.Arg("context", context);
+  return span;
+}
+
 }  // namespace
 
 Future<at::Tensor> Stage::Forward(rref::RRef<at::Tensor> input) {
@@ -64,6 +74,7 @@ Future<at::Tensor> Stage::TrainForward(rpc::CallContext& ctx, rref::RRef<at::Ten
       [self = shared_from_this(), autograd = context->autograd, context = context->id, micro,
        input_gradient](const absl::StatusOr<at::Tensor>& fetched) -> absl::StatusOr<at::Tensor> {
         if (!fetched.ok()) return fetched.status();
+        trace::Span span = StageSpan("forward", micro, context);
         return Guarded("forward", [&] {
           at::Tensor x = fetched->detach();
           if (input_gradient) x.requires_grad_(true);
@@ -96,6 +107,7 @@ Future<at::Tensor> Stage::TrainBackward(rpc::CallContext& ctx,
               "the gradient for micro-batch ", micro, "'s output has shape ",
               c10::str(grad->sizes()), ", the output ", c10::str(kept->output.sizes())));
         }
+        trace::Span span = StageSpan("backward", micro, context);
         std::vector<at::Tensor> wrt = self->model_.parameters;
         if (input_gradient) wrt.push_back(kept->input);
         std::vector<at::Tensor> grads;

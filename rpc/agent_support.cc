@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/metrics.h"
+#include "common/trace.h"
 
 namespace tessera::rpc {
 
@@ -24,6 +26,7 @@ uint64_t MessageBytes(const Message& message) {
 
 void RequestService::Serve(int from_rank, Message request,
                            std::function<void(Message response)> respond) {
+  if (trace::Enabled() || metrics::Enabled()) request.received_us = trace::NowMicros();
   const uint64_t request_id = request.envelope.request_id();
   const bool admitted = request.envelope.kind() == proto::CALL;  // internal calls: never refused
   if (admitted && !admission_.TryAdmit()) {

@@ -1,5 +1,8 @@
 #include "rpc/membership.h"
 
+#include "absl/strings/str_cat.h"
+#include "common/trace.h"
+
 namespace tessera::rpc {
 
 const char* MemberStateName(MemberState state) {
@@ -121,6 +124,12 @@ MembershipEvent Membership::RecordLocked(MembershipEventKind kind, const WorkerI
                         info.incarnation,   absl::Now()};
   events_.push_back(event);
   changed_.SignalAll();
+  if (trace::Enabled()) {
+    trace::Instant(trace::Track::kMembership, "membership",
+                   absl::StrCat(MembershipEventName(kind), " ", info.name),
+                   {{"rank", absl::StrCat(info.rank)},
+                    {"incarnation", absl::StrCat(info.incarnation)}});
+  }
   return event;
 }
 

@@ -17,6 +17,9 @@ struct Message {
   // distributed autograd records (Note [Typed internal services]). In
   // memory only, never on the wire; user calls always do.
   bool carries_user_values = true;
+  // For an incoming request, when tracing or metrics are on: when its agent
+  // had all of it, on the trace clock (Note [Call telemetry]); else 0.
+  double received_us = 0;
 };
 
 }  // namespace tessera::rpc

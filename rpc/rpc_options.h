@@ -133,6 +133,13 @@ struct RpcOptions {
   // queues], rpc/queue_limits.h). TESSERA_MAX_REQUESTS_IN_SERVICE and
   // TESSERA_MAX_UNSENT_BYTES_PER_PEER set them from the environment.
   QueueLimits queues;
+  // Where this worker writes its trace, <trace_dir>/<name>.json (Note
+  // [Tracing], common/trace.h); empty: TESSERA_TRACE's directory, if set.
+  std::string trace_dir;
+  // Counts calls, bytes, errors and latencies, read with Worker::metrics()
+  // (Note [Metrics], common/metrics.h). TESSERA_METRICS=1 turns them on too,
+  // and prints each worker's summary line when it shuts down.
+  bool metrics = false;
 
   // Makes the agent. Unset: rpc::Init (rpc/init.h) sets the factory of
   // `backend` (rpc/backends.h); the runtime core includes no backend. Tests

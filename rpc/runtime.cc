@@ -63,6 +63,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(
   }
   std::unique_ptr<Runtime> runtime(
       new Runtime(std::move(options), std::move(registry), std::move(extensions)));
+  TESSERA_RETURN_IF_ERROR(runtime->StartTelemetry());
   runtime->ServeLivenessProbes();
   runtime->ServeMembership();
   for (const auto& extension : runtime->extensions_) {
@@ -88,6 +89,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(
     runtime->TryShutdown(/*graceful=*/false).IgnoreError();
     return status;
   }
+  runtime->AlignTraceClock();
   return runtime;
 }
 
@@ -255,9 +257,12 @@ Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
     }
   }
   CallObserver* observer = observer_;
+  std::shared_ptr<OutgoingCall> telemetry = RecordOutgoing(to_rank, &request);
   return agent_->Send(to_rank, std::move(request), absl::Now() + EffectiveTimeout(options))
       .Then(
-          [peer, observer](const absl::StatusOr<Message>& response) -> absl::StatusOr<c10::IValue> {
+          [peer, observer, telemetry](
+              const absl::StatusOr<Message>& response) -> absl::StatusOr<c10::IValue> {
+            if (telemetry != nullptr) telemetry->Finish(response);
             if (!response.ok()) return response.status();
             if (observer != nullptr && response->envelope.status().code() == 0) {
               TESSERA_RETURN_IF_ERROR(observer->OnReceiveResponse(peer.rank, *response));
@@ -268,13 +273,20 @@ Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
 }
 
 Future<Message> Runtime::HandleRequest(int from_rank, Message request) {
+  std::shared_ptr<IncomingCall> telemetry = RecordIncoming(from_rank, request);
   Future<bool> ready = ready_.GetFuture();
-  if (ready.IsReady()) return Dispatch(from_rank, request, /*waited_for_registration=*/false);
-  return ready.Then([this, from_rank, request = std::move(request)](
-                        const absl::StatusOr<bool>& started) -> Future<Message> {
-    if (!started.ok()) return Future<Message>::Ready(started.status());
-    return Dispatch(from_rank, request, /*waited_for_registration=*/false);
-  });
+  Future<Message> response =
+      ready.IsReady()
+          ? Dispatch(from_rank, request, /*waited_for_registration=*/false)
+          : ready.Then([this, from_rank, request = std::move(request)](
+                           const absl::StatusOr<bool>& started) -> Future<Message> {
+              if (!started.ok()) return Future<Message>::Ready(started.status());
+              return Dispatch(from_rank, request, /*waited_for_registration=*/false);
+            });
+  if (telemetry != nullptr) {
+    response.OnReady([telemetry](const absl::StatusOr<Message>& done) { telemetry->Finish(done); });
+  }
+  return response;
 }
 
 Future<Message> Runtime::AwaitRegistration(int from_rank, const Message& request) {

@@ -62,6 +62,7 @@
 #include "common/thread_pool.h"
 #include "common/timeouts.h"
 #include "rpc/call_options.h"
+#include "rpc/call_telemetry.h"
 #include "rpc/internal_service.h"
 #include "rpc/membership.h"
 #include "rpc/registry.h"
@@ -227,6 +228,18 @@ class Runtime : public TypedCalls<Runtime> {
   // launcher has had only seconds to say which.
   bool AbsenceExcused(int rank);
   Future<Message> HandleRequest(int from_rank, Message request);
+  // --- tracing and metrics (rpc/runtime_telemetry.cc) ---
+  // Starts the trace file and metrics the options or environment ask for,
+  // and serves the trace clock.
+  absl::Status StartTelemetry();
+  // Aligns this worker's trace clock to rank 0's (Note [Trace clock alignment]).
+  void AlignTraceClock();
+  // Records of a call served or made (Note [Call telemetry]); nullptr when
+  // nothing records.
+  std::shared_ptr<IncomingCall> RecordIncoming(int from_rank, const Message& request);
+  std::shared_ptr<OutgoingCall> RecordOutgoing(int to_rank, Message* request) const;
+  // The metrics summary line, when TESSERA_METRICS=1.
+  void PrintMetrics() const;
   Future<Message> Dispatch(int from_rank, const Message& request, bool waited_for_registration);
   std::string DescribeWorker(int rank) const;
   static absl::Status NoWorkerNamed(const std::string& name);
@@ -296,6 +309,7 @@ class Runtime : public TypedCalls<Runtime> {
   // beyond --node_timeout.
   std::map<int, absl::Time> silent_since_;
   static constexpr absl::Duration kNodeVerdictSlack = absl::Seconds(5);
+  bool print_metrics_ = false;  // TESSERA_METRICS=1; set in Create
 };
 
 }  // namespace tessera::rpc

@@ -124,6 +124,7 @@ absl::Status Runtime::TryShutdown(bool graceful) {
     agent_->Close(absl::CancelledError("RPC runtime of '" + options_.name +
                                        "' shut down before the call completed"));
   }
+  PrintMetrics();
   pool_.reset();  // drains queued callbacks (they may still post), joins threads
   live_pool_.store(nullptr, std::memory_order_release);
   for (const auto& extension : extensions_) extension->OnClosed();

@@ -5,6 +5,7 @@
 #   PREFIX/include/tessera/...            the headers a program includes, and those they include
 #   PREFIX/lib/libtessera.so.VERSION      with the soname libtessera.so.SOVERSION, and its links
 #   PREFIX/bin/tessera-run                the launcher
+#   PREFIX/bin/tessera-trace              merges and summarises traces (python3)
 #   PREFIX/lib/cmake/Tessera/             find_package(Tessera CONFIG) -> Tessera::tessera
 #   PREFIX/lib/pkgconfig/tessera.pc       pkg-config --cflags --libs tessera
 #   PREFIX/share/tessera/install-manifest every file above, for the next install
@@ -106,6 +107,7 @@ put "$BIN/tessera/libtessera.so" "lib/libtessera.so.$VERSION" 755
 link "libtessera.so.$VERSION" "lib/libtessera.so.$SOVERSION"
 link "libtessera.so.$SOVERSION" "lib/libtessera.so"
 put "$BIN/launcher/tessera-run" "bin/tessera-run" 755
+put scripts/tessera-trace "bin/tessera-trace" 755
 substitute tessera/install/TesseraConfig.cmake.in lib/cmake/Tessera/TesseraConfig.cmake
 substitute tessera/install/TesseraConfigVersion.cmake.in \
   lib/cmake/Tessera/TesseraConfigVersion.cmake

@@ -27,6 +27,7 @@
 #include <string>
 #include <utility>
 
+#include "common/metrics.h"
 #include "dist_autograd/dist_autograd.h"
 #include "rpc/rpc_options.h"
 #include "rpc/runtime.h"
@@ -89,6 +90,10 @@ class Worker : public rpc::TypedCalls<Worker> {
   std::vector<rpc::WorkerInfo> workers() const { return runtime_->workers(); }
   // Who is in the job, with events to wait on (rpc/membership.h).
   rpc::Membership& membership() { return runtime_->membership(); }
+  // This worker's counters and latency histograms, when metrics are on
+  // (RpcOptions::metrics, TESSERA_METRICS=1, Note [Metrics]); a snapshot
+  // with enabled = false otherwise.
+  metrics::MetricsSnapshot metrics() const { return metrics::Snapshot(); }
 
   // --- the parts ---
   rpc::Runtime& rpc() { return *runtime_; }

@@ -23,6 +23,7 @@
 #include "ddp/gloo/reduced_float_math.h"
 #include "ddp/gloo/ring_reduce_scatter.h"
 #include "ddp/shm/shm_group_setup.h"
+#include "ddp/traced_process_group.h"
 
 namespace tessera::ddp {
 namespace {
@@ -352,7 +353,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> Connect(store::StoreClient* store,
 
 std::unique_ptr<ProcessGroup> CreateGlooProcessGroup(store::StoreClient* store, int rank, int size,
                                                      const GlooOptions& options) {
-  return ValueOrThrow(Connect(store, rank, size, options));
+  return WithTracing(ValueOrThrow(Connect(store, rank, size, options)));
 }
 
 EnvProcessGroup CreateGlooProcessGroupFromEnv(const GlooOptions& options) {

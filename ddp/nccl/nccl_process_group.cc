@@ -9,6 +9,7 @@
 #include "ddp/nccl/nccl_status.h"
 #include "ddp/nccl/point_to_point.h"
 #include "ddp/nccl/staging.h"
+#include "ddp/traced_process_group.h"
 
 namespace tessera::ddp {
 namespace {
@@ -196,7 +197,7 @@ int VisibleCudaDevices() {
 
 std::unique_ptr<ProcessGroup> CreateNcclProcessGroup(store::StoreClient* store, int rank, int size,
                                                      const NcclOptions& options) {
-  return ValueOrThrow(Connect(store, rank, size, options));
+  return WithTracing(ValueOrThrow(Connect(store, rank, size, options)));
 }
 
 EnvProcessGroup CreateNcclProcessGroupFromEnv(const NcclOptions& options) {

@@ -13,6 +13,7 @@
 // `ddp_fashion_mnist --help` lists the flags.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -31,6 +32,8 @@
 ABSL_FLAG(bool, zero, false, "shard Adam's state across the ranks (ddp::ZeroRedundancyOptimizer)");
 ABSL_FLAG(bool, zero_overlap, false,
           "with --zero: step each gradient bucket's shard as its average arrives, in DDP's hook");
+ABSL_FLAG(double, bucket_cap_mb, 25,
+          "most MiB of gradients per bucket (the first bucket: at most 1, as PyTorch's DDP)");
 ABSL_FLAG(std::string, comm_hook, "allreduce",
           "how gradient buckets travel: allreduce, fp16, bf16, powersgd or powersgd:R");
 
@@ -83,6 +86,9 @@ int Train(const tessera::examples::TrainingFlags& flags) {
   }
   tessera::ddp::DdpOptions ddp_options;
   ddp_options.comm_hook = tessera::ddp::CommHookNamed(absl::GetFlag(FLAGS_comm_hook));
+  ddp_options.bucket_cap_mb = absl::GetFlag(FLAGS_bucket_cap_mb);
+  ddp_options.first_bucket_cap_mb =
+      std::min(ddp_options.first_bucket_cap_mb, ddp_options.bucket_cap_mb);
   tessera::examples::Require(ddp_options.comm_hook != nullptr,
                              "--comm_hook: allreduce, fp16, bf16, powersgd or powersgd:R");
   // With --zero each rank keeps Adam's state for its shard only.
