@@ -71,6 +71,16 @@ void RecordCollective(std::string_view name, absl::Duration latency);
 void ConnectionOpened();
 void ConnectionClosed();
 
+// Counts one open connection for as long as it lives (a member of a
+// transport's connection object).
+class OpenConnection {
+ public:
+  OpenConnection() { ConnectionOpened(); }
+  ~OpenConnection() { ConnectionClosed(); }
+  OpenConnection(const OpenConnection&) = delete;
+  OpenConnection& operator=(const OpenConnection&) = delete;
+};
+
 MetricsSnapshot Snapshot();
 // Clears the counters (tests).
 void Reset();

@@ -34,6 +34,7 @@ void ServerStream::OnArrived(bool ok) {
   }
   host_->ListenForNextStream();
   if (context().method() == kWorkerExchangeMethod) {
+    counted_.emplace();
     Start();
     return;
   }

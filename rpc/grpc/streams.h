@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "common/deadline_timer.h"
+#include "common/metrics.h"
 #include "rpc/auth/handshake.h"
 #include "rpc/buffer_pool.h"
 #include "rpc/codec.h"
@@ -121,6 +122,7 @@ class ClientStream final : public AsyncClientBidi,
   uint64_t before_ready_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<ClientStream> self_;
+  metrics::OpenConnection counted_;
 };
 
 class ServerStream final : public AsyncServerBidi,
@@ -172,6 +174,7 @@ class ServerStream final : public AsyncServerBidi,
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status why_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<ServerStream> self_;
+  std::optional<metrics::OpenConnection> counted_;  // once a peer's stream arrived
 };
 
 }  // namespace tessera::rpc

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "common/deadline_timer.h"
 #include "common/executor.h"
+#include "common/metrics.h"
 #include "common/mutex.h"
 #include "rpc/agent_support.h"
 #include "rpc/auth/handshake.h"
@@ -60,12 +61,14 @@ struct ClientPipe {
   // Bytes of requests waiting or being written (Note [Bounded queues]).
   uint64_t unsent_bytes ABSL_GUARDED_BY(mu) = 0;
   ConnectionUse use;  // Note [Idle connections]
+  metrics::OpenConnection counted;
 };
 
 // One incoming pipe: a peer's requests come in, our responses go back. Its
 // requests are served only after the handshake, as the identity it proved.
 struct ServerPipe {
   explicit ServerPipe(auth::JobSecret secret) : handshake(std::move(secret)) {}
+  metrics::OpenConnection counted;
 
   std::shared_ptr<tp::Pipe> pipe;
   ServerHandshake handshake;  // driven by the pipe's reads, one at a time

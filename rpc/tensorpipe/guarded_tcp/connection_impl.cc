@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "absl/time/clock.h"
+#include "common/metrics.h"
 #include "rpc/tensorpipe/guarded_tcp/bounded_nop.h"
 #include "rpc/tensorpipe/guarded_tcp/context_impl.h"
 #include "rpc/tensorpipe/guarded_tcp/frame_error.h"
@@ -143,6 +144,7 @@ void ConnectionImpl::DialAgainOrFail(const std::string& cause) {
                             __FILE__, __LINE__));
     return;
   }
+  metrics::RecordConnectRetry();
   if (!retry_timer_.hasValue()) {
     const int fd = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     if (fd < 0) {
