@@ -157,6 +157,7 @@ MetricsSnapshot Snapshot() {
 }
 
 void Reset() {
+  internal::enabled.store(false, std::memory_order_relaxed);
   Counters& counters = Process();
   MutexLock lock(&counters.mu);
   counters.out.clear();

@@ -82,7 +82,7 @@ class OpenConnection {
 };
 
 MetricsSnapshot Snapshot();
-// Clears the counters (tests).
+// Clears the counters and turns metrics off again (tests).
 void Reset();
 
 }  // namespace tessera::metrics
