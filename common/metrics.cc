@@ -89,7 +89,9 @@ void RecordCall(std::map<std::string, Calls, std::less<>>& table, std::string_vi
   }
 }
 
-std::string Ms(absl::Duration d) { return absl::StrFormat("%.2fms", absl::ToDoubleMilliseconds(d)); }
+std::string Ms(absl::Duration d) {
+  return absl::StrFormat("%.2fms", absl::ToDoubleMilliseconds(d));
+}
 
 }  // namespace
 

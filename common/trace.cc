@@ -7,7 +7,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -23,20 +25,36 @@ std::atomic<bool> enabled{false};
 namespace {
 
 constexpr absl::string_view kClosing = "\n]}\n";
-constexpr int kLanesPerTrack = 100;
+// Lanes are made as spans need them (thousands when thousands of calls
+// wait at once); the last is shared if a track ever needs more.
+constexpr int kLanesPerTrack = 10000;
+constexpr int kTracks = 11;  // Track values are 1..10
+// How long the writer gathers events before a write: what a SIGKILL can
+// lose at most.
+constexpr absl::Duration kBatchDelay = absl::Milliseconds(2);
 
 const char* TrackName(Track track) {
   switch (track) {
-    case Track::kCallsOut: return "calls out";
-    case Track::kCallsIn: return "calls in";
-    case Track::kRRef: return "rrefs";
-    case Track::kAutograd: return "distributed backward";
-    case Track::kOptimizer: return "optimizer";
-    case Track::kCollectives: return "collectives";
-    case Track::kDdp: return "ddp buckets";
-    case Track::kPipeline: return "pipeline";
-    case Track::kCheckpoint: return "checkpoint";
-    case Track::kMembership: return "membership";
+    case Track::kCallsOut:
+      return "calls out";
+    case Track::kCallsIn:
+      return "calls in";
+    case Track::kRRef:
+      return "rrefs";
+    case Track::kAutograd:
+      return "distributed backward";
+    case Track::kOptimizer:
+      return "optimizer";
+    case Track::kCollectives:
+      return "collectives";
+    case Track::kDdp:
+      return "ddp buckets";
+    case Track::kPipeline:
+      return "pipeline";
+    case Track::kCheckpoint:
+      return "checkpoint";
+    case Track::kMembership:
+      return "membership";
   }
   return "other";
 }
@@ -44,10 +62,18 @@ const char* TrackName(Track track) {
 void AppendEscaped(std::string* out, std::string_view text) {
   for (char c : text) {
     switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\n': out->append("\\n"); break;
-      case '\t': out->append("\\t"); break;
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           absl::StrAppendFormat(out, "\\u%04x", static_cast<int>(c));
@@ -65,7 +91,35 @@ std::string Quoted(std::string_view text) {
   return out;
 }
 
-// The open trace file and the lanes in use.
+// Appends a trace-clock time in nanoseconds as microseconds, to the ns.
+void AppendMicros(std::string* out, int64_t ns) {
+  const char* sign = ns < 0 ? "-" : "";
+  const int64_t magnitude = ns < 0 ? -ns : ns;
+  absl::StrAppend(out, sign, magnitude / 1000, ".", absl::Dec(magnitude % 1000, absl::kZeroPad3));
+}
+
+std::string Micros(int64_t ns) {
+  std::string out;
+  AppendMicros(&out, ns);
+  return out;
+}
+
+std::atomic<int64_t> clock_offset_ns{0};
+std::atomic<int> trace_pid{0};
+
+// The wall clock straight from the vDSO: absl::GetCurrentTimeNanos() costs
+// several times more, and a span reads the clock twice.
+int64_t NowNanos() {
+  timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  return int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec +
+         clock_offset_ns.load(std::memory_order_relaxed);
+}
+
+class TraceFile;
+TraceFile& File();
+
+// The open trace file, its writer thread and the lanes in use.
 class TraceFile {
  public:
   absl::Status Open(const std::string& dir, const std::string& worker_name, int pid) {
@@ -81,28 +135,44 @@ class TraceFile {
       return absl::InternalError(
           absl::StrCat("cannot write the trace file ", path, ": ", std::strerror(errno)));
     }
+    const std::string header = absl::StrCat(
+        "{\"traceEvents\":[\n{\"ph\":\"M\",\"pid\":", pid,
+        ",\"name\":\"process_name\",\"args\":{\"name\":", Quoted(worker_name), "}}", kClosing);
+    if (::pwrite(fd, header.data(), header.size(), 0) != static_cast<ssize_t>(header.size())) {
+      ::close(fd);
+      return absl::InternalError(absl::StrCat("cannot write the trace file ", path));
+    }
     fd_ = fd;
     path_ = std::move(path);
-    pid_ = pid;
-    lanes_.assign(kLanesPerTrack * 11, false);
-    named_lanes_.assign(kLanesPerTrack * 11, false);
-    const std::string header = absl::StrCat(
-        "{\"traceEvents\":[\n{\"ph\":\"M\",\"pid\":", pid_,
-        ",\"name\":\"process_name\",\"args\":{\"name\":", Quoted(worker_name), "}}", kClosing);
-    if (::pwrite(fd_, header.data(), header.size(), 0) != static_cast<ssize_t>(header.size())) {
-      ::close(fd_);
-      fd_ = -1;
-      return absl::InternalError(absl::StrCat("cannot write the trace file ", path_));
-    }
     end_ = header.size() - kClosing.size();
+    trace_pid.store(pid, std::memory_order_relaxed);
+    lanes_.assign(kTracks, {});
+    stopping_ = false;
+    queued_.clear();  // what a closed trace left
+    writer_ = std::thread([this] { WriteQueued(); });
+    static const bool flushed_at_exit = [] {
+      std::atexit([] { File().Close(); });
+      return true;
+    }();
+    (void)flushed_at_exit;
     internal::enabled.store(true, std::memory_order_relaxed);
     return absl::OkStatus();
   }
 
+  // Writes what is queued, stops the writer and closes the file.
   void Close() {
+    std::thread writer;
+    {
+      MutexLock lock(&mu_);
+      internal::enabled.store(false, std::memory_order_relaxed);
+      if (fd_ < 0) return;
+      stopping_ = true;
+      queued_cv_.Signal();
+      writer = std::move(writer_);
+    }
+    writer.join();
     MutexLock lock(&mu_);
-    internal::enabled.store(false, std::memory_order_relaxed);
-    if (fd_ >= 0) ::close(fd_);
+    ::close(fd_);
     fd_ = -1;
     path_.clear();
   }
@@ -111,67 +181,108 @@ class TraceFile {
     MutexLock lock(&mu_);
     return path_;
   }
-  int pid() {
-    MutexLock lock(&mu_);
-    return pid_;
-  }
 
-  // Appends whole event lines, keeping the file valid JSON (Note [Tracing]).
+  // Queues whole event lines for the writer (Note [Tracing]).
   void Append(const std::string& events) {
     MutexLock lock(&mu_);
     AppendLocked(events);
   }
 
-  // The lowest free lane of `track`, named in the file on first use.
-  int TakeLane(Track track) {
+  // The lowest lane of `track` free since `start_ns` (a span may begin in
+  // the past: a call served began when it arrived), named in the file on
+  // first use.
+  int TakeLane(Track track, int64_t start_ns) {
     MutexLock lock(&mu_);
+    if (fd_ < 0) return 0;
     const int base = static_cast<int>(track) * kLanesPerTrack;
+    std::vector<Lane>& lanes = lanes_[static_cast<int>(track)];
     int lane = 0;
-    while (lane < kLanesPerTrack - 1 && lanes_[base + lane]) ++lane;
-    lanes_[base + lane] = true;  // the last lane is shared when all are taken
-    if (!named_lanes_[base + lane] && fd_ >= 0) {
-      named_lanes_[base + lane] = true;
-      AppendLocked(absl::StrCat("{\"ph\":\"M\",\"pid\":", pid_, ",\"tid\":", base + lane,
-                                ",\"name\":\"thread_name\",\"args\":{\"name\":\"",
-                                TrackName(track), " ", lane, "\"}},\n{\"ph\":\"M\",\"pid\":", pid_,
-                                ",\"tid\":", base + lane,
-                                ",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":",
-                                base + lane, "}}"));
+    while (lane < static_cast<int>(lanes.size()) &&
+           (lanes[lane].taken || lanes[lane].free_since_ns > start_ns)) {
+      ++lane;
+    }
+    if (lane == static_cast<int>(lanes.size())) {
+      if (lane < kLanesPerTrack)
+        lanes.emplace_back();
+      else
+        lane = kLanesPerTrack - 1;
+    }
+    Lane& taken = lanes[lane];
+    taken.taken = true;
+    if (!taken.named) {
+      taken.named = true;
+      const int pid = trace_pid.load(std::memory_order_relaxed);
+      AppendLocked(absl::StrCat(
+          "{\"ph\":\"M\",\"pid\":", pid, ",\"tid\":", base + lane,
+          ",\"name\":\"thread_name\",\"args\":{\"name\":\"", TrackName(track), " ", lane,
+          "\"}},\n{\"ph\":\"M\",\"pid\":", pid, ",\"tid\":", base + lane,
+          ",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":", base + lane, "}}"));
     }
     return lane;
   }
 
-  void FreeLane(Track track, int lane) {
+  void FreeLane(Track track, int lane, int64_t end_ns) {
     MutexLock lock(&mu_);
-    lanes_[static_cast<int>(track) * kLanesPerTrack + lane] = false;
+    if (fd_ < 0) return;
+    Lane& freed = lanes_[static_cast<int>(track)][lane];
+    freed.taken = false;
+    freed.free_since_ns = std::max(freed.free_since_ns, end_ns);
   }
 
  private:
   void AppendLocked(const std::string& events) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (fd_ < 0) return;
-    std::string bytes = absl::StrCat(",\n", events, kClosing);
-    if (::pwrite(fd_, bytes.data(), bytes.size(), end_) == static_cast<ssize_t>(bytes.size())) {
-      end_ += bytes.size() - kClosing.size();
+    if (queued_.empty()) queued_cv_.Signal();
+    absl::StrAppend(&queued_, ",\n", events);
+  }
+
+  // The writer thread: appends what is queued, a batch per pwrite().
+  void WriteQueued() {
+    std::string batch;
+    MutexLock lock(&mu_);
+    while (true) {
+      queued_cv_.Wait(
+          &mu_, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !queued_.empty() || stopping_; });
+      if (queued_.empty()) return;
+      // Gathers what comes in the next moment into the same write: one
+      // wake-up and one pwrite() per batch, not per span.
+      queued_cv_.WaitUntil(
+          &mu_, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopping_; },
+          absl::Now() + kBatchDelay);
+      batch.swap(queued_);
+      queued_.clear();
+      const off_t at = end_;
+      const int fd = fd_;
+      mu_.Unlock();  // writes run while spans queue more
+      batch.append(kClosing.data(), kClosing.size());
+      const bool written =
+          ::pwrite(fd, batch.data(), batch.size(), at) == static_cast<ssize_t>(batch.size());
+      mu_.Lock();
+      if (written) end_ += batch.size() - kClosing.size();
+      batch.clear();
     }
   }
 
   Mutex mu_;
+  CondVar queued_cv_;
   int fd_ ABSL_GUARDED_BY(mu_) = -1;
   std::string path_ ABSL_GUARDED_BY(mu_);
-  int pid_ ABSL_GUARDED_BY(mu_) = 0;
-  off_t end_ ABSL_GUARDED_BY(mu_) = 0;  // where the closing "\n]}\n" starts
-  std::vector<bool> lanes_ ABSL_GUARDED_BY(mu_);
-  std::vector<bool> named_lanes_ ABSL_GUARDED_BY(mu_);
+  off_t end_ ABSL_GUARDED_BY(mu_) = 0;       // where the closing "\n]}\n" starts
+  std::string queued_ ABSL_GUARDED_BY(mu_);  // ",\n"-prefixed events not yet written
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread writer_ ABSL_GUARDED_BY(mu_);
+  struct Lane {
+    bool taken = false;
+    bool named = false;         // its thread_name event is written
+    int64_t free_since_ns = 0;  // the end of its last span
+  };
+  std::vector<std::vector<Lane>> lanes_ ABSL_GUARDED_BY(mu_);  // by track
 };
 
 TraceFile& File() {
   static auto* file = new TraceFile();  // never destroyed: spans may end at exit
   return *file;
 }
-
-std::atomic<double> clock_offset_us{0};
-
-std::string Micros(double us) { return absl::StrFormat("%.3f", us); }
 
 }  // namespace
 
@@ -189,18 +300,15 @@ void Stop() { File().Close(); }
 
 std::string FilePath() { return File().path(); }
 
-double NowMicros() {
-  return static_cast<double>(absl::GetCurrentTimeNanos()) / 1000.0 +
-         clock_offset_us.load(std::memory_order_relaxed);
-}
+double NowMicros() { return static_cast<double>(NowNanos()) / 1000.0; }
 
 void SetClockOffset(double offset_us, double error_bound_us) {
-  clock_offset_us.store(offset_us, std::memory_order_relaxed);
+  clock_offset_ns.store(static_cast<int64_t>(offset_us * 1000), std::memory_order_relaxed);
   if (!Enabled()) return;
-  File().Append(absl::StrCat("{\"ph\":\"M\",\"pid\":", File().pid(),
+  File().Append(absl::StrCat("{\"ph\":\"M\",\"pid\":", trace_pid.load(std::memory_order_relaxed),
                              ",\"name\":\"tessera_clock\",\"args\":{\"offset_us\":",
-                             Micros(offset_us), ",\"error_bound_us\":", Micros(error_bound_us),
-                             "}}"));
+                             Micros(static_cast<int64_t>(offset_us * 1000)), ",\"error_bound_us\":",
+                             Micros(static_cast<int64_t>(error_bound_us * 1000)), "}}"));
 }
 
 uint64_t NewFlowId() {
@@ -212,13 +320,13 @@ uint64_t NewFlowId() {
   return id == 0 ? next.fetch_add(1, std::memory_order_relaxed) : id;
 }
 
-Span Span::Begin(Track track, std::string_view category, std::string name, double start_us) {
+Span Span::Begin(Track track, const char* category, std::string name, double start_us) {
   Span span;
   if (!Enabled()) return span;
   span.track_ = track;
-  span.lane_ = File().TakeLane(track);
-  span.start_us_ = start_us >= 0 ? start_us : NowMicros();
-  span.category_ = std::string(category);
+  span.start_ns_ = start_us >= 0 ? static_cast<int64_t>(start_us * 1000) : NowNanos();
+  span.lane_ = File().TakeLane(track, span.start_ns_);
+  span.category_ = category;
   span.name_ = std::move(name);
   return span;
 }
@@ -228,8 +336,8 @@ Span& Span::operator=(Span&& other) noexcept {
   End();
   track_ = other.track_;
   lane_ = std::exchange(other.lane_, -1);
-  start_us_ = other.start_us_;
-  category_ = std::move(other.category_);
+  start_ns_ = other.start_ns_;
+  category_ = other.category_;
   name_ = std::move(other.name_);
   args_ = std::move(other.args_);
   flow_out_ = std::exchange(other.flow_out_, 0);
@@ -251,64 +359,63 @@ void Span::Arg(std::string_view key, int64_t value) {
 
 void Span::End() {
   if (!active()) return;
-  Write(NowMicros());
-  Release();
+  const int64_t end_ns = std::max(NowNanos(), start_ns_);
+  Write(end_ns);
+  File().FreeLane(track_, lane_, end_ns);
+  lane_ = -1;
 }
 
-void Span::Write(double end_us) {
-  end_us = std::max(end_us, start_us_);
-  TraceFile& file = File();
-  const int pid = file.pid();
+void Span::Write(int64_t end_ns) {
+  end_ns = std::max(end_ns, start_ns_);
+  const int pid = trace_pid.load(std::memory_order_relaxed);
   const int tid = static_cast<int>(track_) * kLanesPerTrack + lane_;
-  std::string events =
-      absl::StrCat("{\"ph\":\"X\",\"pid\":", pid, ",\"tid\":", tid, ",\"ts\":", Micros(start_us_),
-                   ",\"dur\":", Micros(end_us - start_us_), ",\"cat\":", Quoted(category_),
-                   ",\"name\":", Quoted(name_), ",\"args\":{", args_, "}}");
+  // Appended piece by piece into one buffer: no temporaries on this path.
+  std::string events;
+  events.reserve(224 + name_.size() + args_.size());
+  absl::StrAppend(&events, "{\"ph\":\"X\",\"pid\":", pid, ",\"tid\":", tid, ",\"ts\":");
+  AppendMicros(&events, start_ns_);
+  events.append(",\"dur\":");
+  AppendMicros(&events, end_ns - start_ns_);
+  absl::StrAppend(&events, ",\"cat\":\"", category_, "\",\"name\":\"");
+  AppendEscaped(&events, name_);
+  absl::StrAppend(&events, "\",\"args\":{", args_, "}}");
   // A flow binds to the span enclosing its timestamp on its row: the
   // caller's starts the flow at its start, the callee's ends it at its start.
-  if (flow_out_ != 0) {
-    absl::StrAppend(&events, ",\n{\"ph\":\"s\",\"pid\":", pid, ",\"tid\":", tid,
-                    ",\"ts\":", Micros(start_us_), ",\"cat\":\"flow\",\"name\":\"call\",\"id\":\"0x",
-                    absl::Hex(flow_out_), "\"}");
+  for (const auto& [id, phase] :
+       {std::pair{flow_out_, "\"s\""}, std::pair{flow_in_, "\"f\",\"bp\":\"e\""}}) {
+    if (id == 0) continue;
+    absl::StrAppend(&events, ",\n{\"ph\":", phase, ",\"pid\":", pid, ",\"tid\":", tid, ",\"ts\":");
+    AppendMicros(&events, start_ns_);
+    absl::StrAppend(&events, ",\"cat\":\"flow\",\"name\":\"call\",\"id\":\"0x", absl::Hex(id),
+                    "\"}");
   }
-  if (flow_in_ != 0) {
-    absl::StrAppend(&events, ",\n{\"ph\":\"f\",\"bp\":\"e\",\"pid\":", pid, ",\"tid\":", tid,
-                    ",\"ts\":", Micros(start_us_), ",\"cat\":\"flow\",\"name\":\"call\",\"id\":\"0x",
-                    absl::Hex(flow_in_), "\"}");
-  }
-  file.Append(events);
+  File().Append(events);
 }
 
 Span Span::EndAndBegin(std::string name) {
   if (!active()) return Span();
-  const double now = NowMicros();
+  const int64_t now = NowNanos();
   Write(now);
   Span next;  // on this lane, which passes to it
   next.track_ = track_;
   next.lane_ = std::exchange(lane_, -1);
-  next.start_us_ = now;
-  next.category_ = std::move(category_);
+  next.start_ns_ = now;
+  next.category_ = category_;
   next.name_ = std::move(name);
   return next;
-}
-
-void Span::Release() {
-  File().FreeLane(track_, lane_);
-  lane_ = -1;
 }
 
 void Instant(Track track, std::string_view category, std::string_view name,
              std::vector<std::pair<std::string, std::string>> args) {
   if (!Enabled()) return;
-  TraceFile& file = File();
   std::string members;
   for (const auto& [key, value] : args) {
     if (!members.empty()) members.push_back(',');
     absl::StrAppend(&members, Quoted(key), ":", Quoted(value));
   }
-  file.Append(absl::StrCat(
-      "{\"ph\":\"i\",\"s\":\"p\",\"pid\":", file.pid(),
-      ",\"tid\":", static_cast<int>(track) * kLanesPerTrack, ",\"ts\":", Micros(NowMicros()),
+  File().Append(absl::StrCat(
+      "{\"ph\":\"i\",\"s\":\"p\",\"pid\":", trace_pid.load(std::memory_order_relaxed),
+      ",\"tid\":", static_cast<int>(track) * kLanesPerTrack, ",\"ts\":", Micros(NowNanos()),
       ",\"cat\":", Quoted(category), ",\"name\":", Quoted(name), ",\"args\":{", members, "}}"));
 }
 

@@ -12,17 +12,22 @@
 // call's caller span to its callee span on the other worker (the id travels
 // in the request's Envelope.trace_id).
 //
-// The file is valid JSON after every event, so a worker killed mid-run
-// leaves a file that parses: each event is appended with one pwrite() that
-// overwrites the closing "\n]}\n" with ",\n<event>\n]}\n". (A write the
-// kernel cuts short when SIGKILL lands while it crosses a page boundary
-// could leave one partial last line; scripts/tessera-trace drops such a
-// line.)
+// The file is valid JSON after every write, so a worker killed mid-run
+// leaves a file that parses: a span's events are formatted on the thread
+// that ends it and queued; the process's trace writer thread appends all
+// that are queued with one pwrite() that overwrites the closing "\n]}\n"
+// with ",\n<events>\n]}\n". A SIGKILL loses only the events queued and not
+// yet written: the writer wakes when the first event is queued and gathers
+// for 2 ms more before it writes (one wake-up and one write per batch, not
+// per span: per span, they cost the traced job more than the span itself),
+// so at most the last 2 ms. (A write the kernel cuts short when SIGKILL
+// lands while it crosses a page boundary could leave one partial last line;
+// scripts/tessera-trace drops such a line.) A worker that exits writes all.
 //
 // Rows: spans run concurrently (64 calls in flight) and begin and end on
 // different threads, while a trace viewer nests complete events per row, so
-// a span is drawn on the lowest free *lane* of its track (tid = track × 100
-// + lane, named "calls out 0", ...): spans on one lane never overlap.
+// a span is drawn on the lowest free *lane* of its track (tid = track ×
+// 10000 + lane, named "calls out 0", ...): spans on one lane never overlap.
 //
 // Clocks: timestamps are this host's wall clock plus an offset estimated
 // against rank 0's when the worker meets the others (rpc runtime, Note
@@ -31,7 +36,9 @@
 //
 // Cost: off (the default), Enabled() is one relaxed atomic load and nothing
 // else runs: spans are inactive objects, no allocation, no lock. On, a span
-// costs one formatted line and one pwrite() under a mutex when it ends.
+// costs a lock to take its lane, and one formatted line and a lock to queue
+// it when it ends; the writes happen on the writer thread, in batches
+// (measured: docs/benchmarks-history.md, "Tracing's cost").
 //
 // The trace is the process's, like its log: the first Start() wins and names
 // the file; a second runtime in the same process writes to it too.
@@ -95,8 +102,7 @@ class Span {
  public:
   Span() = default;
   // Begins now; `start_us` (trace clock) when given instead.
-  static Span Begin(Track track, std::string_view category, std::string name,
-                    double start_us = -1);
+  static Span Begin(Track track, const char* category, std::string name, double start_us = -1);
   Span(Span&& other) noexcept { *this = std::move(other); }
   Span& operator=(Span&& other) noexcept;
   Span(const Span&) = delete;
@@ -116,12 +122,11 @@ class Span {
   Span EndAndBegin(std::string name);
 
  private:
-  void Write(double end_us);  // the span's events, ending at end_us
-  void Release();
+  void Write(int64_t end_ns);  // queues the span's events, ending at end_ns
   Track track_ = Track::kCallsOut;
   int lane_ = -1;
-  double start_us_ = 0;
-  std::string category_;
+  int64_t start_ns_ = 0;  // trace clock
+  const char* category_ = "";
   std::string name_;
   std::string args_;  // JSON members, comma-separated
   uint64_t flow_out_ = 0;

@@ -59,8 +59,8 @@ void Runtime::AlignTraceClock() {
     auto reading = AwaitCall(CallService(0, TraceClockRequest{}, kClockTimeout), kClockTimeout);
     const double received = trace::NowMicros();
     if (!reading.ok()) {
-      TESSERA_LOG(WARNING) << options_.name << ": trace clock not aligned to rank 0's: "
-                           << reading.status();
+      TESSERA_LOG(WARNING) << options_.name
+                           << ": trace clock not aligned to rank 0's: " << reading.status();
       return;
     }
     if (best_round_trip < 0 || received - sent < best_round_trip) {

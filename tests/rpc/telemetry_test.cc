@@ -41,11 +41,11 @@ class TelemetryTest : public ::testing::Test {
     auto runtime = rpc::TryInit(std::move(options), MakeTestRegistry());
     ASSERT_TRUE(runtime.ok()) << runtime.status();
     for (int i = 0; i < kCalls; ++i) {
-      EXPECT_TRUE((*runtime)->RpcSync<at::Tensor>("solo", "echo", at::ones({256})).equal(
-          at::ones({256})));
+      EXPECT_TRUE(
+          (*runtime)->RpcSync<at::Tensor>("solo", "echo", at::ones({256})).equal(at::ones({256})));
     }
-    auto failed = (*runtime)->RpcAsync<int64_t>("solo", "fail", std::string("no")).Wait(
-        absl::Seconds(30));
+    auto failed =
+        (*runtime)->RpcAsync<int64_t>("solo", "fail", std::string("no")).Wait(absl::Seconds(30));
     EXPECT_FALSE(failed.ok());
     during_ = metrics::Snapshot();
     EXPECT_TRUE((*runtime)->TryShutdown().ok());
@@ -79,7 +79,7 @@ TEST_F(TelemetryTest, MetricsCountEveryCallOnBothSides) {
   EXPECT_EQ(m.calls_in.at("fail").errors, 1u);
   uint64_t errors = 0;
   for (const auto& [code, count] : m.errors_by_code) errors += count;
-  EXPECT_EQ(errors, 2u);  // the failed call, counted out and in
+  EXPECT_EQ(errors, 2u);             // the failed call, counted out and in
   EXPECT_GE(m.open_connections, 1);  // to itself, while running
   const std::string line = m.Summary("solo");
   EXPECT_NE(line.find("calls out " + std::to_string(kCalls + 1)), std::string::npos) << line;
