@@ -24,6 +24,8 @@ std::atomic<bool> enabled{false};
 
 namespace {
 
+// The file's first line, and its end after each write (Note [Tracing]).
+constexpr absl::string_view kOpening = "{\"traceEvents\":[\n";
 constexpr absl::string_view kClosing = "\n]}\n";
 // Lanes are made as spans need them (thousands when thousands of calls
 // wait at once); the last is shared if a track ever needs more.
@@ -136,7 +138,7 @@ class TraceFile {
           absl::StrCat("cannot write the trace file ", path, ": ", std::strerror(errno)));
     }
     const std::string header = absl::StrCat(
-        "{\"traceEvents\":[\n{\"ph\":\"M\",\"pid\":", pid,
+        kOpening, "{\"ph\":\"M\",\"pid\":", pid,
         ",\"name\":\"process_name\",\"args\":{\"name\":", Quoted(worker_name), "}}", kClosing);
     if (::pwrite(fd, header.data(), header.size(), 0) != static_cast<ssize_t>(header.size())) {
       ::close(fd);
