@@ -95,8 +95,10 @@ Checkpoint FromIValue(const c10::IValue& value, const std::string& path) {
 
 void SaveCheckpoint(const std::string& dir, const std::string& name,
                     const Checkpoint& checkpoint) {
-  trace::Span span =
-      trace::Span::Begin(trace::Track::kCheckpoint, "checkpoint", "save checkpoint " + name);
+  trace::Span span;
+  if (trace::Enabled()) {
+    span = trace::Span::Begin(trace::Track::kCheckpoint, "checkpoint", "save checkpoint " + name);
+  }
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) FailErrno(dir, "mkdir");
   const std::string path = PathOf(dir, name);
   const std::vector<char> payload = torch::jit::pickle_save(ToIValue(checkpoint));

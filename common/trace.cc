@@ -223,9 +223,11 @@ class TraceFile {
     return lane;
   }
 
-  void FreeLane(Track track, int lane, int64_t end_ns) {
+  // Queues a span's events and frees its lane: one lock for both.
+  void AppendAndFreeLane(const std::string& events, Track track, int lane, int64_t end_ns) {
     MutexLock lock(&mu_);
     if (fd_ < 0) return;
+    AppendLocked(events);
     Lane& freed = lanes_[static_cast<int>(track)][lane];
     freed.taken = false;
     freed.free_since_ns = std::max(freed.free_since_ns, end_ns);
@@ -322,14 +324,14 @@ uint64_t NewFlowId() {
   return id == 0 ? next.fetch_add(1, std::memory_order_relaxed) : id;
 }
 
-Span Span::Begin(Track track, const char* category, std::string name, double start_us) {
+Span Span::Begin(Track track, const char* category, std::string_view name, double start_us) {
   Span span;
   if (!Enabled()) return span;
   span.track_ = track;
   span.start_ns_ = start_us >= 0 ? static_cast<int64_t>(start_us * 1000) : NowNanos();
   span.lane_ = File().TakeLane(track, span.start_ns_);
   span.category_ = category;
-  span.name_ = std::move(name);
+  span.name_ = std::string(name);
   return span;
 }
 
@@ -362,12 +364,11 @@ void Span::Arg(std::string_view key, int64_t value) {
 void Span::End() {
   if (!active()) return;
   const int64_t end_ns = std::max(NowNanos(), start_ns_);
-  Write(end_ns);
-  File().FreeLane(track_, lane_, end_ns);
+  File().AppendAndFreeLane(Format(end_ns), track_, lane_, end_ns);
   lane_ = -1;
 }
 
-void Span::Write(int64_t end_ns) {
+std::string Span::Format(int64_t end_ns) const {
   end_ns = std::max(end_ns, start_ns_);
   const int pid = trace_pid.load(std::memory_order_relaxed);
   const int tid = static_cast<int>(track_) * kLanesPerTrack + lane_;
@@ -391,13 +392,13 @@ void Span::Write(int64_t end_ns) {
     absl::StrAppend(&events, ",\"cat\":\"flow\",\"name\":\"call\",\"id\":\"0x", absl::Hex(id),
                     "\"}");
   }
-  File().Append(events);
+  return events;
 }
 
 Span Span::EndAndBegin(std::string name) {
   if (!active()) return Span();
   const int64_t now = NowNanos();
-  Write(now);
+  File().Append(Format(now));
   Span next;  // on this lane, which passes to it
   next.track_ = track_;
   next.lane_ = std::exchange(lane_, -1);

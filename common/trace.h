@@ -101,8 +101,11 @@ uint64_t NewFlowId();
 class Span {
  public:
   Span() = default;
-  // Begins now; `start_us` (trace clock) when given instead.
-  static Span Begin(Track track, const char* category, std::string name, double start_us = -1);
+  // Begins now; `start_us` (trace clock) when given instead. Off, nothing
+  // is copied: a name built for the span should be built only when
+  // Enabled().
+  static Span Begin(Track track, const char* category, std::string_view name,
+                    double start_us = -1);
   Span(Span&& other) noexcept { *this = std::move(other); }
   Span& operator=(Span&& other) noexcept;
   Span(const Span&) = delete;
@@ -122,7 +125,7 @@ class Span {
   Span EndAndBegin(std::string name);
 
  private:
-  void Write(int64_t end_ns);  // queues the span's events, ending at end_ns
+  std::string Format(int64_t end_ns) const;  // the span's events, ending at end_ns
   Track track_ = Track::kCallsOut;
   int lane_ = -1;
   int64_t start_ns_ = 0;  // trace clock

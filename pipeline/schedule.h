@@ -17,8 +17,9 @@
 // - kOneFOneB (PipeDream-Flush's "one forward, one backward"): a
 //   micro-batch's backward starts as soon as its output reaches the driver,
 //   and at most S micro-batches are in flight (forward started, backward not
-//   finished at stage 0): micro-batch i+S starts only when i's backward is
-//   done. A stage so holds at most S micro-batches' activations whatever M
+//   finished at stage 0): a new micro-batch starts only when one in flight
+//   has finished its backward — not necessarily the oldest: backwards may
+//   finish out of order (traces show it). A stage so holds at most S micro-batches' activations whatever M
 //   is — M can grow to shrink the pipeline's bubble without growing memory.
 //   Stage k alternates forwards of new micro-batches with backwards of old
 //   ones once the pipeline is full.

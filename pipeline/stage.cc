@@ -48,6 +48,7 @@ absl::StatusOr<ScheduledContext> ContextOfCall(rpc::CallContext& ctx) {
 
 // Note [Tracing]: one span per micro-batch's forward or backward on a stage.
 trace::Span StageSpan(const char* pass, int64_t micro, int64_t context) {
+  if (!trace::Enabled()) return {};
   trace::Span span = trace::Span::Begin(trace::Track::kPipeline, "pipeline",
                                         absl::StrCat(pass, " ", micro));
   span.Arg("micro_batch", micro);

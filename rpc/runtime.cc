@@ -273,16 +273,19 @@ Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
 }
 
 Future<Message> Runtime::HandleRequest(int from_rank, Message request) {
-  std::shared_ptr<IncomingCall> telemetry = RecordIncoming(from_rank, request);
   Future<bool> ready = ready_.GetFuture();
-  Future<Message> response =
-      ready.IsReady()
-          ? Dispatch(from_rank, request, /*waited_for_registration=*/false)
-          : ready.Then([this, from_rank, request = std::move(request)](
-                           const absl::StatusOr<bool>& started) -> Future<Message> {
-              if (!started.ok()) return Future<Message>::Ready(started.status());
-              return Dispatch(from_rank, request, /*waited_for_registration=*/false);
-            });
+  if (ready.IsReady()) return DispatchRecorded(from_rank, request);
+  return ready.Then([this, from_rank, request = std::move(request)](
+                        const absl::StatusOr<bool>& started) -> Future<Message> {
+    if (!started.ok()) return Future<Message>::Ready(started.status());
+    return DispatchRecorded(from_rank, request);
+  });
+}
+
+Future<Message> Runtime::DispatchRecorded(int from_rank, const Message& request) {
+  // After the start: the caller's name is known (the wait shows as queued).
+  std::shared_ptr<IncomingCall> telemetry = RecordIncoming(from_rank, request);
+  Future<Message> response = Dispatch(from_rank, request, /*waited_for_registration=*/false);
   if (telemetry != nullptr) {
     response.OnReady([telemetry](const absl::StatusOr<Message>& done) { telemetry->Finish(done); });
   }

@@ -228,6 +228,8 @@ class Runtime : public TypedCalls<Runtime> {
   // launcher has had only seconds to say which.
   bool AbsenceExcused(int rank);
   Future<Message> HandleRequest(int from_rank, Message request);
+  // Dispatch, recorded when tracing or metrics are on (Note [Call telemetry]).
+  Future<Message> DispatchRecorded(int from_rank, const Message& request);
   // --- tracing and metrics (rpc/runtime_telemetry.cc) ---
   // Starts the trace file and metrics the options or environment ask for,
   // and serves the trace clock.

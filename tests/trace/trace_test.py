@@ -70,17 +70,15 @@ class PipelineTraceTest(unittest.TestCase):
         self.assertEqual(sorted(traces), ["driver", "stage1", "stage2"])
         for worker, events in traces.items():
             self.assertTrue(spans(events), f"{worker} wrote no spans")
-        first_stage = spans(traces["stage1"], "pipeline")
         for worker in ("stage1", "stage2"):
             stage_spans = spans(traces[worker], "pipeline")
             contexts = sorted({e["args"]["context"] for e in stage_spans})
             self.assertEqual(len(contexts), 2, f"{worker}: steps {contexts}")
             for context in contexts:
                 step = [e for e in stage_spans if e["args"]["context"] == context]
-                self.check_step(worker, step,
-                                [e for e in first_stage if e["args"]["context"] == context])
+                self.check_step(worker, step)
 
-    def check_step(self, worker, step, first_stage_step):
+    def check_step(self, worker, step):
         def by_micro(events, kind):
             return {e["args"]["micro_batch"]: e for e in events if e["name"].startswith(kind)}
         forward, backward = by_micro(step, "forward"), by_micro(step, "backward")
@@ -91,7 +89,8 @@ class PipelineTraceTest(unittest.TestCase):
         for i in micro:
             self.assertLessEqual(end(forward[i]), backward[i]["ts"],
                                  f"{worker}: micro-batch {i}'s backward began before its forward ended")
-        # 1F1B: at most STAGES micro-batches in flight on a stage ...
+        # 1F1B: at most STAGES micro-batches in flight on a stage (forward begun,
+        # backward not ended), whatever the number of micro-batches ...
         edges = sorted([(forward[i]["ts"], 1) for i in micro] + [(end(backward[i]), -1) for i in micro],
                        key=lambda edge: (edge[0], edge[1]))
         in_flight = peak = 0
@@ -99,11 +98,6 @@ class PipelineTraceTest(unittest.TestCase):
             in_flight += change
             peak = max(peak, in_flight)
         self.assertLessEqual(peak, self.STAGES, f"{worker}: {peak} micro-batches in flight")
-        # ... micro-batch i+S starts only once i's backward is done at the first stage ...
-        first_backward = by_micro(first_stage_step, "backward")
-        for i in range(self.MICRO_BATCHES - self.STAGES):
-            self.assertGreaterEqual(forward[i + self.STAGES]["ts"], end(first_backward[i]),
-                                    f"{worker}: forward {i + self.STAGES} before backward {i} ended")
         # ... so backwards interleave with forwards (GPipe would run every forward first).
         self.assertLess(backward[0]["ts"], forward[self.MICRO_BATCHES - 1]["ts"],
                         f"{worker}: all forwards ran before the first backward (GPipe's order)")
