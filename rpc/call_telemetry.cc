@@ -9,12 +9,15 @@ namespace {
 
 // The row a call is drawn on, and its category.
 std::pair<trace::Track, const char*> RowOf(const proto::Envelope& envelope, bool outgoing) {
-  if (absl::StartsWith(envelope.target(), "rref.")) return {trace::Track::kRRef, "rref"};
-  if (absl::StartsWith(envelope.target(), "dist_autograd.")) {
+  const bool internal = envelope.kind() == proto::INTERNAL_CALL;
+  if (internal && absl::StartsWith(envelope.target(), "rref.")) {
+    return {trace::Track::kRRef, "rref"};
+  }
+  if (internal && absl::StartsWith(envelope.target(), "dist_autograd.")) {
     return {trace::Track::kAutograd, "autograd"};
   }
-  const char* category = envelope.kind() == proto::INTERNAL_CALL ? "rpc.internal" : "rpc";
-  return {outgoing ? trace::Track::kCallsOut : trace::Track::kCallsIn, category};
+  return {outgoing ? trace::Track::kCallsOut : trace::Track::kCallsIn,
+          internal ? "rpc.internal" : "rpc"};
 }
 
 absl::Status StatusOf(const absl::StatusOr<Message>& response) {
