@@ -228,7 +228,9 @@ class TraceFile {
     MutexLock lock(&mu_);
     if (fd_ < 0) return;
     AppendLocked(events);
-    Lane& freed = lanes_[static_cast<int>(track)][lane];
+    std::vector<Lane>& lanes = lanes_[static_cast<int>(track)];
+    if (lane >= static_cast<int>(lanes.size())) return;  // begun before a Stop() and Start()
+    Lane& freed = lanes[lane];
     freed.taken = false;
     freed.free_since_ns = std::max(freed.free_since_ns, end_ns);
   }
