@@ -29,8 +29,6 @@ absl::Status StatusOf(const absl::StatusOr<Message>& response) {
 
 }  // namespace
 
-bool CallTelemetryEnabled() { return trace::Enabled() || metrics::Enabled(); }
-
 std::shared_ptr<OutgoingCall> OutgoingCall::Start(const std::string& to, Message* request) {
   if (!CallTelemetryEnabled()) return nullptr;
   auto call = std::make_shared<OutgoingCall>();

@@ -17,13 +17,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "common/trace.h"
 #include "rpc/message.h"
 
 namespace tessera::rpc {
 
-// Whether calls are recorded at all.
-bool CallTelemetryEnabled();
+// Whether calls are recorded at all: inline, for the call path when off.
+inline bool CallTelemetryEnabled() { return trace::Enabled() || metrics::Enabled(); }
 
 class OutgoingCall {
  public:

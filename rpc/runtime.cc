@@ -257,7 +257,8 @@ Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
     }
   }
   CallObserver* observer = observer_;
-  std::shared_ptr<OutgoingCall> telemetry = RecordOutgoing(to_rank, &request);
+  std::shared_ptr<OutgoingCall> telemetry =
+      CallTelemetryEnabled() ? RecordOutgoing(to_rank, &request) : nullptr;
   return agent_->Send(to_rank, std::move(request), absl::Now() + EffectiveTimeout(options))
       .Then(
           [peer, observer, telemetry](
@@ -284,7 +285,8 @@ Future<Message> Runtime::HandleRequest(int from_rank, Message request) {
 
 Future<Message> Runtime::DispatchRecorded(int from_rank, const Message& request) {
   // After the start: the caller's name is known (the wait shows as queued).
-  std::shared_ptr<IncomingCall> telemetry = RecordIncoming(from_rank, request);
+  std::shared_ptr<IncomingCall> telemetry =
+      CallTelemetryEnabled() ? RecordIncoming(from_rank, request) : nullptr;
   Future<Message> response = Dispatch(from_rank, request, /*waited_for_registration=*/false);
   if (telemetry != nullptr) {
     response.OnReady([telemetry](const absl::StatusOr<Message>& done) { telemetry->Finish(done); });

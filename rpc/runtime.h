@@ -236,8 +236,8 @@ class Runtime : public TypedCalls<Runtime> {
   absl::Status StartTelemetry();
   // Aligns this worker's trace clock to rank 0's (Note [Trace clock alignment]).
   void AlignTraceClock();
-  // Records of a call served or made (Note [Call telemetry]); nullptr when
-  // nothing records.
+  // Records of a call served or made (Note [Call telemetry]), when
+  // CallTelemetryEnabled().
   std::shared_ptr<IncomingCall> RecordIncoming(int from_rank, const Message& request);
   std::shared_ptr<OutgoingCall> RecordOutgoing(int to_rank, Message* request) const;
   // The metrics summary line, when TESSERA_METRICS=1.

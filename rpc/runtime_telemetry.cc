@@ -72,14 +72,12 @@ void Runtime::AlignTraceClock() {
 }
 
 std::shared_ptr<IncomingCall> Runtime::RecordIncoming(int from_rank, const Message& request) {
-  if (!CallTelemetryEnabled()) return nullptr;
   std::string from;
   if (!membership_.NameAndRole(from_rank, &from)) from = absl::StrCat("rank ", from_rank);
   return IncomingCall::Start(from, request);
 }
 
 std::shared_ptr<OutgoingCall> Runtime::RecordOutgoing(int to_rank, Message* request) const {
-  if (!CallTelemetryEnabled()) return nullptr;
   std::string to;
   if (!membership_.NameAndRole(to_rank, &to)) to = absl::StrCat("rank ", to_rank);
   return OutgoingCall::Start(to, request);
