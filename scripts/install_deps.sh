@@ -10,7 +10,7 @@ PACKAGES=(
   libabsl-dev libgloo-dev libgtest-dev googletest libbenchmark-dev
   dataset-fashion-mnist python3-torch
   clang-14 libclang-rt-14-dev libssl-dev openssl python3-grpcio python3-protobuf
-  etcd-server cmake pkg-config python3-matplotlib
+  etcd-server cmake pkg-config python3-matplotlib gdb
 )
 
 missing=()

@@ -14,10 +14,11 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "common/broken_pipe.h"
 #include "common/logging.h"
 #include "common/serial_queue.h"
-#include "common/thread_pool.h"
 #include "common/status.h"
+#include "common/thread_pool.h"
 #include "common/timeouts.h"
 #include "ddp/gloo/gloo_store.h"
 #include "ddp/gloo/reduced_float_math.h"
@@ -308,6 +309,9 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ConnectFlat(store::StoreClient* st
     return Annotate(host.status(), absl::StrCat("Gloo process group of rank ", rank, " of ", size));
   }
   TESSERA_LOG(INFO) << "Gloo rank " << rank << " of " << size << " at " << host->Describe();
+  // Gloo's pairs write with writev, without MSG_NOSIGNAL: a dead peer must
+  // fail the collective, not kill this rank (Note [SIGPIPE]).
+  IgnoreBrokenPipeSignals();
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = IsWildcardAddress(host->bind) ? host->advertise : host->bind;

@@ -1,13 +1,13 @@
 // The TensorPipe agent's set-up: transports and listener, the worker table,
 // accepting pipes (and listening again when TensorPipe fails its listener),
 // closing; and the factory (tensorpipe_agent_impl.h).
-#include <signal.h>
 
 #include <algorithm>
 #include <exception>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/broken_pipe.h"
 #include "common/host_address.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -178,13 +178,9 @@ void TensorPipeAgent::Close(const absl::Status& reason) {
 absl::StatusOr<std::unique_ptr<RpcAgent>> CreateTensorPipeAgent(
     const TensorPipeOptions& options, const auth::JobSecret& secret, const std::string& name,
     int rank, int incarnation, RequestHandler handler, Executor* executor, DeadlineTimer* timer) {
-  // TensorPipe's shm transport writes to Unix sockets without MSG_NOSIGNAL:
-  // a peer dying mid-handshake would kill this process with SIGPIPE. Ignore
-  // it, unless the application installed its own handler.
-  struct sigaction current {};
-  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
-    signal(SIGPIPE, SIG_IGN);
-  }
+  // TensorPipe's shm transport writes to Unix sockets without MSG_NOSIGNAL
+  // (Note [SIGPIPE]).
+  IgnoreBrokenPipeSignals();
   WorkerInfo self;
   self.name = name;
   self.rank = rank;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "common/subprocess.h"
 
 namespace tessera::testing {
@@ -53,6 +54,7 @@ WorkerProcess::WorkerProcess(const std::string& scenario,
 
 WorkerProcess::~WorkerProcess() {
   if (exit_code_ < 0 && pid_ > 0) {
+    if (::testing::Test::HasFailure()) PrintStacks();
     Kill();
     Wait(absl::Seconds(10));
   }
@@ -69,6 +71,19 @@ int WorkerProcess::Wait(absl::Duration timeout) {
   if (waitpid(pid_, &status, 0) != pid_) return -1;
   exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return exit_code_;
+}
+
+void WorkerProcess::PrintStacks() {
+  if (pid_ <= 0 || access("/usr/bin/gdb", X_OK) != 0) return;
+  std::fprintf(stderr, "--- stacks of worker process %d, still running ---\n", pid_);
+  std::fflush(stderr);
+  // Bounded: a test that failed must not hang on its diagnosis.
+  const std::string command =
+      absl::StrCat("timeout 60 /usr/bin/gdb -batch -nx -p ", pid_,
+                   " -ex 'thread apply all bt 40' </dev/null 2>&1 | grep -v '^\\[New LWP' >&2");
+  if (std::system(command.c_str()) != 0) {
+    std::fprintf(stderr, "(gdb could not read the stacks of %d)\n", pid_);
+  }
 }
 
 void WorkerProcess::Kill() {

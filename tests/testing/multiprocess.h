@@ -33,7 +33,10 @@ class WorkerProcess {
   // Starts `scenario` with the given extra environment variables.
   WorkerProcess(const std::string& scenario,
                 const std::map<std::string, std::string>& env);
-  ~WorkerProcess();  // kills the child if it is still running
+  // Kills the child if it is still running; first, when the test has
+  // failed, prints the child's thread stacks to stderr (with gdb, when
+  // installed): a worker that hung is then diagnosable from CI's log alone.
+  ~WorkerProcess();
 
   WorkerProcess(const WorkerProcess&) = delete;
   WorkerProcess& operator=(const WorkerProcess&) = delete;
@@ -42,6 +45,8 @@ class WorkerProcess {
   // Exit code, 128+signal if killed, or -1 if it did not exit in time.
   int Wait(absl::Duration timeout);
   void Kill();
+  // Every thread's stack of the running child, to stderr (gdb -batch).
+  void PrintStacks();
 
  private:
   pid_t pid_ = -1;
