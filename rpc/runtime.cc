@@ -276,10 +276,21 @@ Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
 Future<Message> Runtime::HandleRequest(int from_rank, Message request) {
   Future<bool> ready = ready_.GetFuture();
   if (ready.IsReady()) return DispatchRecorded(from_rank, request);
+  // A call that arrived before this worker met everyone waits for the start,
+  // then runs on the pool like any other. Not where `ready` completes: that
+  // is the thread in Create(), which would run every early call itself, one
+  // after another, before going on — a blocking one held up the worker's
+  // start (and every later early call) for its whole deadline.
   return ready.Then([this, from_rank, request = std::move(request)](
-                        const absl::StatusOr<bool>& started) -> Future<Message> {
+                        const absl::StatusOr<bool>& started) mutable -> Future<Message> {
     if (!started.ok()) return Future<Message>::Ready(started.status());
-    return DispatchRecorded(from_rank, request);
+    Promise<Message> dispatched;
+    pool()->Post([this, from_rank, request = std::move(request), dispatched] {
+      DispatchRecorded(from_rank, request).OnReady([dispatched](const absl::StatusOr<Message>& r) {
+        dispatched.Set(r);
+      });
+    });
+    return dispatched.GetFuture();
   });
 }
 
