@@ -266,6 +266,20 @@ auto Future<T>::Then(Fn fn, Executor* executor) const {
   }
 }
 
+// Runs `fn` (which returns a Future<T>) on `executor`, never inline; the
+// result completes with fn's. For work that waited for something and must
+// not run on the thread that completed it: a call that waited for a worker's
+// start or a late registration would otherwise run inside Create() or
+// Register(), one after another (Note [Deferred calls], rpc/runtime.h).
+template <typename T, typename Fn>
+Future<T> RunOn(Executor& executor, Fn fn) {
+  Promise<T> done;
+  executor.Post([fn = std::move(fn), done]() mutable {
+    fn().OnReady([done](const absl::StatusOr<T>& result) { done.Set(result); });
+  });
+  return done.GetFuture();
+}
+
 // Completes with the first error among `futures`, or true once all of them
 // have succeeded (at once when there are none).
 template <typename T>

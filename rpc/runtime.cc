@@ -276,21 +276,13 @@ Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
 Future<Message> Runtime::HandleRequest(int from_rank, Message request) {
   Future<bool> ready = ready_.GetFuture();
   if (ready.IsReady()) return DispatchRecorded(from_rank, request);
-  // A call that arrived before this worker met everyone waits for the start,
-  // then runs on the pool like any other. Not where `ready` completes: that
-  // is the thread in Create(), which would run every early call itself, one
-  // after another, before going on — a blocking one held up the worker's
-  // start (and every later early call) for its whole deadline.
+  // Note [Deferred calls]: on the pool once started, not in Create().
   return ready.Then([this, from_rank, request = std::move(request)](
                         const absl::StatusOr<bool>& started) mutable -> Future<Message> {
     if (!started.ok()) return Future<Message>::Ready(started.status());
-    Promise<Message> dispatched;
-    pool()->Post([this, from_rank, request = std::move(request), dispatched] {
-      DispatchRecorded(from_rank, request).OnReady([dispatched](const absl::StatusOr<Message>& r) {
-        dispatched.Set(r);
-      });
+    return RunOn<Message>(*pool(), [this, from_rank, request = std::move(request)] {
+      return DispatchRecorded(from_rank, request);
     });
-    return dispatched.GetFuture();
   });
 }
 
@@ -315,7 +307,15 @@ Future<Message> Runtime::AwaitRegistration(int from_rank, const Message& request
       .Then(
           [this, from_rank, request, target](const absl::StatusOr<bool>& found) -> Future<Message> {
             if (found.ok() && *found) {
-              return Dispatch(from_rank, request, /*waited_for_registration=*/true);
+              // Note [Deferred calls]: on the pool, not in Register().
+              ThreadPool* live = pool();
+              if (live == nullptr) {
+                return Future<Message>::Ready(absl::FailedPreconditionError(
+                    "worker '" + options_.name + "' shut down before '" + target + "' ran"));
+              }
+              return RunOn<Message>(*live, [this, from_rank, request] {
+                return Dispatch(from_rank, request, /*waited_for_registration=*/true);
+              });
             }
             std::vector<std::string> names = registry_.Names();
             return Future<Message>::Ready(absl::NotFoundError(absl::StrCat(

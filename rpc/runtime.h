@@ -28,6 +28,17 @@
 // workers need not agree on an order of set-up: a server may start, build
 // its state, then register the functions that serve it.
 //
+// Note [Deferred calls]: a call that arrives before this worker has met
+// everyone, or before its function is registered, waits — then runs on the
+// pool like any other call (RunOn, common/future.h), never on the thread
+// that ended the wait: that is the one in Create() or in Register(), which
+// would run every waiting call itself, one after another, before going on.
+// A blocking call then held up the worker's start, or the registering code,
+// for its whole deadline, and the other waiting calls with it (found as a
+// hang of CI's bounded_queues_test; tests/rpc/early_calls_test.cc and
+// RuntimeLifecycleTest.CallsWaitingForARegistrationRunOnThePoolNotInRegister).
+// The RRef services do the same for late classes and functions.
+//
 // Note [Elastic membership]: a job's membership may change while it runs.
 // A rank restarted alone (tessera-run --elastic_roles) starts with
 // JoinMode::kRejoin: it takes the next incarnation of its rank from the

@@ -252,7 +252,10 @@ class RRefContext final : public rpc::RuntimeExtension,
    private:
     std::function<std::shared_ptr<void>()> enter_;
   };
-  Future<OwnedValue> Later(std::function<Future<OwnedValue>()> produce);
+  // `carried_from`: the state to run in, when not this thread's (a wait
+  // captured it where it began).
+  Future<OwnedValue> Later(std::function<Future<OwnedValue>()> produce,
+                           const CarriedState* carried_from = nullptr);
   // remote() whose owner is this worker: the owner's handle, with the value
   // to come from `value`.
   c10::intrusive_ptr<RRefImpl> KeepLocally(const GlobalId& rref_id, const std::string& type,

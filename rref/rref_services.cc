@@ -65,13 +65,15 @@ void RRefContext::Fulfil(const std::shared_ptr<OwnerEntry>& entry, Future<OwnedV
   });
 }
 
-Future<OwnedValue> RRefContext::Later(std::function<Future<OwnedValue>()> produce) {
+Future<OwnedValue> RRefContext::Later(std::function<Future<OwnedValue>()> produce,
+                                      const CarriedState* carried_from) {
   rpc::Runtime* runtime = runtime_.load();
   if (runtime == nullptr) return produce();
   // The caller's autograd context (if any) goes along, as on this thread.
   Promise<OwnedValue> promise;
   runtime->executor().Post([promise, produce = std::move(produce),
-                            carried = CarriedState(runtime)] {
+                            carried =
+                                carried_from != nullptr ? *carried_from : CarriedState(runtime)] {
     std::shared_ptr<void> scope = carried.Enter();
     produce().OnReady([promise](const absl::StatusOr<OwnedValue>& value) { promise.Set(value); });
   });
@@ -101,9 +103,14 @@ Future<OwnedValue> RRefContext::RunFunction(int caller, const std::string& funct
     return runtime->registry()
         .WhenRegistered(function, absl::Now() + runtime->options().registration_wait,
                         runtime->timer())
-        .Then([self = shared_from_this(), caller, function,
-               args = std::move(args)](const absl::StatusOr<bool>&) mutable {
-          return self->RunFunction(caller, function, std::move(args), /*waited=*/true);
+        .Then([self = shared_from_this(), caller, function, args = std::move(args),
+               carried = CarriedState(runtime)](const absl::StatusOr<bool>&) mutable {
+          // Note [Deferred calls] (rpc/runtime.h): on the pool, not in Register().
+          return self->Later(
+              [self, caller, function, args = std::move(args)]() mutable {
+                return self->RunFunction(caller, function, std::move(args), /*waited=*/true);
+              },
+              &carried);
         });
   }
   if (registered != nullptr) {
@@ -133,9 +140,14 @@ Future<OwnedValue> RRefContext::Construct(int caller, const std::string& class_n
     return classes_
         .WhenRegistered(class_name, absl::Now() + runtime->options().registration_wait,
                         runtime->timer())
-        .Then([self = shared_from_this(), caller, class_name,
-               args = std::move(args)](const absl::StatusOr<bool>&) mutable {
-          return self->Construct(caller, class_name, std::move(args), /*waited=*/true);
+        .Then([self = shared_from_this(), caller, class_name, args = std::move(args),
+               carried = CarriedState(runtime)](const absl::StatusOr<bool>&) mutable {
+          // Note [Deferred calls] (rpc/runtime.h): on the pool, not in Register().
+          return self->Later(
+              [self, caller, class_name, args = std::move(args)]() mutable {
+                return self->Construct(caller, class_name, std::move(args), /*waited=*/true);
+              },
+              &carried);
         });
   }
   if (cls == nullptr) {

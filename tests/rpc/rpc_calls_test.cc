@@ -261,5 +261,40 @@ TEST(RuntimeLifecycleTest, FunctionsRegisteredAfterStartAreServed) {
   runtime->Shutdown();
 }
 
+// Calls that waited for a late registration run on the pool once it comes,
+// side by side — not inside Register(), on the registering thread, one
+// after another (which held the registering thread for each call's whole
+// run, and ran out the others' deadlines meanwhile).
+TEST(RuntimeLifecycleTest, CallsWaitingForARegistrationRunOnThePoolNotInRegister) {
+  auto store = store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
+  ASSERT_TRUE(store.ok());
+  rpc::RpcOptions options = InProcessOptions("solo", 0, 1, (*store)->port());
+  options.registration_wait = absl::Seconds(60);
+  auto runtime = rpc::Init(options, MakeTestRegistry());
+  const rpc::CallOptions bounded{absl::Seconds(20)};
+  std::vector<Future<bool>> early;
+  for (int i = 0; i < 2; ++i) {
+    early.push_back(
+        runtime->RpcAsync<bool>(bounded, "solo", "late_block", absl::StrCat("late/", i)));
+  }
+  // Requests on one connection are dispatched in order: once this answer
+  // is back, both early calls wait for "late_block".
+  EXPECT_EQ(runtime->RpcSync<int64_t>("solo", "echo", int64_t{1}), 1);
+  runtime->Register("late_block", [](rpc::CallContext& ctx, std::string key) {
+    return BlockUntilReleased(ctx, key);
+  });
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(runtime->store().Get(absl::StrCat("late/", i, "/started"), absl::Seconds(10)).ok())
+        << "early call " << i;
+    ASSERT_TRUE(runtime->store().Set(absl::StrCat("late/", i), "go").ok());
+  }
+  for (auto& call : early) {
+    auto released = call.Wait(absl::Seconds(30));
+    ASSERT_TRUE(released.ok()) << released.status();
+    EXPECT_TRUE(*released) << "ran out its deadline before it was released";
+  }
+  runtime->Shutdown();
+}
+
 }  // namespace
 }  // namespace tessera::testing

@@ -3,13 +3,14 @@
 // with the world's graceful shutdown, which fails if any worker still owns a
 // value that another worker references (RRefContext::CheckReleased), plus
 // explicit zero-leak checks where the scenario frees values mid-job.
-#include <gtest/gtest.h>
-
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/ones.h>
+#include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "tests/rref/rref_world.h"
+#include "tests/testing/test_functions.h"
 
 namespace tessera::testing {
 namespace {
@@ -44,6 +45,31 @@ TEST_F(RRefTest, CreateFetchDelete) {
   }
   EXPECT_TRUE(OwnerHolds("worker1", 0));
   EXPECT_EQ(rrefs_->stats().user_forks, 0u);
+}
+
+// Scenario: worker0 creates two values with a function it registers only
+// afterwards, which blocks until released. Note [Deferred calls]: once
+// registered, both run on the pool, side by side — not inside Register(),
+// one after another (there each ran out its time before the test could
+// release it).
+TEST_F(RRefTest, CreationsWaitingForALateFunctionRunOnThePool) {
+  StartWorld(1);
+  std::vector<RRef<bool>> early;
+  for (int i = 0; i < 2; ++i) {
+    early.push_back(Remote<bool>(*rrefs_, "worker0", "late_block", absl::StrCat("late/", i)));
+  }
+  // Behind both creations on the pool: they wait for "late_block" by now.
+  EXPECT_EQ(rt().RpcSync<int64_t>("worker0", "echo", int64_t{1}), 1);
+  rt().Register("late_block", [](rpc::CallContext& ctx, std::string key) {
+    ctx.deadline = std::min(ctx.deadline, absl::Now() + absl::Seconds(20));
+    return BlockUntilReleased(ctx, key);
+  });
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(rt().store().Get(absl::StrCat("late/", i, "/started"), absl::Seconds(10)).ok())
+        << "creation " << i;
+    ASSERT_TRUE(rt().store().Set(absl::StrCat("late/", i), "go").ok());
+  }
+  for (auto& value : early) EXPECT_TRUE(value.to_here()) << "ran out its time before release";
 }
 
 // Scenario: an object lives on worker1; worker0 calls its methods, also

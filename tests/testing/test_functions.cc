@@ -14,6 +14,12 @@ namespace tessera::testing {
 
 using rpc::CallContext;
 
+bool BlockUntilReleased(CallContext& ctx, const std::string& key) {
+  auto& store = ctx.runtime->store();
+  if (!store.Set(key + "/started", "1").ok()) return false;
+  return store.Get(key, ctx.deadline - absl::Now()).ok();
+}
+
 rpc::Registry MakeTestRegistry() {
   rpc::Registry registry;
   registry.Register("echo", [](c10::IValue v) { return v; });
@@ -35,11 +41,8 @@ rpc::Registry MakeTestRegistry() {
   });
   registry.Register("fail",
                     [](std::string message) -> int64_t { throw std::runtime_error(message); });
-  registry.Register("block", [](CallContext& ctx, std::string key) {
-    auto& store = ctx.runtime->store();
-    if (!store.Set(key + "/started", "1").ok()) return false;
-    return store.Get(key, ctx.deadline - absl::Now()).ok();
-  });
+  registry.Register("block",
+                    [](CallContext& ctx, std::string key) { return BlockUntilReleased(ctx, key); });
   registry.Register("nested", [](CallContext& ctx, std::vector<std::string> chain, at::Tensor t) {
     if (chain.empty()) return t + 1;
     const std::string next = chain.front();

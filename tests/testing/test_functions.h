@@ -1,6 +1,8 @@
 // The functions every worker of the RPC tests registers.
 #pragma once
 
+#include <string>
+
 #include "rpc/registry.h"
 #include "rpc/rpc_options.h"
 
@@ -14,6 +16,10 @@ namespace tessera::testing {
 // another thread; describe(Tensor, int, float, bool, str, List[int],
 // Dict[str, float]) -> str.
 rpc::Registry MakeTestRegistry();
+
+// What "block" runs: sets "<key>/started" in the store, then waits for `key`
+// until the call's deadline; true if it came.
+bool BlockUntilReleased(rpc::CallContext& ctx, const std::string& key);
 
 // Options for a test worker from the environment (see WorkerEnv), with
 // timeouts suited to tests.
