@@ -19,6 +19,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/subprocess.h"
+#include "tests/testing/termination_stacks.h"
 
 namespace tessera::testing {
 namespace {
@@ -148,6 +149,7 @@ int TestMain(int argc, char** argv) {
       }
     }
   }
+  PrintStacksOnTermination();
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
