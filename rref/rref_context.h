@@ -252,6 +252,14 @@ class RRefContext final : public rpc::RuntimeExtension,
    private:
     std::function<std::shared_ptr<void>()> enter_;
   };
+  // `fn` (returning Future<T>) on the pool, or here once the runtime has
+  // closed: for work that waited (Note [Deferred calls], rpc/runtime.h).
+  template <typename T, typename Fn>
+  Future<T> OnPool(Fn fn) {
+    rpc::Runtime* runtime = runtime_.load();
+    if (runtime == nullptr) return fn();
+    return RunOn<T>(runtime->executor(), std::move(fn));
+  }
   // `carried_from`: the state to run in, when not this thread's (a wait
   // captured it where it began).
   Future<OwnedValue> Later(std::function<Future<OwnedValue>()> produce,

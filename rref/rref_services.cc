@@ -176,14 +176,13 @@ Future<c10::IValue> RRefContext::InvokeMethod(int caller, const GlobalId& target
   rpc::Runtime* runtime = runtime_.load();
   const std::string caller_name = NameOf(caller);
   // The object may not exist yet (its construction runs later, on the
-  // pool): the method then runs on the thread that completes it, and must
-  // still run in the caller's autograd context, as here. Without this, a
-  // method called on a fresh object inside a context ran outside it, and
-  // the calls it made went unrecorded — the first backward lost gradients.
-  return ValueOf(target).Then([this, runtime, caller, caller_name, method,
-                               carried = CarriedState(runtime), args = std::move(args)](
-                                  const absl::StatusOr<OwnedValue>& owned) mutable
-                              -> Future<c10::IValue> {
+  // pool): the method then runs once it does, and must still run in the
+  // caller's autograd context, as here. Without this, a method called on a
+  // fresh object inside a context ran outside it, and the calls it made
+  // went unrecorded — the first backward lost gradients.
+  auto run = [this, runtime, caller, caller_name, method, carried = CarriedState(runtime),
+              args = std::move(args)](
+                 const absl::StatusOr<OwnedValue>& owned) mutable -> Future<c10::IValue> {
     if (!owned.ok()) return Future<c10::IValue>::Ready(owned.status());
     std::shared_ptr<void> scope = carried.Enter();
     if (owned->object == nullptr) {
@@ -203,6 +202,13 @@ Future<c10::IValue> RRefContext::InvokeMethod(int caller, const GlobalId& target
     auto keep_alive = owned->object;
     return owned->cls->methods.Invoke(method, context, std::move(args))
         .Then([keep_alive](const absl::StatusOr<c10::IValue>& r) { return r; });
+  };
+  Future<OwnedValue> value = ValueOf(target);
+  if (value.IsReady()) return value.Then(std::move(run));
+  // Note [Deferred calls] (rpc/runtime.h): on the pool once the object is
+  // made, not on the thread that made it, one waiting method after another.
+  return value.Then([this, run = std::move(run)](const absl::StatusOr<OwnedValue>& owned) mutable {
+    return OnPool<c10::IValue>([run = std::move(run), owned]() mutable { return run(owned); });
   });
 }
 
@@ -346,14 +352,16 @@ void RRefContext::ServeUses(rpc::Registry* internal) {
   rpc::Serve<CallRequest>(*internal, [this](rpc::CallContext& ctx, CallRequest m) {
     const int caller = ctx.caller_rank;
     if (!m.may_be_early) return InvokeMethod(caller, m.rref, m.method, std::move(m.args));
-    // Early: the method runs once the creation arrives, on another thread,
-    // in this call's autograd context (see InvokeMethod).
+    // Early: the method runs once the creation arrives, on the pool (Note
+    // [Deferred calls]), in this call's autograd context (see InvokeMethod).
     return AwaitCreation(m.rref, ctx.deadline)
         .Then([this, caller, carried = CarriedState(ctx.runtime), m = std::move(m)](
                   const absl::StatusOr<bool>& created) mutable -> Future<c10::IValue> {
           if (!created.ok()) return Future<c10::IValue>::Ready(created.status());
-          std::shared_ptr<void> scope = carried.Enter();
-          return InvokeMethod(caller, m.rref, m.method, std::move(m.args));
+          return OnPool<c10::IValue>([this, caller, carried, m = std::move(m)]() mutable {
+            std::shared_ptr<void> scope = carried.Enter();
+            return InvokeMethod(caller, m.rref, m.method, std::move(m.args));
+          });
         });
   });
   rpc::Serve<FetchRequest>(*internal, [this](rpc::CallContext& ctx, FetchRequest m) {

@@ -72,6 +72,33 @@ TEST_F(RRefTest, CreationsWaitingForALateFunctionRunOnThePool) {
   for (auto& value : early) EXPECT_TRUE(value.to_here()) << "ran out its time before release";
 }
 
+// Scenario: worker0 makes an object on worker1 whose constructor is slow,
+// and calls a blocking method on it twice before it is built. Note
+// [Deferred calls]: once built, both run on worker1's pool side by side —
+// not one after another on the thread that built it (the second would
+// start only after the first returned).
+TEST_F(RRefTest, MethodCallsWaitingForTheirObjectRunOnThePool) {
+  StartWorld(2);
+  RRef<SlowToBuild> slow = RemoteObject<SlowToBuild>(*rrefs_, "worker1");
+  std::vector<Future<bool>> calls;
+  for (int i = 0; i < 2; ++i) {
+    calls.push_back(slow.RpcAsync<bool>("block", absl::StrCat("built/", i)));
+  }
+  // Behind both calls on the connection: they wait for the object by now.
+  EXPECT_EQ(rt().RpcSync<int64_t>("worker1", "echo", int64_t{1}), 1);
+  EXPECT_TRUE(rt().RpcSync<bool>("worker1", "finish_building_slow_objects"));
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(rt().store().Get(absl::StrCat("built/", i, "/started"), absl::Seconds(10)).ok())
+        << "method call " << i << " did not start while the other ran";
+  }
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(rt().store().Set(absl::StrCat("built/", i), "go").ok());
+  for (auto& call : calls) {
+    auto released = call.Wait(absl::Seconds(30));
+    ASSERT_TRUE(released.ok()) << released.status();
+    EXPECT_TRUE(*released) << "ran out its time before release";
+  }
+}
+
 // Scenario: an object lives on worker1; worker0 calls its methods, also
 // concurrently, and cannot fetch the object itself.
 TEST_F(RRefTest, MethodCallsOnARemoteObject) {

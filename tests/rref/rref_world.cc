@@ -3,14 +3,34 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/ones.h>
 
+#include <algorithm>
 #include <cstdio>
 
+#include "absl/synchronization/notification.h"
 #include "rpc/init.h"
 #include "tests/testing/test_functions.h"
 
 namespace tessera::testing {
 
 using rref::RRef;
+
+namespace {
+absl::Notification& SlowObjectsMayFinish() {
+  static auto* finish = new absl::Notification();
+  return *finish;
+}
+}  // namespace
+
+SlowToBuild::SlowToBuild() {
+  SlowObjectsMayFinish().WaitForNotificationWithTimeout(absl::Seconds(30));
+}
+
+bool SlowToBuild::Block(rpc::CallContext& ctx, std::string key) {
+  ctx.deadline = std::min(ctx.deadline, absl::Now() + absl::Seconds(20));
+  return BlockUntilReleased(ctx, key);
+}
+
+void FinishBuildingSlowObjects() { SlowObjectsMayFinish().Notify(); }
 
 rref::ClassRegistry MakeTestClasses() {
   rref::ClassRegistry classes;
@@ -24,12 +44,17 @@ rref::ClassRegistry MakeTestClasses() {
       .Method("add", &GuardedCounter::Add)
       .AllowCallers(rpc::AllowList{{"worker0"}, {}});
   classes.Class<Failing>("Failing").Constructor<std::string>().Method("never", &Failing::Never);
+  classes.Class<SlowToBuild>("SlowToBuild").Constructor<>().Method("block", &SlowToBuild::Block);
   return classes;
 }
 
 rpc::Registry MakeRRefTestRegistry(std::shared_ptr<rref::RRefContext> context) {
   rpc::Registry registry = MakeTestRegistry();
   registry.Register("make_tensor", [](int64_t n) { return at::ones({n}) * n; });
+  registry.Register("finish_building_slow_objects", [] {
+    FinishBuildingSlowObjects();
+    return true;
+  });
   // As this worker: add to a GuardedCounter (see also make_guarded_on).
   registry.Register("add_to_guarded", [](RRef<GuardedCounter> counter, int64_t delta) {
     return counter.RpcSync<int64_t>("add", delta);

@@ -50,6 +50,16 @@ class Failing {
   int64_t Never() { return 0; }
 };
 
+// Slow to build: its constructor waits (up to 30 s) until
+// FinishBuildingSlowObjects() runs in its process. Its method "block" is the
+// test function "block" (BlockUntilReleased), for at most 20 s.
+class SlowToBuild {
+ public:
+  SlowToBuild();
+  bool Block(rpc::CallContext& ctx, std::string key);
+};
+void FinishBuildingSlowObjects();
+
 rref::ClassRegistry MakeTestClasses();
 
 // The RPC test functions plus: make_tensor(n) -> ones(n)*n; relay_rref(chain,
@@ -57,7 +67,8 @@ rref::ClassRegistry MakeTestClasses();
 // to_here().sum(); owner_check(rref) -> [is_owner, local sum];
 // is_owner(rref) -> bool (does not wait for the value); keep(rref)
 // holds the RRef until drop_kept(); await_owned(n, timeout_ms) -> bool;
-// make_on(worker, n) -> RRef made by this worker on `worker`.
+// make_on(worker, n) -> RRef made by this worker on `worker`;
+// finish_building_slow_objects() -> true (FinishBuildingSlowObjects()).
 rpc::Registry MakeRRefTestRegistry(std::shared_ptr<rref::RRefContext> context);
 
 class RRefWorld : public RpcWorld {
