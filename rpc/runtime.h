@@ -37,7 +37,8 @@
 // for its whole deadline, and the other waiting calls with it (found as a
 // hang of CI's bounded_queues_test; tests/rpc/early_calls_test.cc and
 // RuntimeLifecycleTest.CallsWaitingForARegistrationRunOnThePoolNotInRegister).
-// The RRef services do the same for late classes and functions.
+// The RRef services do the same for late classes and functions, and for
+// method calls that wait for their object to be made.
 //
 // Note [Elastic membership]: a job's membership may change while it runs.
 // A rank restarted alone (tessera-run --elastic_roles) starts with
