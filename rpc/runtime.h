@@ -186,6 +186,9 @@ class Runtime : public TypedCalls<Runtime> {
   }
 
   ThreadPool& executor() { return *pool(); }
+  // The pool while it runs (and drains, at shutdown); null once it is gone:
+  // for continuations that may fire after a shutdown (timers, late peers).
+  ThreadPool* live_executor() const { return pool(); }
   DeadlineTimer& timer() { return *timer_; }
   store::StoreClient& store() { return *store_client_; }
   const Registry& registry() const { return registry_; }

@@ -257,8 +257,9 @@ class RRefContext final : public rpc::RuntimeExtension,
   template <typename T, typename Fn>
   Future<T> OnPool(Fn fn) {
     rpc::Runtime* runtime = runtime_.load();
-    if (runtime == nullptr) return fn();
-    return RunOn<T>(runtime->executor(), std::move(fn));
+    ThreadPool* pool = runtime != nullptr ? runtime->live_executor() : nullptr;
+    if (pool == nullptr) return fn();
+    return RunOn<T>(*pool, std::move(fn));
   }
   // `carried_from`: the state to run in, when not this thread's (a wait
   // captured it where it began).

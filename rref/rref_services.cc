@@ -68,12 +68,12 @@ void RRefContext::Fulfil(const std::shared_ptr<OwnerEntry>& entry, Future<OwnedV
 Future<OwnedValue> RRefContext::Later(std::function<Future<OwnedValue>()> produce,
                                       const CarriedState* carried_from) {
   rpc::Runtime* runtime = runtime_.load();
-  if (runtime == nullptr) return produce();
+  ThreadPool* pool = runtime != nullptr ? runtime->live_executor() : nullptr;
+  if (pool == nullptr) return produce();  // closed, or closing
   // The caller's autograd context (if any) goes along, as on this thread.
   Promise<OwnedValue> promise;
-  runtime->executor().Post([promise, produce = std::move(produce),
-                            carried =
-                                carried_from != nullptr ? *carried_from : CarriedState(runtime)] {
+  pool->Post([promise, produce = std::move(produce),
+              carried = carried_from != nullptr ? *carried_from : CarriedState(runtime)] {
     std::shared_ptr<void> scope = carried.Enter();
     produce().OnReady([promise](const absl::StatusOr<OwnedValue>& value) { promise.Set(value); });
   });
