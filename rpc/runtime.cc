@@ -280,10 +280,19 @@ Future<Message> Runtime::HandleRequest(int from_rank, Message request) {
   return ready.Then([this, from_rank, request = std::move(request)](
                         const absl::StatusOr<bool>& started) mutable -> Future<Message> {
     if (!started.ok()) return Future<Message>::Ready(started.status());
-    return RunOn<Message>(*pool(), [this, from_rank, request = std::move(request)] {
+    return DispatchOnPool([this, from_rank, request = std::move(request)] {
       return DispatchRecorded(from_rank, request);
     });
   });
+}
+
+Future<Message> Runtime::DispatchOnPool(std::function<Future<Message>()> dispatch) {
+  ThreadPool* live = pool();
+  if (live == nullptr) {
+    return Future<Message>::Ready(absl::FailedPreconditionError("worker '" + options_.name +
+                                                                "' shut down before the call ran"));
+  }
+  return RunOn<Message>(*live, std::move(dispatch));
 }
 
 Future<Message> Runtime::DispatchRecorded(int from_rank, const Message& request) {
@@ -308,12 +317,7 @@ Future<Message> Runtime::AwaitRegistration(int from_rank, const Message& request
           [this, from_rank, request, target](const absl::StatusOr<bool>& found) -> Future<Message> {
             if (found.ok() && *found) {
               // Note [Deferred calls]: on the pool, not in Register().
-              ThreadPool* live = pool();
-              if (live == nullptr) {
-                return Future<Message>::Ready(absl::FailedPreconditionError(
-                    "worker '" + options_.name + "' shut down before '" + target + "' ran"));
-              }
-              return RunOn<Message>(*live, [this, from_rank, request] {
+              return DispatchOnPool([this, from_rank, request] {
                 return Dispatch(from_rank, request, /*waited_for_registration=*/true);
               });
             }

@@ -251,6 +251,9 @@ class Runtime : public TypedCalls<Runtime> {
   absl::Status StartTelemetry();
   // Aligns this worker's trace clock to rank 0's (Note [Trace clock alignment]).
   void AlignTraceClock();
+  // `dispatch` on the pool (Note [Deferred calls]); FailedPrecondition once
+  // the pool is gone.
+  Future<Message> DispatchOnPool(std::function<Future<Message>()> dispatch);
   // Records of a call served or made (Note [Call telemetry]), when
   // CallTelemetryEnabled().
   std::shared_ptr<IncomingCall> RecordIncoming(int from_rank, const Message& request);

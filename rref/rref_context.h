@@ -261,6 +261,10 @@ class RRefContext final : public rpc::RuntimeExtension,
     if (pool == nullptr) return fn();
     return RunOn<T>(*pool, std::move(fn));
   }
+  // `retry` once a late registration's wait ends (Note [Late registration]),
+  // through Later().
+  Future<OwnedValue> AfterRegistration(Future<bool> registered,
+                                       std::function<Future<OwnedValue>()> retry);
   // `carried_from`: the state to run in, when not this thread's (a wait
   // captured it where it began).
   Future<OwnedValue> Later(std::function<Future<OwnedValue>()> produce,

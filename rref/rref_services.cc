@@ -80,6 +80,17 @@ Future<OwnedValue> RRefContext::Later(std::function<Future<OwnedValue>()> produc
   return promise.GetFuture();
 }
 
+Future<OwnedValue> RRefContext::AfterRegistration(Future<bool> registered,
+                                                  std::function<Future<OwnedValue>()> retry) {
+  // Note [Deferred calls] (rpc/runtime.h): on the pool, not in Register(),
+  // in the autograd context of the thread that began the wait.
+  return registered.Then(
+      [self = shared_from_this(), retry = std::move(retry),
+       carried = CarriedState(runtime_.load())](const absl::StatusOr<bool>&) mutable {
+        return self->Later(std::move(retry), &carried);
+      });
+}
+
 Future<OwnedValue> RRefContext::AsOwned(Future<c10::IValue> value) {
   return value.Then([](const absl::StatusOr<c10::IValue>& v) -> absl::StatusOr<OwnedValue> {
     if (!v.ok()) return v.status();
@@ -100,17 +111,11 @@ Future<OwnedValue> RRefContext::RunFunction(int caller, const std::string& funct
   const rpc::RegisteredFunction* registered = runtime->registry().Find(function);
   if (registered == nullptr && !waited) {
     // Note [Late registration]: wait for it, then try once more.
-    return runtime->registry()
-        .WhenRegistered(function, absl::Now() + runtime->options().registration_wait,
-                        runtime->timer())
-        .Then([self = shared_from_this(), caller, function, args = std::move(args),
-               carried = CarriedState(runtime)](const absl::StatusOr<bool>&) mutable {
-          // Note [Deferred calls] (rpc/runtime.h): on the pool, not in Register().
-          return self->Later(
-              [self, caller, function, args = std::move(args)]() mutable {
-                return self->RunFunction(caller, function, std::move(args), /*waited=*/true);
-              },
-              &carried);
+    return AfterRegistration(
+        runtime->registry().WhenRegistered(
+            function, absl::Now() + runtime->options().registration_wait, runtime->timer()),
+        [self = shared_from_this(), caller, function, args = std::move(args)]() mutable {
+          return self->RunFunction(caller, function, std::move(args), /*waited=*/true);
         });
   }
   if (registered != nullptr) {
@@ -137,17 +142,11 @@ Future<OwnedValue> RRefContext::Construct(int caller, const std::string& class_n
   rpc::Runtime* runtime = runtime_.load();
   if (cls == nullptr && !waited && runtime != nullptr) {
     // Note [Late registration]: wait for it, then try once more.
-    return classes_
-        .WhenRegistered(class_name, absl::Now() + runtime->options().registration_wait,
-                        runtime->timer())
-        .Then([self = shared_from_this(), caller, class_name, args = std::move(args),
-               carried = CarriedState(runtime)](const absl::StatusOr<bool>&) mutable {
-          // Note [Deferred calls] (rpc/runtime.h): on the pool, not in Register().
-          return self->Later(
-              [self, caller, class_name, args = std::move(args)]() mutable {
-                return self->Construct(caller, class_name, std::move(args), /*waited=*/true);
-              },
-              &carried);
+    return AfterRegistration(
+        classes_.WhenRegistered(class_name, absl::Now() + runtime->options().registration_wait,
+                                runtime->timer()),
+        [self = shared_from_this(), caller, class_name, args = std::move(args)]() mutable {
+          return self->Construct(caller, class_name, std::move(args), /*waited=*/true);
         });
   }
   if (cls == nullptr) {
