@@ -1,8 +1,10 @@
 // RPC options for benchmark worker `rank` of `world_size`, meeting through
 // the store on `port` (see two_processes.h), with timeouts long enough for
-// any benchmark, and the benchmarks' job secret.
+// any benchmark, and the benchmarks' job secret. TESSERA_WORKER_SPIN_US is
+// honoured as RpcOptions::FromEnv does, to measure the pool's polling.
 #pragma once
 
+#include <cstdlib>
 #include <string>
 
 #include "bench/two_processes.h"
@@ -20,6 +22,9 @@ inline rpc::RpcOptions WorkerOptions(int rank, int world_size, int port) {
   options.default_call_timeout = absl::Minutes(10);
   options.shutdown_timeout = absl::Minutes(10);
   options.job_secret = BenchJobSecret();
+  if (const char* spin_us = std::getenv("TESSERA_WORKER_SPIN_US")) {
+    options.worker_thread_spin = absl::Microseconds(std::atoi(spin_us));
+  }
   return options;
 }
 

@@ -1,21 +1,48 @@
 #include "common/thread_pool.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <utility>
 
 #include "common/logging.h"
 
+// Note [Pool threads spin, then sleep]: handing a task to a sleeping pool
+// thread wakes it through a futex, and on this project's virtual machines
+// that wake-up takes ≈1 µs when the thread runs on the waker's CPU but
+// ≈25 µs when it is sent to another, busy CPU and 40–50 µs to an idle one
+// (an inter-processor interrupt, dear in a guest; bench/wake_latency). Where a hand-off lands is chance, so same-host RPC
+// round trips were bimodal — 25 or 60 µs, from run to run and call to call
+// (docs/benchmarks-history.md, "Pool threads spin, then sleep"): the
+// callee's hand-off to its pool was 5 µs in the fast calls and 27 µs in
+// the slow ones. A thread that finds the queue empty after a task therefore
+// polls it for up to `spin` (yielding its core on every turn) before it
+// sleeps — one thread per pool at most, and only while tasks have been
+// arriving within `spin` of the pool running out (a moving average over the
+// last ~8 arrivals, each counted as at most twice `spin`, so one long pause
+// turns polling off for only a few tasks). A server whose calls come every
+// few milliseconds never polls; an idle pool sleeps; a zero `spin` never
+// polls. The transport's loop does the same for its sockets (Note [Spin,
+// then sleep], rpc/tensorpipe/guarded_tcp/event_loop.h).
+
 namespace tessera {
 namespace {
 thread_local const ThreadPool* current_pool = nullptr;
+
+int64_t MonotonicNanos() {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads, std::string name, int max_threads)
+ThreadPool::ThreadPool(int num_threads, std::string name, int max_threads, absl::Duration spin)
     : name_(std::move(name)),
       num_threads_(num_threads),
-      max_threads_(std::max(num_threads, max_threads)) {
+      max_threads_(std::max(num_threads, max_threads)),
+      spin_ns_(std::max<int64_t>(0, absl::ToInt64Nanoseconds(spin))) {
   MutexLock lock(&mu_);
   threads_.reserve(num_threads);
   for (int i = 0; i < num_threads; ++i) StartThread();
@@ -23,6 +50,7 @@ ThreadPool::ThreadPool(int num_threads, std::string name, int max_threads)
 
 ThreadPool::~ThreadPool() {
   std::vector<std::thread> threads;
+  stop_polling_.store(true);
   {
     MutexLock lock(&mu_);
     stopping_ = true;
@@ -46,6 +74,8 @@ void ThreadPool::StartThread() {
 void ThreadPool::Post(std::function<void()> task) {
   MutexLock lock(&mu_);
   tasks_.push_back(std::move(task));
+  queued_.store(tasks_.size(), std::memory_order_release);
+  NoteArrival();
   UseSpareCapacity();
 }
 
@@ -56,8 +86,21 @@ int ThreadPool::threads_started() const {
   return static_cast<int>(threads_.size());
 }
 
+int64_t ThreadPool::polls() const {
+  MutexLock lock(&mu_);
+  return polls_;
+}
+
+int ThreadPool::sleeping_threads() const {
+  MutexLock lock(&mu_);
+  return idle_;
+}
+
 void ThreadPool::UseSpareCapacity() {
   if (tasks_.empty() || running_ >= num_threads_ || stopping_) return;
+  // A polling thread takes the task without a wake-up; only more tasks than
+  // polling threads need one.
+  if (tasks_.size() <= static_cast<size_t>(spinning_)) return;
   if (idle_ > 0) {
     cv_.Signal();
   } else if (static_cast<int>(threads_.size()) < max_threads_) {
@@ -77,29 +120,68 @@ void ThreadPool::EndBlocking() {
   ++running_;
 }
 
+// Note [Pool threads spin, then sleep].
+void ThreadPool::NoteArrival() {
+  if (spin_ns_ == 0 || ran_out_at_ns_ == 0) return;
+  const int64_t gap = std::min(MonotonicNanos() - ran_out_at_ns_, 2 * spin_ns_);
+  typical_gap_ns_ += (gap - typical_gap_ns_) / 8;
+  ran_out_at_ns_ = 0;
+}
+
+bool ThreadPool::ShouldSpin() const {
+  return spin_ns_ > 0 && spinning_ == 0 && tasks_.empty() && !stopping_ &&
+         typical_gap_ns_ < spin_ns_;
+}
+
+void ThreadPool::SpinUntilQueued() const {
+  const int64_t until = MonotonicNanos() + spin_ns_;
+  while (queued_.load(std::memory_order_acquire) == 0 && !stop_polling_.load() &&
+         MonotonicNanos() < until) {
+    sched_yield();  // let a thread that shares this core run
+  }
+}
+
+// A task may start when one is queued and fewer than num_threads_ run (a
+// blocked one does not count); when stopping, queued work drains.
+bool ThreadPool::TakeTask(std::function<void()>* task) {
+  cv_.Wait(&mu_, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return stopping_ || (!tasks_.empty() && running_ < num_threads_);
+  });
+  --idle_;
+  if (tasks_.empty()) return false;  // stopping and drained
+  *task = std::move(tasks_.front());
+  tasks_.pop_front();
+  queued_.store(tasks_.size(), std::memory_order_relaxed);
+  ++running_;
+  return true;
+}
+
 void ThreadPool::Loop() {
   current_pool = this;
   if (max_threads_ > num_threads_) current_blocking_observer = this;
-  // A task may start when one is queued and fewer than num_threads_ run
-  // (a blocked one does not count); when stopping, queued work drains.
-  auto may_start = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return stopping_ || (!tasks_.empty() && running_ < num_threads_);
-  };
   bool ran = false;
   while (true) {
     std::function<void()> task;
+    bool spin = false;
     {
       MutexLock lock(&mu_);
       if (ran) {
         --running_;
-        ++idle_;
+        if (spin_ns_ > 0 && tasks_.empty() && ran_out_at_ns_ == 0) {
+          ran_out_at_ns_ = MonotonicNanos();
+        }
+        spin = ShouldSpin();
+        ++(spin ? spinning_ : idle_);
+        if (spin) ++polls_;
       }
-      cv_.Wait(&mu_, may_start);
-      --idle_;
-      if (tasks_.empty()) return;  // stopping and drained
-      task = std::move(tasks_.front());
-      tasks_.pop_front();
-      ++running_;
+      if (!spin && !TakeTask(&task)) return;
+    }
+    if (spin) {
+      SpinUntilQueued();
+      MutexLock lock(&mu_);
+      --spinning_;
+      ++idle_;
+      if (!TakeTask(&task)) return;
     }
     RunPostedTask(name_, task);
     ran = true;

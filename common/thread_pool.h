@@ -9,11 +9,17 @@
 // pool keeps its high-water mark, idle. Without it (the default) the pool
 // never grows, and a one-thread pool runs its tasks strictly one at a time.
 //
+// With a nonzero `spin`, one thread that finds no task after running one
+// polls for the next for up to `spin` before it sleeps — only while tasks
+// have been arriving that fast (Note [Pool threads spin, then sleep]).
+//
 // Thread-safety: Post() may be called from any thread, including pool threads.
 // The destructor drains queued work and joins the threads; it must not be
 // called from a pool thread.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <string>
@@ -21,6 +27,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/time/time.h"
 #include "common/blocking.h"
 #include "common/executor.h"
 #include "common/mutex.h"
@@ -29,7 +36,8 @@ namespace tessera {
 
 class ThreadPool final : public Executor, private BlockingObserver {
  public:
-  ThreadPool(int num_threads, std::string name, int max_threads = 0);
+  ThreadPool(int num_threads, std::string name, int max_threads = 0,
+             absl::Duration spin = absl::ZeroDuration());
   ~ThreadPool() override;
 
   ThreadPool(const ThreadPool&) = delete;
@@ -41,6 +49,10 @@ class ThreadPool final : public Executor, private BlockingObserver {
   bool InPool() const;
   // Threads started so far (for tests and logs).
   int threads_started() const;
+  // Times a thread has polled for a task instead of sleeping, and threads
+  // asleep waiting for one (for tests).
+  int64_t polls() const;
+  int sleeping_threads() const;
 
  private:
   void Loop();
@@ -50,16 +62,32 @@ class ThreadPool final : public Executor, private BlockingObserver {
   // are running tasks.
   void UseSpareCapacity() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartThread() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits for a task as an idle thread; false when stopping and drained.
+  bool TakeTask(std::function<void()>* task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Note [Pool threads spin, then sleep].
+  bool ShouldSpin() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SpinUntilQueued() const;
+  void NoteArrival() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string name_;
   const int num_threads_;
   const int max_threads_;
+  const int64_t spin_ns_;
   mutable Mutex mu_;
   CondVar cv_;
   std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int running_ ABSL_GUARDED_BY(mu_) = 0;  // threads in a task and not blocked
   int idle_ ABSL_GUARDED_BY(mu_) = 0;     // threads waiting for a task
+  int spinning_ ABSL_GUARDED_BY(mu_) = 0;  // threads polling for one (0 or 1)
+  int64_t polls_ ABSL_GUARDED_BY(mu_) = 0;
+  // tasks_.size(), read without the lock by a polling thread.
+  std::atomic<size_t> queued_{0};
+  std::atomic<bool> stop_polling_{false};  // set by the destructor
+  // When the pool last ran out of tasks (0: a task arrived since), and the
+  // moving average of how long the next one then took to arrive.
+  int64_t ran_out_at_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t typical_gap_ns_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -74,6 +74,9 @@ absl::StatusOr<RpcOptions> RpcOptions::TryFromEnv() {
                                     &options.queues.max_requests_in_service));
   TESSERA_RETURN_IF_ERROR(ReadCount("TESSERA_MAX_UNSENT_BYTES_PER_PEER", uint64_t{1},
                                     &options.queues.max_unsent_bytes_per_peer));
+  int64_t spin_us = absl::ToInt64Microseconds(options.worker_thread_spin);
+  TESSERA_RETURN_IF_ERROR(ReadCount("TESSERA_WORKER_SPIN_US", int64_t{0}, &spin_us));
+  options.worker_thread_spin = absl::Microseconds(spin_us);
   if (const char* seconds = std::getenv("TESSERA_HANDSHAKE_TIMEOUT_S")) {
     int parsed = 0;
     if (!absl::SimpleAtoi(seconds, &parsed) || parsed <= 0) {

@@ -97,6 +97,11 @@ struct RpcOptions {
   // threads in all, so that num_worker_threads keep running and replies can
   // still be handled (Note [Compensating blocked pool threads]).
   int max_worker_threads = 64;
+  // How long one idle worker thread polls for the next call before it
+  // sleeps, while calls arrive that fast (Note [Pool threads spin, then
+  // sleep], common/thread_pool.cc); zero never polls.
+  // TESSERA_WORKER_SPIN_US sets it from the environment.
+  absl::Duration worker_thread_spin = absl::Microseconds(100);
 
   // A worker's role (e.g. "trainer"), published at rendezvous, for
   // allow-lists that name roles rather than workers (rpc/registry.h), and

@@ -99,7 +99,7 @@ absl::Status Runtime::Start() {
   TESSERA_RETURN_IF_ERROR(ConnectStore());
   timer_ = std::make_unique<DeadlineTimer>();
   pool_ = std::make_unique<ThreadPool>(options_.num_worker_threads, options_.name,
-                                       options_.max_worker_threads);
+                                       options_.max_worker_threads, options_.worker_thread_spin);
   live_pool_.store(pool_.get(), std::memory_order_release);
   if (options_.job_secret.empty()) {
     TESSERA_LOG(WARNING) << options_.name

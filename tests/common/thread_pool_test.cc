@@ -5,10 +5,16 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <atomic>
 #include <memory>
+#include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "common/future.h"
+#include "common/process_cpu.h"
 
 namespace tessera {
 namespace {
@@ -68,6 +74,93 @@ TEST(ThreadPoolTest, APoolWithoutMaxThreadsNeverGrows) {
   ThreadPool pool(1, "serial");
   EXPECT_EQ(WaitersThatSawTheLaterTask(pool, 1, absl::Milliseconds(300)), 0);
   EXPECT_EQ(pool.threads_started(), 1);
+}
+
+// Two tasks that each finish only once both have started; true if they did.
+bool RunTwoAtOnce(ThreadPool& pool) {
+  auto started = std::make_shared<std::atomic<int>>(0);
+  std::vector<Promise<bool>> both(2);
+  for (auto& done : both) {
+    pool.Post([started, done]() mutable {
+      ++*started;
+      const absl::Time deadline = absl::Now() + absl::Seconds(20);
+      while (started->load() < 2 && absl::Now() < deadline) std::this_thread::yield();
+      done.Set(started->load() == 2);
+    });
+  }
+  bool ok = true;
+  for (auto& done : both) ok = *done.GetFuture().Wait(absl::Seconds(60)) && ok;
+  return ok;
+}
+
+// Note [Pool threads spin, then sleep].
+TEST(ThreadPoolTest, TasksPostedWhileAThreadPollsStillRunInParallel) {
+  // A long window: a thread polls from the first task on. Two tasks run
+  // first, so that both threads have started, and then one polls while the
+  // other sleeps.
+  ThreadPool pool(2, "poll", /*max_threads=*/0, /*spin=*/absl::Seconds(30));
+  ASSERT_TRUE(RunTwoAtOnce(pool));
+  const absl::Time settled_by = absl::Now() + absl::Seconds(30);
+  while ((pool.polls() == 0 || pool.sleeping_threads() == 0) && absl::Now() < settled_by) {
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(pool.polls(), 1);  // and it polls for seconds yet
+  ASSERT_EQ(pool.sleeping_threads(), 1);
+  // The same two tasks again: one thread polling must not leave the second
+  // queued behind the first.
+  EXPECT_TRUE(RunTwoAtOnce(pool));
+}
+
+TEST(ThreadPoolTest, EveryTaskRunsWhilePostersRaceAPollingThread) {
+  ThreadPool pool(3, "race", /*max_threads=*/0, /*spin=*/absl::Milliseconds(1));
+  constexpr int kPosters = 4, kTasksEach = 2000;
+  std::atomic<int> ran{0};
+  std::vector<std::thread> posters;
+  for (int p = 0; p < kPosters; ++p) {
+    posters.emplace_back([&pool, &ran] {
+      for (int i = 0; i < kTasksEach; ++i) {
+        pool.Post([&ran] { ++ran; });
+        if (i % 7 == 0) std::this_thread::yield();  // bursts and gaps
+      }
+    });
+  }
+  for (auto& poster : posters) poster.join();
+  Promise<bool> last;
+  pool.Post([last]() mutable { last.Set(true); });
+  ASSERT_TRUE(last.GetFuture().Wait(absl::Seconds(60)).ok());
+  // FIFO: everything posted before `last` has at least started; drain.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (ran.load() < kPosters * kTasksEach && absl::Now() < deadline) std::this_thread::yield();
+  EXPECT_EQ(ran.load(), kPosters * kTasksEach);
+}
+
+TEST(ThreadPoolTest, APoolWhoseTasksComeSlowlyStopsPolling) {
+  // Tasks 20 ms apart against a 2 ms window: the moving average of the gaps
+  // passes the window within a few tasks, and then no thread polls.
+  ThreadPool pool(2, "slow", /*max_threads=*/0, /*spin=*/absl::Milliseconds(2));
+  int64_t polls_after_warm_up = 0;
+  for (int i = 0; i < 30; ++i) {
+    if (i == 10) polls_after_warm_up = pool.polls();
+    Promise<bool> done;
+    pool.Post([done]() mutable { done.Set(true); });
+    ASSERT_TRUE(done.GetFuture().Wait(absl::Seconds(30)).ok());
+    absl::SleepFor(absl::Milliseconds(20));  // the pace of the tasks, not a synchronisation
+  }
+  EXPECT_GT(polls_after_warm_up, 0);  // it did poll while the average was short
+  EXPECT_EQ(pool.polls(), polls_after_warm_up);
+}
+
+TEST(ThreadPoolTest, AnIdlePoolSleepsAfterItsWindow) {
+  ThreadPool pool(2, "idle", /*max_threads=*/0, /*spin=*/absl::Milliseconds(20));
+  Promise<bool> done;
+  pool.Post([done]() mutable { done.Set(true); });
+  ASSERT_TRUE(done.GetFuture().Wait(absl::Seconds(30)).ok());
+  const double before = ProcessCpuSeconds(::getpid());
+  absl::SleepFor(absl::Milliseconds(500));  // the idle time measured
+  const double used = ProcessCpuSeconds(::getpid()) - before;
+  // One 20 ms window at most; a thread that kept polling would use ~0.5 s.
+  EXPECT_LT(used, 0.2);
+  EXPECT_EQ(pool.polls(), 1);
 }
 
 }  // namespace
