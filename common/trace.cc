@@ -20,9 +20,24 @@
 namespace tessera::trace {
 namespace internal {
 std::atomic<bool> enabled{false};
+
+// A span as the thread that ended it leaves it: the writer thread formats
+// it, off the traced call's path (Note [Tracing]).
+struct EndedSpan {
+  int tid = 0;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  const char* category = "";
+  std::string name;
+  std::string args;  // JSON members, comma-separated
+  uint64_t flow_out = 0;
+  uint64_t flow_in = 0;
+};
 }  // namespace internal
 
 namespace {
+
+using internal::EndedSpan;
 
 // The file's first line, and its end after each write (Note [Tracing]).
 constexpr absl::string_view kOpening = "{\"traceEvents\":[\n";
@@ -106,6 +121,26 @@ std::string Micros(int64_t ns) {
   return out;
 }
 
+// Appends the span's events, each line prefixed with ",\n".
+void AppendSpanEvents(std::string* out, int pid, const EndedSpan& span) {
+  absl::StrAppend(out, ",\n{\"ph\":\"X\",\"pid\":", pid, ",\"tid\":", span.tid, ",\"ts\":");
+  AppendMicros(out, span.start_ns);
+  out->append(",\"dur\":");
+  AppendMicros(out, span.end_ns - span.start_ns);
+  absl::StrAppend(out, ",\"cat\":\"", span.category, "\",\"name\":\"");
+  AppendEscaped(out, span.name);
+  absl::StrAppend(out, "\",\"args\":{", span.args, "}}");
+  // A flow binds to the span enclosing its timestamp on its row: the
+  // caller's starts the flow at its start, the callee's ends it at its start.
+  for (const auto& [id, phase] :
+       {std::pair{span.flow_out, "\"s\""}, std::pair{span.flow_in, "\"f\",\"bp\":\"e\""}}) {
+    if (id == 0) continue;
+    absl::StrAppend(out, ",\n{\"ph\":", phase, ",\"pid\":", pid, ",\"tid\":", span.tid, ",\"ts\":");
+    AppendMicros(out, span.start_ns);
+    absl::StrAppend(out, ",\"cat\":\"flow\",\"name\":\"call\",\"id\":\"0x", absl::Hex(id), "\"}");
+  }
+}
+
 std::atomic<int64_t> clock_offset_ns{0};
 std::atomic<int> trace_pid{0};
 
@@ -151,6 +186,7 @@ class TraceFile {
     lanes_.assign(kTracks, {});
     stopping_ = false;
     queued_.clear();  // what a closed trace left
+    ended_.clear();
     writer_ = std::thread([this] { WriteQueued(); });
     static const bool flushed_at_exit = [] {
       std::atexit([] { File().Close(); });
@@ -223,11 +259,21 @@ class TraceFile {
     return lane;
   }
 
-  // Queues a span's events and frees its lane: one lock for both.
-  void AppendAndFreeLane(const std::string& events, Track track, int lane, int64_t end_ns) {
+  // Queues an ended span for the writer.
+  void AppendSpan(EndedSpan span) {
     MutexLock lock(&mu_);
     if (fd_ < 0) return;
-    AppendLocked(events);
+    WakeWriterIfIdle();
+    ended_.push_back(std::move(span));
+  }
+
+  // Queues an ended span and frees its lane: one lock for both.
+  void AppendSpanAndFreeLane(EndedSpan span, Track track, int lane) {
+    MutexLock lock(&mu_);
+    if (fd_ < 0) return;
+    WakeWriterIfIdle();
+    const int64_t end_ns = span.end_ns;
+    ended_.push_back(std::move(span));
     std::vector<Lane>& lanes = lanes_[static_cast<int>(track)];
     if (lane >= static_cast<int>(lanes.size())) return;  // begun before a Stop() and Start()
     Lane& freed = lanes[lane];
@@ -238,18 +284,25 @@ class TraceFile {
  private:
   void AppendLocked(const std::string& events) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (fd_ < 0) return;
-    if (queued_.empty()) queued_cv_.Signal();
+    WakeWriterIfIdle();
     absl::StrAppend(&queued_, ",\n", events);
+  }
+
+  // Called before queueing: the writer sleeps only while nothing is queued.
+  void WakeWriterIfIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (queued_.empty() && ended_.empty()) queued_cv_.Signal();
   }
 
   // The writer thread: appends what is queued, a batch per pwrite().
   void WriteQueued() {
     std::string batch;
+    std::vector<EndedSpan> spans;
     MutexLock lock(&mu_);
     while (true) {
-      queued_cv_.Wait(
-          &mu_, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !queued_.empty() || stopping_; });
-      if (queued_.empty()) return;
+      queued_cv_.Wait(&mu_, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return !queued_.empty() || !ended_.empty() || stopping_;
+      });
+      if (queued_.empty() && ended_.empty()) return;
       // Gathers what comes in the next moment into the same write: one
       // wake-up and one pwrite() per batch, not per span.
       queued_cv_.WaitUntil(
@@ -257,9 +310,14 @@ class TraceFile {
           absl::Now() + kBatchDelay);
       batch.swap(queued_);
       queued_.clear();
+      spans.swap(ended_);
+      ended_.clear();
       const off_t at = end_;
       const int fd = fd_;
-      mu_.Unlock();  // writes run while spans queue more
+      mu_.Unlock();  // formats and writes run while spans queue more
+      const int pid = trace_pid.load(std::memory_order_relaxed);
+      for (const EndedSpan& span : spans) AppendSpanEvents(&batch, pid, span);
+      spans.clear();
       batch.append(kClosing.data(), kClosing.size());
       const bool written =
           ::pwrite(fd, batch.data(), batch.size(), at) == static_cast<ssize_t>(batch.size());
@@ -275,6 +333,7 @@ class TraceFile {
   std::string path_ ABSL_GUARDED_BY(mu_);
   off_t end_ ABSL_GUARDED_BY(mu_) = 0;       // where the closing "\n]}\n" starts
   std::string queued_ ABSL_GUARDED_BY(mu_);  // ",\n"-prefixed events not yet written
+  std::vector<EndedSpan> ended_ ABSL_GUARDED_BY(mu_);  // spans not yet formatted
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread writer_ ABSL_GUARDED_BY(mu_);
   struct Lane {
@@ -351,62 +410,55 @@ Span& Span::operator=(Span&& other) noexcept {
   return *this;
 }
 
+// Arguments are escaped here, as JSON members, without temporaries.
 void Span::Arg(std::string_view key, std::string_view value) {
   if (!active()) return;
-  if (!args_.empty()) args_.push_back(',');
-  absl::StrAppend(&args_, Quoted(key), ":", Quoted(value));
+  args_.append(args_.empty() ? "\"" : ",\"");
+  AppendEscaped(&args_, key);
+  args_.append("\":\"");
+  AppendEscaped(&args_, value);
+  args_.push_back('"');
 }
 
 void Span::Arg(std::string_view key, int64_t value) {
   if (!active()) return;
-  if (!args_.empty()) args_.push_back(',');
-  absl::StrAppend(&args_, Quoted(key), ":", value);
+  args_.append(args_.empty() ? "\"" : ",\"");
+  AppendEscaped(&args_, key);
+  absl::StrAppend(&args_, "\":", value);
+}
+
+// What a span hands the writer when it ends at `end_ns`; the span is spent.
+EndedSpan Span::Release(int64_t end_ns) {
+  EndedSpan ended;
+  ended.tid = static_cast<int>(track_) * kLanesPerTrack + lane_;
+  ended.start_ns = start_ns_;
+  ended.end_ns = std::max(end_ns, start_ns_);
+  ended.category = category_;
+  ended.name = std::move(name_);
+  ended.args = std::move(args_);
+  ended.flow_out = std::exchange(flow_out_, 0);
+  ended.flow_in = std::exchange(flow_in_, 0);
+  lane_ = -1;
+  return ended;
 }
 
 void Span::End() {
   if (!active()) return;
-  const int64_t end_ns = std::max(NowNanos(), start_ns_);
-  File().AppendAndFreeLane(Format(end_ns), track_, lane_, end_ns);
-  lane_ = -1;
-}
-
-std::string Span::Format(int64_t end_ns) const {
-  end_ns = std::max(end_ns, start_ns_);
-  const int pid = trace_pid.load(std::memory_order_relaxed);
-  const int tid = static_cast<int>(track_) * kLanesPerTrack + lane_;
-  // Appended piece by piece into one buffer: no temporaries on this path.
-  std::string events;
-  events.reserve(224 + name_.size() + args_.size());
-  absl::StrAppend(&events, "{\"ph\":\"X\",\"pid\":", pid, ",\"tid\":", tid, ",\"ts\":");
-  AppendMicros(&events, start_ns_);
-  events.append(",\"dur\":");
-  AppendMicros(&events, end_ns - start_ns_);
-  absl::StrAppend(&events, ",\"cat\":\"", category_, "\",\"name\":\"");
-  AppendEscaped(&events, name_);
-  absl::StrAppend(&events, "\",\"args\":{", args_, "}}");
-  // A flow binds to the span enclosing its timestamp on its row: the
-  // caller's starts the flow at its start, the callee's ends it at its start.
-  for (const auto& [id, phase] :
-       {std::pair{flow_out_, "\"s\""}, std::pair{flow_in_, "\"f\",\"bp\":\"e\""}}) {
-    if (id == 0) continue;
-    absl::StrAppend(&events, ",\n{\"ph\":", phase, ",\"pid\":", pid, ",\"tid\":", tid, ",\"ts\":");
-    AppendMicros(&events, start_ns_);
-    absl::StrAppend(&events, ",\"cat\":\"flow\",\"name\":\"call\",\"id\":\"0x", absl::Hex(id),
-                    "\"}");
-  }
-  return events;
+  const Track track = track_;
+  const int lane = lane_;
+  File().AppendSpanAndFreeLane(Release(NowNanos()), track, lane);
 }
 
 Span Span::EndAndBegin(std::string name) {
   if (!active()) return Span();
   const int64_t now = NowNanos();
-  File().Append(Format(now));
   Span next;  // on this lane, which passes to it
   next.track_ = track_;
-  next.lane_ = std::exchange(lane_, -1);
+  next.lane_ = lane_;
   next.start_ns_ = now;
   next.category_ = category_;
   next.name_ = std::move(name);
+  File().AppendSpan(Release(now));
   return next;
 }
 

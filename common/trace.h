@@ -13,10 +13,10 @@
 // in the request's Envelope.trace_id).
 //
 // The file is valid JSON after every write, so a worker killed mid-run
-// leaves a file that parses: a span's events are formatted on the thread
-// that ends it and queued; the process's trace writer thread appends all
-// that are queued with one pwrite() that overwrites the closing "\n]}\n"
-// with ",\n<events>\n]}\n". A SIGKILL loses only the events queued and not
+// leaves a file that parses: the thread that ends a span queues its fields
+// (moved, not formatted); the process's trace writer thread formats all
+// that are queued and appends them with one pwrite() that overwrites the
+// closing "\n]}\n" with ",\n<events>\n]}\n". A SIGKILL loses only the events queued and not
 // yet written: the writer wakes when the first event is queued and gathers
 // for 2 ms more before it writes (one wake-up and one write per batch, not
 // per span: per span, they cost the traced job more than the span itself),
@@ -36,9 +36,10 @@
 //
 // Cost: off (the default), Enabled() is one relaxed atomic load and nothing
 // else runs: spans are inactive objects, no allocation, no lock. On, a span
-// costs a lock to take its lane, and one formatted line and a lock to queue
-// it when it ends; the writes happen on the writer thread, in batches
-// (measured: docs/benchmarks-history.md, "Tracing's cost").
+// costs a lock to take its lane and a lock to queue its fields when it
+// ends; formatting and writing happen on the writer thread, in batches, off
+// the traced call's path (measured: docs/benchmarks-history.md, "Tracing's
+// cost").
 //
 // The trace is the process's, like its log: the first Start() wins and names
 // the file; a second runtime in the same process writes to it too.
@@ -71,6 +72,7 @@ enum class Track : int {
 
 namespace internal {
 extern std::atomic<bool> enabled;
+struct EndedSpan;
 }  // namespace internal
 
 // Whether this process is tracing.
@@ -125,7 +127,8 @@ class Span {
   Span EndAndBegin(std::string name);
 
  private:
-  std::string Format(int64_t end_ns) const;  // the span's events, ending at end_ns
+  // The span as it ends at `end_ns`, for the writer to format; spent after.
+  internal::EndedSpan Release(int64_t end_ns);
   Track track_ = Track::kCallsOut;
   int lane_ = -1;
   int64_t start_ns_ = 0;  // trace clock
