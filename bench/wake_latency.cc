@@ -92,9 +92,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "wake_latency needs two CPUs\n");
     return 1;
   }
-  std::printf("{\"same_cpu_idle_us\": %.1f, \"same_cpu_busy_us\": %.1f, "
-              "\"other_cpu_idle_us\": %.1f, \"other_cpu_busy_us\": %.1f}\n",
-              MedianWakeMicros(0, false), MedianWakeMicros(0, true), MedianWakeMicros(1, false),
-              MedianWakeMicros(1, true));
+  std::printf(
+      "{\"same_cpu_idle_us\": %.1f, \"same_cpu_busy_us\": %.1f, "
+      "\"other_cpu_idle_us\": %.1f, \"other_cpu_busy_us\": %.1f}\n",
+      MedianWakeMicros(0, false), MedianWakeMicros(0, true), MedianWakeMicros(1, false),
+      MedianWakeMicros(1, true));
   return 0;
 }

@@ -11,21 +11,22 @@
 
 // Note [Pool threads spin, then sleep]: handing a task to a sleeping pool
 // thread wakes it through a futex, and on this project's virtual machines
-// that wake-up takes ≈1 µs when the thread runs on the waker's CPU but
-// ≈25 µs when it is sent to another, busy CPU and 40–50 µs to an idle one
-// (an inter-processor interrupt, dear in a guest; bench/wake_latency). Where a hand-off lands is chance, so same-host RPC
-// round trips were bimodal — 25 or 60 µs, from run to run and call to call
-// (docs/benchmarks-history.md, "Pool threads spin, then sleep"): the
-// callee's hand-off to its pool was 5 µs in the fast calls and 27 µs in
-// the slow ones. A thread that finds the queue empty after a task therefore
-// polls it for up to `spin` (yielding its core on every turn) before it
-// sleeps — one thread per pool at most, and only while tasks have been
-// arriving within `spin` of the pool running out (a moving average over the
-// last ~8 arrivals, each counted as at most twice `spin`, so one long pause
-// turns polling off for only a few tasks). A server whose calls come every
-// few milliseconds never polls; an idle pool sleeps; a zero `spin` never
-// polls. The transport's loop does the same for its sockets (Note [Spin,
-// then sleep], rpc/tensorpipe/guarded_tcp/event_loop.h).
+// that wake-up takes ≈1 µs when the thread runs on the waker's CPU but ≈25
+// µs when it is sent to another, busy CPU and 40–50 µs to an idle one (an
+// inter-processor interrupt, dear in a guest; bench/wake_latency). Where a
+// hand-off lands is chance, so same-host RPC round trips were bimodal — 25
+// or 60 µs, from run to run and call to call (docs/benchmarks-history.md,
+// "Pool threads spin, then sleep"): the callee's hand-off to its pool was 5
+// µs in the fast calls and 27 µs in the slow ones. A thread that finds the
+// queue empty after a task therefore polls it for up to `spin` (yielding its
+// core on every turn) before it sleeps — one thread per pool at most, and
+// only while tasks have been arriving within `spin` of the pool running out
+// (a moving average over the last ~8 arrivals, each counted as at most twice
+// `spin`, so one long pause turns polling off for only a few tasks). A
+// server whose calls come every few milliseconds never polls; an idle pool
+// sleeps; a zero `spin` never polls. The transport's loop does the same for
+// its sockets (Note [Spin, then sleep],
+// rpc/tensorpipe/guarded_tcp/event_loop.h).
 
 namespace tessera {
 namespace {

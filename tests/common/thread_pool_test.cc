@@ -4,7 +4,6 @@
 #include "common/thread_pool.h"
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <atomic>
