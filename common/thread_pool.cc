@@ -27,6 +27,14 @@
 // sleeps; a zero `spin` never polls. The transport's loop does the same for
 // its sockets (Note [Spin, then sleep],
 // rpc/tensorpipe/guarded_tcp/event_loop.h).
+//
+// For the same cost, wake-ups go one at a time, with or without polling: a
+// task posted while a thread polls, or while one woken earlier has not yet
+// looked at the queue, wakes nobody; the thread that takes a task wakes the
+// next if more are queued. A burst of 64 small calls used to wake every
+// idle thread, one expensive wake-up each, while the first thread woken
+// could have run them all; tasks that block still get a thread each, one
+// wake-up after another.
 
 namespace tessera {
 namespace {
@@ -99,12 +107,15 @@ int ThreadPool::sleeping_threads() const {
 
 void ThreadPool::UseSpareCapacity() {
   if (tasks_.empty() || running_ >= num_threads_ || stopping_) return;
-  // A polling thread takes the task without a wake-up; only more tasks than
-  // polling threads need one.
-  if (tasks_.size() <= static_cast<size_t>(spinning_)) return;
+  // One wake-up at a time (Note [Pool threads spin, then sleep]): a polling
+  // thread, or one woken already, will look at the queue, and whoever takes
+  // a task wakes the next thread if more wait (TakeTask).
+  if (spinning_ > 0 || wake_pending_) return;
   if (idle_ > 0) {
+    wake_pending_ = true;
     cv_.Signal();
   } else if (static_cast<int>(threads_.size()) < max_threads_) {
+    wake_pending_ = true;
     StartThread();
   }
 }
@@ -146,6 +157,7 @@ void ThreadPool::SpinUntilQueued() const {
 // blocked one does not count); when stopping, queued work drains.
 bool ThreadPool::TakeTask(std::function<void()>* task) {
   cv_.Wait(&mu_, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    wake_pending_ = false;  // an idle thread is looking at the queue
     return stopping_ || (!tasks_.empty() && running_ < num_threads_);
   });
   --idle_;
@@ -154,6 +166,7 @@ bool ThreadPool::TakeTask(std::function<void()>* task) {
   tasks_.pop_front();
   queued_.store(tasks_.size(), std::memory_order_relaxed);
   ++running_;
+  UseSpareCapacity();  // the next thread, if more tasks wait
   return true;
 }
 

@@ -80,6 +80,9 @@ class ThreadPool final : public Executor, private BlockingObserver {
   int running_ ABSL_GUARDED_BY(mu_) = 0;  // threads in a task and not blocked
   int idle_ ABSL_GUARDED_BY(mu_) = 0;     // threads waiting for a task
   int spinning_ ABSL_GUARDED_BY(mu_) = 0;  // threads polling for one (0 or 1)
+  // A thread was woken (or started) for a task and has not yet looked at
+  // the queue: no other wake-up until it has.
+  bool wake_pending_ ABSL_GUARDED_BY(mu_) = false;
   int64_t polls_ ABSL_GUARDED_BY(mu_) = 0;
   // tasks_.size(), read without the lock by a polling thread.
   std::atomic<size_t> queued_{0};

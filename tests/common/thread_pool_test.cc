@@ -75,21 +75,29 @@ TEST(ThreadPoolTest, APoolWithoutMaxThreadsNeverGrows) {
   EXPECT_EQ(pool.threads_started(), 1);
 }
 
-// Two tasks that each finish only once both have started; true if they did.
-bool RunTwoAtOnce(ThreadPool& pool) {
+// `n` tasks that each finish only once all have started; true if they did.
+bool RunAtOnce(ThreadPool& pool, int n) {
   auto started = std::make_shared<std::atomic<int>>(0);
-  std::vector<Promise<bool>> both(2);
-  for (auto& done : both) {
-    pool.Post([started, done]() mutable {
+  std::vector<Promise<bool>> all(n);
+  for (auto& done : all) {
+    pool.Post([started, done, n]() mutable {
       ++*started;
       const absl::Time deadline = absl::Now() + absl::Seconds(20);
-      while (started->load() < 2 && absl::Now() < deadline) std::this_thread::yield();
-      done.Set(started->load() == 2);
+      while (started->load() < n && absl::Now() < deadline) std::this_thread::yield();
+      done.Set(started->load() == n);
     });
   }
   bool ok = true;
-  for (auto& done : both) ok = *done.GetFuture().Wait(absl::Seconds(60)) && ok;
+  for (auto& done : all) ok = *done.GetFuture().Wait(absl::Seconds(60)) && ok;
   return ok;
+}
+
+// One wake-up at a time, and each thread that takes a task wakes the next:
+// a burst still gets a thread per task.
+TEST(ThreadPoolTest, ABurstOfTasksGetsAThreadEach) {
+  ThreadPool pool(4, "burst");
+  EXPECT_TRUE(RunAtOnce(pool, 4));
+  EXPECT_TRUE(RunAtOnce(pool, 4));  // with the threads started and asleep
 }
 
 // Note [Pool threads spin, then sleep].
@@ -98,7 +106,7 @@ TEST(ThreadPoolTest, TasksPostedWhileAThreadPollsStillRunInParallel) {
   // first, so that both threads have started, and then one polls while the
   // other sleeps.
   ThreadPool pool(2, "poll", /*max_threads=*/0, /*spin=*/absl::Seconds(30));
-  ASSERT_TRUE(RunTwoAtOnce(pool));
+  ASSERT_TRUE(RunAtOnce(pool, 2));
   const absl::Time settled_by = absl::Now() + absl::Seconds(30);
   while ((pool.polls() == 0 || pool.sleeping_threads() == 0) && absl::Now() < settled_by) {
     std::this_thread::yield();
@@ -107,7 +115,7 @@ TEST(ThreadPoolTest, TasksPostedWhileAThreadPollsStillRunInParallel) {
   ASSERT_EQ(pool.sleeping_threads(), 1);
   // The same two tasks again: one thread polling must not leave the second
   // queued behind the first.
-  EXPECT_TRUE(RunTwoAtOnce(pool));
+  EXPECT_TRUE(RunAtOnce(pool, 2));
 }
 
 TEST(ThreadPoolTest, EveryTaskRunsWhilePostersRaceAPollingThread) {
