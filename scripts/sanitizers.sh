@@ -2,7 +2,8 @@
 # The sanitizer runs CI makes after scripts/test.sh (.ci/run):
 # ThreadSanitizer and AddressSanitizer over the suites where threads meet
 # most — RPC faults (dead peers, cut connections, shutdown under load) and
-# the RRef protocol on both backends, and distributed autograd.
+# the RRef protocol on both backends, distributed autograd, and the worker
+# pool's hand-offs (its polling thread and one-at-a-time wake-ups).
 #   scripts/sanitizers.sh [--budget SECONDS] [bazel test arguments...]
 # Why a subset: CI has 90 minutes and scripts/test.sh takes ~70 of them on a
 # fresh machine; each sanitizer rebuilds everything its tests link (a TSan
@@ -23,7 +24,8 @@ if [[ ${1:-} == --budget ]]; then
   shift 2
 fi
 targets=(//tests/rpc:rpc_faults_test //tests/rpc:rpc_faults_test_grpc //tests/rref:rref_test
-         //tests/rref:rref_test_grpc //tests/dist_autograd:dist_autograd_test)
+         //tests/rref:rref_test_grpc //tests/dist_autograd:dist_autograd_test
+         //tests/common:thread_pool_test)
 status=0
 for config in tsan asan; do
   if [[ -n ${CI_DEADLINE:-} ]] && (( CI_DEADLINE - $(date +%s) < budget )); then
