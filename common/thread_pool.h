@@ -59,7 +59,8 @@ class ThreadPool final : public Executor, private BlockingObserver {
   void BeginBlocking() override;
   void EndBlocking() override;
   // Wakes or starts a thread if a task waits and fewer than num_threads_
-  // are running tasks.
+  // are running tasks — unless a thread polls, or one woken earlier has not
+  // yet looked at the queue (one wake-up at a time).
   void UseSpareCapacity() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartThread() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits for a task as an idle thread; false when stopping and drained.
