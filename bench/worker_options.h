@@ -4,9 +4,12 @@
 // honoured as RpcOptions::FromEnv does, to measure the pool's polling.
 #pragma once
 
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "absl/strings/numbers.h"
 #include "bench/two_processes.h"
 #include "rpc/rpc_options.h"
 
@@ -23,7 +26,13 @@ inline rpc::RpcOptions WorkerOptions(int rank, int world_size, int port) {
   options.shutdown_timeout = absl::Minutes(10);
   options.job_secret = BenchJobSecret();
   if (const char* spin_us = std::getenv("TESSERA_WORKER_SPIN_US")) {
-    options.worker_thread_spin = absl::Microseconds(std::atoi(spin_us));
+    int64_t us = 0;
+    if (!absl::SimpleAtoi(spin_us, &us) || us < 0) {
+      std::fprintf(stderr, "TESSERA_WORKER_SPIN_US is '%s' (expected a count, 0 or more)\n",
+                   spin_us);
+      std::exit(2);
+    }
+    options.worker_thread_spin = absl::Microseconds(us);
   }
   return options;
 }

@@ -2,7 +2,6 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <time.h>
 
 #include <algorithm>
 #include <utility>
@@ -21,8 +20,7 @@
 // queue empty after a task therefore polls it for up to `spin` (yielding its
 // core on every turn) before it sleeps — one thread per pool at most, and
 // only while tasks have been arriving within `spin` of the pool running out
-// (a moving average over the last ~8 arrivals, each counted as at most twice
-// `spin`, so one long pause turns polling off for only a few tasks). A
+// (common/poll_window.h: a moving average of the last ~8 gaps). A
 // server whose calls come every few milliseconds never polls; an idle pool
 // sleeps; a zero `spin` never polls. The transport's loop does the same for
 // its sockets (Note [Spin, then sleep],
@@ -39,19 +37,13 @@
 namespace tessera {
 namespace {
 thread_local const ThreadPool* current_pool = nullptr;
-
-int64_t MonotonicNanos() {
-  struct timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads, std::string name, int max_threads, absl::Duration spin)
     : name_(std::move(name)),
       num_threads_(num_threads),
       max_threads_(std::max(num_threads, max_threads)),
-      spin_ns_(std::max<int64_t>(0, absl::ToInt64Nanoseconds(spin))) {
+      next_task_(spin) {
   MutexLock lock(&mu_);
   threads_.reserve(num_threads);
   for (int i = 0; i < num_threads; ++i) StartThread();
@@ -134,19 +126,17 @@ void ThreadPool::EndBlocking() {
 
 // Note [Pool threads spin, then sleep].
 void ThreadPool::NoteArrival() {
-  if (spin_ns_ == 0 || ran_out_at_ns_ == 0) return;
-  const int64_t gap = std::min(MonotonicNanos() - ran_out_at_ns_, 2 * spin_ns_);
-  typical_gap_ns_ += (gap - typical_gap_ns_) / 8;
+  if (ran_out_at_ns_ == 0) return;
+  next_task_.NoteWaited(MonotonicNanos() - ran_out_at_ns_);
   ran_out_at_ns_ = 0;
 }
 
 bool ThreadPool::ShouldSpin() const {
-  return spin_ns_ > 0 && spinning_ == 0 && tasks_.empty() && !stopping_ &&
-         typical_gap_ns_ < spin_ns_;
+  return spinning_ == 0 && tasks_.empty() && !stopping_ && next_task_.WorthPolling();
 }
 
 void ThreadPool::SpinUntilQueued() const {
-  const int64_t until = MonotonicNanos() + spin_ns_;
+  const int64_t until = MonotonicNanos() + next_task_.window_ns();
   while (queued_.load(std::memory_order_acquire) == 0 && !stop_polling_.load() &&
          MonotonicNanos() < until) {
     sched_yield();  // let a thread that shares this core run
@@ -181,7 +171,7 @@ void ThreadPool::Loop() {
       MutexLock lock(&mu_);
       if (ran) {
         --running_;
-        if (spin_ns_ > 0 && tasks_.empty() && ran_out_at_ns_ == 0) {
+        if (next_task_.enabled() && tasks_.empty() && ran_out_at_ns_ == 0) {
           ran_out_at_ns_ = MonotonicNanos();
         }
         spin = ShouldSpin();

@@ -31,6 +31,7 @@
 #include "common/blocking.h"
 #include "common/executor.h"
 #include "common/mutex.h"
+#include "common/poll_window.h"
 
 namespace tessera {
 
@@ -73,7 +74,8 @@ class ThreadPool final : public Executor, private BlockingObserver {
   const std::string name_;
   const int num_threads_;
   const int max_threads_;
-  const int64_t spin_ns_;
+  // How long the next task took to come after the queue ran empty.
+  PollWindow next_task_;
   mutable Mutex mu_;
   CondVar cv_;
   std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
@@ -88,10 +90,8 @@ class ThreadPool final : public Executor, private BlockingObserver {
   // tasks_.size(), read without the lock by a polling thread.
   std::atomic<size_t> queued_{0};
   std::atomic<bool> stop_polling_{false};  // set by the destructor
-  // When the pool last ran out of tasks (0: a task arrived since), and the
-  // moving average of how long the next one then took to arrive.
+  // When the pool last ran out of tasks (0: a task arrived since).
   int64_t ran_out_at_ns_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t typical_gap_ns_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
 };
 

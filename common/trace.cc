@@ -259,22 +259,18 @@ class TraceFile {
     return lane;
   }
 
-  // Queues an ended span for the writer.
-  void AppendSpan(EndedSpan span) {
+  // Queues an ended span for the writer and, unless it passes its lane on
+  // (EndAndBegin), frees the lane: one lock for both.
+  void AppendSpan(EndedSpan span, bool free_lane) {
     MutexLock lock(&mu_);
     if (fd_ < 0) return;
     WakeWriterIfIdle();
-    ended_.push_back(std::move(span));
-  }
-
-  // Queues an ended span and frees its lane: one lock for both.
-  void AppendSpanAndFreeLane(EndedSpan span, Track track, int lane) {
-    MutexLock lock(&mu_);
-    if (fd_ < 0) return;
-    WakeWriterIfIdle();
+    const int track = span.tid / kLanesPerTrack;
+    const int lane = span.tid % kLanesPerTrack;
     const int64_t end_ns = span.end_ns;
     ended_.push_back(std::move(span));
-    std::vector<Lane>& lanes = lanes_[static_cast<int>(track)];
+    if (!free_lane) return;
+    std::vector<Lane>& lanes = lanes_[track];
     if (lane >= static_cast<int>(lanes.size())) return;  // begun before a Stop() and Start()
     Lane& freed = lanes[lane];
     freed.taken = false;
@@ -444,9 +440,7 @@ EndedSpan Span::Release(int64_t end_ns) {
 
 void Span::End() {
   if (!active()) return;
-  const Track track = track_;
-  const int lane = lane_;
-  File().AppendSpanAndFreeLane(Release(NowNanos()), track, lane);
+  File().AppendSpan(Release(NowNanos()), /*free_lane=*/true);
 }
 
 Span Span::EndAndBegin(std::string name) {
@@ -458,7 +452,7 @@ Span Span::EndAndBegin(std::string name) {
   next.start_ns_ = now;
   next.category_ = category_;
   next.name_ = std::move(name);
-  File().AppendSpan(Release(now));
+  File().AppendSpan(Release(now), /*free_lane=*/false);
   return next;
 }
 

@@ -4,7 +4,6 @@
 #include "common/thread_pool.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <memory>
@@ -13,7 +12,6 @@
 
 #include "absl/time/clock.h"
 #include "common/future.h"
-#include "common/process_cpu.h"
 
 namespace tessera {
 namespace {
@@ -162,11 +160,11 @@ TEST(ThreadPoolTest, AnIdlePoolSleepsAfterItsWindow) {
   Promise<bool> done;
   pool.Post([done]() mutable { done.Set(true); });
   ASSERT_TRUE(done.GetFuture().Wait(absl::Seconds(30)).ok());
-  const double before = ProcessCpuSeconds(::getpid());
-  absl::SleepFor(absl::Milliseconds(500));  // the idle time measured
-  const double used = ProcessCpuSeconds(::getpid()) - before;
-  // One 20 ms window at most; a thread that kept polling would use ~0.5 s.
-  EXPECT_LT(used, 0.2);
+  // The thread that ran it polls for its window, then joins the other one
+  // asleep; a thread that kept polling would never be counted asleep.
+  const absl::Time asleep_by = absl::Now() + absl::Seconds(30);
+  while (pool.sleeping_threads() < 2 && absl::Now() < asleep_by) std::this_thread::yield();
+  EXPECT_EQ(pool.sleeping_threads(), 2);
   EXPECT_EQ(pool.polls(), 1);
 }
 

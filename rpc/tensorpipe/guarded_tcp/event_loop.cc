@@ -3,7 +3,6 @@
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <time.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -41,7 +40,7 @@ absl::Duration EventLoop::SpinFromEnv() {
 
 EventLoop::EventLoop(tensorpipe::DeferredExecutor& executor, absl::Duration spin)
     : executor_(executor),
-      spin_ns_(absl::ToInt64Nanoseconds(spin)),
+      answers_(spin),
       epoll_fd_(CheckedFd(::epoll_create1(EPOLL_CLOEXEC), "epoll_create1")),
       event_fd_(CheckedFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), "eventfd")) {
   struct epoll_event ev {};
@@ -70,18 +69,12 @@ void EventLoop::Wakeup() {
   (void)!::write(event_fd_.fd(), &one, sizeof(one));
 }
 
-int64_t EventLoop::NowNanos() const {
-  struct timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
-
 void EventLoop::ExpectAnswer() {
-  if (spin_ns_ == 0) return;
-  const int64_t now = NowNanos();
+  if (!answers_.enabled()) return;
+  const int64_t now = MonotonicNanos();
   expected_at_ns_.store(now, std::memory_order_relaxed);
-  if (!AnswersComeFast()) return;
-  spin_until_ns_.store(now + spin_ns_, std::memory_order_relaxed);
+  if (!answers_.WorthPolling()) return;
+  spin_until_ns_.store(now + answers_.window_ns(), std::memory_order_relaxed);
   if (sleeping_.load(std::memory_order_acquire)) Wakeup();
 }
 
@@ -126,11 +119,11 @@ bool EventLoop::HasHandlers() {
 void EventLoop::Loop() {
   std::vector<struct epoll_event> events(kCapacity);
   while (!closed_.load() || HasHandlers()) {
-    const bool spin = NowNanos() < spin_until_ns_.load(std::memory_order_relaxed);
+    const bool spin = MonotonicNanos() < spin_until_ns_.load(std::memory_order_relaxed);
     if (!spin) sleeping_.store(true, std::memory_order_release);
     // Re-checked after announcing sleep: an ExpectAnswer() in between
     // either saw `sleeping_` (and wakes us) or set a window we see here.
-    const bool sleep = !spin && NowNanos() >= spin_until_ns_.load(std::memory_order_relaxed);
+    const bool sleep = !spin && MonotonicNanos() >= spin_until_ns_.load(std::memory_order_relaxed);
     const int n = ::epoll_wait(epoll_fd_.fd(), events.data(), kCapacity, sleep ? -1 : 0);
     sleeping_.store(false, std::memory_order_relaxed);
     if (n < 0) {
@@ -154,17 +147,17 @@ void EventLoop::Loop() {
       }
     }
     if (ready.empty()) continue;
-    if (spin_ns_ > 0) {
-      const int64_t now = NowNanos();
+    if (answers_.enabled()) {
+      const int64_t now = MonotonicNanos();
       if (const int64_t expected = expected_at_ns_.exchange(0, std::memory_order_relaxed);
           expected != 0) {
-        // An average over the last ~8 answers; one slow answer (a large
-        // tensor, a long handler) does not turn polling off by itself.
-        const int64_t typical = typical_answer_ns_.load(std::memory_order_relaxed);
-        typical_answer_ns_.store(typical + (now - expected - typical) / 8,
-                                 std::memory_order_relaxed);
+        // One slow answer (a large tensor, a long handler) does not turn
+        // polling off by itself.
+        answers_.NoteWaited(now - expected);
       }
-      if (AnswersComeFast()) spin_until_ns_.store(now + spin_ns_, std::memory_order_relaxed);
+      if (answers_.WorthPolling()) {
+        spin_until_ns_.store(now + answers_.window_ns(), std::memory_order_relaxed);
+      }
     }
     executor_.runInLoop([this, ready = std::move(ready)] {
       for (const auto& event : ready) {

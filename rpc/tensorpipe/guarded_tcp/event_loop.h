@@ -12,9 +12,9 @@
 // ExpectAnswer() (called when a connection writes: a request wants its
 // response, a response often precedes the next request) — and only while
 // answers do come that fast: it keeps a moving average of the time from a
-// write to the next event and does not poll when that is longer than `spin`
-// (a trainer whose server computes for milliseconds would waste every
-// window). Idle, it sleeps in epoll_wait and costs nothing; a zero `spin`
+// write to the next event (common/poll_window.h) and does not poll when that
+// is longer than `spin` (a trainer whose server computes for milliseconds
+// would waste every window). Idle, it sleeps in epoll_wait and costs nothing; a zero `spin`
 // never polls.
 //
 // Thread-safety: registerDescriptor/unregisterDescriptor from the loop (the
@@ -29,6 +29,7 @@
 #include <unordered_map>
 
 #include "absl/time/time.h"
+#include "common/poll_window.h"
 #include "rpc/tensorpipe/guarded_tcp/tensorpipe_internals.h"
 
 namespace tessera::rpc::guarded_tcp {
@@ -58,10 +59,8 @@ class EventLoop final {
   void Loop();
   void Wakeup();
   bool HasHandlers();
-  int64_t NowNanos() const;
 
   tensorpipe::DeferredExecutor& executor_;
-  const int64_t spin_ns_;
   tensorpipe::Fd epoll_fd_;
   tensorpipe::Fd event_fd_;
   std::atomic<bool> closed_{false};
@@ -69,12 +68,9 @@ class EventLoop final {
   std::atomic<bool> sleeping_{false};
   std::atomic<int64_t> spin_until_ns_{0};
   // When the last write expecting an answer was made (0: none since the
-  // last event), and the moving average of how long answers take.
+  // last event), and how long answers have been taking.
   std::atomic<int64_t> expected_at_ns_{0};
-  std::atomic<int64_t> typical_answer_ns_{0};
-  bool AnswersComeFast() const {
-    return typical_answer_ns_.load(std::memory_order_relaxed) < spin_ns_;
-  }
+  PollWindow answers_;
 
   // As EpollLoop: each registration gets a fresh record, so an event
   // reported for an fd's earlier registration is never given to a later one.
