@@ -5,7 +5,9 @@
 #include <ATen/core/jit_type.h>
 #include <ATen/ops/empty.h>
 
+#include <cstring>
 #include <limits>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -211,6 +213,44 @@ absl::StatusOr<c10::IValue> DecodeAt(const proto::Value& value,
   return absl::InvalidArgumentError("value with no kind set");
 }
 
+
+// The bytes tensor `index` of a message takes by its metadata, after checking
+// that the metadata is one this codec accepts and fits the limits.
+absl::StatusOr<uint64_t> TensorBytes(const proto::TensorMeta& meta, size_t index,
+                                     const CodecLimits& limits) {
+  const auto dtype = static_cast<c10::ScalarType>(meta.dtype());
+  if (meta.dtype() < 0 || meta.dtype() >= static_cast<int>(c10::ScalarType::NumOptions) ||
+      !IsSupportedDtype(dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", index, ": unsupported dtype code ", meta.dtype()));
+  }
+  if (static_cast<size_t>(meta.sizes_size()) > limits.max_dims) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", index, ": ", meta.sizes_size(), " dimensions"));
+  }
+  uint64_t bytes = c10::elementSize(dtype);
+  for (int64_t size : meta.sizes()) {
+    if (size < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", index, ": negative size ", size));
+    }
+    if (size != 0 && bytes > limits.max_tensor_bytes / static_cast<uint64_t>(size)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", index, ": shape exceeds the tensor byte limit"));
+    }
+    bytes *= static_cast<uint64_t>(size);
+  }
+  return bytes;
+}
+
+// Appends `value` as a protobuf base-128 varint.
+void AppendVarint(uint64_t value, std::string* out) {
+  while (value >= 0x80) {
+    out->push_back(static_cast<char>((value & 0x7f) | 0x80));
+    value >>= 7;
+  }
+  out->push_back(static_cast<char>(value));
+}
+
 }  // namespace
 
 absl::Status EncodeValue(const c10::IValue& value, proto::Value* out,
@@ -241,36 +281,14 @@ absl::StatusOr<std::vector<at::Tensor>> AllocateTensors(
   // First pass: validate everything, so a bad frame allocates nothing.
   uint64_t total_bytes = 0;
   for (size_t i = 0; i < count; ++i) {
-    const proto::TensorMeta& meta = envelope.tensors(i);
-    const auto dtype = static_cast<c10::ScalarType>(meta.dtype());
-    if (meta.dtype() < 0 ||
-        meta.dtype() >= static_cast<int>(c10::ScalarType::NumOptions) ||
-        !IsSupportedDtype(dtype)) {
+    auto bytes = TensorBytes(envelope.tensors(i), i, limits);
+    if (!bytes.ok()) return bytes.status();
+    if (*bytes != payload_lengths[i]) {
       return absl::InvalidArgumentError(
-          absl::StrCat("tensor ", i, ": unsupported dtype code ", meta.dtype()));
-    }
-    if (static_cast<size_t>(meta.sizes_size()) > limits.max_dims) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor ", i, ": ", meta.sizes_size(), " dimensions"));
-    }
-    uint64_t bytes = c10::elementSize(dtype);
-    for (int64_t size : meta.sizes()) {
-      if (size < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tensor ", i, ": negative size ", size));
-      }
-      if (size != 0 && bytes > limits.max_tensor_bytes / static_cast<uint64_t>(size)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tensor ", i, ": shape exceeds the tensor byte limit"));
-      }
-      bytes *= static_cast<uint64_t>(size);
-    }
-    if (bytes != payload_lengths[i]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor ", i, ": metadata says ", bytes,
+          absl::StrCat("tensor ", i, ": metadata says ", *bytes,
                        " bytes but the frame carries ", payload_lengths[i]));
     }
-    total_bytes += bytes;
+    total_bytes += *bytes;
     if (total_bytes > limits.max_tensor_bytes) {
       return absl::InvalidArgumentError(
           absl::StrCat("message tensors exceed ", limits.max_tensor_bytes, " bytes"));
@@ -286,6 +304,53 @@ absl::StatusOr<std::vector<at::Tensor>> AllocateTensors(
                           ? pool->Allocate(sizes, dtype)
                           : at::empty(sizes, at::TensorOptions().dtype(dtype)));
   }
+  return tensors;
+}
+
+std::string SerializeEnvelopeWithTensors(const proto::Envelope& envelope,
+                                         const std::vector<at::Tensor>& tensors) {
+  std::string out = envelope.SerializeAsString();
+  if (tensors.empty()) return out;
+  size_t bytes = 0;
+  for (const at::Tensor& tensor : tensors) bytes += tensor.nbytes();
+  // A serialized field appended to a serialized message is parsed as if it
+  // had been set: the tensors are copied once, straight into the frame.
+  constexpr uint32_t kWireTypeLengthDelimited = 2;
+  AppendVarint((proto::Envelope::kTensorBytesFieldNumber << 3) | kWireTypeLengthDelimited, &out);
+  AppendVarint(bytes, &out);
+  out.reserve(out.size() + bytes);
+  for (const at::Tensor& tensor : tensors) {
+    out.append(static_cast<const char*>(tensor.data_ptr()), tensor.nbytes());
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<at::Tensor>> TakeTensorsFromEnvelope(proto::Envelope* envelope,
+                                                                const CodecLimits& limits) {
+  std::vector<size_t> lengths;
+  lengths.reserve(envelope->tensors_size());
+  uint64_t total_bytes = 0;
+  for (int i = 0; i < envelope->tensors_size(); ++i) {
+    auto bytes = TensorBytes(envelope->tensors(i), i, limits);
+    if (!bytes.ok()) return bytes.status();
+    total_bytes += *bytes;
+    if (total_bytes > envelope->tensor_bytes().size()) break;  // reported below
+    lengths.push_back(*bytes);
+  }
+  if (total_bytes != envelope->tensor_bytes().size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("envelope carries ", envelope->tensor_bytes().size(),
+                     " bytes of tensors but its metadata describes ",
+                     total_bytes > envelope->tensor_bytes().size() ? "more" : "fewer"));
+  }
+  auto tensors = AllocateTensors(*envelope, lengths, limits);
+  if (!tensors.ok()) return tensors.status();
+  const char* next = envelope->tensor_bytes().data();
+  for (size_t i = 0; i < tensors->size(); ++i) {
+    std::memcpy((*tensors)[i].data_ptr(), next, lengths[i]);
+    next += lengths[i];
+  }
+  envelope->clear_tensor_bytes();
   return tensors;
 }
 

@@ -74,6 +74,18 @@ absl::StatusOr<std::vector<at::Tensor>> AllocateTensors(
     const std::vector<size_t>& payload_lengths,
     const CodecLimits& limits = {}, BufferPool* pool = nullptr);
 
+// The envelope serialized with every tensor's bytes in its tensor_bytes
+// field, for a frame that carries no other tensor data (the tensors must be
+// contiguous and CPU, as EncodeValue leaves them).
+std::string SerializeEnvelopeWithTensors(const proto::Envelope& envelope,
+                                         const std::vector<at::Tensor>& tensors);
+
+// The tensors of an envelope that carries them in tensor_bytes: validates
+// the metadata as AllocateTensors does and checks that the bytes are exactly
+// what it describes, then copies them out and clears the field.
+absl::StatusOr<std::vector<at::Tensor>> TakeTensorsFromEnvelope(proto::Envelope* envelope,
+                                                                const CodecLimits& limits = {});
+
 // Parses a serialized envelope, enforcing the size limit.
 absl::StatusOr<proto::Envelope> ParseEnvelope(const std::string& bytes,
                                               const CodecLimits& limits = {});

@@ -1,5 +1,6 @@
 // libFuzzer target for everything Tessera decodes from a peer: the envelope,
-// the tensor metadata checked against transport lengths, and the values.
+// the tensor metadata checked against transport lengths or against the
+// tensor bytes the envelope carries, and the values.
 //
 // Input layout: [n: 1 byte][n x 4-byte little-endian tensor lengths][envelope].
 // The lengths play the transport descriptor, so the fuzzer can make metadata
@@ -31,7 +32,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.max_tensor_bytes = 1 << 20;  // keep the fuzzer's memory small
   auto envelope = ParseEnvelope(bytes, limits);
   if (!envelope.ok()) return 0;
-  auto tensors = AllocateTensors(*envelope, lengths, limits);
+  // Tensors inside the envelope (Note [Small tensors ride in the
+  // envelope]), else sized by the transport's lengths.
+  auto tensors = envelope->has_tensor_bytes()
+                     ? TakeTensorsFromEnvelope(&*envelope, limits)
+                     : AllocateTensors(*envelope, lengths, limits);
   if (!tensors.ok()) return 0;
   for (const auto& arg : envelope->args()) (void)DecodeValue(arg, *tensors, limits);
   if (envelope->has_result()) (void)DecodeValue(envelope->result(), *tensors, limits);

@@ -101,6 +101,58 @@ TEST(CodecTest, AllocationIsBoundedByWhatTheFrameProves) {
   EXPECT_EQ((*ok)[0].sizes(), (std::vector<int64_t>{2, 2}));
 }
 
+// Note [Small tensors ride in the envelope] (rpc/tensorpipe/frame_io.cc).
+TEST(CodecTest, TensorsRideInTheEnvelopeAndBackOut) {
+  Message message;
+  proto::Value wire;
+  const at::Tensor first = at::arange(6, at::kFloat).reshape({2, 3});
+  const at::Tensor second = at::arange(3, at::kLong);
+  ASSERT_TRUE(EncodeValue(ToIValue(std::vector<at::Tensor>{first, second}), &wire, &message).ok());
+  auto parsed = ParseEnvelope(SerializeEnvelopeWithTensors(message.envelope, message.tensors));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->tensor_bytes().size(), first.nbytes() + second.nbytes());
+  auto tensors = TakeTensorsFromEnvelope(&*parsed);
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  EXPECT_FALSE(parsed->has_tensor_bytes());
+  auto decoded = DecodeValue(wire, *tensors);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  auto list = decoded->toTensorList();
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_TRUE(at::equal(list[0], first));
+  EXPECT_TRUE(at::equal(list[1], second));
+  // An empty tensor still rides in the envelope: its zero bytes are there.
+  Message empty;
+  ASSERT_TRUE(EncodeValue(ToIValue(at::arange(0, at::kFloat)), &wire, &empty).ok());
+  auto with_empty = ParseEnvelope(SerializeEnvelopeWithTensors(empty.envelope, empty.tensors));
+  ASSERT_TRUE(with_empty.ok() && with_empty->has_tensor_bytes());
+  auto none = TakeTensorsFromEnvelope(&*with_empty);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ((*none)[0].numel(), 0);
+  // Without tensors the envelope serializes as it always did.
+  proto::Envelope plain;
+  plain.set_target("f");
+  EXPECT_EQ(SerializeEnvelopeWithTensors(plain, {}), plain.SerializeAsString());
+}
+
+TEST(CodecTest, EnvelopeTensorBytesMustMatchTheirMetadata) {
+  const int kFloat = static_cast<int>(c10::ScalarType::Float);
+  for (size_t bytes : {0, 12, 20}) {
+    proto::Envelope envelope = OneTensor(kFloat, {4});
+    envelope.set_tensor_bytes(std::string(bytes, 'x'));
+    auto tensors = TakeTensorsFromEnvelope(&envelope);
+    EXPECT_EQ(tensors.status().code(), absl::StatusCode::kInvalidArgument) << bytes;
+  }
+  // A huge shape is refused before anything is allocated for it.
+  proto::Envelope huge = OneTensor(kFloat, {int64_t{1} << 40, int64_t{1} << 40});
+  huge.set_tensor_bytes("abcd");
+  EXPECT_EQ(TakeTensorsFromEnvelope(&huge).status().code(), absl::StatusCode::kInvalidArgument);
+  proto::Envelope exact = OneTensor(kFloat, {1});
+  exact.set_tensor_bytes(std::string(4, '\0'));
+  auto one = TakeTensorsFromEnvelope(&exact);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ((*one)[0].item<float>(), 0.0f);
+}
+
 TEST(CodecTest, MalformedEnvelopeIsRejected) {
   EXPECT_FALSE(ParseEnvelope(std::string("\xff\xff\xff", 3)).ok());
   CodecLimits tiny;

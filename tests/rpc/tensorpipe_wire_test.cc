@@ -139,6 +139,36 @@ TEST_F(TensorPipeWireTest, MalformedFramesCloseOnlyThatConnection) {
          meta->add_sizes(4);
        }),
        true},
+      // Note [Small tensors ride in the envelope]: the bytes must be exactly
+      // what the metadata describes, within the bound, and alone.
+      {"tensor bytes short of their metadata", envelope_with([](proto::Envelope& e) {
+         auto* meta = e.add_tensors();
+         meta->set_dtype(static_cast<int>(c10::ScalarType::Float));
+         meta->add_sizes(4);
+         e.set_tensor_bytes(std::string(12, 'x'));
+       }),
+       false},
+      {"tensor bytes beyond their metadata", envelope_with([](proto::Envelope& e) {
+         auto* meta = e.add_tensors();
+         meta->set_dtype(static_cast<int>(c10::ScalarType::Float));
+         meta->add_sizes(1);
+         e.set_tensor_bytes(std::string(8, 'x'));
+       }),
+       false},
+      {"tensor bytes over the envelope's bound", envelope_with([](proto::Envelope& e) {
+         auto* meta = e.add_tensors();
+         meta->set_dtype(static_cast<int>(c10::ScalarType::Float));
+         meta->add_sizes(1 << 16);
+         e.set_tensor_bytes(std::string(4 << 16, 'x'));
+       }),
+       false},
+      {"tensor bytes and a tensor", envelope_with([](proto::Envelope& e) {
+         auto* meta = e.add_tensors();
+         meta->set_dtype(static_cast<int>(c10::ScalarType::Float));
+         meta->add_sizes(4);
+         e.set_tensor_bytes(std::string(16, 'x'));
+       }),
+       true},
       {"response on a request pipe",
        envelope_with([](proto::Envelope& e) { e.set_kind(proto::RESPONSE); }), false},
   };
