@@ -7,6 +7,7 @@
 #include <sys/timerfd.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -304,9 +305,31 @@ bool ConnectionImpl::PassGate() {
   return true;
 }
 
+// Note [Read ahead]: reading a frame as its length and then its body took
+// two receives per frame, and a message is a frame or more. Now a receive
+// takes whatever the socket holds, up to kReadAheadBytes, and the frames
+// after the current one wait in the read-ahead: a burst of small messages
+// costs one receive, not two per frame. A body at least as large as the
+// read-ahead is received straight into its buffer (no second copy). The
+// buffer is fixed: a peer's bytes never size an allocation here (Note
+// [Bounded frames]). Bytes are taken from the read-ahead before the socket
+// is read again, so a closed peer's frames are still all read before its
+// EOF.
 bool ConnectionImpl::ReceiveInto(char* data, size_t wanted, size_t* done) {
   while (*done < wanted) {
-    const ssize_t n = ::recv(socket_.fd(), data + *done, wanted - *done, 0);
+    if (read_ahead_begin_ < read_ahead_end_) {
+      const size_t n = std::min(wanted - *done, read_ahead_end_ - read_ahead_begin_);
+      std::memcpy(data + *done, read_ahead_.get() + read_ahead_begin_, n);
+      read_ahead_begin_ += n;
+      *done += n;
+      continue;
+    }
+    read_ahead_begin_ = read_ahead_end_ = 0;
+    const size_t missing = wanted - *done;
+    const bool direct = missing >= kReadAheadBytes;
+    if (!direct && read_ahead_ == nullptr) read_ahead_ = std::make_unique<char[]>(kReadAheadBytes);
+    const ssize_t n = direct ? ::recv(socket_.fd(), data + *done, missing, 0)
+                             : ::recv(socket_.fd(), read_ahead_.get(), kReadAheadBytes, 0);
     if (n == 0) {
       setError(tensorpipe::Error(std::make_shared<tensorpipe::EOFError>(), __FILE__, __LINE__));
       return false;
@@ -317,9 +340,28 @@ bool ConnectionImpl::ReceiveInto(char* data, size_t wanted, size_t* done) {
       }
       return false;
     }
-    *done += n;
+    if (direct) {
+      *done += n;
+    } else {
+      read_ahead_end_ = n;
+    }
   }
   return true;
+}
+
+void ConnectionImpl::ResumeReadsLater() {
+  if (resume_pending_) return;
+  resume_pending_ = true;
+  // Behind the other peers' ready sockets, as a readiness event would be.
+  context_->RunAfterNextPoll([weak = std::weak_ptr<ConnectionImpl>(shared_from_this())] {
+    auto self = weak.lock();
+    if (self == nullptr) return;
+    self->resume_pending_ = false;
+    if (self->error_ || self->connecting_ || !self->GateOpen()) return;
+    self->frames_left_in_event_ = kFramesPerEvent;
+    self->ProcessReads();
+    if (!self->error_) self->UpdateInterest();
+  });
 }
 
 void ConnectionImpl::ProcessReads() {
@@ -327,9 +369,13 @@ void ConnectionImpl::ProcessReads() {
     ReadOp& op = reads_.front();
     // Note [Fair reads]: a new frame waits for the next readiness event once
     // this one's budget is spent; its bytes are still in the socket, so the
-    // loop comes back. (A frame begun is always finished: its bytes may be
-    // all here already, and then no event would come.)
-    if (op.prefix_done == 0 && frames_left_in_event_ == 0) return;
+    // loop comes back — or in the read-ahead, and then the loop is asked to
+    // come back. (A frame begun is always finished: its bytes may be all
+    // here already, and then no event would come.)
+    if (op.prefix_done == 0 && frames_left_in_event_ == 0) {
+      if (read_ahead_begin_ < read_ahead_end_) ResumeReadsLater();
+      return;
+    }
     if (op.prefix_done < kPrefixBytes) {
       if (!ReceiveInto(reinterpret_cast<char*>(&op.length), kPrefixBytes, &op.prefix_done)) {
         return;

@@ -61,10 +61,14 @@ class ConnectionImpl final
     write_callback_fn fn;
   };
 
-  // Reads into data[*done, wanted); false (with the error set if it is one)
-  // when the socket has nothing more for now or failed.
+  // Reads into data[*done, wanted), from the read-ahead first; false (with
+  // the error set if it is one) when the socket has nothing more for now or
+  // failed.
   bool ReceiveInto(char* data, size_t wanted, size_t* done);
   void ProcessReads();
+  // Note [Read ahead]: frames already in the read-ahead raise no readiness
+  // event; reading them resumes from the loop once this event is over.
+  void ResumeReadsLater();
   void ProcessWrites();
   // Registers for exactly the events the queued operations need.
   void UpdateInterest();
@@ -100,6 +104,13 @@ class ConnectionImpl final
   static constexpr size_t kFramesPerEvent = 8;
   static constexpr size_t kUnlimitedFrames = ~size_t{0};
   size_t frames_left_in_event_ = kUnlimitedFrames;
+  // Note [Read ahead] (connection_impl.cc): bytes received past the frame
+  // being read, [read_ahead_begin_, read_ahead_end_) of read_ahead_.
+  static constexpr size_t kReadAheadBytes = 16 << 10;
+  std::unique_ptr<char[]> read_ahead_;
+  size_t read_ahead_begin_ = 0;
+  size_t read_ahead_end_ = 0;
+  bool resume_pending_ = false;
   std::deque<ReadOp> reads_;
   std::deque<WriteOp> writes_;
 };

@@ -36,6 +36,8 @@ class ContextImpl final
   void unregisterDescriptor(int fd) { loop_.unregisterDescriptor(fd); }
   // A connection wrote: its peer's answer may follow soon (event_loop.h).
   void ExpectAnswer() { loop_.ExpectAnswer(); }
+  // Runs `fn` on the loop behind the next poll's handlers (event_loop.h).
+  void RunAfterNextPoll(std::function<void()> fn) { loop_.RunAfterNextPoll(std::move(fn)); }
 
   size_t max_frame_bytes() const { return options_.max_frame_bytes; }
   const std::string& advertise_host() const { return options_.advertise_host; }

@@ -78,6 +78,15 @@ void EventLoop::ExpectAnswer() {
   if (sleeping_.load(std::memory_order_acquire)) Wakeup();
 }
 
+void EventLoop::RunAfterNextPoll(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(after_poll_mu_);
+    after_poll_.push_back(std::move(fn));
+    has_after_poll_.store(true, std::memory_order_release);
+  }
+  if (sleeping_.load(std::memory_order_acquire)) Wakeup();
+}
+
 void EventLoop::registerDescriptor(int fd, int events, std::shared_ptr<EventHandler> handler) {
   std::lock_guard<std::mutex> lock(handlers_mu_);
   const uint64_t record = next_record_++;
@@ -121,9 +130,12 @@ void EventLoop::Loop() {
   while (!closed_.load() || HasHandlers()) {
     const bool spin = MonotonicNanos() < spin_until_ns_.load(std::memory_order_relaxed);
     if (!spin) sleeping_.store(true, std::memory_order_release);
-    // Re-checked after announcing sleep: an ExpectAnswer() in between
-    // either saw `sleeping_` (and wakes us) or set a window we see here.
-    const bool sleep = !spin && MonotonicNanos() >= spin_until_ns_.load(std::memory_order_relaxed);
+    // Re-checked after announcing sleep: an ExpectAnswer() or
+    // RunAfterNextPoll() in between either saw `sleeping_` (and wakes us) or
+    // left something we see here.
+    const bool sleep = !spin &&
+                       MonotonicNanos() >= spin_until_ns_.load(std::memory_order_relaxed) &&
+                       !has_after_poll_.load(std::memory_order_acquire);
     const int n = ::epoll_wait(epoll_fd_.fd(), events.data(), kCapacity, sleep ? -1 : 0);
     sleeping_.store(false, std::memory_order_relaxed);
     if (n < 0) {
@@ -132,7 +144,13 @@ void EventLoop::Loop() {
       TESSERA_LOG(ERROR) << "epoll_wait failed: " << std::strerror(errno);
       std::abort();
     }
-    if (n == 0) {
+    std::vector<std::function<void()>> after_poll;
+    if (has_after_poll_.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(after_poll_mu_);
+      after_poll.swap(after_poll_);
+      has_after_poll_.store(false, std::memory_order_relaxed);
+    }
+    if (n == 0 && after_poll.empty()) {
       sched_yield();  // polling: let a thread that shares this core run
       continue;
     }
@@ -146,8 +164,8 @@ void EventLoop::Loop() {
         ready.push_back(events[i]);
       }
     }
-    if (ready.empty()) continue;
-    if (answers_.enabled()) {
+    if (ready.empty() && after_poll.empty()) continue;
+    if (answers_.enabled() && !ready.empty()) {
       const int64_t now = MonotonicNanos();
       if (const int64_t expected = expected_at_ns_.exchange(0, std::memory_order_relaxed);
           expected != 0) {
@@ -159,7 +177,7 @@ void EventLoop::Loop() {
         spin_until_ns_.store(now + answers_.window_ns(), std::memory_order_relaxed);
       }
     }
-    executor_.runInLoop([this, ready = std::move(ready)] {
+    executor_.runInLoop([this, ready = std::move(ready), after_poll = std::move(after_poll)] {
       for (const auto& event : ready) {
         std::shared_ptr<EventHandler> handler;
         {
@@ -170,6 +188,7 @@ void EventLoop::Loop() {
         }
         handler->handleEventsFromLoop(static_cast<int>(event.events));
       }
+      for (const auto& fn : after_poll) fn();
     });
   }
 }

@@ -18,15 +18,18 @@
 // never polls.
 //
 // Thread-safety: registerDescriptor/unregisterDescriptor from the loop (the
-// deferred executor); ExpectAnswer, close and join from any thread.
+// deferred executor); ExpectAnswer, RunAfterNextPoll, close and join from any
+// thread.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "common/poll_window.h"
@@ -48,6 +51,10 @@ class EventLoop final {
   // Polls for the next `spin` instead of sleeping (waking the loop if it
   // sleeps, off the answer's path: the answer is still on its way).
   void ExpectAnswer();
+  // Runs `fn` through the executor after the loop's next poll, behind that
+  // poll's handlers: work that must wait its turn behind the other ready
+  // descriptors (Note [Read ahead], connection_impl.cc).
+  void RunAfterNextPoll(std::function<void()> fn);
   void close();
   void join();
 
@@ -78,6 +85,10 @@ class EventLoop final {
   uint64_t next_record_ = 1;  // 0 is the eventfd
   std::unordered_map<int, uint64_t> fd_to_record_;
   std::unordered_map<uint64_t, std::shared_ptr<EventHandler>> record_to_handler_;
+
+  std::mutex after_poll_mu_;
+  std::vector<std::function<void()>> after_poll_;  // guarded by after_poll_mu_
+  std::atomic<bool> has_after_poll_{false};
 
   std::thread thread_;  // last: starts once everything above exists
 };
