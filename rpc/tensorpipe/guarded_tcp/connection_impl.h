@@ -106,7 +106,7 @@ class ConnectionImpl final
   size_t frames_left_in_event_ = kUnlimitedFrames;
   // Note [Read ahead] (connection_impl.cc): bytes received past the frame
   // being read, [read_ahead_begin_, read_ahead_end_) of read_ahead_.
-  static constexpr size_t kReadAheadBytes = 16 << 10;
+  static constexpr size_t kReadAheadBytes = 2 << 10;
   std::unique_ptr<char[]> read_ahead_;
   size_t read_ahead_begin_ = 0;
   size_t read_ahead_end_ = 0;
