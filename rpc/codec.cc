@@ -213,7 +213,6 @@ absl::StatusOr<c10::IValue> DecodeAt(const proto::Value& value,
   return absl::InvalidArgumentError("value with no kind set");
 }
 
-
 // The bytes tensor `index` of a message takes by its metadata, after checking
 // that the metadata is one this codec accepts and fits the limits.
 absl::StatusOr<uint64_t> TensorBytes(const proto::TensorMeta& meta, size_t index,

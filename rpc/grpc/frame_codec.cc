@@ -176,6 +176,12 @@ absl::StatusOr<Message> DecodeFrame(const grpc::ByteBuffer& frame, const CodecLi
   if (!have_envelope) return absl::InvalidArgumentError("frame has no envelope");
   auto envelope = ParseEnvelope(envelope_bytes, limits);
   if (!envelope.ok()) return envelope.status();
+  if (envelope->has_tensor_bytes()) {
+    // TensorPipe's frames carry small tensors there (rpc/tensorpipe/
+    // frame_io.cc); on this backend every tensor is a frame field.
+    return absl::InvalidArgumentError(
+        "envelope carries tensor bytes; this backend sends tensors as frame fields");
+  }
   auto tensors = AllocateTensors(*envelope, tensor_lengths, limits, buffers);
   if (!tensors.ok()) return tensors.status();
   Message message;
