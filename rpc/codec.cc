@@ -213,8 +213,17 @@ absl::StatusOr<c10::IValue> DecodeAt(const proto::Value& value,
   return absl::InvalidArgumentError("value with no kind set");
 }
 
-// The bytes tensor `index` of a message takes by its metadata, after checking
-// that the metadata is one this codec accepts and fits the limits.
+// Appends `value` as a protobuf base-128 varint.
+void AppendVarint(uint64_t value, std::string* out) {
+  while (value >= 0x80) {
+    out->push_back(static_cast<char>((value & 0x7f) | 0x80));
+    value >>= 7;
+  }
+  out->push_back(static_cast<char>(value));
+}
+
+}  // namespace
+
 absl::StatusOr<uint64_t> TensorBytes(const proto::TensorMeta& meta, size_t index,
                                      const CodecLimits& limits) {
   const auto dtype = static_cast<c10::ScalarType>(meta.dtype());
@@ -240,17 +249,6 @@ absl::StatusOr<uint64_t> TensorBytes(const proto::TensorMeta& meta, size_t index
   }
   return bytes;
 }
-
-// Appends `value` as a protobuf base-128 varint.
-void AppendVarint(uint64_t value, std::string* out) {
-  while (value >= 0x80) {
-    out->push_back(static_cast<char>((value & 0x7f) | 0x80));
-    value >>= 7;
-  }
-  out->push_back(static_cast<char>(value));
-}
-
-}  // namespace
 
 absl::Status EncodeValue(const c10::IValue& value, proto::Value* out,
                          Message* message, const CodecLimits& limits, Peer peer) {
@@ -280,6 +278,12 @@ absl::StatusOr<std::vector<at::Tensor>> AllocateTensors(
   // First pass: validate everything, so a bad frame allocates nothing.
   uint64_t total_bytes = 0;
   for (size_t i = 0; i < count; ++i) {
+    if (envelope.tensors(i).has_shared()) {
+      // Note [Tensors in shared memory]: only the TensorPipe backend's
+      // frame reader takes those, from its inbox, before calling here.
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", i, ": named as in shared memory, where its bytes should be"));
+    }
     auto bytes = TensorBytes(envelope.tensors(i), i, limits);
     if (!bytes.ok()) return bytes.status();
     if (*bytes != payload_lengths[i]) {

@@ -65,6 +65,11 @@ absl::StatusOr<c10::IValue> DecodeValue(const proto::Value& value,
                                         const CodecLimits& limits = {},
                                         Peer peer = {});
 
+// The bytes tensor `index` of a message takes by its metadata, after checking
+// that the metadata is one this codec accepts and fits the limits.
+absl::StatusOr<uint64_t> TensorBytes(const proto::TensorMeta& meta, size_t index,
+                                     const CodecLimits& limits = {});
+
 // Validates the envelope's tensor metadata against the byte lengths the
 // transport announced for each tensor payload, then allocates the receive
 // buffers (from `pool` when given). Nothing is allocated unless every check

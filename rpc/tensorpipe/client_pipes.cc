@@ -154,14 +154,17 @@ void TensorPipeAgent::WriteRequest(const std::shared_ptr<ClientPipe>& client,
 
 void TensorPipeAgent::WriteCounted(const std::shared_ptr<ClientPipe>& client,
                                    OutgoingRequest request) {
-  WriteMessage(client->pipe, std::move(request.message),
-               [this, client, bytes = request.bytes](const tp::Error& error) {
-                 {
-                   MutexLock lock(&client->mu);
-                   client->unsent_bytes -= bytes;
-                 }
-                 if (error) FailPipe(client, StatusFromPipeError(error, "write failed: "));
-               });
+  SharedMemoryRoute route = RouteFor(client->rank, *request.message);
+  WriteMessage(
+      client->pipe, std::move(request.message),
+      [this, client, bytes = request.bytes](const tp::Error& error) {
+        {
+          MutexLock lock(&client->mu);
+          client->unsent_bytes -= bytes;
+        }
+        if (error) FailPipe(client, StatusFromPipeError(error, "write failed: "));
+      },
+      route);
 }
 
 void TensorPipeAgent::FailPipe(const std::shared_ptr<ClientPipe>& client, const absl::Status& why,
@@ -189,7 +192,14 @@ void TensorPipeAgent::FailPipe(const std::shared_ptr<ClientPipe>& client, const 
 }
 
 void TensorPipeAgent::ReadResponse(std::shared_ptr<ClientPipe> client) {
-  ReadFrame(client->pipe, options_.limits, buffers_.get(), [this, client](absl::StatusOr<Message> message) {
+  bool handshake_done = false;
+  {
+    MutexLock lock(&client->mu);
+    handshake_done = client->ready;
+  }
+  // Tensors in shared memory only from a peer that proved the job secret.
+  FdInbox* inbox = handshake_done ? inbox_.get() : nullptr;
+  ReadFrame(client->pipe, options_.limits, buffers_.get(), inbox, [this, client](absl::StatusOr<Message> message) {
     if (!message.ok()) {
       FailPipe(client, message.status());
       return;

@@ -1,5 +1,6 @@
 #include "rpc/tensorpipe/frame_io.h"
 
+#include "rpc/shared_tensors.h"
 #include "rpc/tensorpipe/guarded_tcp/frame_error.h"
 
 #include <tensorpipe/tensorpipe.h>
@@ -41,34 +42,83 @@ constexpr size_t kInlineTensorBytes = 64 << 10;
 // system calls saved; larger tensors go as payloads, without copies.
 constexpr size_t kEnvelopeTensorBytes = 4 << 10;
 
-size_t TensorBytes(const Message& message) {
+size_t TotalBytes(const std::vector<at::Tensor>& tensors) {
   size_t bytes = 0;
-  for (const at::Tensor& tensor : message.tensors) bytes += tensor.nbytes();
+  for (const at::Tensor& tensor : tensors) bytes += tensor.nbytes();
   return bytes;
+}
+
+// Note [Tensors in shared memory]: posts the segments of `message`'s tensors
+// in shared memory (up to a post's worth) to the peer's inbox and names them
+// in `marked`, a copy of the envelope; the other tensors go to `travelling`.
+// False, with nothing marked, if the post failed: then every tensor's bytes
+// travel, as to any peer.
+bool PostSharedTensors(const Message& message, const SharedMemoryRoute& route,
+                       proto::Envelope* marked, std::vector<at::Tensor>* travelling) {
+  *marked = message.envelope;
+  std::vector<uint64_t> tickets;
+  std::vector<int> fds;
+  for (size_t i = 0; i < message.tensors.size(); ++i) {
+    const at::Tensor& tensor = message.tensors[i];
+    std::optional<SharedView> view;
+    if (tickets.size() < FdInbox::kMaxFdsPerPost) view = SharedViewOf(tensor);
+    if (!view.has_value()) {
+      travelling->push_back(tensor);
+      continue;
+    }
+    tickets.push_back(route.inbox->NewTicket());
+    fds.push_back(view->segment->fd());
+    proto::SharedMemoryRef* ref = marked->mutable_tensors(static_cast<int>(i))->mutable_shared();
+    ref->set_ticket(tickets.back());
+    ref->set_segment(view->segment->id().data(), view->segment->id().size());
+    ref->set_segment_bytes(view->segment->size());
+    ref->set_offset(view->offset);
+  }
+  return route.inbox->Post(route.peer_inbox, tickets, fds).ok();
 }
 
 }  // namespace
 
+bool CarriesSharedMemory(const Message& message) {
+  for (const at::Tensor& tensor : message.tensors) {
+    if (IsInSharedMemory(tensor)) return true;
+  }
+  return false;
+}
+
 void WriteMessage(const std::shared_ptr<tp::Pipe>& pipe,
                   std::shared_ptr<Message> message,
-                  std::function<void(const tp::Error&)> done) {
+                  std::function<void(const tp::Error&)> done,
+                  const SharedMemoryRoute& route) {
+  // What travels: by default the whole message; with tensors posted as
+  // handles, the marked envelope and the other tensors.
+  const proto::Envelope* envelope = &message->envelope;
+  const std::vector<at::Tensor>* tensors = &message->tensors;
+  proto::Envelope marked;
+  std::vector<at::Tensor> travelling;
+  if (route.inbox != nullptr && CarriesSharedMemory(*message) &&
+      PostSharedTensors(*message, route, &marked, &travelling)) {
+    envelope = &marked;
+    tensors = &travelling;
+  }
   tp::Message out;
-  const size_t tensor_bytes = TensorBytes(*message);
-  if (tensor_bytes <= kEnvelopeTensorBytes) {
-    out.metadata = SerializeEnvelopeWithTensors(message->envelope, message->tensors);
+  const size_t tensor_bytes = TotalBytes(*tensors);
+  // Handles and envelope bytes never mix (the receiver refuses that).
+  if (tensor_bytes <= kEnvelopeTensorBytes && envelope == &message->envelope) {
+    out.metadata = SerializeEnvelopeWithTensors(*envelope, *tensors);
   } else if (tensor_bytes <= kInlineTensorBytes) {
-    out.metadata = message->envelope.SerializeAsString();
-    out.payloads.reserve(message->tensors.size());
-    for (const at::Tensor& tensor : message->tensors) {
+    out.metadata = envelope->SerializeAsString();
+    out.payloads.reserve(tensors->size());
+    for (const at::Tensor& tensor : *tensors) {
       tp::Message::Payload p;
       p.data = const_cast<void*>(tensor.data_ptr());
       p.length = tensor.nbytes();
       out.payloads.push_back(std::move(p));
     }
   } else {
-    out.metadata = message->envelope.SerializeAsString();
-    out.tensors.reserve(message->tensors.size());
-    for (const at::Tensor& tensor : message->tensors) {
+    out.metadata = envelope->SerializeAsString();
+    out.tensors.reserve(tensors->size());
+    for (const at::Tensor& tensor : *tensors) {
       tp::Message::Tensor t;
       t.buffer = tp::CpuBuffer{const_cast<void*>(tensor.data_ptr())};
       t.length = tensor.nbytes();
@@ -90,9 +140,12 @@ struct FrameBody {
   tp::Allocation allocation;
 };
 
-absl::StatusOr<FrameBody> PrepareBody(const tp::Descriptor& descriptor,
-                                      proto::Envelope* envelope, const CodecLimits& limits,
-                                      BufferPool* buffers) {
+// The body of the tensors whose bytes follow the descriptor, described by
+// `metas` (the envelope itself, or its tensors that are not handles).
+absl::StatusOr<FrameBody> PrepareTravellingBody(const tp::Descriptor& descriptor,
+                                                proto::Envelope* envelope,
+                                                const proto::Envelope& metas,
+                                                const CodecLimits& limits, BufferPool* buffers) {
   // Note [Small tensors ride with the descriptor]: payloads or tensors,
   // never both; payloads only as small as a sender would inline.
   const bool inline_tensors = !descriptor.payloads.empty();
@@ -134,7 +187,7 @@ absl::StatusOr<FrameBody> PrepareBody(const tp::Descriptor& descriptor,
     }
     lengths.push_back(tensor.length);
   }
-  auto tensors = AllocateTensors(*envelope, lengths, limits, buffers);
+  auto tensors = AllocateTensors(metas, lengths, limits, buffers);
   if (!tensors.ok()) return tensors.status();
   body.tensors = *std::move(tensors);
   for (const at::Tensor& tensor : body.tensors) {
@@ -151,11 +204,80 @@ absl::StatusOr<FrameBody> PrepareBody(const tp::Descriptor& descriptor,
   return body;
 }
 
+// Note [Tensors in shared memory]: the tensors `envelope` names by handle,
+// taken from `inbox` and viewed in their segments, merged in order with the
+// `travelling` ones.
+absl::StatusOr<std::vector<at::Tensor>> MergeSharedTensors(const proto::Envelope& envelope,
+                                                           FdInbox* inbox,
+                                                           const CodecLimits& limits,
+                                                           std::vector<at::Tensor> travelling) {
+  std::vector<at::Tensor> tensors;
+  tensors.reserve(envelope.tensors_size());
+  size_t next_travelling = 0;
+  for (int i = 0; i < envelope.tensors_size(); ++i) {
+    const proto::TensorMeta& meta = envelope.tensors(i);
+    if (!meta.has_shared()) {
+      tensors.push_back(std::move(travelling[next_travelling++]));
+      continue;
+    }
+    const proto::SharedMemoryRef& ref = meta.shared();
+    auto bytes = TensorBytes(meta, i, limits);
+    if (!bytes.ok()) return bytes.status();
+    SharedSegment::Id id;
+    if (ref.segment().size() != id.size()) {
+      return absl::InvalidArgumentError("tensor " + std::to_string(i) +
+                                        ": a shared-memory segment id of " +
+                                        std::to_string(ref.segment().size()) + " bytes");
+    }
+    std::copy(ref.segment().begin(), ref.segment().end(), id.begin());
+    auto fd = inbox->Take(ref.ticket());
+    if (!fd.ok()) return absl::InvalidArgumentError("tensor " + std::to_string(i) + ": " +
+                                                    std::string(fd.status().message()));
+    auto segment = SharedSegment::Adopt(*fd, id, ref.segment_bytes());
+    if (!segment.ok()) return segment.status();
+    std::vector<int64_t> sizes(meta.sizes().begin(), meta.sizes().end());
+    auto tensor = TensorInSegment(*std::move(segment), ref.offset(), sizes,
+                                  static_cast<c10::ScalarType>(meta.dtype()));
+    if (!tensor.ok()) return tensor.status();
+    tensors.push_back(*std::move(tensor));
+  }
+  return tensors;
+}
+
+absl::StatusOr<FrameBody> PrepareBody(const tp::Descriptor& descriptor,
+                                      proto::Envelope* envelope, const CodecLimits& limits,
+                                      BufferPool* buffers, FdInbox* inbox) {
+  size_t handles = 0;
+  for (const proto::TensorMeta& meta : envelope->tensors()) handles += meta.has_shared() ? 1 : 0;
+  if (handles == 0) return PrepareTravellingBody(descriptor, envelope, *envelope, limits, buffers);
+  if (inbox == nullptr) {
+    return absl::InvalidArgumentError(
+        "frame names tensors in shared memory, which this worker takes only from workers on its "
+        "host over the Unix-socket transport");
+  }
+  if (handles > FdInbox::kMaxFdsPerPost || envelope->has_tensor_bytes()) {
+    return absl::InvalidArgumentError(
+        "frame names " + std::to_string(handles) + " tensors in shared memory" +
+        (envelope->has_tensor_bytes() ? " and carries tensor bytes in its envelope"
+                                      : "; at most " + std::to_string(FdInbox::kMaxFdsPerPost)));
+  }
+  proto::Envelope metas;
+  for (const proto::TensorMeta& meta : envelope->tensors()) {
+    if (!meta.has_shared()) *metas.add_tensors() = meta;
+  }
+  auto body = PrepareTravellingBody(descriptor, envelope, metas, limits, buffers);
+  if (!body.ok()) return body.status();
+  auto tensors = MergeSharedTensors(*envelope, inbox, limits, std::move(body->tensors));
+  if (!tensors.ok()) return tensors.status();
+  body->tensors = *std::move(tensors);
+  return body;
+}
+
 }  // namespace
 
 void ReadFrame(std::shared_ptr<tp::Pipe> pipe, const CodecLimits& limits, BufferPool* buffers,
-               std::function<void(absl::StatusOr<Message>)> done) {
-  pipe->readDescriptor([pipe, limits, buffers, done = std::move(done)](
+               FdInbox* inbox, std::function<void(absl::StatusOr<Message>)> done) {
+  pipe->readDescriptor([pipe, limits, buffers, inbox, done = std::move(done)](
                            const tp::Error& error, tp::Descriptor descriptor) {
     if (error) {
       done(StatusFromPipeError(error, ""));
@@ -166,7 +288,7 @@ void ReadFrame(std::shared_ptr<tp::Pipe> pipe, const CodecLimits& limits, Buffer
       done(envelope.status());
       return;
     }
-    auto body = PrepareBody(descriptor, &*envelope, limits, buffers);
+    auto body = PrepareBody(descriptor, &*envelope, limits, buffers, inbox);
     if (!body.ok()) {
       done(body.status());
       return;

@@ -13,6 +13,7 @@
 #include "rpc/buffer_pool.h"
 #include "rpc/codec.h"
 #include "rpc/message.h"
+#include "rpc/tensorpipe/fd_inbox.h"
 
 namespace tessera::rpc {
 
@@ -21,16 +22,32 @@ namespace tessera::rpc {
 // prefixes the message.
 absl::Status StatusFromPipeError(const tensorpipe::Error& error, const std::string& context);
 
+// Where tensors in shared memory may go as handles (Note [Tensors in shared
+// memory]): this worker's inbox, to post from, and the peer's inbox name.
+// No inbox: every tensor's bytes travel.
+struct SharedMemoryRoute {
+  FdInbox* inbox = nullptr;
+  std::string peer_inbox;
+};
+
+// Whether any of `message`'s tensors is in shared memory (so that a route
+// is worth looking up).
+bool CarriesSharedMemory(const Message& message);
+
 // Sends `message` on `pipe`; `done` runs with the transport's error, if any.
 // The message (and so its tensors) stays alive until the write completes.
+// Its tensors in shared memory go as handles by `route`, if it has one.
 void WriteMessage(const std::shared_ptr<tensorpipe::Pipe>& pipe,
                   std::shared_ptr<Message> message,
-                  std::function<void(const tensorpipe::Error&)> done);
+                  std::function<void(const tensorpipe::Error&)> done,
+                  const SharedMemoryRoute& route = {});
 
 // Reads one frame: descriptor, validation, receive buffers (from `buffers`),
-// data. `done` gets the message, or why the frame was rejected
+// data; tensors sent as handles are taken from `inbox` (none: such a frame
+// is refused). `done` gets the message, or why the frame was rejected
 // (InvalidArgument) or the pipe failed (StatusFromPipeError).
 void ReadFrame(std::shared_ptr<tensorpipe::Pipe> pipe, const CodecLimits& limits,
-               BufferPool* buffers, std::function<void(absl::StatusOr<Message>)> done);
+               BufferPool* buffers, FdInbox* inbox,
+               std::function<void(absl::StatusOr<Message>)> done);
 
 }  // namespace tessera::rpc

@@ -10,7 +10,9 @@
 namespace tessera::rpc {
 
 void TensorPipeAgent::ReadRequest(std::shared_ptr<ServerPipe> server) {
-  ReadFrame(server->pipe, options_.limits, buffers_.get(), [this, server](absl::StatusOr<Message> message) {
+  // Tensors in shared memory only from a peer that proved the job secret.
+  FdInbox* inbox = server->peer.has_value() ? inbox_.get() : nullptr;
+  ReadFrame(server->pipe, options_.limits, buffers_.get(), inbox, [this, server](absl::StatusOr<Message> message) {
     if (!message.ok()) {
       if (message.status().code() == absl::StatusCode::kUnavailable) {
         TESSERA_LOG(DEBUG) << self_.name << ": incoming connection ended: " << message.status();
@@ -52,7 +54,7 @@ void TensorPipeAgent::ReadRequest(std::shared_ptr<ServerPipe> server) {
     if (from == kStaleIncarnation) {
       // Answered, not served: the stale process learns why.
       const PeerIdentity& peer = *server->peer;
-      Respond(server->pipe,
+      Respond(server->pipe, from,
               ResponseTo(message->envelope.request_id(),
                          StaleIncarnationError(peer.name, peer.rank, peer.incarnation, self_.name),
                          self_.name, self_.rank));
@@ -60,8 +62,8 @@ void TensorPipeAgent::ReadRequest(std::shared_ptr<ServerPipe> server) {
       return;
     }
     message->envelope.set_origin_rank(from);
-    requests_.Serve(from, *std::move(message), [this, pipe = server->pipe](Message response) {
-      Respond(pipe, std::move(response));
+    requests_.Serve(from, *std::move(message), [this, from, pipe = server->pipe](Message response) {
+      Respond(pipe, from, std::move(response));
     });
     ReadRequest(server);
   });
@@ -111,15 +113,19 @@ void TensorPipeAgent::DropServerPipe(const std::shared_ptr<ServerPipe>& server) 
   server_pipes_.erase(server);
 }
 
-void TensorPipeAgent::Respond(const std::shared_ptr<tp::Pipe>& pipe, Message response) {
-  WriteMessage(pipe, std::make_shared<Message>(std::move(response)),
-               [this](const tp::Error& error) {
-                 if (error) {
-                   TESSERA_LOG(DEBUG) << self_.name << ": response not delivered: "
-                                      << error.what();
-                 }
-                 served_.ResponseSent();
-               });
+void TensorPipeAgent::Respond(const std::shared_ptr<tp::Pipe>& pipe, int to_rank,
+                              Message response) {
+  auto message = std::make_shared<Message>(std::move(response));
+  SharedMemoryRoute route = RouteFor(to_rank, *message);
+  WriteMessage(
+      pipe, std::move(message),
+      [this](const tp::Error& error) {
+        if (error) {
+          TESSERA_LOG(DEBUG) << self_.name << ": response not delivered: " << error.what();
+        }
+        served_.ResponseSent();
+      },
+      route);
 }
 
 }  // namespace tessera::rpc

@@ -20,6 +20,7 @@ absl::Status TensorPipeAgent::Start() {
   if (!registered.ok()) return registered.status();
   const std::string& tcp_name = registered->tcp_name;
   same_host_ = registered->same_host;
+  inbox_ = std::move(registered->inbox);
   std::vector<std::string> urls = {tcp_name + "://" + JoinHostPort(options_.listen_host, 0)};
   if (same_host_ != SameHostTransport::kTcp) urls.push_back(SameHostUrl(same_host_, self_.name));
   std::shared_ptr<tp::Listener> listener;
@@ -56,6 +57,15 @@ std::string TensorPipeAgent::PeerAt(int rank) const {
 std::string TensorPipeAgent::PeerName(int rank) const {
   MutexLock lock(&mu_);
   return DescribeWorker(rank, workers_);
+}
+
+SharedMemoryRoute TensorPipeAgent::RouteFor(int rank, const Message& message) const {
+  if (inbox_ == nullptr || !CarriesSharedMemory(message)) return {};
+  MutexLock lock(&mu_);
+  if (rank < 0 || rank >= static_cast<int>(workers_.size())) return {};
+  std::string peer_inbox = SharedMemoryInboxOf(self_, workers_[rank]);
+  if (peer_inbox.empty()) return {};
+  return SharedMemoryRoute{inbox_.get(), std::move(peer_inbox)};
 }
 
 void TensorPipeAgent::SetWorkers(std::vector<WorkerInfo> workers) {

@@ -29,6 +29,8 @@
 #include "rpc/pending_calls.h"
 #include "rpc/queue_limits.h"
 #include "rpc/rpc_agent.h"
+#include "rpc/tensorpipe/fd_inbox.h"
+#include "rpc/tensorpipe/frame_io.h"
 #include "rpc/tensorpipe/tensorpipe_agent.h"
 #include "rpc/tensorpipe/transport_choice.h"
 
@@ -123,6 +125,10 @@ class TensorPipeAgent final : public RpcAgent {
   void Relisten();
   std::string PeerAt(int rank) const;  // with its address, for connection errors
   std::string PeerName(int rank) const;
+  // How `message`'s tensors in shared memory may go to `rank` (Note
+  // [Tensors in shared memory]); no route when it has none or the peer is
+  // not on this host's Unix-socket transport.
+  SharedMemoryRoute RouteFor(int rank, const Message& message) const;
 
   // --- pipes this worker opens (client_pipes.cc) ---
   // The pipe to `to_rank`, connected now if there is none; nullptr and
@@ -149,14 +155,16 @@ class TensorPipeAgent final : public RpcAgent {
                                      const Message& message);
   void RejectPeer(const std::shared_ptr<ServerPipe>& server, const absl::Status& why);
   void DropServerPipe(const std::shared_ptr<ServerPipe>& server);
-  // Writes a response (or a refusal) on `pipe`.
-  void Respond(const std::shared_ptr<tp::Pipe>& pipe, Message response);
+  // Writes a response (or a refusal) to `to_rank` on `pipe`.
+  void Respond(const std::shared_ptr<tp::Pipe>& pipe, int to_rank, Message response);
 
   const TensorPipeOptions options_;
   const auth::JobSecret secret_;
   WorkerInfo self_;
   DeadlineTimer* const timer_;
   RequestService requests_;  // Note [Bounded queues]
+  // Note [Descriptor inbox]; set by Start(), outlives the context's threads.
+  std::unique_ptr<FdInbox> inbox_;
   std::shared_ptr<tp::Context> context_;
   std::shared_ptr<tp::Listener> listener_ ABSL_GUARDED_BY(mu_);  // see Relisten()
   std::string listen_url_;  // the TCP listener's; self_.address is what peers dial

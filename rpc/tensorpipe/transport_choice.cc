@@ -95,6 +95,11 @@ absl::StatusOr<RegisteredTransports> RegisterTransports(tp::Context& context,
     context.registerTransport(10, "unix", unix_transport);
     registered.locality.push_back("unix=" + unix_transport->domainDescriptor());
     registered.transports = "unix (same host), " + registered.tcp_name;
+    // Without an inbox, tensors in shared memory travel as bytes.
+    if (auto inbox = FdInbox::Open(); inbox.ok()) {
+      registered.inbox = *std::move(inbox);
+      registered.locality.push_back("fdbox=" + registered.inbox->name());
+    }
   } else if (registered.same_host == SameHostTransport::kSharedMemory) {
     auto shm = tp::transport::shm::create();
     if (shm->isViable()) {
@@ -127,17 +132,30 @@ std::string SameHostUrl(SameHostTransport same_host, const std::string& worker_n
   return same_host == SameHostTransport::kUnixSockets ? "unix://@" + address : "shm://" + address;
 }
 
+namespace {
+
+// The value of `key` in a locality ("key=value" entries, tab-separated).
+std::string LocalityEntry(const std::string& locality, const std::string& key) {
+  for (absl::string_view entry : absl::StrSplit(locality, '\t')) {
+    if (absl::ConsumePrefix(&entry, key + "=")) return std::string(entry);
+  }
+  return std::string();
+}
+
+bool SameDomain(const WorkerInfo& self, const WorkerInfo& peer, const std::string& key) {
+  const std::string mine = LocalityEntry(self.locality, key);
+  return !mine.empty() && mine == LocalityEntry(peer.locality, key);
+}
+
+}  // namespace
+
+std::string SharedMemoryInboxOf(const WorkerInfo& self, const WorkerInfo& peer) {
+  if (LocalityEntry(self.locality, "fdbox").empty() || !SameDomain(self, peer, "unix")) return "";
+  return LocalityEntry(peer.locality, "fdbox");
+}
+
 std::string TransportFor(const WorkerInfo& self, const WorkerInfo& peer) {
-  auto find = [](const std::string& locality, const std::string& key) {
-    for (absl::string_view entry : absl::StrSplit(locality, '\t')) {
-      if (absl::ConsumePrefix(&entry, key + "=")) return std::string(entry);
-    }
-    return std::string();
-  };
-  auto same = [&](const std::string& key) {
-    const std::string mine = find(self.locality, key);
-    return !mine.empty() && mine == find(peer.locality, key);
-  };
+  auto same = [&](const std::string& key) { return SameDomain(self, peer, key); };
   const std::string tcp = peer.address.substr(0, peer.address.find("://"));
   const std::string transport = same("unix") ? "unix" : same("shm") ? "shm" : tcp;
   const bool same_host = transport != tcp || same("cma");

@@ -3,6 +3,7 @@
 // [Same-host transport]). Internal to rpc/tensorpipe.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "auth/job_secret.h"
 #include "rpc/backend_options.h"
 #include "rpc/rpc_agent.h"
+#include "rpc/tensorpipe/fd_inbox.h"
 
 namespace tensorpipe {
 class Context;
@@ -25,6 +27,10 @@ struct RegisteredTransports {
   std::vector<std::string> locality;
   std::string transports;  // for the start-up log line
   std::string channels;
+  // With the Unix-socket transport: the inbox through which peers on this
+  // host hand over tensors in shared memory (Note [Descriptor inbox]),
+  // published in the locality as "fdbox=NAME".
+  std::unique_ptr<FdInbox> inbox;
 };
 
 // Registers the cross-host transport, the same-host one `options` (or
@@ -38,6 +44,11 @@ absl::StatusOr<RegisteredTransports> RegisterTransports(tensorpipe::Context& con
 // A fresh listening URL for the same-host transport `same_host` (not kTcp),
 // unique on this host.
 std::string SameHostUrl(SameHostTransport same_host, const std::string& worker_name);
+
+// The inbox name `peer` publishes, if tensors in shared memory can go to it
+// from `self` as handles: both on the Unix-socket transport of one host
+// (Note [Tensors in shared memory]); else "".
+std::string SharedMemoryInboxOf(const WorkerInfo& self, const WorkerInfo& peer);
 
 // Which transport and channel TensorPipe will choose for `peer`, by the
 // rule of Note [Same-host fast paths]: for log lines.

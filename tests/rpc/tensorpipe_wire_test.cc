@@ -169,6 +169,34 @@ TEST_F(TensorPipeWireTest, MalformedFramesCloseOnlyThatConnection) {
          e.set_tensor_bytes(std::string(16, 'x'));
        }),
        true},
+      // Note [Tensors in shared memory]: a handle's descriptor must have been
+      // posted to the worker's inbox, and the handle must be well formed.
+      {"a tensor in shared memory under a ticket never posted",
+       envelope_with([](proto::Envelope& e) {
+         auto* meta = e.add_tensors();
+         meta->set_dtype(static_cast<int>(c10::ScalarType::Float));
+         meta->add_sizes(4);
+         meta->mutable_shared()->set_ticket(12345);
+         meta->mutable_shared()->set_segment(std::string(16, 'x'));
+         meta->mutable_shared()->set_segment_bytes(16);
+       }),
+       false},
+      {"a shared-memory segment id of 3 bytes", envelope_with([](proto::Envelope& e) {
+         auto* meta = e.add_tensors();
+         meta->set_dtype(static_cast<int>(c10::ScalarType::Float));
+         meta->add_sizes(4);
+         meta->mutable_shared()->set_segment("abc");
+       }),
+       false},
+      {"a tensor in shared memory beside envelope tensor bytes",
+       envelope_with([](proto::Envelope& e) {
+         auto* meta = e.add_tensors();
+         meta->set_dtype(static_cast<int>(c10::ScalarType::Float));
+         meta->add_sizes(4);
+         meta->mutable_shared()->set_ticket(1);
+         e.set_tensor_bytes(std::string(16, 'x'));
+       }),
+       false},
       {"response on a request pipe",
        envelope_with([](proto::Envelope& e) { e.set_kind(proto::RESPONSE); }), false},
   };

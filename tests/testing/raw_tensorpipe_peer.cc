@@ -65,7 +65,7 @@ absl::Status RawTensorPipePeer::Write(const std::shared_ptr<tp::Pipe>& pipe,
 
 absl::StatusOr<rpc::Message> RawTensorPipePeer::Read(const std::shared_ptr<tp::Pipe>& pipe) {
   Promise<rpc::Message> read;
-  rpc::ReadFrame(pipe, rpc::CodecLimits(), nullptr,
+  rpc::ReadFrame(pipe, rpc::CodecLimits(), nullptr, nullptr,
                  [read](absl::StatusOr<rpc::Message> message) { read.Set(std::move(message)); });
   return read.GetFuture().Wait(kWait);
 }
