@@ -8,7 +8,10 @@
 #   - the path between hosts, forced on one host (rpc_bench --same-host=tcp:
 #     TCP and the basic channel) vs a raw TCP ping-pong (//bench:socket_floor)
 #     and vs the gRPC backend; the default same-host path vs a raw Unix-socket
-#     ping-pong (socket_floor --unix).
+#     ping-pong (socket_floor --unix);
+#   - a 64 MiB tensor in shared memory, whose handle travels instead of its
+#     bytes (Note [Tensors in shared memory]), vs the same echoes of an
+#     ordinary tensor.
 # For latency lower is better; for calls/s and GB/s higher is better.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,4 +56,11 @@ table("TensorPipe backend forced onto TCP vs the gRPC backend (TensorPipe / gRPC
       "tensorpipe_tcp", "grpc", ("tp tcp", "grpc"))
 table("TensorPipe backend, same host (default) vs raw Unix socket (ours / raw)", "tensorpipe",
       "unix_floor", ("tessera", "raw unix"))
+shared = med["tensorpipe"]["gbps_64mb_shared"]
+print("\n64 MiB echo of a tensor in shared memory (a handle travels; the callee maps it):\n"
+      f"  {shared:.1f} GB/s; {shared / med['tensorpipe']['gbps_64mb']:.1f}x an ordinary tensor's "
+      f"({med['tensorpipe']['gbps_64mb']:.1f}), {shared / med['pytorch']['gbps_64mb']:.1f}x "
+      f"PyTorch's ({med['pytorch']['gbps_64mb']:.1f}), {shared / med['unix_floor']['gbps_64mb']:.1f}x "
+      f"a raw Unix-socket echo's ({med['unix_floor']['gbps_64mb']:.1f}), "
+      f"{shared / med['tp_floor']['gbps_64mb']:.1f}x bare TensorPipe's ({med['tp_floor']['gbps_64mb']:.1f})")
 PY

@@ -38,6 +38,7 @@
 #include "pipeline/stage.h"
 #include "rpc/init.h"
 #include "rpc/runtime.h"
+#include "rpc/shared_tensors.h"
 #include "rref/remote.h"
 #include "tests/dist_autograd/dist_autograd_world.h"
 #include "tests/multihost/job.h"
@@ -73,6 +74,13 @@ bool AllClose(const at::Tensor& a, const at::Tensor& b) { return at::allclose(a,
 int DriveRpcJob(rpc::Runtime& rt, rref::RRefContext& rrefs, dist_autograd::DistAutograd& autograd) {
   WORKER_CHECK(rt.RpcSync<int64_t>("worker0", "echo", int64_t{41}) == 41, "echo from host 0");
   WORKER_CHECK(rt.RpcSync<int64_t>("worker2", "echo", int64_t{42}) == 42, "echo from host 2");
+  {
+    // Note [Tensors in shared memory]: to another host, its bytes travel.
+    const at::Tensor shared = rpc::ToSharedMemory(ParamFor(3).detach()).value();
+    const at::Tensor back = rt.RpcSync<at::Tensor>("worker0", "echo", shared);
+    WORKER_CHECK(!rpc::IsInSharedMemory(back) && back.equal(shared),
+                 "a tensor in shared memory sent to another host and back");
+  }
   {
     // Created here (host 1), owned by worker0 (host 0), used by worker2 (host 2).
     const at::Tensor local = ParamFor(3).detach();
