@@ -25,7 +25,7 @@ if [[ ${1:-} == --budget ]]; then
 fi
 targets=(//tests/rpc:rpc_faults_test //tests/rpc:rpc_faults_test_grpc //tests/rref:rref_test
          //tests/rref:rref_test_grpc //tests/dist_autograd:dist_autograd_test
-         //tests/common:thread_pool_test //tests/rpc:guarded_tcp_test)
+         //tests/common:thread_pool_test //tests/rpc:guarded_tcp_test //tests/rpc:shared_tensors_test)
 status=0
 for config in tsan asan; do
   if [[ -n ${CI_DEADLINE:-} ]] && (( CI_DEADLINE - $(date +%s) < budget )); then
