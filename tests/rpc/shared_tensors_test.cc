@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -186,6 +187,27 @@ TEST(FdInboxTest, MalformedPostsAreDroppedAndTheirDescriptorsClosed) {
   ASSERT_TRUE(taken.ok());
   close(*taken);
   EXPECT_EQ(OpenDescriptors(), before);
+}
+
+// Only this user's processes may post: the kernel's SCM_CREDENTIALS say
+// who sent a datagram, whatever it claims.
+TEST(FdInboxTest, AnotherUsersPostIsDropped) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to send as another user";
+  auto inbox = FdInbox::Open();
+  ASSERT_TRUE(inbox.ok());
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const int fd = open("/dev/null", O_RDONLY);
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(2);
+    SendRaw((*inbox)->name(), Ticket(9), {fd});
+    _exit(::testing::Test::HasFailure() ? 1 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ((*inbox)->Take(9).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*inbox)->unclaimed(), 0u);
 }
 
 rpc::Registry SharedTensorRegistry() {
