@@ -10,6 +10,7 @@
 #include <ATen/ops/ones.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -26,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/mutex.h"
 #include "rpc/init.h"
 #include "rpc/tensorpipe/fd_inbox.h"
 #include "tests/testing/rpc_world.h"
@@ -230,6 +232,14 @@ rpc::Registry SharedTensorRegistry() {
     return *t;
   });
   registry.Register("segments_held", [] { return int64_t{SegmentsHeldBy(getpid())}; });
+  // Holds a tensor for the rest of the process's life.
+  registry.Register("keep", [](at::Tensor t) {
+    static auto* kept = new std::vector<at::Tensor>;
+    static Mutex mu;
+    MutexLock lock(&mu);
+    kept->push_back(t);
+    return true;
+  });
   return registry;
 }
 
@@ -337,6 +347,26 @@ TEST_F(SharedTensorsTest, APeerWithoutAnInboxGetsTheBytes) {
   at::Tensor made = rt().RpcSync<at::Tensor>("worker1", "shared_arange", int64_t{10});
   EXPECT_FALSE(rpc::IsInSharedMemory(made));
   EXPECT_EQ(made.sum().item<float>(), 45.0f);
+}
+
+// A segment is the kernel's to free: killing a process that made one, or
+// that holds one, takes nothing from the survivors.
+TEST_F(SharedTensorsTest, TheMemoryOutlivesAKilledHolder) {
+  expect_clean_exit_ = false;
+  StartWorld(2, {{"TESSERA_TEST_SHUTDOWN_TIMEOUT_S", "30"}}, absl::Seconds(30));
+  at::Tensor made = rt().RpcSync<at::Tensor>("worker1", "shared_arange", int64_t{1000});
+  at::Tensor mine = SharedOnes(1 << 20);
+  ASSERT_TRUE(rt().RpcSync<bool>("worker1", "keep", mine));
+  ASSERT_TRUE(rpc::IsInSharedMemory(made));
+  children_[0]->Kill();
+  EXPECT_EQ(children_[0]->Wait(absl::Seconds(30)), 128 + SIGKILL);
+  EXPECT_EQ(made.sum().item<double>(), 999.0 * 1000 / 2);
+  mine.fill_(2.0f);
+  EXPECT_EQ(mine.sum().item<double>(), 2.0 * (1 << 20));
+  made = at::Tensor();
+  mine = at::Tensor();
+  EXPECT_EQ(SegmentsHeldBy(getpid()), 0);
+  EXPECT_FALSE(rt().TryShutdown().ok());  // it names the dead worker
 }
 
 }  // namespace
