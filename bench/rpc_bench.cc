@@ -125,10 +125,11 @@ int RankMain(int rank, int port, const std::vector<std::string>& args) {
                   Bandwidth(*rt, 64 << 20, 20, /*shared=*/true));
     shared = field;
   }
-  std::printf("{\"rtt_p50_us\": %.1f, \"rtt_p99_us\": %.1f, \"calls_per_s\": %.0f, "
-              "\"gbps_1mb\": %.2f, \"gbps_64mb\": %.2f%s}\n",
-              rtts[rtts.size() / 2], rtts[rtts.size() * 99 / 100], calls_per_s,
-              gbps_1mb, gbps_64mb, shared.c_str());
+  std::printf(
+      "{\"rtt_p50_us\": %.1f, \"rtt_p99_us\": %.1f, \"calls_per_s\": %.0f, "
+      "\"gbps_1mb\": %.2f, \"gbps_64mb\": %.2f%s}\n",
+      rtts[rtts.size() / 2], rtts[rtts.size() * 99 / 100], calls_per_s, gbps_1mb, gbps_64mb,
+      shared.c_str());
   return rt->TryShutdown().ok() ? 0 : 1;
 }
 

@@ -107,7 +107,9 @@ absl::StatusOr<std::shared_ptr<SharedSegment>> SharedSegment::Adopt(int fd, cons
     return refuse(absl::StrCat("it has ", st.st_size, " bytes where the envelope says ", bytes));
   }
   const int seals = ::fcntl(fd, F_GET_SEALS);
-  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) return refuse("it is not sealed against shrinking");
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    return refuse("it is not sealed against shrinking");
+  }
 
   MappedSegments& mapped = Mapped();
   MutexLock lock(&mapped.mu);
@@ -145,17 +147,22 @@ std::optional<SharedView> SharedViewOf(const at::Tensor& tensor) {
   return SharedView{*segment, static_cast<uint64_t>(first - (*segment)->data())};
 }
 
-absl::StatusOr<at::Tensor> TensorInSegment(std::shared_ptr<SharedSegment> segment,
-                                           uint64_t offset, at::IntArrayRef sizes,
-                                           at::ScalarType dtype) {
+absl::StatusOr<at::Tensor> TensorInSegment(std::shared_ptr<SharedSegment> segment, uint64_t offset,
+                                           at::IntArrayRef sizes, at::ScalarType dtype) {
   const uint64_t element = c10::elementSize(dtype);
   uint64_t bytes = element;
-  for (int64_t size : sizes) bytes *= static_cast<uint64_t>(size);
+  for (int64_t size : sizes) {
+    // Never past the segment, so the product cannot overflow.
+    if (size < 0 || (size != 0 && bytes > segment->size() / static_cast<uint64_t>(size))) {
+      return absl::InvalidArgumentError("a tensor's shape does not fit its shared-memory segment");
+    }
+    bytes *= static_cast<uint64_t>(size);
+  }
   if (offset % element != 0 || offset > segment->size() || bytes > segment->size() - offset) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a tensor of ", bytes, " bytes at offset ", offset, " does not fit a shared-memory "
-        "segment of ", segment->size(), " bytes (or is not aligned to its ", element,
-        "-byte elements)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a tensor of ", bytes, " bytes at offset ", offset,
+                     " does not fit a shared-memory segment of ", segment->size(),
+                     " bytes (or is not aligned to its ", element, "-byte elements)"));
   }
   char* const base = segment->data();
   const size_t segment_bytes = segment->size();

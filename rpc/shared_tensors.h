@@ -90,8 +90,7 @@ std::optional<SharedView> SharedViewOf(const at::Tensor& tensor);
 // A contiguous tensor of `sizes` and `dtype` viewing `segment` from byte
 // `offset`; InvalidArgument unless it fits and the offset is aligned to the
 // element size.
-absl::StatusOr<at::Tensor> TensorInSegment(std::shared_ptr<SharedSegment> segment,
-                                           uint64_t offset, at::IntArrayRef sizes,
-                                           at::ScalarType dtype);
+absl::StatusOr<at::Tensor> TensorInSegment(std::shared_ptr<SharedSegment> segment, uint64_t offset,
+                                           at::IntArrayRef sizes, at::ScalarType dtype);
 
 }  // namespace tessera::rpc

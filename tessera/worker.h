@@ -31,6 +31,7 @@
 #include "dist_autograd/dist_autograd.h"
 #include "rpc/rpc_options.h"
 #include "rpc/runtime.h"
+#include "rpc/shared_tensors.h"  // tensors whose handle travels (for callers' use)
 #include "rpc/typed_calls.h"
 #include "rref/class_registry.h"
 #include "rref/remote.h"

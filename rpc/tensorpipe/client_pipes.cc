@@ -199,32 +199,34 @@ void TensorPipeAgent::ReadResponse(std::shared_ptr<ClientPipe> client) {
   }
   // Tensors in shared memory only from a peer that proved the job secret.
   FdInbox* inbox = handshake_done ? inbox_.get() : nullptr;
-  ReadFrame(client->pipe, options_.limits, buffers_.get(), inbox, [this, client](absl::StatusOr<Message> message) {
-    if (!message.ok()) {
-      FailPipe(client, message.status());
-      return;
-    }
-    bool ready = false;
-    {
-      MutexLock lock(&client->mu);
-      ready = client->ready;
-    }
-    if (!ready) {
-      auto status = HandleClientHandshake(client, *message);
-      if (!status.ok()) {
-        FailPipe(client, status);
-        return;
-      }
-    } else if (message->envelope.kind() != proto::RESPONSE) {
-      FailPipe(client, absl::InvalidArgumentError("peer sent a non-response on a client pipe"));
-      return;
-    } else {
-      const uint64_t id = message->envelope.request_id();
-      pending_.Complete(id, *std::move(message));
-      CallEnded(client);
-    }
-    ReadResponse(client);
-  });
+  ReadFrame(client->pipe, options_.limits, buffers_.get(), inbox,
+            [this, client](absl::StatusOr<Message> message) {
+              if (!message.ok()) {
+                FailPipe(client, message.status());
+                return;
+              }
+              bool ready = false;
+              {
+                MutexLock lock(&client->mu);
+                ready = client->ready;
+              }
+              if (!ready) {
+                auto status = HandleClientHandshake(client, *message);
+                if (!status.ok()) {
+                  FailPipe(client, status);
+                  return;
+                }
+              } else if (message->envelope.kind() != proto::RESPONSE) {
+                FailPipe(client,
+                         absl::InvalidArgumentError("peer sent a non-response on a client pipe"));
+                return;
+              } else {
+                const uint64_t id = message->envelope.request_id();
+                pending_.Complete(id, *std::move(message));
+                CallEnded(client);
+              }
+              ReadResponse(client);
+            });
 }
 
 absl::Status TensorPipeAgent::HandleClientHandshake(const std::shared_ptr<ClientPipe>& client,

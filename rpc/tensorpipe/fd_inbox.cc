@@ -132,9 +132,9 @@ absl::StatusOr<int> FdInbox::Take(uint64_t ticket) {
   DrainLocked();
   auto it = unclaimed_.find(ticket);
   if (it == unclaimed_.end()) {
-    return absl::NotFoundError(absl::StrCat(
-        "no shared-memory descriptor was posted under ticket ", ticket,
-        " (its sender posts it before it writes the frame, so it will not come)"));
+    return absl::NotFoundError(
+        absl::StrCat("no shared-memory descriptor was posted under ticket ", ticket,
+                     " (its sender posts it before it writes the frame, so it will not come)"));
   }
   const int fd = it->second.fd;
   unclaimed_.erase(it);
@@ -172,8 +172,8 @@ void FdInbox::DrainLocked() {
 
 bool FdInbox::ReceiveOneLocked() {
   char payload[kMaxFdsPerPost * kTicketBytes + 1];
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerPost) +
-                                CMSG_SPACE(sizeof(ucred))];
+  alignas(
+      cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerPost) + CMSG_SPACE(sizeof(ucred))];
   iovec iov{payload, sizeof(payload)};
   msghdr message{};
   message.msg_iov = &iov;

@@ -12,10 +12,10 @@
 // arrives into a table, so the socket's short queue (net.unix.max_dgram_qlen,
 // 10 datagrams by default) empties as fast as that thread runs. A burst of
 // posts can still fill it (40 calls sent in a loop did, on two cores): a post
-// then waits for room, up to kPostWait, before its bytes travel instead. Only datagrams from this user are taken (SCM_CREDENTIALS);
-// anything malformed is closed and dropped. Descriptors nobody takes (their
-// frame was lost with its sender) are closed after kUnclaimedLifetime, and the
-// table is bounded.
+// then waits for room, up to kPostWait, before its bytes travel instead. Only datagrams from this
+// user are taken (SCM_CREDENTIALS); anything malformed is closed and dropped. Descriptors nobody
+// takes (their frame was lost with its sender) are closed after kUnclaimedLifetime, and the table
+// is bounded.
 #pragma once
 
 #include <atomic>
@@ -83,7 +83,7 @@ class FdInbox {
 
   const int socket_;       // bound, non-blocking: receives
   const int post_socket_;  // unbound, blocking up to kPostWait: sends
-  const int wake_;  // eventfd: stops the thread
+  const int wake_;         // eventfd: stops the thread
   const std::string name_;
   std::atomic<uint64_t> next_ticket_;
   mutable Mutex mu_;

@@ -1,12 +1,12 @@
 #include "rpc/tensorpipe/frame_io.h"
 
-#include "rpc/shared_tensors.h"
-#include "rpc/tensorpipe/guarded_tcp/frame_error.h"
-
 #include <tensorpipe/tensorpipe.h>
 
 #include <algorithm>
 #include <string>
+
+#include "rpc/shared_tensors.h"
+#include "rpc/tensorpipe/guarded_tcp/frame_error.h"
 
 namespace tessera::rpc {
 
@@ -86,10 +86,8 @@ bool CarriesSharedMemory(const Message& message) {
   return false;
 }
 
-void WriteMessage(const std::shared_ptr<tp::Pipe>& pipe,
-                  std::shared_ptr<Message> message,
-                  std::function<void(const tp::Error&)> done,
-                  const SharedMemoryRoute& route) {
+void WriteMessage(const std::shared_ptr<tp::Pipe>& pipe, std::shared_ptr<Message> message,
+                  std::function<void(const tp::Error&)> done, const SharedMemoryRoute& route) {
   // What travels: by default the whole message; with tensors posted as
   // handles, the marked envelope and the other tensors.
   const proto::Envelope* envelope = &message->envelope;
@@ -231,8 +229,9 @@ absl::StatusOr<std::vector<at::Tensor>> MergeSharedTensors(const proto::Envelope
     }
     std::copy(ref.segment().begin(), ref.segment().end(), id.begin());
     auto fd = inbox->Take(ref.ticket());
-    if (!fd.ok()) return absl::InvalidArgumentError("tensor " + std::to_string(i) + ": " +
-                                                    std::string(fd.status().message()));
+    if (!fd.ok())
+      return absl::InvalidArgumentError("tensor " + std::to_string(i) + ": " +
+                                        std::string(fd.status().message()));
     auto segment = SharedSegment::Adopt(*fd, id, ref.segment_bytes());
     if (!segment.ok()) return segment.status();
     std::vector<int64_t> sizes(meta.sizes().begin(), meta.sizes().end());
@@ -244,9 +243,9 @@ absl::StatusOr<std::vector<at::Tensor>> MergeSharedTensors(const proto::Envelope
   return tensors;
 }
 
-absl::StatusOr<FrameBody> PrepareBody(const tp::Descriptor& descriptor,
-                                      proto::Envelope* envelope, const CodecLimits& limits,
-                                      BufferPool* buffers, FdInbox* inbox) {
+absl::StatusOr<FrameBody> PrepareBody(const tp::Descriptor& descriptor, proto::Envelope* envelope,
+                                      const CodecLimits& limits, BufferPool* buffers,
+                                      FdInbox* inbox) {
   size_t handles = 0;
   for (const proto::TensorMeta& meta : envelope->tensors()) handles += meta.has_shared() ? 1 : 0;
   if (handles == 0) return PrepareTravellingBody(descriptor, envelope, *envelope, limits, buffers);

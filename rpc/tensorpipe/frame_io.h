@@ -37,8 +37,7 @@ bool CarriesSharedMemory(const Message& message);
 // Sends `message` on `pipe`; `done` runs with the transport's error, if any.
 // The message (and so its tensors) stays alive until the write completes.
 // Its tensors in shared memory go as handles by `route`, if it has one.
-void WriteMessage(const std::shared_ptr<tensorpipe::Pipe>& pipe,
-                  std::shared_ptr<Message> message,
+void WriteMessage(const std::shared_ptr<tensorpipe::Pipe>& pipe, std::shared_ptr<Message> message,
                   std::function<void(const tensorpipe::Error&)> done,
                   const SharedMemoryRoute& route = {});
 

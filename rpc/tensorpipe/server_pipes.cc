@@ -12,61 +12,66 @@ namespace tessera::rpc {
 void TensorPipeAgent::ReadRequest(std::shared_ptr<ServerPipe> server) {
   // Tensors in shared memory only from a peer that proved the job secret.
   FdInbox* inbox = server->peer.has_value() ? inbox_.get() : nullptr;
-  ReadFrame(server->pipe, options_.limits, buffers_.get(), inbox, [this, server](absl::StatusOr<Message> message) {
-    if (!message.ok()) {
-      if (message.status().code() == absl::StatusCode::kUnavailable) {
-        TESSERA_LOG(DEBUG) << self_.name << ": incoming connection ended: " << message.status();
-        if (server->peer.has_value()) peer_failures_.Notify(server->member_rank.load());
-      } else {
-        TESSERA_LOG(WARNING) << self_.name << ": closing incoming connection: bad frame: "
-                             << message.status().message();
-      }
-      DropServerPipe(server);
-      return;
-    }
-    if (!server->peer.has_value()) {
-      auto status = HandleServerHandshake(server, *message);
-      if (!status.ok()) {
-        RejectPeer(server, status);
-        return;
-      }
-      ReadRequest(server);
-      return;
-    }
-    const auto kind = message->envelope.kind();
-    if (kind == proto::GOODBYE) {
-      // The caller closes an idle pipe: not a failure (Note [Idle
-      // connections], rpc/idle_connections.h).
-      TESSERA_LOG(DEBUG) << self_.name << ": rank " << server->member_rank.load()
-                         << " closed an idle connection";
-      DropServerPipe(server);
-      return;
-    }
-    if (kind != proto::CALL && kind != proto::INTERNAL_CALL) {
-      TESSERA_LOG(WARNING) << self_.name << ": closing incoming connection: expected a request, "
-                           << "got message kind " << kind;
-      DropServerPipe(server);
-      return;
-    }
-    served_.RequestReceived();
-    // The identity the peer proved, not what the envelope claims.
-    const int from = server->member_rank.load();
-    if (from == kStaleIncarnation) {
-      // Answered, not served: the stale process learns why.
-      const PeerIdentity& peer = *server->peer;
-      Respond(server->pipe, from,
+  ReadFrame(
+      server->pipe, options_.limits, buffers_.get(), inbox,
+      [this, server](absl::StatusOr<Message> message) {
+        if (!message.ok()) {
+          if (message.status().code() == absl::StatusCode::kUnavailable) {
+            TESSERA_LOG(DEBUG) << self_.name << ": incoming connection ended: " << message.status();
+            if (server->peer.has_value()) peer_failures_.Notify(server->member_rank.load());
+          } else {
+            TESSERA_LOG(WARNING) << self_.name << ": closing incoming connection: bad frame: "
+                                 << message.status().message();
+          }
+          DropServerPipe(server);
+          return;
+        }
+        if (!server->peer.has_value()) {
+          auto status = HandleServerHandshake(server, *message);
+          if (!status.ok()) {
+            RejectPeer(server, status);
+            return;
+          }
+          ReadRequest(server);
+          return;
+        }
+        const auto kind = message->envelope.kind();
+        if (kind == proto::GOODBYE) {
+          // The caller closes an idle pipe: not a failure (Note [Idle
+          // connections], rpc/idle_connections.h).
+          TESSERA_LOG(DEBUG) << self_.name << ": rank " << server->member_rank.load()
+                             << " closed an idle connection";
+          DropServerPipe(server);
+          return;
+        }
+        if (kind != proto::CALL && kind != proto::INTERNAL_CALL) {
+          TESSERA_LOG(WARNING) << self_.name
+                               << ": closing incoming connection: expected a request, "
+                               << "got message kind " << kind;
+          DropServerPipe(server);
+          return;
+        }
+        served_.RequestReceived();
+        // The identity the peer proved, not what the envelope claims.
+        const int from = server->member_rank.load();
+        if (from == kStaleIncarnation) {
+          // Answered, not served: the stale process learns why.
+          const PeerIdentity& peer = *server->peer;
+          Respond(
+              server->pipe, from,
               ResponseTo(message->envelope.request_id(),
                          StaleIncarnationError(peer.name, peer.rank, peer.incarnation, self_.name),
                          self_.name, self_.rank));
-      ReadRequest(server);
-      return;
-    }
-    message->envelope.set_origin_rank(from);
-    requests_.Serve(from, *std::move(message), [this, from, pipe = server->pipe](Message response) {
-      Respond(pipe, from, std::move(response));
-    });
-    ReadRequest(server);
-  });
+          ReadRequest(server);
+          return;
+        }
+        message->envelope.set_origin_rank(from);
+        requests_.Serve(from, *std::move(message),
+                        [this, from, pipe = server->pipe](Message response) {
+                          Respond(pipe, from, std::move(response));
+                        });
+        ReadRequest(server);
+      });
 }
 
 absl::Status TensorPipeAgent::HandleServerHandshake(const std::shared_ptr<ServerPipe>& server,

@@ -10,8 +10,8 @@
 #include <ATen/ops/ones.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -133,8 +133,7 @@ TEST(SharedSegmentTest, AdoptTakesOnlyASealedSegmentOfTheNamedIdAndSize) {
   EXPECT_FALSE(SharedSegment::Adopt(dup((*segment)->fd()), (*segment)->id(), 8192).ok());
   EXPECT_FALSE(SharedSegment::Adopt(open("/dev/null", O_RDWR), (*segment)->id(), 4096).ok());
   // Named right but not sealed: it could shrink under the mapping.
-  const std::string name =
-      "tessera-" + std::string(32, '0');  // the id of all zero bytes, in hex
+  const std::string name = "tessera-" + std::string(32, '0');  // the id of all zero bytes, in hex
   const int unsealed = memfd_create(name.c_str(), MFD_CLOEXEC);
   ASSERT_EQ(ftruncate(unsealed, 4096), 0);
   const auto refused = SharedSegment::Adopt(unsealed, SharedSegment::Id{}, 4096);
@@ -143,6 +142,8 @@ TEST(SharedSegmentTest, AdoptTakesOnlyASealedSegmentOfTheNamedIdAndSize) {
 
   EXPECT_FALSE(rpc::TensorInSegment(*segment, 4096 - 4, {2}, at::kFloat).ok());  // past the end
   EXPECT_FALSE(rpc::TensorInSegment(*segment, 2, {1}, at::kFloat).ok());         // misaligned
+  EXPECT_FALSE(rpc::TensorInSegment(*segment, 0, {int64_t{1} << 62, 8}, at::kFloat).ok());
+  EXPECT_FALSE(rpc::TensorInSegment(*segment, 0, {-1}, at::kFloat).ok());
   EXPECT_TRUE(rpc::TensorInSegment(*segment, 4096 - 8, {2}, at::kFloat).ok());
 }
 
@@ -170,11 +171,11 @@ TEST(FdInboxTest, MalformedPostsAreDroppedAndTheirDescriptorsClosed) {
   const int before = OpenDescriptors();
   const int a = open("/dev/null", O_RDONLY);
   const int b = open("/dev/null", O_RDONLY);
-  SendRaw((*inbox)->name(), "seven b", {a});                 // not a whole ticket
-  SendRaw((*inbox)->name(), Ticket(1) + Ticket(2), {a});     // two tickets, one descriptor
-  SendRaw((*inbox)->name(), "", {a, b});                     // descriptors, no tickets
-  SendRaw((*inbox)->name(), Ticket(3), {});                  // a ticket, no descriptor
-  SendRaw((*inbox)->name(), std::string(9000, 'x'), {});     // larger than any post
+  SendRaw((*inbox)->name(), "seven b", {a});              // not a whole ticket
+  SendRaw((*inbox)->name(), Ticket(1) + Ticket(2), {a});  // two tickets, one descriptor
+  SendRaw((*inbox)->name(), "", {a, b});                  // descriptors, no tickets
+  SendRaw((*inbox)->name(), Ticket(3), {});               // a ticket, no descriptor
+  SendRaw((*inbox)->name(), std::string(9000, 'x'), {});  // larger than any post
   close(a);
   close(b);
   for (uint64_t ticket : {1, 2, 3}) EXPECT_FALSE((*inbox)->Take(ticket).ok());

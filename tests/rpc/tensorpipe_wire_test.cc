@@ -120,8 +120,7 @@ TEST_F(TensorPipeWireTest, MalformedFramesCloseOnlyThatConnection) {
   };
   std::vector<Case> cases = {
       {"garbage envelope", std::string("\xff\xff\xff\x01not a protobuf"), false},
-      {"tensor bigger than its bytes",
-       envelope_with([](proto::Envelope& e) {
+      {"tensor bigger than its bytes", envelope_with([](proto::Envelope& e) {
          auto* meta = e.add_tensors();
          meta->set_dtype(static_cast<int>(c10::ScalarType::Float));
          meta->add_sizes(1000000);
