@@ -17,6 +17,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/mutex.h"
+#include "common/status.h"
 
 namespace tessera::rpc {
 namespace {
@@ -178,25 +179,23 @@ absl::StatusOr<at::Tensor> TensorInSegment(std::shared_ptr<SharedSegment> segmen
   return tensor;
 }
 
-absl::StatusOr<at::Tensor> EmptyInSharedMemory(at::IntArrayRef sizes, at::ScalarType dtype) {
+at::Tensor EmptyInSharedMemory(at::IntArrayRef sizes, at::ScalarType dtype) {
   uint64_t bytes = c10::elementSize(dtype);
   for (int64_t size : sizes) {
-    if (size < 0) return absl::InvalidArgumentError(absl::StrCat("negative size ", size));
+    if (size < 0) ThrowIfError(absl::InvalidArgumentError(absl::StrCat("negative size ", size)));
     bytes *= static_cast<uint64_t>(size);
   }
-  auto segment = SharedSegment::Create(bytes);
-  if (!segment.ok()) return segment.status();
-  return TensorInSegment(*std::move(segment), 0, sizes, dtype);
+  auto segment = ValueOrThrow(SharedSegment::Create(bytes));
+  return ValueOrThrow(TensorInSegment(std::move(segment), 0, sizes, dtype));
 }
 
-absl::StatusOr<at::Tensor> ToSharedMemory(const at::Tensor& tensor) {
+at::Tensor ToSharedMemory(const at::Tensor& tensor) {
   if (tensor.is_contiguous() && IsInSharedMemory(tensor)) return tensor;
   if (!tensor.device().is_cpu() || tensor.layout() != c10::kStrided || tensor.is_quantized()) {
-    return absl::InvalidArgumentError("only dense CPU tensors can move to shared memory");
+    ThrowIfError(absl::InvalidArgumentError("only dense CPU tensors can move to shared memory"));
   }
-  auto shared = EmptyInSharedMemory(tensor.sizes(), tensor.scalar_type());
-  if (!shared.ok()) return shared.status();
-  shared->copy_(tensor);
+  at::Tensor shared = EmptyInSharedMemory(tensor.sizes(), tensor.scalar_type());
+  shared.copy_(tensor);
   return shared;
 }
 

@@ -33,12 +33,14 @@
 namespace tessera::rpc {
 
 // An uninitialised contiguous tensor whose storage is a new shared-memory
-// segment. ResourceExhausted when the segment cannot be made.
-absl::StatusOr<at::Tensor> EmptyInSharedMemory(at::IntArrayRef sizes, at::ScalarType dtype);
+// segment. Throws StatusError: RESOURCE_EXHAUSTED when the segment cannot be
+// made (a full /dev/shm), INVALID_ARGUMENT for a negative size.
+at::Tensor EmptyInSharedMemory(at::IntArrayRef sizes, at::ScalarType dtype);
 
 // `tensor` itself if it is already in shared memory and contiguous, else a
-// contiguous copy of it there.
-absl::StatusOr<at::Tensor> ToSharedMemory(const at::Tensor& tensor);
+// contiguous copy of it there. Throws StatusError as EmptyInSharedMemory,
+// and INVALID_ARGUMENT for a tensor that is not dense and on the CPU.
+at::Tensor ToSharedMemory(const at::Tensor& tensor);
 
 // Whether `tensor`'s storage is a shared-memory segment made by this file
 // (here or in a peer that sent it).

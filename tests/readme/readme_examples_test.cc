@@ -48,5 +48,16 @@ TEST(ReadmeExamplesTest, MembershipSeesAWorkerLeave) {
   EXPECT_EQ(launcher.Count("worker2 left; live: worker0, worker1"), 1) << launcher.output();
 }
 
+TEST(ReadmeExamplesTest, SharedTensorsAreTheSameMemory) {
+  RunsAndPrints("readme_shared_tensors", "sent as a handle: yes; sum here now 33554432");
+}
+
+TEST(ReadmeExamplesTest, SharedTensorsForcedOntoTcpAreCopied) {
+  Launcher launcher({"--standalone", "--nproc_per_node", "2", "tests/readme/readme_shared_tensors"},
+                    {"/usr/bin/env", "TESSERA_TENSORPIPE_SAME_HOST=tcp"});
+  ASSERT_EQ(launcher.Finish(absl::Seconds(180)), 0) << launcher.output();
+  EXPECT_EQ(launcher.Count("sent as a handle: no; sum here now 16777216"), 1) << launcher.output();
+}
+
 }  // namespace
 }  // namespace tessera::testing

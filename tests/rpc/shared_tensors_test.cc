@@ -28,6 +28,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/mutex.h"
+#include "common/status.h"
 #include "rpc/init.h"
 #include "rpc/tensorpipe/fd_inbox.h"
 #include "tests/testing/rpc_world.h"
@@ -101,22 +102,21 @@ void SendRaw(const std::string& name, const std::string& payload, const std::vec
 std::string Ticket(uint64_t ticket) { return std::string(reinterpret_cast<char*>(&ticket), 8); }
 
 TEST(SharedSegmentTest, ATensorInSharedMemoryIsOrdinaryToUse) {
-  auto tensor = rpc::EmptyInSharedMemory({3, 4}, at::kFloat);
-  ASSERT_TRUE(tensor.ok()) << tensor.status();
-  EXPECT_TRUE(rpc::IsInSharedMemory(*tensor));
-  tensor->copy_(at::arange(12, at::kFloat).reshape({3, 4}));
-  EXPECT_EQ(tensor->sum().item<float>(), 66.0f);
+  at::Tensor tensor = rpc::EmptyInSharedMemory({3, 4}, at::kFloat);
+  EXPECT_TRUE(rpc::IsInSharedMemory(tensor));
+  tensor.copy_(at::arange(12, at::kFloat).reshape({3, 4}));
+  EXPECT_EQ(tensor.sum().item<float>(), 66.0f);
   // A view shares the segment; a copy does not.
-  EXPECT_TRUE(rpc::IsInSharedMemory((*tensor)[1]));
-  EXPECT_EQ(rpc::SharedViewOf((*tensor)[1])->offset, 4 * sizeof(float));
-  EXPECT_FALSE(rpc::IsInSharedMemory(tensor->clone()));
-  auto moved = rpc::ToSharedMemory(at::ones({5}));
-  ASSERT_TRUE(moved.ok());
-  EXPECT_TRUE(rpc::IsInSharedMemory(*moved));
-  EXPECT_EQ(moved->sum().item<float>(), 5.0f);
-  auto same = rpc::ToSharedMemory(*moved);
-  EXPECT_EQ(same->data_ptr(), moved->data_ptr());
-  EXPECT_FALSE(rpc::EmptyInSharedMemory({-1}, at::kFloat).ok());
+  EXPECT_TRUE(rpc::IsInSharedMemory(tensor[1]));
+  EXPECT_EQ(rpc::SharedViewOf(tensor[1])->offset, 4 * sizeof(float));
+  EXPECT_FALSE(rpc::IsInSharedMemory(tensor.clone()));
+  at::Tensor moved = rpc::ToSharedMemory(at::ones({5}));
+  EXPECT_TRUE(rpc::IsInSharedMemory(moved));
+  EXPECT_EQ(moved.sum().item<float>(), 5.0f);
+  EXPECT_EQ(rpc::ToSharedMemory(moved).data_ptr(), moved.data_ptr());
+  // The user API throws StatusError, as every public call does.
+  const absl::Status negative = StatusOf([] { rpc::EmptyInSharedMemory({-1}, at::kFloat); });
+  EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument) << negative;
 }
 
 TEST(SharedSegmentTest, AdoptTakesOnlyASealedSegmentOfTheNamedIdAndSize) {
@@ -226,12 +226,8 @@ rpc::Registry SharedTensorRegistry() {
     return rpc::IsInSharedMemory(t) ? t.sum().item<double>() : -1.0;
   });
   // A tensor the callee makes in shared memory and drops once answered.
-  registry.Register("shared_arange", [](int64_t n) {
-    auto t = rpc::EmptyInSharedMemory({n}, at::kFloat);
-    if (!t.ok()) throw std::runtime_error(std::string(t.status().message()));
-    t->copy_(at::arange(n, at::kFloat));
-    return *t;
-  });
+  registry.Register("shared_arange",
+                    [](int64_t n) { return rpc::ToSharedMemory(at::arange(n, at::kFloat)); });
   registry.Register("segments_held", [] { return int64_t{SegmentsHeldBy(getpid())}; });
   // Holds a tensor for the rest of the process's life.
   registry.Register("keep", [](at::Tensor t) {
@@ -258,12 +254,7 @@ class SharedTensorsTest : public RpcWorld {
   }
   bool rank0_over_tcp_ = false;
 
-  at::Tensor SharedOnes(int64_t n) {
-    auto t = rpc::EmptyInSharedMemory({n}, at::kFloat);
-    EXPECT_TRUE(t.ok()) << t.status();
-    t->fill_(1.0f);
-    return *t;
-  }
+  at::Tensor SharedOnes(int64_t n) { return rpc::EmptyInSharedMemory({n}, at::kFloat).fill_(1.0f); }
   // Polls (with a deadline) until no process of the job holds a segment:
   // the last holders drop theirs after their answers are written.
   void ExpectNothingHeldSoon() {
