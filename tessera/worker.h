@@ -20,6 +20,10 @@
 // StatusError; calls that return a Future never throw. Timeouts: every
 // blocking call inherits options.default_call_timeout unless given its own.
 //
+// Large tensors for workers on the same host can skip the copy: make them
+// with rpc::EmptyInSharedMemory / rpc::ToSharedMemory (rpc/shared_tensors.h,
+// included here), and only a handle travels.
+//
 // Thread-safety: all methods are thread-safe; Shutdown() runs once.
 #pragma once
 
@@ -31,7 +35,7 @@
 #include "dist_autograd/dist_autograd.h"
 #include "rpc/rpc_options.h"
 #include "rpc/runtime.h"
-#include "rpc/shared_tensors.h"  // tensors whose handle travels (for callers' use)
+#include "rpc/shared_tensors.h"
 #include "rpc/typed_calls.h"
 #include "rref/class_registry.h"
 #include "rref/remote.h"
