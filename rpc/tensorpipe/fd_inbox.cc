@@ -91,6 +91,9 @@ void FdInbox::Run() {
     pollfd fds[2] = {{socket_, POLLIN, 0}, {wake_, POLLIN, 0}};
     if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
     if (fds[1].revents != 0) return;
+    // An error on the socket would wake every poll at once: rather than
+    // spin, stop here and leave the draining to Take.
+    if ((fds[0].revents & (POLLERR | POLLNVAL)) != 0) return;
     if (fds[0].revents != 0) {
       MutexLock lock(&mu_);
       DrainLocked();
