@@ -115,8 +115,10 @@ void TensorPipeAgent::CloseIdlePipes() {
 void TensorPipeAgent::WriteRequest(const std::shared_ptr<ClientPipe>& client,
                                    std::shared_ptr<Message> request) {
   const uint64_t request_id = request->envelope.request_id();
-  OutgoingRequest outgoing{std::move(request), 0};
-  outgoing.bytes = MessageBytes(*outgoing.message);
+  OutgoingRequest outgoing{std::move(request), 0, {}};
+  outgoing.route = RouteFor(client->rank, *outgoing.message);
+  outgoing.bytes = MessageBytes(*outgoing.message) -
+                   (outgoing.route.inbox != nullptr ? BytesInSharedMemory(*outgoing.message) : 0);
   const uint64_t limit = options_.queues.max_unsent_bytes_per_peer;
   bool failed = false;
   absl::Status failure;
@@ -154,7 +156,6 @@ void TensorPipeAgent::WriteRequest(const std::shared_ptr<ClientPipe>& client,
 
 void TensorPipeAgent::WriteCounted(const std::shared_ptr<ClientPipe>& client,
                                    OutgoingRequest request) {
-  SharedMemoryRoute route = RouteFor(client->rank, *request.message);
   WriteMessage(
       client->pipe, std::move(request.message),
       [this, client, bytes = request.bytes](const tp::Error& error) {
@@ -164,7 +165,7 @@ void TensorPipeAgent::WriteCounted(const std::shared_ptr<ClientPipe>& client,
         }
         if (error) FailPipe(client, StatusFromPipeError(error, "write failed: "));
       },
-      route);
+      request.route);
 }
 
 void TensorPipeAgent::FailPipe(const std::shared_ptr<ClientPipe>& client, const absl::Status& why,

@@ -79,11 +79,12 @@ bool PostSharedTensors(const Message& message, const SharedMemoryRoute& route,
 
 }  // namespace
 
-bool CarriesSharedMemory(const Message& message) {
+uint64_t BytesInSharedMemory(const Message& message) {
+  uint64_t bytes = 0;
   for (const at::Tensor& tensor : message.tensors) {
-    if (IsInSharedMemory(tensor)) return true;
+    if (IsInSharedMemory(tensor)) bytes += tensor.nbytes();
   }
-  return false;
+  return bytes;
 }
 
 void WriteMessage(const std::shared_ptr<tp::Pipe>& pipe, std::shared_ptr<Message> message,
@@ -94,7 +95,7 @@ void WriteMessage(const std::shared_ptr<tp::Pipe>& pipe, std::shared_ptr<Message
   const std::vector<at::Tensor>* tensors = &message->tensors;
   proto::Envelope marked;
   std::vector<at::Tensor> travelling;
-  if (route.inbox != nullptr && CarriesSharedMemory(*message) &&
+  if (route.inbox != nullptr && BytesInSharedMemory(*message) > 0 &&
       PostSharedTensors(*message, route, &marked, &travelling)) {
     envelope = &marked;
     tensors = &travelling;

@@ -30,9 +30,9 @@ struct SharedMemoryRoute {
   std::string peer_inbox;
 };
 
-// Whether any of `message`'s tensors is in shared memory (so that a route
-// is worth looking up).
-bool CarriesSharedMemory(const Message& message);
+// The bytes of `message`'s tensors that are in shared memory (0: a route is
+// not worth looking up). Those do not travel when the message has a route.
+uint64_t BytesInSharedMemory(const Message& message);
 
 // Sends `message` on `pipe`; `done` runs with the transport's error, if any.
 // The message (and so its tensors) stays alive until the write completes.

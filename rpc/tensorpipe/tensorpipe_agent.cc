@@ -60,7 +60,7 @@ std::string TensorPipeAgent::PeerName(int rank) const {
 }
 
 SharedMemoryRoute TensorPipeAgent::RouteFor(int rank, const Message& message) const {
-  if (inbox_ == nullptr || !CarriesSharedMemory(message)) return {};
+  if (inbox_ == nullptr || BytesInSharedMemory(message) == 0) return {};
   MutexLock lock(&mu_);
   if (rank < 0 || rank >= static_cast<int>(workers_.size())) return {};
   std::string peer_inbox = SharedMemoryInboxOf(self_, workers_[rank]);

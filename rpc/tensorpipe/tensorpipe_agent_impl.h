@@ -38,10 +38,12 @@ namespace tessera::rpc {
 
 namespace tp = tensorpipe;
 
-// A request on its way out, and its size for the bound on unsent bytes.
+// A request on its way out, its size for the bound on unsent bytes, and how
+// its tensors in shared memory go (those that go as handles are not counted).
 struct OutgoingRequest {
   std::shared_ptr<Message> message;
   uint64_t bytes = 0;
+  SharedMemoryRoute route;
 };
 
 // One outgoing pipe: requests go out on it, their responses come back on it.

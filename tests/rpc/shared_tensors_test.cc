@@ -251,8 +251,10 @@ class SharedTensorsTest : public RpcWorld {
   rpc::Registry MakeRegistry() override { return SharedTensorRegistry(); }
   void Configure(rpc::RpcOptions& options) override {
     if (rank0_over_tcp_) options.tensorpipe.same_host = rpc::SameHostTransport::kTcp;
+    if (unsent_bytes_bound_ > 0) options.queues.max_unsent_bytes_per_peer = unsent_bytes_bound_;
   }
   bool rank0_over_tcp_ = false;
+  uint64_t unsent_bytes_bound_ = 0;
 
   at::Tensor SharedOnes(int64_t n) { return rpc::EmptyInSharedMemory({n}, at::kFloat).fill_(1.0f); }
   // Polls (with a deadline) until no process of the job holds a segment:
@@ -339,6 +341,24 @@ TEST_F(SharedTensorsTest, APeerWithoutAnInboxGetsTheBytes) {
   at::Tensor made = rt().RpcSync<at::Tensor>("worker1", "shared_arange", int64_t{10});
   EXPECT_FALSE(rpc::IsInSharedMemory(made));
   EXPECT_EQ(made.sum().item<float>(), 45.0f);
+}
+
+// Note [Bounded queues]: a tensor that goes as a handle is not bytes
+// waiting to be sent. Calls made before the connection's handshake wait
+// for it, counted against the bound: 8 x 4 MiB in shared memory fit a
+// bound of 1 MiB.
+TEST_F(SharedTensorsTest, HandlesDoNotCountAsUnsentBytes) {
+  unsent_bytes_bound_ = 1 << 20;
+  StartWorld(2);
+  std::vector<Future<double>> sums;
+  for (int i = 0; i < 8; ++i) {
+    sums.push_back(rt().RpcAsync<double>("worker1", "shared_sum", SharedOnes(1 << 20)));
+  }
+  for (auto& sum : sums) {
+    auto value = sum.Wait(absl::Seconds(60));
+    ASSERT_TRUE(value.ok()) << value.status();
+    EXPECT_EQ(*value, double{1 << 20});
+  }
 }
 
 // A segment is the kernel's to free: killing a process that made one, or
