@@ -117,8 +117,7 @@ void TensorPipeAgent::WriteRequest(const std::shared_ptr<ClientPipe>& client,
   const uint64_t request_id = request->envelope.request_id();
   OutgoingRequest outgoing{std::move(request), 0, {}};
   outgoing.route = RouteFor(client->rank, *outgoing.message);
-  outgoing.bytes = MessageBytes(*outgoing.message) -
-                   (outgoing.route.inbox != nullptr ? BytesInSharedMemory(*outgoing.message) : 0);
+  outgoing.bytes = MessageBytes(*outgoing.message) - outgoing.route.shared_bytes;
   const uint64_t limit = options_.queues.max_unsent_bytes_per_peer;
   bool failed = false;
   absl::Status failure;

@@ -95,8 +95,7 @@ void WriteMessage(const std::shared_ptr<tp::Pipe>& pipe, std::shared_ptr<Message
   const std::vector<at::Tensor>* tensors = &message->tensors;
   proto::Envelope marked;
   std::vector<at::Tensor> travelling;
-  if (route.inbox != nullptr && BytesInSharedMemory(*message) > 0 &&
-      PostSharedTensors(*message, route, &marked, &travelling)) {
+  if (route.inbox != nullptr && PostSharedTensors(*message, route, &marked, &travelling)) {
     envelope = &marked;
     tensors = &travelling;
   }

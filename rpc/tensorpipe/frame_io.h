@@ -22,12 +22,15 @@ namespace tessera::rpc {
 // prefixes the message.
 absl::Status StatusFromPipeError(const tensorpipe::Error& error, const std::string& context);
 
-// Where tensors in shared memory may go as handles (Note [Tensors in shared
-// memory]): this worker's inbox, to post from, and the peer's inbox name.
+// Where a message's tensors in shared memory may go as handles (Note
+// [Tensors in shared memory]): this worker's inbox, to post from, the
+// peer's inbox name, and those tensors' bytes (which then do not travel,
+// but for tensors past a post's worth or a post that failed).
 // No inbox: every tensor's bytes travel.
 struct SharedMemoryRoute {
   FdInbox* inbox = nullptr;
   std::string peer_inbox;
+  uint64_t shared_bytes = 0;
 };
 
 // The bytes of `message`'s tensors that are in shared memory (0: a route is

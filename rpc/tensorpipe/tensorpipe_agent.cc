@@ -60,12 +60,14 @@ std::string TensorPipeAgent::PeerName(int rank) const {
 }
 
 SharedMemoryRoute TensorPipeAgent::RouteFor(int rank, const Message& message) const {
-  if (inbox_ == nullptr || BytesInSharedMemory(message) == 0) return {};
+  if (inbox_ == nullptr) return {};
+  const uint64_t shared_bytes = BytesInSharedMemory(message);
+  if (shared_bytes == 0) return {};
   MutexLock lock(&mu_);
   if (rank < 0 || rank >= static_cast<int>(workers_.size())) return {};
   std::string peer_inbox = SharedMemoryInboxOf(self_, workers_[rank]);
   if (peer_inbox.empty()) return {};
-  return SharedMemoryRoute{inbox_.get(), std::move(peer_inbox)};
+  return SharedMemoryRoute{inbox_.get(), std::move(peer_inbox), shared_bytes};
 }
 
 void TensorPipeAgent::SetWorkers(std::vector<WorkerInfo> workers) {

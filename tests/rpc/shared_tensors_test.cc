@@ -257,6 +257,20 @@ class SharedTensorsTest : public RpcWorld {
   uint64_t unsent_bytes_bound_ = 0;
 
   at::Tensor SharedOnes(int64_t n) { return rpc::EmptyInSharedMemory({n}, at::kFloat).fill_(1.0f); }
+  // Makes `calls` calls of `function` at once, call i with its own tensor of
+  // `elements` floats in shared memory, all i, dropped as soon as the call is
+  // made; expects each answer to be the sum, i x elements.
+  void ExpectSumsOfDroppedTensors(const std::string& function, int calls, int64_t elements) {
+    std::vector<Future<double>> sums;
+    for (int i = 0; i < calls; ++i) {
+      sums.push_back(rt().RpcAsync<double>("worker1", function, SharedOnes(elements).mul_(i)));
+    }
+    for (int i = 0; i < calls; ++i) {
+      auto sum = sums[i].Wait(absl::Seconds(60));
+      ASSERT_TRUE(sum.ok()) << sum.status();
+      EXPECT_EQ(*sum, static_cast<double>(elements) * i) << function << ", call " << i;
+    }
+  }
   // Polls (with a deadline) until no process of the job holds a segment:
   // the last holders drop theirs after their answers are written.
   void ExpectNothingHeldSoon() {
@@ -304,18 +318,9 @@ TEST_F(SharedTensorsTest, APeerOnTheHostGetsTheSameMemory) {
 TEST_F(SharedTensorsTest, TheSenderMayDropItsTensorAtOnce) {
   StartWorld(2);
   // Eight: fewer posts than an inbox's queue holds (net.unix.max_dgram_qlen,
-  // 10), so every one goes as a handle however late the callee drains it.
-  std::vector<Future<double>> sums;
-  for (int i = 0; i < 8; ++i) {
-    at::Tensor t = SharedOnes(4096);
-    t.mul_(i);
-    sums.push_back(rt().RpcAsync<double>("worker1", "shared_sum", t));
-  }  // every tensor dropped here, maybe before its call was written
-  for (int i = 0; i < 8; ++i) {
-    auto sum = sums[i].Wait(absl::Seconds(60));
-    ASSERT_TRUE(sum.ok()) << sum.status();
-    EXPECT_EQ(*sum, 4096.0 * i);
-  }
+  // 10), so every one goes as a handle however late the callee drains it;
+  // shared_sum answers -1 for bytes that travelled.
+  ExpectSumsOfDroppedTensors("shared_sum", 8, 4096);
   ExpectNothingHeldSoon();
 }
 
@@ -325,17 +330,7 @@ TEST_F(SharedTensorsTest, TheSenderMayDropItsTensorAtOnce) {
 // idle cores, all 40.)
 TEST_F(SharedTensorsTest, ABurstPastTheInboxsQueueGetsEveryAnswerRight) {
   StartWorld(2);
-  std::vector<Future<double>> sums;
-  for (int i = 0; i < 40; ++i) {
-    at::Tensor t = SharedOnes(4096);
-    t.mul_(i);
-    sums.push_back(rt().RpcAsync<double>("worker1", "sum", t));
-  }
-  for (int i = 0; i < 40; ++i) {
-    auto sum = sums[i].Wait(absl::Seconds(60));
-    ASSERT_TRUE(sum.ok()) << sum.status();
-    EXPECT_EQ(*sum, 4096.0 * i);
-  }
+  ExpectSumsOfDroppedTensors("sum", 40, 4096);
   ExpectNothingHeldSoon();
 }
 
@@ -372,15 +367,7 @@ TEST_F(SharedTensorsTest, APeerWithoutAnInboxGetsTheBytes) {
 TEST_F(SharedTensorsTest, HandlesDoNotCountAsUnsentBytes) {
   unsent_bytes_bound_ = 1 << 20;
   StartWorld(2);
-  std::vector<Future<double>> sums;
-  for (int i = 0; i < 8; ++i) {
-    sums.push_back(rt().RpcAsync<double>("worker1", "shared_sum", SharedOnes(1 << 20)));
-  }
-  for (auto& sum : sums) {
-    auto value = sum.Wait(absl::Seconds(60));
-    ASSERT_TRUE(value.ok()) << value.status();
-    EXPECT_EQ(*value, double{1 << 20});
-  }
+  ExpectSumsOfDroppedTensors("shared_sum", 8, 1 << 20);
 }
 
 // A segment is the kernel's to free: killing a process that made one, or
