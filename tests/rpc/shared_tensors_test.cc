@@ -231,11 +231,11 @@ rpc::Registry SharedTensorRegistry() {
   registry.Register("segments_held", [] { return int64_t{SegmentsHeldBy(getpid())}; });
   // Sends `target` a tensor in shared memory of `elements` ones; its
   // shared_sum (-1 when the bytes travelled).
-  registry.Register("send_shared_to", [](rpc::CallContext& ctx, std::string target,
-                                         int64_t elements) {
-    return ctx.runtime->RpcSync<double>(target, "shared_sum",
-                                        rpc::EmptyInSharedMemory({elements}, at::kFloat).fill_(1));
-  });
+  registry.Register(
+      "send_shared_to", [](rpc::CallContext& ctx, std::string target, int64_t elements) {
+        return ctx.runtime->RpcSync<double>(
+            target, "shared_sum", rpc::EmptyInSharedMemory({elements}, at::kFloat).fill_(1));
+      });
   // Holds a tensor for the rest of the process's life.
   registry.Register("keep", [](at::Tensor t) {
     static auto* kept = new std::vector<at::Tensor>;
