@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # DDP step time at world size 2 vs a local step, by bucket size: Tessera and
-# PyTorch 1.13 (Gloo) in the same run. Overhead = DDP step / local step - 1,
+# PyTorch 1.13 in the same run. The sides' collectives differ: Tessera's go
+# through shared memory (its default; set TESSERA_SHM_COLLECTIVES=0 for
+# Gloo, like for like), PyTorch's through Gloo over loopback TCP. The first
+# line printed says which ran. Overhead = DDP step / local step - 1,
 # the median over rounds that each pair a local step (both ranks computing,
 # no communication) with a DDP step (bench/ddp_bench.cc says why).
 # DDP_COMM_HOOK=fp16 or bf16: both sides send compressed buckets; powersgd:R
@@ -17,6 +20,10 @@ try:
     theirs = json.loads(sys.argv[2])
 except ValueError:  # e.g. 1.13's powerSGD_hook over Gloo aborts on mismatched collectives
     theirs = {"unsupported": "the PyTorch run failed: " + sys.argv[2]}
+import os
+shm = os.environ.get("TESSERA_SHM_COLLECTIVES", "1") != "0"
+print("tessera: " + ("shared-memory collectives (its default)" if shm else "Gloo (TESSERA_SHM_COLLECTIVES=0)")
+      + "; pytorch 1.13: Gloo over loopback TCP")
 print("per bucket size: median local step, median DDP step (ms), median DDP/local - 1")
 print(f"{'bucket':>8}{'tessera local':>15}{'ddp':>8}{'overhead':>10}{'pytorch local':>15}{'ddp':>8}{'overhead':>10}")
 for mb in (1, 5, 25, 100):

@@ -30,7 +30,10 @@ class LogLine {
 #define TESSERA_LOG_LEVEL_WARNING ::tessera::LogLevel::kWarning
 #define TESSERA_LOG_LEVEL_ERROR ::tessera::LogLevel::kError
 
-#define TESSERA_LOG(level)                                   \
-  if (!::tessera::LogEnabled(TESSERA_LOG_LEVEL_##level)) {   \
-  } else                                                     \
-    ::tessera::LogLine(TESSERA_LOG_LEVEL_##level, __FILE__, __LINE__).stream()
+// A loop, not an if: the macro holds no `else`, so `if (c) TESSERA_LOG(INFO)
+// << x; else ...` binds the else to the caller's if, and gcc's
+// -Wdangling-else has nothing to warn about. The body runs at most once.
+#define TESSERA_LOG(level)                                                        \
+  for (bool tessera_log_once_ = ::tessera::LogEnabled(TESSERA_LOG_LEVEL_##level); \
+       tessera_log_once_; tessera_log_once_ = false)                              \
+  ::tessera::LogLine(TESSERA_LOG_LEVEL_##level, __FILE__, __LINE__).stream()

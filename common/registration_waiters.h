@@ -32,6 +32,14 @@ class RegistrationWaiters {
     return notified;
   }
 
+  // How many callers wait for `name` now: a worker's view of what it waits
+  // on, and the event a test waits for instead of sleeping.
+  size_t Waiting(const std::string& name) const {
+    MutexLock lock(&state_->mu);
+    auto it = state_->waiting.find(name);
+    return it == state_->waiting.end() ? 0 : it->second.size();
+  }
+
   // Completes every waiter for `name` with true.
   void Notify(const std::string& name) {
     std::map<uint64_t, Promise<bool>> waiters;

@@ -141,16 +141,25 @@ void AppendSpanEvents(std::string* out, int pid, const EndedSpan& span) {
   }
 }
 
-std::atomic<int64_t> clock_offset_ns{0};
+int64_t ReadNanos(clockid_t clock) {
+  timespec now;
+  clock_gettime(clock, &now);
+  return int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
+}
+
+// This host's CLOCK_REALTIME minus its CLOCK_MONOTONIC: the offset that
+// makes the trace clock read as wall time before (or without) alignment.
+int64_t WallClockOffsetNanos() { return ReadNanos(CLOCK_REALTIME) - ReadNanos(CLOCK_MONOTONIC); }
+
+std::atomic<int64_t> clock_offset_ns{WallClockOffsetNanos()};
 std::atomic<int> trace_pid{0};
 
-// The wall clock straight from the vDSO: absl::GetCurrentTimeNanos() costs
-// several times more, and a span reads the clock twice.
+// The trace clock: CLOCK_MONOTONIC (a step of the wall clock mid-job does
+// not tear the trace) plus the offset, read straight from the vDSO:
+// absl::GetCurrentTimeNanos() costs several times more, and a span reads
+// the clock twice.
 int64_t NowNanos() {
-  timespec now;
-  clock_gettime(CLOCK_REALTIME, &now);
-  return int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec +
-         clock_offset_ns.load(std::memory_order_relaxed);
+  return ReadNanos(CLOCK_MONOTONIC) + clock_offset_ns.load(std::memory_order_relaxed);
 }
 
 class TraceFile;
@@ -362,6 +371,12 @@ void Stop() { File().Close(); }
 std::string FilePath() { return File().path(); }
 
 double NowMicros() { return static_cast<double>(NowNanos()) / 1000.0; }
+
+double HostClockMicros() { return static_cast<double>(ReadNanos(CLOCK_MONOTONIC)) / 1000.0; }
+
+double ClockOffsetMicros() {
+  return static_cast<double>(clock_offset_ns.load(std::memory_order_relaxed)) / 1000.0;
+}
 
 void SetClockOffset(double offset_us, double error_bound_us) {
   clock_offset_ns.store(static_cast<int64_t>(offset_us * 1000), std::memory_order_relaxed);

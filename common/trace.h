@@ -29,10 +29,12 @@
 // a span is drawn on the lowest free *lane* of its track (tid = track ×
 // 10000 + lane, named "calls out 0", ...): spans on one lane never overlap.
 //
-// Clocks: timestamps are this host's wall clock plus an offset estimated
-// against rank 0's when the worker meets the others (rpc runtime, Note
-// [Trace clock alignment]); its error bound is recorded in the file's
-// "tessera_clock" metadata event.
+// Clocks: timestamps are this host's CLOCK_MONOTONIC plus an offset. The
+// offset starts as the host's wall clock minus its monotonic one (so a
+// trace reads in wall time) and is replaced by one estimated against rank
+// 0's trace clock when the worker meets the others (rpc runtime, Note
+// [Trace clock alignment]); that offset and its error bound are recorded in
+// the file's "tessera_clock" metadata event.
 //
 // Cost: off (the default), Enabled() is one relaxed atomic load and nothing
 // else runs: spans are inactive objects, no allocation, no lock. On, a span
@@ -89,10 +91,14 @@ void Stop();
 // The path of the file being written; empty when off.
 std::string FilePath();
 
-// Microseconds on the trace clock (wall clock plus the alignment offset).
+// Microseconds on the trace clock (the host clock plus the offset).
 double NowMicros();
-// Records the offset to add to this host's clock to read rank 0's, and the
-// bound on its error, both in microseconds.
+// Microseconds on this host's clock (CLOCK_MONOTONIC), without the offset.
+double HostClockMicros();
+// The offset in use: trace clock minus host clock, in microseconds.
+double ClockOffsetMicros();
+// Sets the offset to add to this host's clock to read rank 0's trace clock,
+// and records it with the bound on its error, both in microseconds.
 void SetClockOffset(double offset_us, double error_bound_us);
 
 // A unique id for a flow between two workers (never 0).

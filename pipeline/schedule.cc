@@ -36,16 +36,19 @@ class EventQueue {
  public:
   void Push(Event event) {
     MutexLock lock(&mu_);
-    events_.push_back(std::move(event));
+    events_.push_back(std::make_unique<Event>(std::move(event)));
     changed_.SignalAll();
   }
-  std::optional<Event> Pop(absl::Time deadline) {
+  // The next event; nullptr at the deadline. Events travel by pointer: a
+  // StatusOr<Tensor> moved into an optional made gcc -O2 warn (a false
+  // -Wmaybe-uninitialized) where nothing needs moving at all.
+  std::unique_ptr<Event> Pop(absl::Time deadline) {
     MutexLock lock(&mu_);
     if (!changed_.WaitUntil(
             &mu_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !events_.empty(); }, deadline)) {
-      return std::nullopt;
+      return nullptr;
     }
-    Event event = std::move(events_.front());
+    std::unique_ptr<Event> event = std::move(events_.front());
     events_.pop_front();
     return event;
   }
@@ -53,7 +56,7 @@ class EventQueue {
  private:
   Mutex mu_;
   CondVar changed_;
-  std::deque<Event> events_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::unique_ptr<Event>> events_ ABSL_GUARDED_BY(mu_);
 };
 
 class ScheduledStep {
@@ -84,7 +87,7 @@ class ScheduledStep {
            /*backward=*/true, micro);
   }
 
-  std::optional<Event> Next(absl::Time deadline) { return events_->Pop(deadline); }
+  std::unique_ptr<Event> Next(absl::Time deadline) { return events_->Pop(deadline); }
 
  private:
   void Report(const Future<at::Tensor>& call, bool backward, int64_t micro) {
@@ -99,14 +102,25 @@ class ScheduledStep {
   const std::shared_ptr<EventQueue> events_ = std::make_shared<EventQueue>();
 };
 
-// The loss of micro-batch `output` against `target`, weighted by its share
-// of the batch, and the gradient that weighted loss sends into `output`.
+// The loss of micro-batch `micro`'s `output` against `target`, weighted by
+// its share of the batch, and the gradient that weighted loss sends into
+// `output`. The user's loss runs here, on the driver: what it throws (a
+// target of the wrong shape, say) becomes an InvalidArgument StatusError
+// naming the micro-batch, like a stage's failure.
 std::pair<double, at::Tensor> WeightedLoss(const MicroBatchLoss& loss, const at::Tensor& output,
-                                           const at::Tensor& target, double weight) {
-  at::Tensor leaf = output.detach().requires_grad_(true);
-  at::Tensor value = loss(leaf, target) * weight;
-  at::Tensor grad = torch::autograd::grad({value}, {leaf})[0];
-  return {value.item<double>(), grad};
+                                           const at::Tensor& target, double weight, int64_t micro,
+                                           int64_t count) {
+  try {
+    at::Tensor leaf = output.detach().requires_grad_(true);
+    at::Tensor value = loss(leaf, target) * weight;
+    at::Tensor grad = torch::autograd::grad({value}, {leaf})[0];
+    return {value.item<double>(), grad};
+  } catch (const StatusError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw StatusError(absl::InvalidArgumentError(absl::StrCat(
+        "pipeline loss of micro-batch ", micro, " of ", count, " failed: ", e.what())));
+  }
 }
 
 }  // namespace
@@ -136,8 +150,8 @@ StepResult RunScheduledStep(rref::RRefContext& rrefs, const std::vector<rref::RR
       ++launched;
       ++in_flight;
     }
-    std::optional<Event> event = step.Next(deadline);
-    if (!event.has_value()) {
+    std::unique_ptr<Event> event = step.Next(deadline);
+    if (event == nullptr) {
       throw StatusError(absl::DeadlineExceededError(absl::StrCat(
           "pipeline step (", ScheduleName(schedule), "): ", forwards_done, " of ", count,
           " forwards and ", backwards_done, " backwards done at the deadline")));
@@ -157,7 +171,7 @@ StepResult RunScheduledStep(rref::RRefContext& rrefs, const std::vector<rref::RR
     ++forwards_done;
     outputs[i] = *std::move(event->value);
     const double weight = static_cast<double>(inputs[i].size(0)) / batch.size(0);
-    auto [value, grad] = WeightedLoss(loss, outputs[i], targets[i], weight);
+    auto [value, grad] = WeightedLoss(loss, outputs[i], targets[i], weight, i, count);
     result.loss += value;
     if (schedule == Schedule::kOneFOneB) {
       step.LaunchBackward(i, grad);

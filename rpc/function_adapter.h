@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_join.h"
 #include "common/future.h"
+#include "common/status.h"
 #include "rpc/call_context.h"
 #include "rpc/codec.h"
 #include "rpc/value_traits.h"
@@ -169,6 +170,11 @@ ErasedFunction Erase(const std::string& name, Fn fn) {
             },
             converted);
       });
+    } catch (const StatusError& e) {
+      // A Tessera call inside the function failed (an RpcSync, say): its
+      // code stands — a permission refused two hops away is still
+      // PERMISSION_DENIED to the first caller.
+      return Future<c10::IValue>::Ready(Annotate(e.status(), "function '" + name + "' raised"));
     } catch (const std::exception& e) {
       return Future<c10::IValue>::Ready(absl::UnknownError(
           "function '" + name + "' raised: " + std::string(e.what())));

@@ -64,6 +64,8 @@ class Registry {
   // Completes with true when `name` is registered (at once if it is), or
   // with false at `until` (Note [Late registration]).
   Future<bool> WhenRegistered(const std::string& name, absl::Time until, DeadlineTimer& timer);
+  // Calls waiting now for `name` to be registered.
+  size_t CallsWaitingFor(const std::string& name) const { return waiters_.Waiting(name); }
 
   // Runs the named function with `args`; all failures come back in the future.
   Future<c10::IValue> Invoke(const std::string& name, CallContext& context,

@@ -13,16 +13,20 @@
 namespace tessera::rpc {
 namespace {
 
-// Note [Trace clock alignment]: a worker's trace clock is its host's wall
-// clock plus an offset to rank 0's. When tracing, each other rank asks rank
-// 0 for its clock kClockSamples times once it has met the workers, and keeps
-// the sample of the shortest round trip: offset = rank 0's reading − the
-// midpoint of the local send and receive times. The reading was taken
-// somewhere inside that round trip, so the error is at most half of it
-// (recorded in the file as error_bound_us): tens of microseconds on one
-// host (where the clocks agree anyway) or a LAN, about half a ping across a
-// WAN. Clocks drift a few µs per second; long jobs re-align on no schedule
-// (not done: a job of hours may be off by some milliseconds at its end).
+// Note [Trace clock alignment]: a worker's trace clock is its host's
+// monotonic clock plus an offset (common/trace.h). Rank 0 keeps its own:
+// its host's wall clock, so the job's trace reads in wall time. When
+// tracing, each other rank asks rank 0 for its trace clock kClockSamples
+// times once it has met the workers, and keeps the sample of the shortest
+// round trip: offset = rank 0's reading − the midpoint of the local send
+// and receive times on the host clock. The reading was taken somewhere
+// inside that round trip, so the error is at most half of it (recorded in
+// the file as error_bound_us): tens of microseconds on one host or a LAN,
+// about half a ping across a WAN. Hosts' monotonic clocks differ by their
+// boot times (the multi-host tests give each host its own, through a time
+// namespace); wall clocks differ by what NTP left. Clocks drift a few µs per
+// second; long jobs re-align on no schedule (not done: a job of hours may be
+// off by some milliseconds at its end).
 struct TraceClockRequest {
   static constexpr const char* kService = services::kTraceClock;
   static constexpr bool kCarriesUserValues = false;
@@ -49,15 +53,15 @@ absl::Status Runtime::StartTelemetry() {
 void Runtime::AlignTraceClock() {
   if (!trace::Enabled()) return;
   if (options_.rank == 0) {
-    trace::SetClockOffset(0, 0);
+    trace::SetClockOffset(trace::ClockOffsetMicros(), 0);
     return;
   }
   double best_round_trip = -1;
   double best_offset = 0;
   for (int i = 0; i < kClockSamples; ++i) {
-    const double sent = trace::NowMicros();
+    const double sent = trace::HostClockMicros();
     auto reading = AwaitCall(CallService(0, TraceClockRequest{}, kClockTimeout), kClockTimeout);
-    const double received = trace::NowMicros();
+    const double received = trace::HostClockMicros();
     if (!reading.ok()) {
       TESSERA_LOG(WARNING) << options_.name
                            << ": trace clock not aligned to rank 0's: " << reading.status();

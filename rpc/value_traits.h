@@ -113,7 +113,9 @@ struct ValueTraits<std::optional<T>> {
     return ValueTraits<T>::ToIValue(*std::move(v));
   }
   static std::optional<std::optional<T>> FromIValue(const c10::IValue& v) {
-    if (v.isNone()) return std::optional<T>();
+    // In place: converting an empty optional<T> made gcc -O2 warn (a false
+    // -Wmaybe-uninitialized) about the payload it never reads.
+    if (v.isNone()) return std::optional<std::optional<T>>(std::in_place);
     auto inner = ValueTraits<T>::FromIValue(v);
     if (!inner.has_value()) return std::nullopt;
     return std::optional<T>(*std::move(inner));

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
 #include "common/registration_waiters.h"
+#include "common/status.h"
 #include "rpc/function_adapter.h"
 #include "rpc/registry.h"
 
@@ -121,6 +122,8 @@ class ClassBuilder {
               return std::shared_ptr<T>(make(std::move(*c)...));
             },
             converted);
+      } catch (const StatusError& e) {
+        return Annotate(e.status(), "constructor of '" + name + "' raised");  // its code stands
       } catch (const std::exception& e) {
         return absl::UnknownError("constructor of '" + name + "' raised: " + e.what());
       }

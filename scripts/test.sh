@@ -13,6 +13,7 @@ scripts/check_layering.sh --self-test && scripts/check_layering.sh || exit 1
 scripts/check_errors.sh || exit 1
 scripts/check_sizes.sh --self-test && scripts/check_sizes.sh || exit 1
 log=$(mktemp)
+run_marker=$(mktemp)  # its time: test logs newer than it are this run's
 bazel test //... "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 if [[ -f /usr/local/cuda/include/nccl.h ]]; then
@@ -39,9 +40,26 @@ else
   status=1
 fi
 echo "//tests/out_of_tree:out_of_tree_test $result in $((SECONDS - started))s" | tee -a "$log"
-# One plain closing line: N passed, N failed (counting test targets).
+# The closing lines: the ten slowest targets (the budget stays visible:
+# CI's run must fit 45 minutes), every test that skipped with its reason
+# (none may skip silently: under CI the multi-host tests fail instead, and
+# only the NCCL tests' GPU cases skip, on a machine without a GPU), then
+# N passed, N failed (counting test targets).
+echo "the ten slowest test targets (s):"
+sed -nE 's/^(\/\/[^ ]+) +(\(cached\) )?(PASSED|FAILED|FLAKY) in ([0-9.]+)s$/\4 \1/p' "$log" |
+  sort -rn | head -10 | awk '{ printf "  %7.1f  %s\n", $1, $2 }'
+testlogs=$(bazel info bazel-testlogs "$@" 2>/dev/null)
+skipped=$(find "$testlogs" -name test.log -newer "$run_marker" -print0 2>/dev/null |
+  xargs -0 -r awk '/: Skipped$/ { getline why; next }
+                   /^\[  SKIPPED \] [^ ]+ \(/ { print "  " $4 ": " why }' | sort -u)
+if [[ -n $skipped ]]; then
+  echo "skipped tests, with their reasons:"
+  echo "$skipped"
+else
+  echo "no test skipped"
+fi
 passed=$(grep -cE '^//.* PASSED in' "$log")
 failed=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS)' "$log")
-rm -f "$log"
+rm -f "$log" "$run_marker"
 echo "${passed} passed, ${failed} failed"
 exit "$status"

@@ -1,5 +1,7 @@
 #include "store/store_channel.h"
 
+#include "common/grpc_logging.h"
+
 namespace tessera::store {
 namespace {
 
@@ -17,6 +19,7 @@ constexpr int kKeepaliveTimeoutMs = 5'000;
 }  // namespace
 
 grpc::ChannelArguments StoreChannelArguments() {
+  RouteGrpcLogging();
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);

@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
+#include "common/grpc_logging.h"
 #include "common/host_address.h"
 #include "common/mutex.h"
 #include "proto/store.grpc.pb.h"
@@ -166,6 +167,7 @@ class StoreServiceImpl final : public proto::Store::Service {
 absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string& host, int port,
                                                                 auth::JobSecret secret) {
   std::unique_ptr<StoreServer> server(new StoreServer());
+  RouteGrpcLogging();
   server->service_ = std::make_unique<StoreServiceImpl>(std::move(secret));
   grpc::ServerBuilder builder;
   // A connection that has not sent HTTP/2's preface and settings by then is

@@ -204,7 +204,8 @@ absl::Status ShmCommunicator::Finish(absl::Status status) {
   return status;
 }
 
-void ShmCommunicator::Abort(const absl::Status& cause) { Finish(cause); }
+// Finish returns the cause it records; Abort has nobody to return it to.
+void ShmCommunicator::Abort(const absl::Status& cause) { Finish(cause).IgnoreError(); }
 
 absl::Status ShmCommunicator::Arrive() {
   ++phase_;

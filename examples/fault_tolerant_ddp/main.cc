@@ -78,7 +78,7 @@ uint64_t Fingerprint(torch::nn::Module& model) {
   for (const auto& param : model.parameters()) {
     const at::Tensor p = param.detach().contiguous();
     const auto* bytes = static_cast<const unsigned char*>(p.data_ptr());
-    for (int64_t i = 0; i < p.nbytes(); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+    for (size_t i = 0; i < p.nbytes(); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
   }
   return hash;
 }

@@ -167,8 +167,10 @@ int RunServer(WorkerOptions options, const TrainingFlags& flags) {
   for (const auto& [name, steps] : plan->StepsByTrainer()) {
     absl::StrAppend(&by_trainer, by_trainer.empty() ? "" : ", ", name, " ", steps);
   }
-  std::printf("[ps] steps trained: %lld of %lld (%s)\n", static_cast<long long>(plan->steps_done()),
-              static_cast<long long>(plan->steps_total()), by_trainer.c_str());
+  std::printf("[ps] steps trained: %lld of %lld (%s); forward passes: %lld\n",
+              static_cast<long long>(plan->steps_done()),
+              static_cast<long long>(plan->steps_total()), by_trainer.c_str(),
+              static_cast<long long>(server->forwards()));
   std::printf("[ps] pid %d: test accuracy %.2f%% (%lld images) after %d epochs, %.1f s\n",
               static_cast<int>(getpid()), 100 * server->Accuracy(test.images, test.labels),
               static_cast<long long>(test.labels.size(0)), flags.epochs, SecondsSince(start));

@@ -20,6 +20,7 @@ std::vector<rref::RRef<at::Tensor>> ParameterServer::Parameters(rpc::CallContext
 }
 
 at::Tensor ParameterServer::Forward(at::Tensor images) {
+  forwards_.fetch_add(1);
   std::vector<at::Tensor> snapshot;
   {
     dist_optim::ParameterGuard guard(params_);

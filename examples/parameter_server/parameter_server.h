@@ -6,6 +6,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -27,6 +29,9 @@ class ParameterServer {
   at::Tensor Forward(at::Tensor images);
   // Accuracy (0..1) of the current parameters on `images`/`labels`.
   double Accuracy(const at::Tensor& images, const at::Tensor& labels);
+  // Forward passes run so far: a step's count of batches trained, plus one
+  // for each batch whose trainer died after its forward (tests bound it).
+  int64_t forwards() const { return forwards_.load(); }
   // For checkpoints: a copy of the parameters ("param.<i>"), taken under
   // their ParameterGuard; and back (before serving). Load throws
   // StatusError if the checkpoint's parameters do not fit.
@@ -35,6 +40,7 @@ class ParameterServer {
 
  private:
   std::vector<at::Tensor> params_;
+  std::atomic<int64_t> forwards_{0};
 };
 
 }  // namespace tessera::examples

@@ -12,12 +12,13 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_logging.h"
 #include "common/host_address.h"
 #include "common/logging.h"
-#include "common/status.h"
 #include "common/mutex.h"
-#include "rpc/agent_support.h"
+#include "common/status.h"
 #include "proto/worker_service.pb.h"
+#include "rpc/agent_support.h"
 #include "rpc/grpc/completion_loop.h"
 #include "rpc/grpc/streams.h"
 #include "rpc/pending_calls.h"
@@ -168,6 +169,7 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
 };
 
 absl::Status GrpcAgent::Start() {
+  RouteGrpcLogging();
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (options_.tls.enabled()) {
     auto tls = LoadTls(options_.tls);

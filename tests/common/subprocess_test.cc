@@ -30,7 +30,9 @@ std::string RunCapturing(SpawnOptions options, int* status) {
   char buffer[256];
   for (ssize_t n; (n = read(fds[0], buffer, sizeof(buffer))) > 0;) output.append(buffer, n);
   close(fds[0]);
-  if (pid.ok()) EXPECT_EQ(waitpid(*pid, status, 0), *pid);
+  if (pid.ok()) {
+    EXPECT_EQ(waitpid(*pid, status, 0), *pid);
+  }
   return output;
 }
 

@@ -2,8 +2,9 @@
 // processes under tessera-run: three replicas of the Fashion-MNIST example,
 // one killed with SIGKILL at a random step.
 //  - restarted (--elastic_roles replica): it rejoins at a step boundary
-//    with a live peer's state; every replica ends with the same parameters
-//    and the loss and accuracy are those of an undisturbed run;
+//    with a live peer's state, and every replica ends with the same
+//    parameters (a fingerprint of their bytes: the claim itself, where an
+//    undisturbed run's loss could only be near);
 //  - not restarted: the quorum goes on without it (the step it was part of
 //    is dropped and retried), and the two survivors end identical.
 #include <gtest/gtest.h>
@@ -44,15 +45,17 @@ class FaultTolerantDdpTest : public ::testing::Test {
     setenv("TESSERA_TEST_JOB", job_.c_str(), 1);
   }
 
-  // Starts 3 replicas for 300 steps, kills replica 1 after a random number
-  // of progress lines (25 steps each) and returns the finished job's output.
+  // Starts 3 replicas for kSteps steps, kills replica 1 after a random
+  // number (3-9) of progress lines, which every replica prints each 10
+  // steps: 10-30 steps in, so it dies mid-run with most steps left to
+  // rejoin for; returns the finished job's output.
   std::string RunAndKillReplica1(int max_restarts) {
     const unsigned seed = std::random_device{}();
     std::mt19937 random(seed);
     const int lines = std::uniform_int_distribution<int>(3, 9)(random);
     Launcher job({"--standalone", "--nproc_per_node", "3", "--elastic_roles", "replica",
-                  "--max_restarts", std::to_string(max_restarts), kProgram, "--steps", "300",
-                  "--log_every", "25"});
+                  "--max_restarts", std::to_string(max_restarts), kProgram, "--steps",
+                  std::to_string(kSteps), "--log_every", "10"});
     EXPECT_TRUE(job.WaitFor("replicas\n", lines, absl::Seconds(180))) << "seed " << seed << "\n"
                                                                       << job.output();
     const pid_t pid = WorkerPid(job_, 1);
@@ -62,6 +65,7 @@ class FaultTolerantDdpTest : public ::testing::Test {
     return job.output();
   }
 
+  static constexpr int kSteps = 150;
   static inline int runs_ = 0;
   std::string job_;
 };
@@ -75,24 +79,18 @@ TEST_F(FaultTolerantDdpTest, AKilledReplicaRejoinsFromALivePeerAndAllEndIdentica
   const std::vector<std::string> fingerprints = Fingerprints(out);
   ASSERT_EQ(fingerprints.size(), 3u) << out;
   EXPECT_EQ(std::set<std::string>(fingerprints.begin(), fingerprints.end()).size(), 1u) << out;
-
-  Launcher undisturbed(
-      {"--standalone", "--nproc_per_node", "3", kProgram, "--steps", "300", "--log_every", "25"});
-  ASSERT_EQ(undisturbed.Finish(absl::Seconds(300)), 0) << undisturbed.output();
-  const std::string last_loss = "\\[replica0\\] step 300/300: loss ([0-9.]+)";
-  EXPECT_NEAR(FirstNumber(out, last_loss), FirstNumber(undisturbed.output(), last_loss), 0.15)
-      << out << undisturbed.output();
-  const std::string accuracy = "test accuracy ([0-9.]+)%";
-  EXPECT_NEAR(FirstNumber(out, accuracy), FirstNumber(undisturbed.output(), accuracy), 2.0)
-      << out << undisturbed.output();
+  EXPECT_EQ(fingerprints[0],
+            absl::StrCat(fingerprints[0].substr(0, fingerprints[0].find(' ')), " at ", kSteps))
+      << "every replica trained every step\n"
+      << out;
 }
 
 TEST_F(FaultTolerantDdpTest, WithoutARestartTheOthersGoOnAndEndIdentical) {
   const std::string out = RunAndKillReplica1(/*max_restarts=*/0);
   EXPECT_TRUE(absl::StrContains(out, "the job goes on without it")) << out;
-  EXPECT_TRUE(absl::StrContains(out, "[replica0] step 300/300")) << out;
-  EXPECT_TRUE(std::regex_search(out, std::regex("\\[replica0\\] step \\d+/300: loss [0-9.]+, 2 "
-                                                "replicas")))
+  EXPECT_TRUE(absl::StrContains(out, absl::StrCat("[replica0] step ", kSteps, "/", kSteps))) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(absl::StrCat("\\[replica0\\] step \\d+/", kSteps,
+                                                             ": loss [0-9.]+, 2 replicas"))))
       << "the quorum shrank to the two live replicas\n"
       << out;
   const std::vector<std::string> fingerprints = Fingerprints(out);

@@ -3,8 +3,9 @@
 // as real processes under tessera-run: trainers killed with SIGKILL at
 // random steps are restarted alone and rejoin, a trainer joining mid-run
 // is given batches, and the server never restarts (one process from start
-// to end) — and the job's test accuracy is no more than a point below that
-// of an undisturbed run with the same seed and epochs.
+// to end) — and every batch of the plan is trained: acknowledged exactly
+// once, its forward pass run once, or twice for a batch whose trainer was
+// killed after its forward (at most one a kill).
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "tests/testing/launcher_process.h"
 #include "tests/testing/process_table.h"
@@ -58,8 +60,12 @@ TEST_F(ElasticParameterServerTest, KilledTrainersRejoinAJoiningTrainerHelpsAndTh
   std::mt19937 random(seed);
   std::uniform_int_distribution<int> lines(2, 8);  // 20 steps each
 
+  // Room for the kills (up to 2 x 160 steps in, plus each rejoin and the
+  // joiner's start) with batches left after them: 85% of an epoch.
+  constexpr int kSteps = 800;
   Launcher job({"--standalone", "--nproc_per_node", "3", "--elastic_roles", "trainer",
-                "--max_restarts", "3", kProgram, "--epochs", "1", "--log_every", "20"});
+                "--max_restarts", "3", kProgram, "--epochs", "1", "--max_steps",
+                std::to_string(kSteps), "--log_every", "20"});
   ASSERT_TRUE(job.WaitFor("serving a CNN", 1, absl::Seconds(120))) << job.output();
   const int port =
       static_cast<int>(FirstNumber(job.output(), "rendezvous store at [0-9.]+:(\\d+)"));
@@ -68,7 +74,8 @@ TEST_F(ElasticParameterServerTest, KilledTrainersRejoinAJoiningTrainerHelpsAndTh
 
   KillAfterSteps(job, lines(random), /*rank=*/1, /*incarnation=*/1);
   Launcher joiner({"--join", "--master_port", std::to_string(port), "--nproc_per_node", "1",
-                   kProgram, "--epochs", "1", "--log_every", "20"});
+                   kProgram, "--epochs", "1", "--max_steps", std::to_string(kSteps), "--log_every",
+                   "20"});
   ASSERT_TRUE(job.WaitFor("trainer3 (rank 3) joined", 1, absl::Seconds(60)))
       << job.output() << joiner.output();
   KillAfterSteps(job, lines(random), /*rank=*/2, /*incarnation=*/1);
@@ -79,21 +86,16 @@ TEST_F(ElasticParameterServerTest, KilledTrainersRejoinAJoiningTrainerHelpsAndTh
   EXPECT_EQ(job.Count("serving a CNN"), 1) << out;
   EXPECT_EQ(job.Count("restarting the group"), 0) << out;
   EXPECT_EQ(FirstNumber(out, "\\[ps\\] pid (\\d+): test accuracy"), server_pid) << out;
-  EXPECT_TRUE(std::regex_search(out, std::regex("steps trained: (\\d+) of \\1 ")))
-      << "every batch trained\n"
+  EXPECT_TRUE(absl::StrContains(out, absl::StrCat("steps trained: ", kSteps, " of ", kSteps, " ")))
+      << "every batch acknowledged once\n"
       << out;
   EXPECT_GT(FirstNumber(out, "steps trained: .*trainer3 (\\d+)"), 0) << "the joiner trained\n"
                                                                      << out;
-  const double accuracy = FirstNumber(out, "test accuracy ([0-9.]+)%");
-
-  Launcher undisturbed(
-      {"--standalone", "--nproc_per_node", "3", kProgram, "--epochs", "1", "--log_every", "200"});
-  ASSERT_EQ(undisturbed.Finish(absl::Seconds(300)), 0) << undisturbed.output();
-  const double expected = FirstNumber(undisturbed.output(), "test accuracy ([0-9.]+)%");
-  // One-sided: two undisturbed runs of this asynchronous job already differ
-  // by up to about a point either way (docs/benchmarks-history.md), and a disturbed
-  // run that does better is no fault of elasticity.
-  EXPECT_GT(accuracy, expected - 1.0) << out << undisturbed.output();
+  // Nothing lost, nothing trained twice but the batches cut short by the
+  // two kills (a batch whose forward ran before its trainer died).
+  const double forwards = FirstNumber(out, "forward passes: (\\d+)");
+  EXPECT_GE(forwards, kSteps) << out;
+  EXPECT_LE(forwards, kSteps + 2) << out;
 }
 
 // The same over the gRPC backend: its agent too drops the old incarnation's

@@ -115,21 +115,40 @@ std::function<Env(int, const std::string&)> RanksStartedDirectly(NetworkHosts& h
   };
 }
 
+// A shell command for one host that starts the ranks BASE_RANK ..
+// BASE_RANK + `ranks` - 1 of `scenario` (the test binary is $0), waits for
+// each and prints "rank R exited with C": the test checks every rank's exit
+// code, which the host's shell alone would not tell.
+std::string StartRanks(const std::string& scenario, const std::string& ranks) {
+  return absl::StrCat("for i in $(seq 0 $((", ranks,
+                      " - 1))); do "
+                      "RANK=$((BASE_RANK + i)) \"$0\" --tessera_worker=",
+                      scenario,
+                      " & eval pid$i=$!; done; "
+                      "for i in $(seq 0 $((",
+                      ranks,
+                      " - 1))); do "
+                      "eval wait \\$pid$i; echo \"rank $((BASE_RANK + i)) exited with $?\"; done");
+}
+
+void ExpectExitCode(const std::string& out, int rank, int code) {
+  EXPECT_TRUE(absl::StrContains(out, absl::StrCat("rank ", rank, " exited with ", code, "\n")))
+      << "rank " << rank << " should have exited with " << code << "\n"
+      << out;
+}
+
 TEST(MultiHostCollectivesTest, HostsOfUnequalRankCountsAgreeWithFlatGloo) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 2);
   auto job = Job::Direct(
       hosts,
       {"/bin/sh", "-c",
-       "if [ \"$BASE_RANK\" = 0 ]; then "
-       "RANK=0 \"$0\" --tessera_worker=hierarchical_collectives & "
-       "RANK=1 \"$0\" --tessera_worker=hierarchical_collectives & "
-       "wait $! || exit 1; wait || exit 1; "
-       "else RANK=2 exec \"$0\" --tessera_worker=hierarchical_collectives; fi",
+       StartRanks("hierarchical_collectives", "$([ \"$BASE_RANK\" = 0 ] && echo 2 || echo 1)"),
        SelfPath()},
       RanksStartedDirectly(hosts, 3));
-  job->Finish();
+  EXPECT_EQ(job->Finish(), std::vector<int>(2, 0)) << job->output();
   const std::string out = job->output();
   for (int rank = 0; rank < 3; ++rank) {
+    ExpectExitCode(out, rank, 0);
     EXPECT_TRUE(absl::StrContains(
         out, absl::StrCat("hierarchical rank ", rank, " of 3 agrees with flat Gloo")))
         << out;
@@ -175,15 +194,13 @@ TESSERA_WORKER_SCENARIO(hierarchical_rank_dies) {
 TEST(MultiHostCollectivesTest, AKilledLeaderFailsEveryOtherRankAtOnce) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 2);
   const std::string self = SelfPath();
-  auto job = Job::Direct(
-      hosts,
-      {"/bin/sh", "-c",
-       "RANK=$BASE_RANK \"$0\" --tessera_worker=hierarchical_rank_dies & "
-       "RANK=$((BASE_RANK + 1)) \"$0\" --tessera_worker=hierarchical_rank_dies & wait",
-       self},
-      RanksStartedDirectly(hosts, 4));
-  job->Finish();
+  auto job = Job::Direct(hosts, {"/bin/sh", "-c", StartRanks("hierarchical_rank_dies", "2"), self},
+                         RanksStartedDirectly(hosts, 4));
+  EXPECT_EQ(job->Finish(), std::vector<int>(2, 0)) << job->output();
   const std::string out = job->output();
+  // The survivors saw the failure and ended as planned; rank 2 was killed.
+  for (int rank : {0, 1, 3}) ExpectExitCode(out, rank, 0);
+  ExpectExitCode(out, 2, 128 + SIGKILL);
   // UNAVAILABLE: seen (a lost liveness lock, a broken connection, a broken
   // mark), not waited out (DEADLINE_EXCEEDED at the timeout).
   for (int rank : {0, 1, 3}) {

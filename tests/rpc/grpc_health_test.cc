@@ -43,7 +43,7 @@ TEST(GrpcHealthTest, KnowsItsMethods) {
 }
 
 TEST(GrpcHealthTest, AnswersServingOrNotServingForTheWorkersServices) {
-  for (const std::string request : {std::string(), Request(""), Request("tessera.proto.Worker")}) {
+  for (const std::string& request : {std::string(), Request(""), Request("tessera.proto.Worker")}) {
     auto serving = HealthResponse(Bytes(request), true);
     ASSERT_TRUE(serving.ok()) << serving.status();
     EXPECT_EQ(Flatten(*serving), std::string("\x08\x01", 2));

@@ -8,6 +8,7 @@
 #include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 
+#include "absl/time/clock.h"
 #include "rpc/init.h"
 #include "tests/testing/rpc_world.h"
 #include "tests/testing/test_functions.h"
@@ -243,7 +244,11 @@ TEST(RuntimeLifecycleTest, FunctionsRegisteredAfterStartAreServed) {
   auto runtime = rpc::Init(options);
   // Sent before "late" exists: it waits for the registration below.
   auto early = runtime->RpcAsync<int64_t>("solo", "late", int64_t{20});
-  runtime->store().Get("tessera/never", absl::Milliseconds(200)).IgnoreError();
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (runtime->registry().CallsWaitingFor("late") == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(runtime->registry().CallsWaitingFor("late"), 1u) << "the call never arrived";
   EXPECT_FALSE(early.IsReady());
   runtime->Register("late", [](int64_t x) { return x + 1; });
   EXPECT_EQ(early.Get(absl::Seconds(30)), 21);

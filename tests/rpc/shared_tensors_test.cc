@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <fstream>
@@ -368,29 +369,33 @@ TEST_F(SharedTensorsTest, APeerWithoutAnInboxGetsTheBytes) {
 }
 
 // Many senders, one inbox: 15 workers post to worker0 at once, past its
-// queue of 10 (net.unix.max_dgram_qlen). Every answer is right, and every
-// tensor goes as a handle unless a post waited out its 100 ms (Note
-// [Descriptor inbox]), which the test reports but cannot rule out on a
-// loaded machine.
+// queue (net.unix.max_dgram_qlen, 10 by default). Every answer is right.
+// A post finds room at once in an inbox's queue however late its thread
+// drains it, so at least a queue's worth of the posts go as handles
+// whatever the scheduling: the bound asserted. Past that, a post waits up
+// to 100 ms for room (Note [Descriptor inbox]); on a loaded machine it may
+// wait that out and send the bytes instead, so the rest is reported.
 TEST_F(SharedTensorsTest, ManySendersShareOneInbox) {
   constexpr int kWorld = 16;
+  int queue = 10;
+  std::ifstream("/proc/sys/net/unix/max_dgram_qlen") >> queue;
   StartWorld(kWorld);
   std::vector<Future<double>> sums;
   for (int rank = 1; rank < kWorld; ++rank) {
     sums.push_back(rt().RpcAsync<double>(absl::StrCat("worker", rank), "send_shared_to",
                                          std::string("worker0"), int64_t{1 << 16}));
   }
-  int as_bytes = 0;
+  int as_handles = 0;
   for (auto& sum : sums) {
     auto value = sum.Wait(absl::Seconds(60));
     ASSERT_TRUE(value.ok()) << value.status();
-    if (*value == -1) {
-      ++as_bytes;
-    } else {
+    if (*value != -1) {
+      ++as_handles;
       EXPECT_EQ(*value, double{1 << 16});
     }
   }
-  std::printf("%d of %d went as bytes\n", as_bytes, kWorld - 1);
+  std::printf("%d of %d went as handles (inbox queue %d)\n", as_handles, kWorld - 1, queue);
+  EXPECT_GE(as_handles, std::min(queue, kWorld - 1));
 }
 
 // Note [Bounded queues]: a tensor that goes as a handle is not bytes

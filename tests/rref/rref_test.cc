@@ -145,13 +145,16 @@ TEST_F(RRefTest, ExceptionInConstructorSurfacesEverywhere) {
   StartWorld(2);
   RRef<Failing> broken = RemoteObject<Failing>(*rrefs_, "worker1", std::string("boom in ctor"));
   auto call = broken.RpcAsync<int64_t>("never").Wait(absl::Seconds(30));
-  ASSERT_FALSE(call.ok());
+  // UNKNOWN: the constructor raised (rref/class_registry.h), on every use.
+  ASSERT_EQ(call.status().code(), absl::StatusCode::kUnknown) << call.status();
   EXPECT_NE(call.status().message().find("boom in ctor"), std::string::npos) << call.status();
   auto again = broken.RpcAsync<int64_t>("never").Wait(absl::Seconds(30));
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kUnknown) << again.status();
   EXPECT_NE(again.status().message().find("boom in ctor"), std::string::npos);
   auto value = Remote<int64_t>(*rrefs_, "worker1", "fail", "bad function")
                    .to_here_async()
                    .Wait(absl::Seconds(30));
+  EXPECT_EQ(value.status().code(), absl::StatusCode::kUnknown) << value.status();
   EXPECT_NE(value.status().message().find("bad function"), std::string::npos) << value.status();
 }
 
@@ -252,7 +255,7 @@ TEST_F(RRefTest, ForgedIdIsAnError) {
                                   c10::IValue(true)},
                                  rpc::CallOptions{absl::Milliseconds(300)})
                    .Wait(absl::Seconds(30));
-  EXPECT_FALSE(early.ok());
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kDeadlineExceeded) << early.status();
   auto deleted = rt().CallInternal(1, "rref.delete",
                                    {c10::IValue(int64_t{7}), c10::IValue(int64_t{1}),
                                     c10::IValue(int64_t{7}), c10::IValue(int64_t{2})})
@@ -311,7 +314,7 @@ TEST_F(RRefTest, AllowListedClassRefusesOtherWorkers) {
 
   auto call = rt().RpcAsync<int64_t>("worker2", "add_to_guarded", counter, int64_t{1})
                   .Wait(absl::Seconds(60));
-  ASSERT_FALSE(call.ok());
+  ASSERT_EQ(call.status().code(), absl::StatusCode::kPermissionDenied) << call.status();
   EXPECT_NE(call.status().message().find("permission denied: worker 'worker2'"),
             std::string::npos) << call.status();
   EXPECT_NE(call.status().message().find("method 'add' of class 'GuardedCounter'"),
@@ -319,7 +322,7 @@ TEST_F(RRefTest, AllowListedClassRefusesOtherWorkers) {
 
   auto create = rt().RpcAsync<int64_t>("worker2", "make_guarded_on", std::string("worker1"))
                     .Wait(absl::Seconds(60));
-  ASSERT_FALSE(create.ok());
+  ASSERT_EQ(create.status().code(), absl::StatusCode::kPermissionDenied) << create.status();
   EXPECT_NE(create.status().message().find("class 'GuardedCounter'"), std::string::npos)
       << create.status();
   EXPECT_NE(create.status().message().find("permission denied"), std::string::npos)

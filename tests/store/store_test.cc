@@ -96,7 +96,9 @@ TEST_P(StoreTest, GetManyReadsEveryKeyInOneCall) {
   std::vector<std::string> keys;
   for (int i = 0; i < 150; ++i) {
     keys.push_back("many/" + std::to_string(i));
-    if (i % 3 != 0) ASSERT_TRUE(client_->Set(keys.back(), std::string("v\0", 2) + keys.back()).ok());
+    if (i % 3 != 0) {
+      ASSERT_TRUE(client_->Set(keys.back(), std::string("v\0", 2) + keys.back()).ok());
+    }
   }
   auto some = client_->GetMany(keys, absl::Milliseconds(50));
   ASSERT_TRUE(some.ok()) << some.status();

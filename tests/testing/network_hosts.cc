@@ -145,9 +145,14 @@ std::vector<std::string> NetworkHosts::On(
     int host, const std::vector<std::pair<std::string, std::string>>& env) const {
   std::vector<std::string> argv = {"ip", "netns", "exec", Namespace(host), "env"};
   for (const auto& [name, value] : env) argv.push_back(name + "=" + value);
-  for (const char* arg : {"unshare", "--pid", "--fork", "--kill-child"}) argv.push_back(arg);
+  for (const char* arg : {"unshare", "--pid", "--fork", "--kill-child", "--time", "--monotonic"}) {
+    argv.push_back(arg);
+  }
+  argv.push_back(std::to_string(absl::ToInt64Seconds(MonotonicOffset(host))));
   return argv;
 }
+
+absl::Duration NetworkHosts::MonotonicOffset(int host) { return absl::Hours(24) * (host + 1); }
 
 absl::Status NetworkHosts::SetLink(int host, bool up) {
   return Run({"ip", "-n", prefix_ + kSwitch, "link", "set", absl::StrCat("h", host),

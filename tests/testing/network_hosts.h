@@ -10,6 +10,9 @@
 // between processes whose namespaces match, so each host is as separate as a
 // machine to it, and killing the command's first process (the host's
 // tessera-run) kills everything on that host, like a machine going down.
+// And a time namespace: each host's CLOCK_MONOTONIC is this machine's plus
+// MonotonicOffset(host), as machines booted at different times differ (the
+// wall clock, CLOCK_REALTIME, cannot be set apart: it is shared).
 //
 // Needs root (CI runs as root). Everything made is removed by the
 // destructor, also when the test fails; a run killed before that leaves
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace tessera::testing {
 
@@ -43,6 +47,9 @@ class NetworkHosts {
   std::vector<std::string> On(int host,
                               const std::vector<std::pair<std::string, std::string>>& env = {})
       const;
+
+  // What host `host`'s CLOCK_MONOTONIC reads ahead of this machine's.
+  static absl::Duration MonotonicOffset(int host);
 
   // Takes host `host`'s link to the switch down (a cut cable) or up.
   absl::Status SetLink(int host, bool up);

@@ -49,7 +49,9 @@ rpc::Registry RpcWorld::MakeRegistry() { return MakeTestRegistry(); }
 void RpcWorld::TearDown() {
   if (runtime_ != nullptr) {
     auto status = runtime_->TryShutdown();
-    if (expect_clean_exit_) EXPECT_TRUE(status.ok()) << status;
+    if (expect_clean_exit_) {
+      EXPECT_TRUE(status.ok()) << status;
+    }
   }
   if (expect_clean_exit_) {
     for (size_t i = 0; i < children_.size(); ++i) {

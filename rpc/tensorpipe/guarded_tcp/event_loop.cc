@@ -40,9 +40,9 @@ absl::Duration EventLoop::SpinFromEnv() {
 
 EventLoop::EventLoop(tensorpipe::DeferredExecutor& executor, absl::Duration spin)
     : executor_(executor),
-      answers_(spin),
       epoll_fd_(CheckedFd(::epoll_create1(EPOLL_CLOEXEC), "epoll_create1")),
-      event_fd_(CheckedFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), "eventfd")) {
+      event_fd_(CheckedFd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), "eventfd")),
+      answers_(spin) {
   struct epoll_event ev {};
   ev.events = EPOLLIN;
   ev.data.u64 = 0;
