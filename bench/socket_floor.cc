@@ -1,10 +1,15 @@
-// The floor under the TensorPipe backend's own transports: a ping-pong over
-// a plain blocking socket between two processes — TCP on loopback (default;
-// TCP_NODELAY, as the guarded transport sets) or, with --unix, an abstract
-// Unix-domain socket — each message an 8-byte length and its bytes, echoed
-// by the other process. No TensorPipe, no Tessera, no event loop. Prints
-// p50/p99 round trip of a 4-byte message in µs and the echo bandwidth of
-// 64 MiB (2 x size / round trip), as JSON with the tensorpipe_floor's keys.
+// A ping-pong over a plain socket between two processes — TCP on loopback
+// (default; TCP_NODELAY, as the guarded transport sets) or, with --unix, an
+// abstract Unix-domain socket — each message an 8-byte length and its bytes,
+// echoed by the other process. No TensorPipe, no Tessera, no event loop.
+// Prints p50/p99 round trip of a 4-byte message in µs and the echo bandwidth
+// of 64 MiB (2 x size / round trip), as JSON with the tensorpipe_floor's keys.
+//
+// By default each side blocks in recv(): a reference, not a floor — every
+// message pays a sleep and a wake-up, which Tessera's transport avoids by
+// polling before it sleeps (Note [Spin, then sleep]), and so beats. With
+// --spin both sides poll (recv with MSG_DONTWAIT in a loop): no wake-up at
+// all, the least a message on this path can cost — the floor.
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -13,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +33,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kBig = 64 << 20;
+bool spin = false;  // --spin: poll instead of blocking in recv
 
 bool SendAll(int fd, const char* data, size_t length) {
   while (length > 0) {
@@ -40,7 +47,8 @@ bool SendAll(int fd, const char* data, size_t length) {
 
 bool ReceiveAll(int fd, char* data, size_t length) {
   while (length > 0) {
-    const ssize_t n = ::recv(fd, data, length, 0);
+    const ssize_t n = ::recv(fd, data, length, spin ? MSG_DONTWAIT : 0);
+    if (n < 0 && spin && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (n <= 0) return false;
     data += n;
     length -= static_cast<size_t>(n);
@@ -92,13 +100,18 @@ void NoDelay(int fd, const Address& a) {
 }  // namespace
 
 constexpr char kUsage[] =
-    "usage: socket_floor [--unix]\n"
-    "A ping-pong over a plain blocking socket between two processes (TCP on loopback, or an\n"
-    "abstract Unix socket): the floor under the TensorPipe backend's transports; prints JSON.\n";
+    "usage: socket_floor [--unix] [--spin]\n"
+    "A ping-pong over a plain socket between two processes (TCP on loopback, or an abstract\n"
+    "Unix socket), each side blocking in recv (a reference) or, with --spin, polling (the\n"
+    "floor under the TensorPipe backend's transports); prints JSON.\n";
 
 int main(int argc, char** argv) {
   tessera::bench::ExitOnHelp(argc, argv, kUsage);
-  const bool unix_socket = argc > 1 && std::strcmp(argv[1], "--unix") == 0;
+  bool unix_socket = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--unix") == 0) unix_socket = true;
+    if (std::strcmp(argv[i], "--spin") == 0) spin = true;
+  }
   Address address = ListenAddress(unix_socket);
   const int listener = ::socket(address.family, SOCK_STREAM, 0);
   if (listener < 0 ||

@@ -1,7 +1,13 @@
 """The workloads of bench/rpc_bench.cc with PyTorch's torch.distributed.rpc
 (TensorPipe backend), two processes on loopback. Prints one JSON object with
-the same keys. Run with Debian's /usr/bin/python3 (python3-torch 1.13)."""
+the same keys. Run with Debian's /usr/bin/python3 (python3-torch 1.13).
+
+TORCH_RPC_BENCH_TORCHSCRIPT=1 calls a TorchScript function instead of a
+Python one: PyTorch's fastest RPC path (the callee runs it without the GIL
+and nothing is pickled), the like-for-like match for Tessera's compiled
+C++ functions."""
 import json
+import os
 import time
 
 import torch
@@ -13,12 +19,20 @@ def echo(t):
     return t
 
 
+@torch.jit.script
+def echo_script(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+ECHO = echo_script if os.environ.get("TORCH_RPC_BENCH_TORCHSCRIPT") == "1" else echo
+
+
 def bandwidth(nbytes, iterations):
     t = torch.ones(nbytes // 4)
-    rpc.rpc_sync("worker1", echo, args=(t,))
+    rpc.rpc_sync("worker1", ECHO, args=(t,))
     start = time.perf_counter()
     for _ in range(iterations):
-        rpc.rpc_sync("worker1", echo, args=(t,))
+        rpc.rpc_sync("worker1", ECHO, args=(t,))
     return 2.0 * nbytes * iterations / (time.perf_counter() - start) / 1e9
 
 
@@ -27,11 +41,11 @@ def run(rank, port, out):
     if rank == 0:
         one = torch.ones(1)
         for _ in range(500):
-            rpc.rpc_sync("worker1", echo, args=(one,))
+            rpc.rpc_sync("worker1", ECHO, args=(one,))
         rtts = []
         for _ in range(5000):
             start = time.perf_counter()
-            rpc.rpc_sync("worker1", echo, args=(one,))
+            rpc.rpc_sync("worker1", ECHO, args=(one,))
             rtts.append((time.perf_counter() - start) * 1e6)
         rtts.sort()
         window, calls = [], 20000
@@ -39,7 +53,7 @@ def run(rank, port, out):
         for _ in range(calls):
             if len(window) == 64:
                 window.pop(0).wait()
-            window.append(rpc.rpc_async("worker1", echo, args=(one,)))
+            window.append(rpc.rpc_async("worker1", ECHO, args=(one,)))
         for f in window:
             f.wait()
         calls_per_s = calls / (time.perf_counter() - start)
