@@ -32,20 +32,16 @@ output_base="${XDG_CACHE_HOME:-$HOME/.cache}/tessera-sanitizers/$(pwd | md5sum |
 targets=(//tests/rpc:rpc_faults_test //tests/rpc:rpc_faults_test_grpc //tests/rref:rref_test
          //tests/rref:rref_test_grpc //tests/dist_autograd:dist_autograd_test
          //tests/common:thread_pool_test //tests/rpc:guarded_tcp_test //tests/rpc:shared_tensors_test)
-# No convenience symlinks (bazel-bin, bazel-<dir>...): they belong to the
-# main output base, and one pointing into this one would be walked by the
-# main build's //... as a package tree.
+verb=test
+$build_only && verb=build
 status=0
 for config in tsan asan; do
-  if $build_only; then
-    echo "sanitizers: building --config=$config: ${targets[*]}"
-    bazel --output_base="$output_base" build --symlink_prefix=/ --config="$config" "$@" \
-      "${targets[@]}" || status=1
-  else
-    echo "sanitizers: --config=$config over ${targets[*]}"
-    bazel --output_base="$output_base" test --symlink_prefix=/ --config="$config" "$@" \
-      "${targets[@]}" || status=1
-  fi
+  echo "sanitizers: $verb --config=$config: ${targets[*]}"
+  # --symlink_prefix=/: no convenience symlinks (bazel-bin, bazel-<dir>...).
+  # They belong to the main output base; one pointing into this one would be
+  # walked by the main build's //... as a package tree.
+  bazel --output_base="$output_base" "$verb" --symlink_prefix=/ --config="$config" "$@" \
+    "${targets[@]}" || status=1
 done
 if [[ $status -ne 0 ]]; then
   echo "sanitizers: FAILED (a build or a test above)"

@@ -79,8 +79,7 @@ TEST_F(FaultTolerantDdpTest, AKilledReplicaRejoinsFromALivePeerAndAllEndIdentica
   const std::vector<std::string> fingerprints = Fingerprints(out);
   ASSERT_EQ(fingerprints.size(), 3u) << out;
   EXPECT_EQ(std::set<std::string>(fingerprints.begin(), fingerprints.end()).size(), 1u) << out;
-  EXPECT_EQ(fingerprints[0],
-            absl::StrCat(fingerprints[0].substr(0, fingerprints[0].find(' ')), " at ", kSteps))
+  EXPECT_TRUE(absl::EndsWith(fingerprints[0], absl::StrCat(" at ", kSteps)))
       << "every replica trained every step\n"
       << out;
 }

@@ -120,15 +120,10 @@ std::function<Env(int, const std::string&)> RanksStartedDirectly(NetworkHosts& h
 // each and prints "rank R exited with C": the test checks every rank's exit
 // code, which the host's shell alone would not tell.
 std::string StartRanks(const std::string& scenario, const std::string& ranks) {
-  return absl::StrCat("for i in $(seq 0 $((", ranks,
-                      " - 1))); do "
-                      "RANK=$((BASE_RANK + i)) \"$0\" --tessera_worker=",
-                      scenario,
-                      " & eval pid$i=$!; done; "
-                      "for i in $(seq 0 $((",
-                      ranks,
-                      " - 1))); do "
-                      "eval wait \\$pid$i; echo \"rank $((BASE_RANK + i)) exited with $?\"; done");
+  return absl::StrCat("n=", ranks, "; for i in $(seq 0 $((n - 1))); do RANK=$((BASE_RANK + i)) ",
+                      "\"$0\" --tessera_worker=", scenario, " & eval pid$i=$!; done; ",
+                      "for i in $(seq 0 $((n - 1))); do eval wait \\$pid$i; ",
+                      "echo \"rank $((BASE_RANK + i)) exited with $?\"; done");
 }
 
 void ExpectExitCode(const std::string& out, int rank, int code) {
