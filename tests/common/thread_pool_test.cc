@@ -17,16 +17,17 @@ namespace tessera {
 namespace {
 
 // `waiters` tasks that each wait for a promise which only a task posted
-// after all of them fulfils; returns how many of them saw it in time.
+// after all of them fulfils; returns how many of them saw it in time. The
+// tasks hold the promise by value: the later one may run after this returns.
 int WaitersThatSawTheLaterTask(ThreadPool& pool, int waiters, absl::Duration patience) {
   Promise<int> later;
   std::vector<Promise<bool>> saw(waiters);
   for (int i = 0; i < waiters; ++i) {
-    pool.Post([&later, done = saw[i], patience]() mutable {
+    pool.Post([later, done = saw[i], patience]() mutable {
       done.Set(later.GetFuture().Wait(patience).ok());
     });
   }
-  pool.Post([&later] { later.Set(1); });
+  pool.Post([later] { later.Set(1); });
   int count = 0;
   for (auto& done : saw) count += *done.GetFuture().Wait(patience + absl::Seconds(30)) ? 1 : 0;
   later.Set(0);  // in case the later task never ran (no-op otherwise)
@@ -49,7 +50,7 @@ TEST(ThreadPoolTest, GrowthStopsAtMaxThreads) {
   Promise<int> release;
   std::vector<Promise<bool>> started(3);
   for (auto& s : started) {
-    pool.Post([&release, s]() mutable {
+    pool.Post([release, s]() mutable {
       s.Set(true);
       (void)release.GetFuture().Wait(absl::Seconds(60));
     });
