@@ -18,9 +18,9 @@
 #
 # The builds use an output base of their own (a Bazel server beside the
 # main one), and each sanitizer its own output directory (--platform_suffix
-# in .bazelrc), so CI can build both at the lowest CPU priority while the
-# main suite's tests run — on the CPU those tests leave idle (--build-only)
-# — and then only run them.
+# in .bazelrc), so CI can build both at idle CPU priority while the main
+# suite's tests run — on the CPU those tests leave idle (--build-only,
+# under scripts/idle_priority.sh) — and then only run them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build_only=false
@@ -33,7 +33,12 @@ targets=(//tests/rpc:rpc_faults_test //tests/rpc:rpc_faults_test_grpc //tests/rr
          //tests/rref:rref_test_grpc //tests/dist_autograd:dist_autograd_test
          //tests/common:thread_pool_test //tests/rpc:guarded_tcp_test //tests/rpc:shared_tensors_test)
 verb=test
-$build_only && verb=build
+if $build_only; then
+  verb=build
+  # A server started earlier would build at its own priority, not at that
+  # of this script's caller (.ci/run: idle, scripts/idle_priority.sh).
+  bazel --output_base="$output_base" shutdown 2>/dev/null
+fi
 status=0
 for config in tsan asan; do
   echo "sanitizers: $verb --config=$config: ${targets[*]}"

@@ -33,8 +33,8 @@ extern "C" const char* __tsan_default_suppressions() {
          // reports the last holder's free as racing with the other holders'
          // earlier use (a Ref, inlined into our code). The free is a tail
          // call from libabsl_status.so, so its stack holds no frame of that
-         // library, only the inline Unref the -g1 of --config=tsan names
-         // (.bazelrc). ASan runs the same suites (scripts/sanitizers.sh) and
+         // library, only the inline Unref that TSan's unstripped line tables
+         // name (.bazelrc, --config=tsan). ASan runs the same suites (scripts/sanitizers.sh) and
          // would report a real use after such a free.
          "race:absl::*Status::Unref\n"
          "called_from_lib:libtensorpipe.so\n";
