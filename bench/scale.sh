@@ -8,12 +8,17 @@
 #   bench/scale.sh --hosts H [P...]      H network hosts (network namespaces
 #                                        on a bridge, as tests/multihost; needs
 #                                        root) with P workers each (default 16)
+#   bench/scale.sh --load L [N...]       each size twice: alone, then beside L
+#                                        processes that burn a CPU each (a busy
+#                                        machine: issue 51), rows side by side
 # The environment reaches the workers: e.g. TESSERA_TENSORPIPE_SAME_HOST=shm
 # or TESSERA_RPC_BACKEND=grpc compares another transport or backend.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 hosts=0
+load=0
 if [[ ${1:-} == --hosts ]]; then hosts=$2; shift 2; fi
+if [[ ${1:-} == --load ]]; then load=$2; shift 2; fi
 sizes=("$@")
 if [[ ${#sizes[@]} -eq 0 ]]; then
   if [[ $hosts -gt 0 ]]; then sizes=(16); else sizes=(8 32 64 128); fi
@@ -70,18 +75,39 @@ run_job() {
   return $code
 }
 
-printf "%8s %10s %12s %10s %12s %8s %10s\n" workers "start ms" "all-to-all" "rref ms" \
+# CPU burners beside a job (--load): started by start_load, killed by
+# stop_load, and bounded by timeout should the script die first.
+burners=()
+start_load() {
+  for ((i = 0; i < $1; i++)); do
+    timeout 1000 sh -c 'while :; do :; done' &
+    burners+=($!)
+  done
+}
+stop_load() {
+  [[ ${#burners[@]} -gt 0 ]] && kill "${burners[@]}" 2>/dev/null && wait "${burners[@]}" 2>/dev/null
+  burners=()
+}
+trap stop_load EXIT
+loads=(0)
+[[ $load -gt 0 ]] && loads=(0 "$load")
+
+printf "%12s %10s %12s %10s %12s %8s %10s\n" workers "start ms" "all-to-all" "rref ms" \
   "shutdown ms" "wall s" finished
 for n in "${sizes[@]}"; do
-  log=$(mktemp)
-  begin=$(date +%s.%N)
-  run_job "$log" "$n"
-  code=$?
-  end=$(date +%s.%N)
-  total=$n
-  label=$n
-  if [[ $hosts -gt 0 ]]; then total=$((hosts * n)); label="${hosts}x$n"; fi
-  /usr/bin/python3 - "$log" "$label" "$total" "$begin" "$end" "$code" <<'PY'
+  for busy in "${loads[@]}"; do
+    log=$(mktemp)
+    start_load "$busy"
+    begin=$(date +%s.%N)
+    run_job "$log" "$n"
+    code=$?
+    end=$(date +%s.%N)
+    stop_load
+    total=$n
+    label=$n
+    if [[ $hosts -gt 0 ]]; then total=$((hosts * n)); label="${hosts}x$n"; fi
+    [[ $busy -gt 0 ]] && label="$label +$busy busy"
+    /usr/bin/python3 - "$log" "$label" "$total" "$begin" "$end" "$code" <<'PY'
 import re, sys
 log, label, total, begin, end, code = sys.argv[1:]
 total, begin, end = int(total), float(begin), float(end)
@@ -90,7 +116,7 @@ rows = [tuple(float(x) for x in m.groups()) for m in re.finditer(
     r"scale rank \d+ of \d+: start (\d+) ms, all_to_all (\d+) ms, rref (\d+) ms, shutdown (\d+) ms",
     text)]
 worst = [max(col) for col in zip(*rows)] if rows else [float("nan")] * 4
-print(f"{label:>8} {worst[0]:10.0f} {worst[1]:12.0f} {worst[2]:10.0f} {worst[3]:12.0f} "
+print(f"{label:>12} {worst[0]:10.0f} {worst[1]:12.0f} {worst[2]:10.0f} {worst[3]:12.0f} "
       f"{end - begin:8.1f} {len(rows):6d}/{total}" + ("" if code == "0" else f"  (exit {code})"))
 if len(rows) < total:
     for line in text.splitlines():
@@ -98,5 +124,6 @@ if len(rows) < total:
             print("    " + line[:300])
             break
 PY
-  rm -f "$log"
+    rm -f "$log"
+  done
 done

@@ -33,7 +33,9 @@ struct LaunchOptions {
   bool standalone = false;
   int max_restarts = 0;
   // How long a node waits for the others (multi-node restarts, and node 0
-  // for the others to finish before it closes the store).
+  // for the others to finish before it closes the store); the workers get
+  // it too (TESSERA_RDZV_TIMEOUT_S, store/rendezvous_env.h), for their
+  // rendezvous and the store's answers.
   absl::Duration rendezvous_timeout = absl::Minutes(5);
   // How long a node may go unheard (its heartbeats through the store)
   // before it is declared lost (Note [Lost nodes], launcher/node_coordinator.h).

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/subprocess.h"
+#include "store/rendezvous_env.h"
 
 namespace tessera::launcher {
 namespace {
@@ -298,14 +299,17 @@ Worker Spawn(const LaunchOptions& options, int rank, int local_rank, int world_s
   }
   SpawnOptions spawn;
   spawn.argv = options.command;
-  spawn.env = {{"RANK", std::to_string(worker.rank)},
-               {"LOCAL_RANK", std::to_string(local_rank)},
-               {"WORLD_SIZE", std::to_string(world_size)},
-               {"LOCAL_WORLD_SIZE", std::to_string(options.nproc_per_node)},
-               {"MASTER_ADDR", options.master_addr},
-               {"MASTER_PORT", std::to_string(port)},
-               {"TESSERA_STORE_HOSTED", "1"},
-               {"TESSERA_JOIN", join}};
+  spawn.env = {
+      {"RANK", std::to_string(worker.rank)},
+      {"LOCAL_RANK", std::to_string(local_rank)},
+      {"WORLD_SIZE", std::to_string(world_size)},
+      {"LOCAL_WORLD_SIZE", std::to_string(options.nproc_per_node)},
+      {"MASTER_ADDR", options.master_addr},
+      {"MASTER_PORT", std::to_string(port)},
+      {"TESSERA_STORE_HOSTED", "1"},
+      {"TESSERA_JOIN", join},
+      {store::kRendezvousTimeoutVariable,
+       std::to_string(std::max<int64_t>(1, absl::ToInt64Seconds(options.rendezvous_timeout)))}};
   if (!options.store_url.empty()) spawn.env.push_back({"TESSERA_STORE", options.store_url});
   if (!role_file.empty()) spawn.env.push_back({"TESSERA_ROLE_FILE", role_file});
   if (!options.trace_dir.empty()) spawn.env.push_back({"TESSERA_TRACE", options.trace_dir});

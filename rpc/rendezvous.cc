@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/host_address.h"
+#include "common/host_load.h"
 #include "common/status.h"
 #include "store/elastic_keys.h"
 
@@ -112,10 +113,11 @@ absl::Status AwaitWorkers(store::StoreClient& store, const std::vector<std::stri
   if (missing->empty()) return absl::OkStatus();
   std::vector<std::string> ranks;
   for (const auto& key : *missing) ranks.push_back(key.substr(key.rfind('/') + 1));
-  return absl::DeadlineExceededError(
-      absl::StrCat("rendezvous of '", self.name, "' timed out after ",
-                   absl::FormatDuration(timeout), ": rank(s) ", absl::StrJoin(ranks, ", "),
-                   " of world size ", count, " never joined (store ", store.target(), ")"));
+  const std::string load = DescribeHostLoad();  // Note [Slow is not failed]
+  return absl::DeadlineExceededError(absl::StrCat(
+      "rendezvous of '", self.name, "' timed out after ", absl::FormatDuration(timeout),
+      ": rank(s) ", absl::StrJoin(ranks, ", "), " of world size ", count, " never joined (store ",
+      store.target(), load.empty() ? "" : "; ", load, ")"));
 }
 
 }  // namespace

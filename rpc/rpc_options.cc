@@ -49,6 +49,7 @@ absl::StatusOr<RpcOptions> RpcOptions::TryFromEnv() {
   // Under tessera-run the launcher hosts the store; workers connect to it.
   if (env->store_hosted) options.store_role = StoreRole::kConnect;
   options.store_url = env->store_url;
+  if (env->rendezvous_timeout.has_value()) options.rendezvous_timeout = *env->rendezvous_timeout;
   const char* name = std::getenv("TESSERA_WORKER_NAME");
   options.name = name ? name : absl::StrCat("worker", options.rank);
   if (const char* role = std::getenv("TESSERA_WORKER_ROLE")) options.role = role;

@@ -9,13 +9,6 @@
 #include "store/store_channel.h"
 
 namespace tessera::store {
-namespace {
-
-// Extra time the client waits beyond a server-side wait, for the reply.
-constexpr absl::Duration kReplySlack = absl::Seconds(5);
-
-}  // namespace
-
 class BuiltinStoreBackend::Stub {
  public:
   Stub(const std::string& target, auth::JobSecret secret)
@@ -60,39 +53,39 @@ absl::Status BuiltinStoreBackend::Set(const std::string& key, const std::string&
 }
 
 absl::StatusOr<std::optional<std::string>> BuiltinStoreBackend::Get(const std::string& key,
-                                                                    absl::Duration wait) {
+                                                                    absl::Duration wait,
+                                                                    absl::Duration reply) {
   proto::GetRequest request;
   request.set_key(key);
   request.set_timeout_ms(absl::ToInt64Milliseconds(wait));
   proto::GetResponse response;
-  auto status =
-      stub_->Call(&proto::Store::Stub::Get, "Get", request, &response, wait + kReplySlack);
+  auto status = stub_->Call(&proto::Store::Stub::Get, "Get", request, &response, wait + reply);
   if (!status.ok()) return status;
   if (!response.found()) return std::nullopt;
   return response.value();
 }
 
 absl::Status BuiltinStoreBackend::CallWait(const std::vector<std::string>& keys,
-                                           absl::Duration wait, bool with_values,
-                                           proto::WaitResponse* response) {
+                                           absl::Duration wait, absl::Duration reply,
+                                           bool with_values, proto::WaitResponse* response) {
   proto::WaitRequest request;
   for (const auto& key : keys) request.add_keys(key);
   request.set_timeout_ms(absl::ToInt64Milliseconds(wait));
   request.set_with_values(with_values);
-  return stub_->Call(&proto::Store::Stub::Wait, "Wait", request, response, wait + kReplySlack);
+  return stub_->Call(&proto::Store::Stub::Wait, "Wait", request, response, wait + reply);
 }
 
 absl::StatusOr<std::vector<std::string>> BuiltinStoreBackend::WaitForKeys(
-    const std::vector<std::string>& keys, absl::Duration wait) {
+    const std::vector<std::string>& keys, absl::Duration wait, absl::Duration reply) {
   proto::WaitResponse response;
-  TESSERA_RETURN_IF_ERROR(CallWait(keys, wait, /*with_values=*/false, &response));
+  TESSERA_RETURN_IF_ERROR(CallWait(keys, wait, reply, /*with_values=*/false, &response));
   return std::vector<std::string>(response.missing().begin(), response.missing().end());
 }
 
 absl::StatusOr<std::map<std::string, std::string>> BuiltinStoreBackend::GetMany(
-    const std::vector<std::string>& keys, absl::Duration wait) {
+    const std::vector<std::string>& keys, absl::Duration wait, absl::Duration reply) {
   proto::WaitResponse response;
-  TESSERA_RETURN_IF_ERROR(CallWait(keys, wait, /*with_values=*/true, &response));
+  TESSERA_RETURN_IF_ERROR(CallWait(keys, wait, reply, /*with_values=*/true, &response));
   std::map<std::string, std::string> values;
   for (proto::KeyValue& entry : *response.mutable_present()) {
     values.emplace(entry.key(), std::move(*entry.mutable_value()));

@@ -25,12 +25,14 @@ class BuiltinStoreBackend : public StoreBackend {
 
   absl::Status Set(const std::string& key, const std::string& value,
                    absl::Duration timeout) override;
-  absl::StatusOr<std::optional<std::string>> Get(const std::string& key,
-                                                 absl::Duration wait) override;
+  absl::StatusOr<std::optional<std::string>> Get(const std::string& key, absl::Duration wait,
+                                                 absl::Duration reply) override;
   absl::StatusOr<std::vector<std::string>> WaitForKeys(const std::vector<std::string>& keys,
-                                                       absl::Duration wait) override;
+                                                       absl::Duration wait,
+                                                       absl::Duration reply) override;
   absl::StatusOr<std::map<std::string, std::string>> GetMany(const std::vector<std::string>& keys,
-                                                             absl::Duration wait) override;
+                                                             absl::Duration wait,
+                                                             absl::Duration reply) override;
   absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta,
                               absl::Duration timeout) override;
   absl::StatusOr<std::string> CompareSet(const std::string& key, const std::string& expected,
@@ -42,9 +44,9 @@ class BuiltinStoreBackend : public StoreBackend {
  private:
   class Stub;
   // The store's Wait: the keys missing after `wait`, and the present ones'
-  // values if `with_values` (GetMany).
+  // values if `with_values` (GetMany); the answer may take `reply` more.
   absl::Status CallWait(const std::vector<std::string>& keys, absl::Duration wait,
-                        bool with_values, proto::WaitResponse* response);
+                        absl::Duration reply, bool with_values, proto::WaitResponse* response);
   const std::string target_;
   std::unique_ptr<Stub> stub_;
 };

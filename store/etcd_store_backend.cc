@@ -20,8 +20,6 @@ namespace {
 
 namespace etcd = ::etcdserverpb;
 
-// A read's deadline beyond a wait's: a zero wait still gets an answer.
-constexpr absl::Duration kReplySlack = absl::Seconds(5);
 // Between attempts after an Unavailable (an election, a member gone).
 constexpr absl::Duration kRetryPause = absl::Milliseconds(100);
 // etcd's default transaction holds at most 128 operations (--max-txn-ops).
@@ -228,7 +226,7 @@ absl::Status EtcdStoreBackend::Set(const std::string& key, const std::string& va
 }
 
 absl::StatusOr<std::map<std::string, std::string>> EtcdStoreBackend::Await(
-    const std::vector<std::string>& keys, absl::Duration wait) {
+    const std::vector<std::string>& keys, absl::Duration wait, absl::Duration reply) {
   const absl::Time deadline = absl::Now() + wait;
   std::map<std::string, std::string> found;  // user key -> value
   std::set<std::string> missing;             // full keys
@@ -253,7 +251,7 @@ absl::StatusOr<std::map<std::string, std::string>> EtcdStoreBackend::Await(
       }
       etcd::TxnResponse response;
       auto status = stub_->Call(&etcd::KV::Stub::Txn, request, &response,
-                                std::max(deadline, absl::Now() + kReplySlack));
+                                std::max(deadline, absl::Now()) + reply);
       if (!status.ok()) return status;
       const int64_t read_at = response.header().revision();
       revision = revision == 0 ? read_at : std::min(revision, read_at);
@@ -273,8 +271,9 @@ absl::StatusOr<std::map<std::string, std::string>> EtcdStoreBackend::Await(
 }
 
 absl::StatusOr<std::optional<std::string>> EtcdStoreBackend::Get(const std::string& key,
-                                                                 absl::Duration wait) {
-  auto found = Await({key}, wait);
+                                                                 absl::Duration wait,
+                                                                 absl::Duration reply) {
+  auto found = Await({key}, wait, reply);
   if (!found.ok()) return found.status();
   auto it = found->find(key);
   if (it == found->end()) return std::nullopt;
@@ -282,8 +281,8 @@ absl::StatusOr<std::optional<std::string>> EtcdStoreBackend::Get(const std::stri
 }
 
 absl::StatusOr<std::vector<std::string>> EtcdStoreBackend::WaitForKeys(
-    const std::vector<std::string>& keys, absl::Duration wait) {
-  auto found = Await(keys, wait);
+    const std::vector<std::string>& keys, absl::Duration wait, absl::Duration reply) {
+  auto found = Await(keys, wait, reply);
   if (!found.ok()) return found.status();
   std::vector<std::string> missing;
   for (const std::string& key : keys) {

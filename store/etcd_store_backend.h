@@ -52,13 +52,15 @@ class EtcdStoreBackend : public StoreBackend {
 
   absl::Status Set(const std::string& key, const std::string& value,
                    absl::Duration timeout) override;
-  absl::StatusOr<std::optional<std::string>> Get(const std::string& key,
-                                                 absl::Duration wait) override;
+  absl::StatusOr<std::optional<std::string>> Get(const std::string& key, absl::Duration wait,
+                                                 absl::Duration reply) override;
   absl::StatusOr<std::vector<std::string>> WaitForKeys(const std::vector<std::string>& keys,
-                                                       absl::Duration wait) override;
+                                                       absl::Duration wait,
+                                                       absl::Duration reply) override;
   absl::StatusOr<std::map<std::string, std::string>> GetMany(const std::vector<std::string>& keys,
-                                                             absl::Duration wait) override {
-    return Await(keys, wait);
+                                                             absl::Duration wait,
+                                                             absl::Duration reply) override {
+    return Await(keys, wait, reply);
   }
   absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta,
                               absl::Duration timeout) override;
@@ -80,9 +82,11 @@ class EtcdStoreBackend : public StoreBackend {
   EtcdStoreBackend(std::string target, std::string key_prefix, std::string grpc_target,
                    auth::JobSecret secret);
 
-  // Waits up to `wait` for `keys`: the values of those that exist.
+  // Waits up to `wait` for `keys`: the values of those that exist; the
+  // answers may take `reply` more.
   absl::StatusOr<std::map<std::string, std::string>> Await(const std::vector<std::string>& keys,
-                                                           absl::Duration wait);
+                                                           absl::Duration wait,
+                                                           absl::Duration reply);
   std::string Full(const std::string& key) const { return key_prefix_ + key; }
   // The stored form of `value` at `key` (Note [The store on etcd]), and back.
   std::string Seal(const std::string& key, const std::string& value) const;

@@ -43,6 +43,16 @@ absl::StatusOr<RendezvousEnv> ReadRendezvousEnv() {
     }
   }
   if (const char* url = std::getenv("TESSERA_STORE"); url != nullptr) env.store_url = url;
+  if (std::getenv(kRendezvousTimeoutVariable) != nullptr) {
+    int seconds = 0;
+    if (auto status = ReadInt(kRendezvousTimeoutVariable, &seconds); !status.ok()) return status;
+    if (seconds <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("environment variable ",
+                                                     kRendezvousTimeoutVariable, "='", seconds,
+                                                     "' is not a number of seconds, 1 or more"));
+    }
+    env.rendezvous_timeout = absl::Seconds(seconds);
+  }
   const char* hosted = std::getenv("TESSERA_STORE_HOSTED");
   env.store_hosted = hosted != nullptr && std::string(hosted) == "1";
   if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr) {

@@ -3,11 +3,16 @@
 // runtime's and the process groups' FromEnv factories.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace tessera::store {
+
+// The variable that carries the job's rendezvous budget, in seconds.
+inline constexpr char kRendezvousTimeoutVariable[] = "TESSERA_RDZV_TIMEOUT_S";
 
 struct RendezvousEnv {
   int rank = 0;
@@ -22,6 +27,11 @@ struct RendezvousEnv {
   // TESSERA_STORE: the store's address when it is not the built-in one at
   // MASTER_ADDR:MASTER_PORT (etcd://..., store/store_url.h); empty if not.
   std::string store_url;
+  // TESSERA_RDZV_TIMEOUT_S: the job's rendezvous budget (tessera-run
+  // --rdzv_timeout), which workers wait for one another and for the store's
+  // answers within (Note [Slow is not failed], store_backend.h); unset: the
+  // worker's own default.
+  std::optional<absl::Duration> rendezvous_timeout;
 
   // Where the store is: store_url, or MASTER_ADDR:MASTER_PORT.
   std::string StoreAddress() const;

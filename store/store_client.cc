@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/host_load.h"
 #include "store/builtin_store_backend.h"
 
 namespace tessera::store {
@@ -19,8 +20,14 @@ StoreClient::~StoreClient() = default;
 
 absl::Status StoreClient::Annotated(const absl::Status& status, const std::string& what) const {
   if (status.ok()) return status;
+  std::string load;
+  if (absl::IsDeadlineExceeded(status)) {
+    // Note [Slow is not failed]: a deadline on a busy host says how busy.
+    const std::string described = DescribeHostLoad();
+    if (!described.empty()) load = absl::StrCat(" (", described, ")");
+  }
   return absl::Status(status.code(),
-                      absl::StrCat("store ", target(), ": ", what, ": ", status.message()));
+                      absl::StrCat("store ", target(), ": ", what, ": ", status.message(), load));
 }
 
 absl::Status StoreClient::Set(const std::string& key, const std::string& value) {
@@ -37,7 +44,7 @@ absl::StatusOr<std::string> StoreClient::Get(const std::string& key) {
 }
 
 absl::StatusOr<std::string> StoreClient::Get(const std::string& key, absl::Duration timeout) {
-  auto value = backend_->Get(key, timeout);
+  auto value = backend_->Get(key, timeout, default_timeout_);
   if (!value.ok()) return Annotated(value.status(), "get '" + key + "'");
   if (!value->has_value()) {
     return absl::DeadlineExceededError("store " + target() + ": key '" + key +
@@ -48,7 +55,7 @@ absl::StatusOr<std::string> StoreClient::Get(const std::string& key, absl::Durat
 
 absl::StatusOr<std::vector<std::string>> StoreClient::WaitForKeys(
     const std::vector<std::string>& keys, absl::Duration timeout) {
-  auto missing = backend_->WaitForKeys(keys, timeout);
+  auto missing = backend_->WaitForKeys(keys, timeout, default_timeout_);
   if (!missing.ok()) return Annotated(missing.status(), "wait");
   return missing;
 }
@@ -64,7 +71,7 @@ absl::Status StoreClient::Wait(const std::vector<std::string>& keys, absl::Durat
 
 absl::StatusOr<std::map<std::string, std::string>> StoreClient::GetMany(
     const std::vector<std::string>& keys, absl::Duration timeout) {
-  auto values = backend_->GetMany(keys, timeout);
+  auto values = backend_->GetMany(keys, timeout, default_timeout_);
   if (!values.ok()) return Annotated(values.status(), "read " + std::to_string(keys.size()) + " keys");
   return values;
 }

@@ -21,7 +21,7 @@ class RpcOptionsFromEnvTest : public ::testing::Test {
   }
   void TearDown() override {
     for (const char* name : {"RANK", "WORLD_SIZE", "MASTER_PORT", "TESSERA_WORKER_SPIN_US",
-                             "TESSERA_MAX_REQUESTS_IN_SERVICE"}) {
+                             "TESSERA_MAX_REQUESTS_IN_SERVICE", "TESSERA_RDZV_TIMEOUT_S"}) {
       unsetenv(name);
     }
   }
@@ -58,6 +58,26 @@ TEST_F(RpcOptionsFromEnvTest, ABadCountIsAnErrorNamingTheVariable) {
                                             "count, 1 or more)"),
             std::string::npos)
       << options.status();
+}
+
+// tessera-run hands its --rdzv_timeout to the workers (Note [Slow is not
+// failed], store/store_backend.h): their rendezvous and the store's answers
+// get the job's budget, not the worker's default.
+TEST_F(RpcOptionsFromEnvTest, TheJobsRendezvousBudgetReachesTheWorker) {
+  auto defaults = RpcOptions::TryFromEnv();
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->rendezvous_timeout, RpcOptions().rendezvous_timeout);
+  setenv("TESSERA_RDZV_TIMEOUT_S", "900", 1);
+  auto set = RpcOptions::TryFromEnv();
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->rendezvous_timeout, absl::Seconds(900));
+  for (const char* bad : {"0", "ten"}) {
+    setenv("TESSERA_RDZV_TIMEOUT_S", bad, 1);
+    auto options = RpcOptions::TryFromEnv();
+    ASSERT_FALSE(options.ok()) << "'" << bad << "' was taken";
+    EXPECT_NE(options.status().message().find("TESSERA_RDZV_TIMEOUT_S"), std::string::npos)
+        << options.status();
+  }
 }
 
 }  // namespace

@@ -1,14 +1,21 @@
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <cctype>
+#include <cstdlib>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
 #include "store/store_client.h"
 #include "store/store_server.h"
 #include "store/store_url.h"
 #include "tests/testing/etcd_cluster.h"
+#include "tests/testing/multiprocess.h"
 
 namespace tessera::store {
 namespace {
@@ -146,13 +153,69 @@ TEST_P(StoreTest, CompareSetAndDelete) {
   EXPECT_FALSE(*client_->Delete("cs"));
 }
 
-TEST(StoreClientTest, UnreachableStoreFailsAtTheDeadline) {
+TEST(StoreClientTest, UnreachableStoreFailsAtTheDeadlineSayingHowBusyTheHostWas) {
   auto server = StoreServer::Start("127.0.0.1", 0);
   const int port = (*server)->port();
   (*server)->Shutdown();
   StoreClient client("127.0.0.1", port, absl::Milliseconds(200));
   auto status = client.Set("k", "v");
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "this host's load average was ")) << status;
+}
+
+// A built-in store serving on STORE_PORT until killed, in a process of its
+// own, so that the test can freeze it.
+TESSERA_WORKER_SCENARIO(store_server) {
+  auto server = StoreServer::Start("127.0.0.1", std::atoi(std::getenv("STORE_PORT")));
+  if (!server.ok()) return 2;
+  for (;;) pause();
+}
+
+// Note [Slow is not failed] (store_backend.h): a store frozen (SIGSTOP) for
+// longer than the 5 s a read's answer was once allowed, then woken, as a
+// loaded or paused machine is: reads that wait for no key still get their
+// answer, within the client's timeout, and no error.
+void ExpectReadsOutlastAFreeze(StoreClient& client, pid_t store) {
+  constexpr absl::Duration kFreeze = absl::Seconds(7);
+  ASSERT_TRUE(client.Set("k", "v").ok());
+  for (bool many : {true, false}) {
+    ASSERT_EQ(::kill(store, SIGSTOP), 0);
+    // The freeze's length is the fault itself, not a wait for something.
+    std::thread thaw([store] {
+      absl::SleepFor(kFreeze);
+      ::kill(store, SIGCONT);
+    });
+    const absl::Time start = absl::Now();
+    std::string value;
+    if (many) {
+      auto values = client.GetMany({"k"}, absl::ZeroDuration());
+      EXPECT_TRUE(values.ok()) << values.status();
+      if (values.ok() && values->count("k")) value = values->at("k");
+    } else {
+      auto got = client.Get("k", absl::ZeroDuration());
+      EXPECT_TRUE(got.ok()) << got.status();
+      if (got.ok()) value = *got;
+    }
+    const absl::Duration took = absl::Now() - start;
+    thaw.join();
+    EXPECT_EQ(value, "v") << (many ? "GetMany" : "Get");
+    EXPECT_GE(took, kFreeze - absl::Seconds(1)) << "the store answered while frozen?";
+  }
+}
+
+TEST(StoreClientTest, ABuiltinStoreThatAnswersLateIsWaitedForNotFailed) {
+  const int port = testing::FreeLoopbackPort();
+  testing::WorkerProcess server("store_server", {{"STORE_PORT", std::to_string(port)}});
+  StoreClient client("127.0.0.1", port, absl::Seconds(60));
+  ExpectReadsOutlastAFreeze(client, server.pid());
+}
+
+TEST(StoreClientTest, AnEtcdStoreThatAnswersLateIsWaitedForNotFailed) {
+  auto etcd = testing::EtcdCluster::StartLocal(1);
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  auto client = ConnectStore((*etcd)->Url("late"), absl::Seconds(60), auth::JobSecret());
+  ASSERT_TRUE(client.ok()) << client.status();
+  ExpectReadsOutlastAFreeze(**client, (*etcd)->pid(0));
 }
 
 }  // namespace

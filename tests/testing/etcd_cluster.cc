@@ -113,6 +113,10 @@ void EtcdCluster::Kill(int member) {
   members_[member].reset();
 }
 
+pid_t EtcdCluster::pid(int member) const {
+  return members_[member] == nullptr ? -1 : members_[member]->pid();
+}
+
 std::string EtcdCluster::Logs() const {
   std::string logs;
   for (size_t i = 0; i < endpoints_.size(); ++i) {

@@ -31,6 +31,8 @@ class EtcdCluster {
   std::string Url(const std::string& job) const;
   // SIGKILLs member `member` (on a network host: everything in its PID namespace).
   void Kill(int member);
+  // The process of member `member` (to freeze it: SIGSTOP, then SIGCONT).
+  pid_t pid(int member) const;
   // The last lines of every member's log, for a failing test's message.
   std::string Logs() const;
 
