@@ -13,10 +13,13 @@
 #include <ATen/ops/tensor.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/adam.h>
+#include <torch/serialize.h>
 
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <filesystem>
+#include <string>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -42,6 +45,9 @@ ABSL_FLAG(double, quorum_timeout_s, 3,
 ABSL_FLAG(int, min_replicas, 0,
           "a step's quorum commits only with at least this many replicas (0: a majority of "
           "those the job started with, so two quorums can never both commit)");
+ABSL_FLAG(std::string, save, "",
+          "where every replica that finishes saves the trained model (torch::save; written "
+          "whole, then renamed, so replicas sharing a file system leave one complete copy)");
 ABSL_FLAG(double, rejoin_timeout_s, 300,
           "seconds a replica keeps trying to rejoin a quorum that can commit (the store out of "
           "reach, too few replicas) before it gives up");
@@ -154,7 +160,10 @@ int Train(const TrainingFlags& flags) {
               "a step\n",
               who.c_str(), Fingerprint(*net), static_cast<long long>(ft.step()),
               absl::ToDoubleMilliseconds(coordination) / static_cast<double>(attempts));
-  if (env.rank == 0) {
+  // The job's result is every survivor's, not rank 0's alone: the replicas
+  // hold the same parameters, and whichever machines are lost, those that
+  // finish evaluate and save (issue 51).
+  {
     const data::Examples test = data::LoadFashionMnist(data::Split::kTest);
     torch::NoGradGuard no_grad;
     net->eval();
@@ -162,6 +171,13 @@ int Train(const TrainingFlags& flags) {
         net->forward(test.images).argmax(1).eq(test.labels).to(at::kFloat).mean().item<double>();
     std::printf("[%s] test accuracy %.2f%% after %lld steps\n", who.c_str(), 100 * accuracy,
                 static_cast<long long>(ft.step()));
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_save); !path.empty()) {
+    const std::string partial = absl::StrCat(path, ".", who, ".partial");
+    torch::save(net, partial);
+    std::filesystem::rename(partial, path);
+    std::printf("[%s] saved the model (parameters %016" PRIx64 ") to %s\n", who.c_str(),
+                Fingerprint(*net), path.c_str());
   }
   std::fflush(stdout);
   return 0;

@@ -9,12 +9,15 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "tests/multihost/job.h"
 #include "tests/testing/etcd_cluster.h"
@@ -31,16 +34,18 @@ constexpr char kFaultTolerantDdp[] = "examples/fault_tolerant_ddp/fault_tolerant
 // Fault-tolerant DDP, a replica per host, on 3 nodes of which 2 suffice
 // (--nnodes 2:3, --node_timeout 10 s), once host `watched`'s replica has
 // trained a while with the others; `store_args` say where the store is
-// (node 0's built-in one when empty).
+// (node 0's built-in one when empty); `program_args` go to the example.
 std::unique_ptr<Job> StartElasticFaultTolerantDdp(NetworkHosts& hosts, int steps,
                                                   std::vector<std::string> store_args = {},
-                                                  int watched = 2) {
+                                                  int watched = 2,
+                                                  std::vector<std::string> program_args = {}) {
   std::vector<std::string> args = {"--nnodes",        "2:3",     "--node_timeout", "10",
                                    "--elastic_roles", "replica", "--max_restarts", "1"};
   args.insert(args.end(), store_args.begin(), store_args.end());
-  auto job = Job::Launched(
-      hosts, 1, {kFaultTolerantDdp, "--steps", std::to_string(steps), "--log_every", "25"}, {}, "",
-      args);
+  std::vector<std::string> program = {kFaultTolerantDdp, "--steps", std::to_string(steps),
+                                      "--log_every", "25"};
+  program.insert(program.end(), program_args.begin(), program_args.end());
+  auto job = Job::Launched(hosts, 1, program, {}, "", args);
   EXPECT_TRUE(job->on(watched).WaitFor("3 replicas\n", 2, absl::Seconds(180))) << job->output();
   return job;
 }
@@ -213,13 +218,17 @@ TEST(MultiHostClusterFaultsTest, ANodeDeclaredLostThatComesBackIsToldAndStops) {
 // a member on each host (--store etcd://...), and host 0 is lost — its
 // link down, then its etcd member, its tessera-run and replica 0 SIGKILLed.
 // The two other members are a majority, so the store, and with it the
-// quorum, go on: replicas 1 and 2 train to the end, identical.
+// quorum, go on: replicas 1 and 2 train to the end, identical. The job's
+// result survives node 0 too: the survivors evaluate the model and save it
+// (issue 51), where rank 0 alone once did.
 TEST(MultiHostClusterFaultsTest, AFaultTolerantDdpJobOnEtcdSurvivesTheLossOfNodeZero) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
   auto etcd = EtcdCluster::StartOn(hosts);
   ASSERT_TRUE(etcd.ok()) << etcd.status();
+  // Every host sees this folder, as a cluster's shared file system.
+  const std::string saved = absl::StrCat(std::getenv("TEST_TMPDIR"), "/ft-ddp-model.pt");
   auto job = StartElasticFaultTolerantDdp(hosts, 400, {"--store", (*etcd)->Url("ft-ddp")},
-                                          /*watched=*/1);
+                                          /*watched=*/1, {"--save", saved});
   ASSERT_TRUE(hosts.SetLink(0, /*up=*/false).ok());
   ASSERT_EQ(::kill(job->on(0).pid(), SIGKILL), 0);
   (*etcd)->Kill(0);
@@ -230,6 +239,14 @@ TEST(MultiHostClusterFaultsTest, AFaultTolerantDdpJobOnEtcdSurvivesTheLossOfNode
   }
   const std::set<std::string> fingerprints = Fingerprints(*job, std::vector<int>{1, 2}, 400);
   EXPECT_TRUE(fingerprints.size() == 1 && !fingerprints.count("none")) << job->output();
+  for (int host = 1; host < 3; ++host) {
+    const std::string& out = job->on(host).output();
+    EXPECT_GT(FirstNumber(out, "test accuracy ([0-9.]+)% after 400 steps"), 60.0) << out;
+    EXPECT_TRUE(absl::StrContains(out, absl::StrCat("saved the model (parameters ",
+                                                    *fingerprints.begin(), ") to ", saved)))
+        << out;
+  }
+  EXPECT_GT(std::filesystem::exists(saved) ? std::filesystem::file_size(saved) : 0, 0u);
   std::printf("what the user saw:\n%s", job->output().c_str());
 }
 
