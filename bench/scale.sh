@@ -76,11 +76,13 @@ run_job() {
 }
 
 # CPU burners beside a job (--load): started by start_load, killed by
-# stop_load, and bounded by timeout should the script die first.
+# stop_load, and bounded by timeout should the script die first. Each in a
+# session of its own, as other users' programs are (tests/rpc/scale_test.cc:
+# under the kernel's autogroups each weighs as much as the whole job).
 burners=()
 start_load() {
   for ((i = 0; i < $1; i++)); do
-    timeout 1000 sh -c 'while :; do :; done' &
+    setsid timeout 1000 sh -c 'while :; do :; done' &
     burners+=($!)
   done
 }
