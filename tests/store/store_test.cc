@@ -4,12 +4,16 @@
 
 #include <cctype>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "store/store_client.h"
 #include "store/store_server.h"
@@ -171,6 +175,20 @@ TESSERA_WORKER_SCENARIO(store_server) {
   for (;;) pause();
 }
 
+// Whether every thread of process `pid` has stopped (SIGSTOP takes effect
+// on each thread on its own, after kill() returned).
+bool AllThreadsStopped(pid_t pid) {
+  const std::string tasks = absl::StrCat("/proc/", pid, "/task");
+  for (const auto& task : std::filesystem::directory_iterator(tasks)) {
+    std::ifstream stat(task.path() / "stat");
+    const std::string text((std::istreambuf_iterator<char>(stat)),
+                           std::istreambuf_iterator<char>());
+    const size_t end = text.rfind(')');  // the state follows the command's name
+    if (end == std::string::npos || end + 2 >= text.size() || text[end + 2] != 'T') return false;
+  }
+  return true;
+}
+
 // Note [Slow is not failed] (store_backend.h): a store frozen (SIGSTOP) for
 // longer than the 5 s a read's answer was once allowed, then woken, as a
 // loaded or paused machine is: reads that wait for no key still get their
@@ -180,6 +198,11 @@ void ExpectReadsOutlastAFreeze(StoreClient& client, pid_t store) {
   ASSERT_TRUE(client.Set("k", "v").ok());
   for (bool many : {true, false}) {
     ASSERT_EQ(::kill(store, SIGSTOP), 0);
+    const absl::Time stopping = absl::Now();
+    while (!AllThreadsStopped(store)) {
+      ASSERT_LT(absl::Now() - stopping, absl::Seconds(10)) << "the store did not stop";
+      std::this_thread::yield();
+    }
     // The freeze's length is the fault itself, not a wait for something.
     std::thread thaw([store] {
       absl::SleepFor(kFreeze);
