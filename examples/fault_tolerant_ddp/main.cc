@@ -19,9 +19,9 @@
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
-#include <string>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"

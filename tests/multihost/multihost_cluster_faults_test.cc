@@ -115,9 +115,10 @@ TEST(MultiHostClusterFaultsTest, AParameterServerJobCutOffFor25sHealsWithoutRest
   EXPECT_EQ(server.Count("serving a CNN"), 1) << job->output();
   EXPECT_TRUE(absl::StrContains(out, "steps trained: 500 of 500 ")) << job->output();
   EXPECT_GT(FirstNumber(out, "test accuracy ([0-9.]+)%"), 70.0) << out;
-  std::printf("parameter server, trainer link cut and healed: test accuracy %.2f%% after 500 "
-              "steps\n",
-              FirstNumber(out, "test accuracy ([0-9.]+)%"));
+  std::printf(
+      "parameter server, trainer link cut and healed: test accuracy %.2f%% after 500 "
+      "steps\n",
+      FirstNumber(out, "test accuracy ([0-9.]+)%"));
   EXPECT_EQ(job->output().find("restarting the group"), std::string::npos) << job->output();
   std::printf("what the user saw:\n%s", job->output().c_str());
 }
@@ -242,8 +243,8 @@ TEST(MultiHostClusterFaultsTest, AFaultTolerantDdpJobOnEtcdSurvivesTheLossOfNode
   for (int host = 1; host < 3; ++host) {
     const std::string& out = job->on(host).output();
     EXPECT_GT(FirstNumber(out, "test accuracy ([0-9.]+)% after 400 steps"), 60.0) << out;
-    EXPECT_TRUE(absl::StrContains(out, absl::StrCat("saved the model (parameters ",
-                                                    *fingerprints.begin(), ") to ", saved)))
+    EXPECT_TRUE(absl::StrContains(
+        out, absl::StrCat("saved the model (parameters ", *fingerprints.begin(), ") to ", saved)))
         << out;
   }
   EXPECT_GT(std::filesystem::exists(saved) ? std::filesystem::file_size(saved) : 0, 0u);
