@@ -2,7 +2,6 @@
 
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 
 #include <filesystem>
 #include <fstream>
@@ -18,42 +17,19 @@
 namespace tessera::testing {
 
 absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::StartLocal(int members) {
-  // A free port is free only until someone else takes it: a test beside
-  // this one may start its own etcd on the same port, and then one of the
-  // two exits (address in use) while the other answers for both. A cluster
-  // whose member died by the time a write went through starts again on
-  // other ports.
-  for (int attempt = 1;; ++attempt) {
-    std::unique_ptr<EtcdCluster> cluster(new EtcdCluster());
-    auto started = cluster->Start(std::vector<std::string>(members, "127.0.0.1"),
-                                  std::vector<std::vector<std::string>>(members));
-    if (!started.ok()) return started;
-    // Serving once a write goes through (an elected leader, a quorum).
-    auto client = store::ConnectStore(cluster->Url("ready"), absl::Seconds(30), {});
-    if (!client.ok()) return client.status();
-    if (auto ready = (*client)->Set("ready", "1"); !ready.ok()) {
-      return absl::UnavailableError(
-          absl::StrCat("etcd did not start serving: ", ready.message(), "\n", cluster->Logs()));
-    }
-    (void)(*client)->Delete("ready");
-    if (cluster->AllRunning()) return cluster;
-    if (attempt == 3) {
-      return absl::UnavailableError(absl::StrCat(
-          "etcd members exited after starting, three times (ports taken?)\n", cluster->Logs()));
-    }
+  std::unique_ptr<EtcdCluster> cluster(new EtcdCluster());
+  auto started = cluster->Start(std::vector<std::string>(members, "127.0.0.1"),
+                                std::vector<std::vector<std::string>>(members));
+  if (!started.ok()) return started;
+  // Serving once a write goes through (an elected leader, a quorum).
+  auto client = store::ConnectStore(cluster->Url("ready"), absl::Seconds(30), {});
+  if (!client.ok()) return client.status();
+  if (auto ready = (*client)->Set("ready", "1"); !ready.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("etcd did not start serving: ", ready.message(), "\n", cluster->Logs()));
   }
-}
-
-bool EtcdCluster::AllRunning() const {
-  for (const auto& member : members_) {
-    siginfo_t info{};
-    // WNOWAIT: looked at, not reaped (ObservedProcess reaps it).
-    if (member == nullptr ||
-        waitid(P_PID, member->pid(), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != 0) {
-      return false;
-    }
-  }
-  return true;
+  (void)(*client)->Delete("ready");
+  return cluster;
 }
 
 absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::StartOn(NetworkHosts& hosts) {

@@ -38,8 +38,6 @@ class EtcdCluster {
 
  private:
   EtcdCluster() = default;
-  // Whether every member's process is still running.
-  bool AllRunning() const;
   // Starts member i of `addresses`, each through `wrappers[i]` (may be empty).
   absl::Status Start(const std::vector<std::string>& addresses,
                      const std::vector<std::vector<std::string>>& wrappers);
