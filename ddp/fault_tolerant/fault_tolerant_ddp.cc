@@ -6,6 +6,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include <future>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -74,7 +75,7 @@ void FaultTolerantDdp::Recover(const QuorumRound& round) {
   step_ = round.max_step();
 }
 
-void FaultTolerantDdp::AverageGradients() {
+void FaultTolerantDdp::AverageGradients(const QuorumRound& round, bool contribute) {
   std::vector<at::Tensor> grads;
   std::vector<at::Tensor> params = model_.parameters();
   for (auto& param : params) {
@@ -82,7 +83,14 @@ void FaultTolerantDdp::AverageGradients() {
                                            : at::zeros_like(param).reshape(-1));
   }
   at::Tensor flat = at::cat(grads);
-  Await(group_->Allreduce(flat, ReduceOp::kAverage), options_.gloo.timeout);
+  // Gradients computed on parameters the step no longer starts from count
+  // for nothing (torchft's healing replica): the average is over the
+  // members that were up to date, which every member counts alike.
+  if (!contribute) flat.zero_();
+  int64_t contributors = 0;
+  for (const auto& m : round.members) contributors += m.step == round.max_step() ? 1 : 0;
+  Await(group_->Allreduce(flat, ReduceOp::kSum), options_.gloo.timeout);
+  flat.div_(static_cast<double>(contributors));
   int64_t offset = 0;
   for (auto& param : params) {
     const int64_t n = param.numel();
@@ -93,33 +101,50 @@ void FaultTolerantDdp::AverageGradients() {
 }
 
 FaultTolerantStep FaultTolerantDdp::Step(const std::function<double()>& forward_backward) {
-  const absl::Time joining = absl::Now();
-  const QuorumRound round = ValueOrThrow(quorum_.Join(step_));
+  // The quorum is agreed while forward and backward run (torchft's
+  // asynchronous quorum): the step waits only for what is left of it.
+  std::future<absl::StatusOr<QuorumRound>> joining =
+      std::async(std::launch::async, [this, step = step_] { return quorum_.Join(step); });
   FaultTolerantStep result;
-  result.coordination = absl::Now() - joining;
-  result.replicas = static_cast<int>(round.members.size());
   bool ok = true;
+  optimizer_.zero_grad();
   try {
-    if (round.changed || group_ == nullptr || group_broken_) FormGroup(round);
+    result.loss = forward_backward();
+  } catch (const std::exception& e) {
+    TESSERA_LOG(WARNING) << options_.replica_id << ": step " << step_ << " failed: " << e.what();
+    ok = false;
+  }
+  const absl::Time waiting = absl::Now();
+  const QuorumRound round = ValueOrThrow(joining.get());
+  result.coordination = absl::Now() - waiting;
+  result.replicas = static_cast<int>(round.members.size());
+  try {
+    const bool current = step_ == round.max_step();
     bool behind = false;
     for (const auto& m : round.members) behind = behind || m.step != round.max_step();
+    // Every member must make the same choice, from the round alone: members
+    // of one round may commit differently (Note [No split brain]), and then
+    // some are behind; when none is, all or none of them broke their group.
+    if (round.changed || group_ == nullptr || group_broken_ || behind) FormGroup(round);
     if (behind) {
-      result.recovered = step_ != round.max_step();
+      result.recovered = !current;
       Recover(round);
     }
-    optimizer_.zero_grad();
-    result.loss = forward_backward();
-    AverageGradients();
+    // A replica whose own part failed stays out of the average: the others'
+    // collective fails too, and nobody commits.
+    if (ok) AverageGradients(round, current);
   } catch (const std::exception& e) {
     // A member died mid-step (or while the group formed): this step is
-    // dropped everywhere; the next quorum leaves the dead one out.
+    // dropped by those whose collective failed; the next quorum leaves the
+    // dead one out.
     TESSERA_LOG(WARNING) << options_.replica_id << ": step " << step_ << " of round " << round.round
                          << " failed: " << e.what();
     ok = false;
   }
-  const absl::Time voting = absl::Now();
+  result.step = step_;
+  const absl::Time committing = absl::Now();
   result.committed = ValueOrThrow(quorum_.Commit(round, ok));
-  result.coordination += absl::Now() - voting;
+  result.coordination += absl::Now() - committing;
   if (result.committed) {
     optimizer_.step();
     ++step_;

@@ -11,15 +11,20 @@
 //
 // Each Step (Note [Quorum per step], quorum.h): the live replicas agree on
 // a quorum through the store, with a deadline (a replica that died is left
-// out once the deadline passes); when the quorum differs from the last
+// out once the deadline passes) — on a thread of its own, while forward and
+// backward run (torchft's asynchronous quorum), so that a step waits only
+// for what is left of the agreement. When the quorum differs from the last
 // one, the Gloo group is formed again over its members; a member behind
-// the others (restarted, or new) first receives the current parameters,
-// buffers and optimizer state by broadcast from a live peer that is up to
-// date — no checkpoint is read. Then forward and backward run locally, the
-// gradients are averaged over the quorum's members, and the optimizer step
-// is applied only if every member's part succeeded (a commit decided once,
-// through the store): a replica dying mid-step makes every survivor drop
-// that step and retry it in a quorum without the dead one. Replicas with
+// the others (restarted, or new) receives the current parameters, buffers
+// and optimizer state by broadcast from a live peer that is up to date — no
+// checkpoint is read — and its gradients, computed on the old parameters,
+// count for nothing: the average is over the up-to-date members. Then the
+// gradients are averaged over the quorum, and a member whose collective
+// completed claims the step through the store (one compare-and-set) and
+// applies the optimizer step if its round holds the claim. A replica dying
+// mid-step makes the survivors whose collective failed drop that step and
+// retry it in a quorum without the dead one (those whose collective had
+// completed commit it, and the others recover from them). Replicas with
 // the same committed step count hold identical parameters, whatever
 // partitions the job went through (Note [No split brain], quorum.h): a
 // replica cut off from the others commits nothing alone and, when the link
@@ -59,9 +64,11 @@ struct FaultTolerantStep {
   bool committed = false;  // false: dropped (a member failed), to be retried
   int replicas = 0;        // members of the step's quorum
   bool recovered = false;  // this replica received the state from a peer
+  int64_t step = 0;        // the step taken (steps committed before it, recovery included)
   double loss = 0;         // what forward_backward returned (if it ran)
-  // Time spent agreeing (the quorum and the commit vote), the cost of fault
-  // tolerance over plain DDP.
+  // Time the step waited to agree (what was left of the quorum after
+  // forward and backward, and the claim), the cost of fault tolerance over
+  // plain DDP.
   absl::Duration coordination;
 };
 
@@ -73,9 +80,10 @@ class FaultTolerantDdp {
                    torch::optim::Optimizer& optimizer, FaultTolerantOptions options);
   ~FaultTolerantDdp();
 
-  // One step: quorum, re-forming and recovery if needed, then
-  // `forward_backward` (gradients into .grad; returns the loss), averaged
-  // gradients and the optimizer step if committed. A store out of reach
+  // One step: `forward_backward` (gradients into .grad; returns the loss)
+  // while the quorum is agreed, re-forming and recovery if needed, averaged
+  // gradients and the optimizer step if committed. A replica that recovers
+  // took its peer's step count only after `forward_backward` ran. A store out of reach
   // and quorums too small to commit are waited out; throws StatusError when
   // that lasts QuorumOptions::rejoin_timeout (Note [No split brain]).
   FaultTolerantStep Step(const std::function<double()>& forward_backward);
@@ -88,7 +96,9 @@ class FaultTolerantDdp {
   // Broadcasts parameters, buffers, optimizer state and step count from the
   // first member with the most steps.
   void Recover(const QuorumRound& round);
-  void AverageGradients();
+  // Averages the gradients over the round's up-to-date members; one that
+  // was behind (`contribute` false) adds zeros.
+  void AverageGradients(const QuorumRound& round, bool contribute);
 
   store::StoreClient* const store_;
   torch::nn::Module& model_;

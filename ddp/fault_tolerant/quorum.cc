@@ -1,6 +1,7 @@
 #include "ddp/fault_tolerant/quorum.h"
 
 #include <algorithm>
+#include <map>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -71,15 +72,19 @@ void Quorum::CleanUpBefore(int64_t before) {
   cleaned_ = before;
   cleaner_ = std::thread([this, from, before] {
     for (int64_t r = from; r < before; ++r) {
-      auto slots = store_->Add(Key(r, "arrivals"), 0);
-      for (int64_t slot = 0; slots.ok() && slot < *slots; ++slot) {
-        auto value = store_->Get(Key(r, absl::StrCat("slot/", slot)), absl::ZeroDuration());
-        if (auto member = value.ok() ? DecodeMember(*value) : value.status(); member.ok()) {
-          store_->Delete(Key(r, "vote/" + member->id)).IgnoreError();
-        }
-        store_->Delete(Key(r, absl::StrCat("slot/", slot))).IgnoreError();
+      if (auto members = Closed(r, absl::ZeroDuration()); members.ok()) {
+        for (const auto& m : *members) store_->Delete(ArrivalKey(r, m.id)).IgnoreError();
       }
-      store_->Delete(Key(r, "arrivals")).IgnoreError();
+      auto slots = store_->Add(Key(r, "newcomers"), 0);
+      for (int64_t slot = 0; slots.ok() && slot < *slots; ++slot) {
+        const std::string key = Key(r, absl::StrCat("newcomer/", slot));
+        auto value = store_->Get(key, absl::ZeroDuration());
+        if (auto member = value.ok() ? DecodeMember(*value) : value.status(); member.ok()) {
+          store_->Delete(ArrivalKey(r, member->id)).IgnoreError();
+        }
+        store_->Delete(key).IgnoreError();
+      }
+      store_->Delete(Key(r, "newcomers")).IgnoreError();
     }
   });
 }
@@ -88,22 +93,8 @@ std::string Quorum::Key(int64_t round, const std::string& what) const {
   return absl::StrCat(options_.prefix, "/", round, "/", what);
 }
 
-absl::StatusOr<std::vector<QuorumMember>> Quorum::Arrivals(int64_t round, int64_t* slots) const {
-  auto count = store_->Add(Key(round, "arrivals"), 0);
-  if (!count.ok()) return count.status();
-  *slots = *count;
-  std::vector<QuorumMember> arrivals;
-  for (int64_t slot = 0; slot < *count; ++slot) {
-    // A slot is taken (Add) before it is filled, and a replica may die in
-    // between: an empty slot is not an arrival (yet).
-    auto value = store_->Get(Key(round, absl::StrCat("slot/", slot)), absl::ZeroDuration());
-    if (absl::IsDeadlineExceeded(value.status())) continue;
-    if (!value.ok()) return value.status();
-    auto member = DecodeMember(*value);
-    if (!member.ok()) return member.status();
-    arrivals.push_back(*std::move(member));
-  }
-  return arrivals;
+std::string Quorum::ArrivalKey(int64_t round, const std::string& id) const {
+  return Key(round, "arrive/" + id);
 }
 
 absl::StatusOr<std::vector<QuorumMember>> Quorum::Closed(int64_t round, absl::Duration wait) const {
@@ -126,30 +117,81 @@ absl::StatusOr<std::vector<QuorumMember>> Quorum::AwaitArrivals(int64_t r) const
     expected_count =
         previous.ok() ? expected.size() : static_cast<size_t>(options_.initial_replicas);
   }
+  // The replicas whose arrival keys it reads: the previous quorum's and
+  // those who hold the state; any other announces itself in a newcomer slot.
+  std::vector<std::string> known = expected;
   // A replica that fell behind waits for those who hold the state
   // (Note [No split brain]); no round waits for fewer than can commit.
-  if (!holders_.empty()) expected = holders_;
+  if (!holders_.empty()) {
+    expected = holders_;
+    known.insert(known.end(), holders_.begin(), holders_.end());
+  }
   expected_count =
       std::max({expected_count, expected.size(), static_cast<size_t>(options_.RequiredReplicas())});
   const absl::Time deadline = absl::Now() + options_.round_timeout();
-  while (true) {
-    int64_t slots = 0;
-    auto arrivals = Arrivals(r, &slots);
-    if (!arrivals.ok()) return arrivals.status();
-    const std::vector<std::string> ids = Ids(*arrivals);
-    const bool all_expected = std::all_of(
-        expected.begin(), expected.end(),
-        [&](const std::string& id) { return std::find(ids.begin(), ids.end(), id) != ids.end(); });
+  std::map<std::string, int64_t> arrived;  // id -> committed steps
+  std::vector<bool> slots_read;            // newcomer slots already read
+  for (bool first = true;; first = false) {
+    // The first read waits for every expected replica at once (on the
+    // steady path, the round's only wait); later ones poll, so that
+    // newcomers and a close by another member are seen.
+    const absl::Duration wait = std::max(
+        absl::ZeroDuration(),
+        first ? deadline - absl::Now() : std::min(absl::Milliseconds(50), deadline - absl::Now()));
+    std::vector<std::string> awaited, read;
+    for (const auto& id : known) {
+      if (arrived.count(id) > 0) continue;
+      const bool wanted = std::find(expected.begin(), expected.end(), id) != expected.end();
+      (wanted ? awaited : read).push_back(ArrivalKey(r, id));
+    }
+    for (const auto& [keys, timeout] :
+         {std::pair(awaited, wait), std::pair(read, absl::ZeroDuration())}) {
+      if (keys.empty()) continue;
+      auto values = store_->GetMany(keys, timeout);
+      if (!values.ok()) return values.status();
+      for (const auto& [key, value] : *values) {
+        int64_t step = 0;
+        if (!absl::SimpleAtoi(value, &step)) {
+          return absl::DataLossError(absl::StrCat("malformed arrival '", value, "' at ", key));
+        }
+        arrived[key.substr(ArrivalKey(r, "").size())] = step;
+      }
+    }
+    auto slots = store_->Add(Key(r, "newcomers"), 0);
+    if (!slots.ok()) return slots.status();
+    slots_read.resize(static_cast<size_t>(*slots), false);
+    std::vector<std::string> unread;
+    for (size_t slot = 0; slot < slots_read.size(); ++slot) {
+      if (!slots_read[slot]) unread.push_back(Key(r, absl::StrCat("newcomer/", slot)));
+    }
+    if (!unread.empty()) {
+      // A slot is taken (Add) before it is filled, and a replica may die in
+      // between: an empty slot is not an arrival (yet).
+      auto values = store_->GetMany(unread, absl::ZeroDuration());
+      if (!values.ok()) return values.status();
+      for (const auto& [key, value] : *values) {
+        auto member = DecodeMember(value);
+        if (!member.ok()) return member.status();
+        arrived[member->id] = member->step;
+        slots_read[std::stoul(key.substr(Key(r, "newcomer/").size()))] = true;
+      }
+    }
+    const bool all_expected = std::all_of(expected.begin(), expected.end(),
+                                          [&](const auto& id) { return arrived.count(id) > 0; });
     // Done when the expected are all here, at the deadline, or when someone
     // else closed the round (no need to wait on).
-    if ((all_expected && arrivals->size() >= expected_count) || absl::Now() >= deadline ||
+    if ((all_expected && arrived.size() >= expected_count) || absl::Now() >= deadline ||
         Closed(r, absl::ZeroDuration()).ok()) {
+      std::vector<QuorumMember> arrivals;
+      for (const auto& [id, step] : arrived) arrivals.push_back({id, step});
       return arrivals;
     }
-    // The next arrival's slot, or 50 ms, whichever comes first.
-    auto missing = store_->WaitForKeys({Key(r, absl::StrCat("slot/", slots))},
-                                       std::min(absl::Milliseconds(50), deadline - absl::Now()));
-    if (!missing.ok()) return missing.status();
+    if (awaited.empty()) {
+      // Waiting for newcomers alone: the next slot, or 50 ms.
+      auto missing = store_->WaitForKeys({Key(r, absl::StrCat("newcomer/", slots_read.size()))},
+                                         std::min(absl::Milliseconds(50), deadline - absl::Now()));
+      if (!missing.ok()) return missing.status();
+    }
   }
 }
 
@@ -163,21 +205,25 @@ absl::StatusOr<std::optional<QuorumRound>> Quorum::EnterRound(int64_t step, std:
     }
   }
   // The round is used up whatever happens in it: a replica must never take
-  // two arrival slots of one round.
+  // two newcomer slots of one round.
   const int64_t r = next_round_++;
-  if (Closed(r, absl::ZeroDuration()).ok()) return std::nullopt;  // closed before we came
-  auto slot = store_->Add(Key(r, "arrivals"), 1);
-  if (!slot.ok()) return slot.status();
-  TESSERA_RETURN_IF_ERROR(
-      store_->Set(Key(r, absl::StrCat("slot/", *slot - 1)), absl::StrCat(id_, " ", step)));
+  // A member of the previous quorum is known to every member of this one;
+  // any other replica announces itself, unless it comes too late.
+  const bool known = r > 0 && previous_round_ == r - 1;
+  if (!known && Closed(r, absl::ZeroDuration()).ok()) return std::nullopt;
+  TESSERA_RETURN_IF_ERROR(store_->Set(ArrivalKey(r, id_), std::to_string(step)));
+  if (!known) {
+    auto slot = store_->Add(Key(r, "newcomers"), 1);
+    if (!slot.ok()) return slot.status();
+    TESSERA_RETURN_IF_ERROR(
+        store_->Set(Key(r, absl::StrCat("newcomer/", *slot - 1)), absl::StrCat(id_, " ", step)));
+  }
   auto arrived = AwaitArrivals(r);
   if (!arrived.ok()) return arrived.status();
-  std::vector<QuorumMember> arrivals = *std::move(arrived);
-  // By id, not arrival order: the same members make the same group, with
-  // the same ranks, round after round (no group formed again for nothing).
-  std::sort(arrivals.begin(), arrivals.end(),
-            [](const QuorumMember& a, const QuorumMember& b) { return a.id < b.id; });
-  auto closed = store_->CompareSet(Key(r, "quorum"), "", Encode(arrivals));
+  // By id (AwaitArrivals' order), not arrival order: the same members make
+  // the same group, with the same ranks, round after round (no group formed
+  // again for nothing).
+  auto closed = store_->CompareSet(Key(r, "quorum"), "", Encode(*arrived));
   if (!closed.ok()) return closed.status();
   auto members = Decode(*closed);
   if (!members.ok()) return members.status();
@@ -187,11 +233,14 @@ absl::StatusOr<std::optional<QuorumRound>> Quorum::EnterRound(int64_t step, std:
     *why = absl::StrCat("round ", r, " closed without it");
     return std::nullopt;
   }
-  store_->Set(options_.prefix + "/last_closed", std::to_string(r)).IgnoreError();
-  // Members of round r are done with round r - 2 (they voted in r - 1).
-  if (self == ids.begin() && r >= 2 && r - 2 - cleaned_ >= kCleanupEvery) CleanUpBefore(r - 1);
+  if (self == ids.begin()) {
+    // The hint for replicas entering later: one member writes it.
+    store_->Set(options_.prefix + "/last_closed", std::to_string(r)).IgnoreError();
+    // Members of round r are done with round r - 2.
+    if (r >= 2 && r - 2 - cleaned_ >= kCleanupEvery) CleanUpBefore(r - 1);
+  }
   if (static_cast<int>(ids.size()) < options_.RequiredReplicas()) {
-    // Every member sees the same list, so none of them votes: the round is
+    // Every member sees the same list, so none of them claims: the round is
     // abandoned, and the next waits for more (Note [No split brain]).
     *why =
         absl::StrCat("round ", r, "'s quorum (", absl::StrJoin(ids, ", "), ") has fewer than the ",
@@ -242,46 +291,16 @@ absl::StatusOr<QuorumRound> Quorum::Join(int64_t step) {
   }
 }
 
-absl::StatusOr<std::string> Quorum::Decide(const QuorumRound& round, bool ok) {
-  const std::string decision_key = Key(round.round, "commit");
-  TESSERA_RETURN_IF_ERROR(store_->Set(Key(round.round, "vote/" + id_), ok ? "1" : "0"));
-  std::vector<std::string> votes;
-  for (const auto& m : round.members) votes.push_back(Key(round.round, "vote/" + m.id));
-  const absl::Time deadline = absl::Now() + options_.round_timeout();
-  std::string decision = ok ? "" : "abort";  // a no needs nobody else's vote
-  while (decision.empty()) {
-    auto missing = store_->WaitForKeys(
-        votes,
-        std::max(absl::ZeroDuration(), std::min(absl::Milliseconds(50), deadline - absl::Now())));
-    if (!missing.ok()) return missing.status();
-    bool any_no = false;
-    for (const auto& key : votes) {
-      if (std::find(missing->begin(), missing->end(), key) != missing->end()) continue;
-      auto vote = store_->Get(key, absl::ZeroDuration());
-      any_no = any_no || !vote.ok() || *vote != "1";
-    }
-    if (any_no || absl::Now() >= deadline) {
-      decision = "abort";
-    } else if (missing->empty()) {
-      decision = "commit";
-    } else if (store_->Get(decision_key, absl::ZeroDuration()).ok()) {
-      break;  // decided by another member
-    }
-  }
-  return store_->CompareSet(decision_key, "", decision.empty() ? "abort" : decision);
-}
-
 absl::StatusOr<bool> Quorum::Commit(const QuorumRound& round, bool ok) {
-  // Safe to count as not committed (Note [No split brain]): if the others
-  // did commit, this replica is behind at its next round and recovers.
+  // Its collective failed: it commits nothing, and at its next round it is
+  // behind whoever did (Note [No split brain]).
+  if (!ok) return false;
+  // Safe to count as not committed, for the same reason.
   auto unknown = [&](const absl::Status& why) {
     TESSERA_LOG(WARNING) << "replica '" << id_ << "' cannot learn whether round " << round.round
                          << " committed (" << why << "); counting it as not committed";
     return false;
   };
-  auto decision = Decide(round, ok);
-  if (!decision.ok()) return unknown(decision.status());
-  if (*decision != "commit") return false;
   // The claim: the first round to take the step is the only one that
   // commits it.
   auto winner = store_->CompareSet(absl::StrCat(options_.prefix, "/step/", round.max_step() + 1),

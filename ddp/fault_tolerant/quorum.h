@@ -3,17 +3,20 @@
 //
 // Note [Quorum per step] (torchft's idea, over Tessera's store): steps are
 // taken in rounds r = 0, 1, ... Each replica that wants to take part in a
-// round says so (an arrival slot: its id and how many steps it has
-// committed). The round's quorum is closed by the first replica whose wait
-// ends — when every member of the previous quorum has arrived, or at the
+// round says so: it writes its arrival key (its id and how many steps it
+// has committed); one that was not in the previous round's quorum (new,
+// restarted, or late) also takes a newcomer slot, so that the others learn
+// its id. The round's quorum is closed by the first replica whose wait ends
+// — when every member of the previous quorum has arrived, or at the
 // deadline (a member that died never does) — with a compare-and-set of the
 // round's quorum key: whatever the others saw, all of them read the one
-// value that won, so all agree. A replica that arrives after the close (a
-// restarted or new one) is in no quorum of that round and takes part from
-// a later one. After the round's work, each member votes whether its part
-// succeeded; the commit decision is closed the same way (all voted yes, or
-// no at the deadline), so either every member applies the step or none
-// does, even when one dies mid-step.
+// value that won, so all agree. A replica that arrives after the close
+// takes part from a later round. On the steady path a round costs each
+// member four store round trips (arrive, one read that waits for the
+// others, the newcomer count, the close), all of them off the step's
+// critical path: FaultTolerantDdp joins while forward and backward run.
+// After the round's collective, a member whose part succeeded claims the
+// step (below): one compare-and-set, the step's only synchronous store call.
 //
 // Note [No split brain]: rounds are totally ordered, but that alone does
 // not keep two groups of replicas from committing in rounds of their own
@@ -21,30 +24,38 @@
 // that closed rounds alone trained a second model, and every launcher
 // exited 0. Three rules keep one model:
 //  - Steps are claimed. Step s is committed by at most one round in the
-//    whole job: the first member to read its round's decision "commit"
-//    sets <prefix>/step/<s> to the round by compare-and-set, and the round
-//    commits only if that key holds its own round (every member reads the
-//    same winner, so all agree). A quorum that is not on the latest state
-//    finds its step claimed, commits nothing, and waits in its next rounds
-//    for the replicas of the round that holds the state (the claim names
-//    it), which it recovers from. By induction every replica with k
-//    committed steps holds the same parameters as every other one with k.
+//    whole job: a member whose part of round r succeeded sets
+//    <prefix>/step/<s> to r by compare-and-set, and commits only if that
+//    key holds its own round. There is no vote, so members of one round
+//    may decide differently — and that is safe: every member whose
+//    collective completed holds the same averaged gradient (an allreduce
+//    completes on a member only once every member's contribution is in),
+//    so all that commit step s apply the same update to the same state; a
+//    member whose collective failed commits nothing, is behind at its next
+//    round, and recovers from one that committed. A quorum that is not on
+//    the latest state finds its step claimed, commits nothing, and waits
+//    in its next rounds for the replicas of the round that holds the state
+//    (the claim names it), which it recovers from. By induction every
+//    replica with k committed steps holds the same parameters as every
+//    other one with k.
 //  - A round with fewer than min_replicas members (by default a majority
 //    of the replicas the job started with: two majorities always share a
 //    replica) commits nothing: its members try the next round, waiting for
 //    more replicas, up to rejoin_timeout.
 //  - The store unreachable (a cut link) is waited out, up to
-//    rejoin_timeout: Join retries, and a vote whose decision cannot be read
-//    counts as not committed — safe, since the claims decide: if the others
-//    did commit, this replica is behind and recovers at its next round.
+//    rejoin_timeout: Join retries, and a claim that cannot be made or read
+//    counts as not committed — safe, since the claims decide: if the
+//    others did commit, this replica is behind and recovers at its next
+//    round.
 //
-// Each round leaves keys in the store (arrival slots, votes: ~2 per
+// Each round leaves keys in the store (arrival keys, newcomer slots: ~1 per
 // member); the member of rank 0 deletes those of rounds no one reads any
 // more, every kCleanupEvery rounds, on a thread of its own so that the step
-// does not wait for it. The small quorum and commit keys stay: a replica
-// entering late must see those rounds as closed.
+// does not wait for it. The small quorum keys stay: a replica entering late
+// must see those rounds as closed.
 //
-// Thread-safety: one thread per replica uses its Quorum.
+// Thread-safety: one thread at a time per replica uses its Quorum (Join may
+// run on another thread than Commit, one after the other).
 #pragma once
 
 #include <cstdint>
@@ -64,8 +75,8 @@ struct QuorumOptions {
   // Keys under this prefix of the store.
   std::string prefix = "tessera/ft";
   // How long a round waits for the members of the previous quorum (and the
-  // first round for `initial_replicas`) before closing without them; and
-  // how long a commit waits for votes. Zero: 5 s (round_timeout()).
+  // first round for `initial_replicas`) before closing without them.
+  // Zero: 5 s (round_timeout()).
   absl::Duration timeout = absl::ZeroDuration();
   // Replicas expected in the first round.
   int initial_replicas = 1;
@@ -110,30 +121,27 @@ class Quorum {
   // committed steps: waits for the round's quorum, skipping rounds closed
   // without it or too small to commit (bounded by rejoin_timeout).
   absl::StatusOr<QuorumRound> Join(int64_t step);
-  // Votes on `round`'s step and returns the decision all members share:
-  // true only if every member voted yes and the round won the claim on its
-  // step (Note [No split brain]). A decision it cannot read is false.
+  // Whether this replica commits `round`'s step: true only if its part
+  // succeeded (`ok`: its collective completed) and its round holds the
+  // claim on the step (Note [No split brain]). A claim it cannot make or
+  // read is false.
   absl::StatusOr<bool> Commit(const QuorumRound& round, bool ok);
 
  private:
   std::string Key(int64_t round, const std::string& what) const;
+  std::string ArrivalKey(int64_t round, const std::string& id) const;
   // One attempt at round next_round_ (and on): the round, or nullopt when
   // it closed without this replica or with too few (`why` says which).
   absl::StatusOr<std::optional<QuorumRound>> EnterRound(int64_t step, std::string* why);
-  // The round's decision as the members' votes make it: "commit" or
-  // "abort", decided once.
-  absl::StatusOr<std::string> Decide(const QuorumRound& round, bool ok);
   // After `round` found its step claimed by round `winner`: waits for the
   // winner's members from now on; FailedPrecondition once that has lasted
   // rejoin_timeout.
   absl::Status FellBehind(const QuorumRound& round, int64_t winner);
-  // The filled arrival slots of `round`; `slots` is set to the slots taken.
-  absl::StatusOr<std::vector<QuorumMember>> Arrivals(int64_t round, int64_t* slots) const;
   absl::StatusOr<std::vector<QuorumMember>> Closed(int64_t round, absl::Duration wait) const;
   // Waits (up to the timeout) for round `r`'s expected replicas to arrive;
   // returns those that did.
   absl::StatusOr<std::vector<QuorumMember>> AwaitArrivals(int64_t r) const;
-  // Deletes the bulky keys of rounds [cleaned_, before) in the background.
+  // Deletes the keys of rounds [cleaned_, before) in the background.
   void CleanUpBefore(int64_t before);
 
   static constexpr int64_t kCleanupEvery = 64;

@@ -121,11 +121,11 @@ int Train(const TrainingFlags& flags) {
   absl::Duration coordination;
   int64_t attempts = 0;
   while (ft.step() < steps) {
-    int64_t step = ft.step();
+    const int64_t step = ft.step();
     const ddp::FaultTolerantStep result = ft.Step([&] {
-      // Read here, not before Step: a replica that recovered has just taken
-      // its peer's step count, and trains that step's batch of its shard.
-      step = ft.step();
+      // The batch of the step this replica is at; one that recovers in this
+      // step takes its peer's count afterwards, and its gradients count for
+      // nothing (fault_tolerant_ddp.h).
       const at::Tensor index = shard.BatchAt(step);
       auto loss = torch::nn::functional::cross_entropy(
           net->forward(train.images.index_select(0, index)), train.labels.index_select(0, index));
@@ -136,11 +136,11 @@ int Train(const TrainingFlags& flags) {
     ++attempts;
     if (result.recovered) {
       std::printf("[%s] recovered the state at step %lld from a live peer\n", who.c_str(),
-                  static_cast<long long>(step));
+                  static_cast<long long>(result.step));
     }
     if (!result.committed) {
       std::printf("[%s] step %lld dropped: a replica failed; retrying\n", who.c_str(),
-                  static_cast<long long>(step));
+                  static_cast<long long>(result.step));
       std::fflush(stdout);
       continue;
     }

@@ -53,8 +53,9 @@ struct Replica {
     histories->Publish(id, history);
   }
 
-  // One step; the round it took part in.
-  absl::StatusOr<QuorumRound> Step(bool* committed) {
+  // One step; the round it took part in. `ok`: whether its part (the
+  // collective) succeeded.
+  absl::StatusOr<QuorumRound> Step(bool* committed, bool ok = true) {
     auto round = quorum.Join(static_cast<int64_t>(history.size()));
     if (!round.ok()) return round.status();
     for (const auto& member : round->members) {
@@ -64,7 +65,7 @@ struct Replica {
         break;
       }
     }
-    auto decided = quorum.Commit(*round, true);
+    auto decided = quorum.Commit(*round, ok);
     if (!decided.ok()) return decided.status();
     *committed = *decided;
     if (*decided) history.push_back(round->round);
@@ -155,6 +156,43 @@ TEST_F(QuorumTest, AQuorumBehindTheLatestStateCommitsNothingAndCatchesUp) {
   train_a.join();
   train_b.join();
   ASSERT_TRUE(caught_up) << "c never committed a step together with a and b";
+  ExpectOneModel({&a, &b, &c});
+}
+
+// Members of one round decide alone (no vote): one whose collective failed
+// commits nothing while the others commit the step. At the next round it
+// is behind, catches up from them, and all go on as one model.
+TEST_F(QuorumTest, AMemberWhosePartFailedCommitsNothingAndCatchesUp) {
+  auto store_a = Client(), store_b = Client(), store_c = Client();
+  Replica a(store_a.get(), "a", Options(3, 0), &histories_);
+  Replica b(store_b.get(), "b", Options(3, 0), &histories_);
+  Replica c(store_c.get(), "c", Options(3, 0), &histories_);
+  auto round_of = [](Replica& replica, bool ok, bool* committed) {
+    return std::thread([&replica, ok, committed] {
+      auto round = replica.Step(committed, ok);
+      ASSERT_TRUE(round.ok()) << round.status();
+      EXPECT_EQ(round->members.size(), 3u);
+    });
+  };
+  bool committed_a = false, committed_b = false, committed_c = true;
+  std::thread ta = round_of(a, true, &committed_a), tb = round_of(b, true, &committed_b),
+              tc = round_of(c, false, &committed_c);
+  ta.join();
+  tb.join();
+  tc.join();
+  EXPECT_TRUE(committed_a && committed_b);
+  EXPECT_FALSE(committed_c);
+  ASSERT_EQ(c.history.size(), 0u);
+
+  committed_a = committed_b = committed_c = false;
+  ta = round_of(a, true, &committed_a);
+  tb = round_of(b, true, &committed_b);
+  tc = round_of(c, true, &committed_c);
+  ta.join();
+  tb.join();
+  tc.join();
+  EXPECT_TRUE(committed_a && committed_b && committed_c);
+  EXPECT_EQ(c.history.size(), 2u) << "c caught up from a and b, then committed with them";
   ExpectOneModel({&a, &b, &c});
 }
 
