@@ -48,7 +48,7 @@ run() {
     "$FT" --steps "$STEPS" --log_every 25 >"$TMP/$name.log" 2>&1
   local wall ms
   wall=$(echo "$(now) - $start" | bc)
-  ms=$(grep -o 'quorum and commit took [0-9.]* ms' "$TMP/$name.log" |
+  ms=$(grep -o 'quorum and commit waited [0-9.]* ms' "$TMP/$name.log" |
        awk '{s += $5} END {printf "%.1f", s / NR}')
   printf '%-28s wall %6.1f s   quorum and commit %6.1f ms/step   %s\n' "$name" "$wall" "$ms" \
     "$(grep -o 'parameters [0-9a-f]*' "$TMP/$name.log" | sort -u | tr '\n' ' ')"

@@ -120,6 +120,7 @@ int Train(const TrainingFlags& flags) {
   int64_t window = 0;
   absl::Duration coordination;
   int64_t attempts = 0;
+  const absl::Time training = absl::Now();
   while (ft.step() < steps) {
     const int64_t step = ft.step();
     const ddp::FaultTolerantStep result = ft.Step([&] {
@@ -155,10 +156,12 @@ int Train(const TrainingFlags& flags) {
       window = 0;
     }
   }
+  const double step_ms =
+      absl::ToDoubleMilliseconds(absl::Now() - training) / static_cast<double>(attempts);
   std::printf("[%s] parameters %016" PRIx64
-              " after %lld steps; quorum and commit took %.2f ms "
-              "a step\n",
-              who.c_str(), Fingerprint(*net), static_cast<long long>(ft.step()),
+              " after %lld steps; a step took %.1f ms, of which the quorum and commit "
+              "waited %.2f ms\n",
+              who.c_str(), Fingerprint(*net), static_cast<long long>(ft.step()), step_ms,
               absl::ToDoubleMilliseconds(coordination) / static_cast<double>(attempts));
   // The job's result is every survivor's, not rank 0's alone: the replicas
   // hold the same parameters, and whichever machines are lost, those that

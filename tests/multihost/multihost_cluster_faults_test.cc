@@ -161,6 +161,38 @@ TEST(MultiHostClusterFaultsTest, AFaultTolerantDdpReplicaCutOffFor25sRejoinsAndA
   std::printf("what the user saw:\n%s", job->output().c_str());
 }
 
+// Fault-tolerant DDP across three hosts, hosts 1 and 2 cut off from each
+// other for 15 s (past Gloo's 10 s) while both still reach host 0 and the
+// store: a partial partition. Every member still arrives in every round,
+// so the quorum keeps all three, and their collectives fail — steps are
+// dropped, not committed by some subset — until the path is mended; then
+// the job trains on. No process restarts, and every replica ends with the
+// same parameters (Note [No split brain], quorum.h).
+TEST(MultiHostClusterFaultsTest,
+     AFaultTolerantDdpJobSplitBetweenTwoReplicasHealsAndAllEndIdentical) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
+  auto job = Job::Launched(hosts, 1, {kFaultTolerantDdp, "--steps", "400", "--log_every", "25"}, {},
+                           "", {"--elastic_roles", "replica", "--max_restarts", "1"});
+  ASSERT_TRUE(job->on(2).WaitFor("3 replicas\n", 2, absl::Seconds(180))) << job->output();
+  ASSERT_TRUE(hosts.SetPath(1, 2, /*up=*/false).ok());
+  // The partition's length is the fault itself, not a wait for something.
+  absl::SleepFor(absl::Seconds(15));
+  ASSERT_TRUE(hosts.SetPath(1, 2, /*up=*/true).ok());
+  EXPECT_EQ(job->Finish(absl::Seconds(300)), std::vector<int>(3, 0)) << job->output();
+  EXPECT_TRUE(absl::StrContains(job->output(), "dropped: a replica failed"))
+      << "the partition failed no step\n"
+      << job->output();
+  EXPECT_FALSE(absl::StrContains(job->output(), ", 1 replicas\n")) << "a replica trained alone\n"
+                                                                   << job->output();
+  EXPECT_FALSE(absl::StrContains(job->output(), "restarting")) << "a process restarted\n"
+                                                               << job->output();
+  const std::set<std::string> fingerprints = Fingerprints(*job, 3, 400);
+  EXPECT_TRUE(fingerprints.size() == 1 && !fingerprints.count("none"))
+      << "two models, or a replica unfinished\n"
+      << job->output();
+  std::printf("what the user saw:\n%s", job->output().c_str());
+}
+
 // Fault-tolerant DDP across three hosts, host 2 lost: its link down, then
 // every process on it SIGKILLed, its tessera-run included, as when a
 // machine dies. Node 0

@@ -160,4 +160,15 @@ absl::Status NetworkHosts::SetLink(int host, bool up) {
       .status();
 }
 
+absl::Status NetworkHosts::SetPath(int a, int b, bool up) {
+  for (const auto& [from, to] : {std::pair(a, b), std::pair(b, a)}) {
+    for (const std::string& route : {address(to) + "/32", address6(to) + "/128"}) {
+      auto done =
+          Run({"ip", "-n", Namespace(from), "route", up ? "del" : "add", "blackhole", route});
+      if (!done.ok()) return done.status();
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace tessera::testing

@@ -53,6 +53,10 @@ class NetworkHosts {
 
   // Takes host `host`'s link to the switch down (a cut cable) or up.
   absl::Status SetLink(int host, bool up);
+  // Cuts (or mends) the path between hosts `a` and `b` alone, both ways:
+  // each drops what it sends to the other (a blackhole route), while both
+  // still reach every other host — a partial partition.
+  absl::Status SetPath(int a, int b, bool up);
 
  private:
   explicit NetworkHosts(int count);
