@@ -58,6 +58,7 @@ for h in 0 1 2; do
     --listen-client-urls "http://$(addr $h):2379" --advertise-client-urls "http://$(addr $h):2379" \
     --listen-peer-urls "http://$(addr $h):2380" --initial-advertise-peer-urls "http://$(addr $h):2380" \
     --initial-cluster "$cluster" --initial-cluster-token "$P" >"$TMP/etcd-m$h.log" 2>&1 &
+  disown  # killed by cleanup, not waited for by on_hosts
 done
 
 # on_hosts NAME LAUNCHER_ARGS... -- PROGRAM ARGS...: one job, a node per
@@ -78,6 +79,15 @@ on_hosts() {
     { echo "$name failed:"; tail -20 "$TMP/$name".h*; exit 1; }
 }
 
+# CPU seconds the etcd members have used so far (ticks of utime + stime).
+etcd_cpu() {
+  local ticks=0 pid
+  for pid in $(pgrep -x etcd); do
+    ticks=$((ticks + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+  done
+  echo "scale=3; $ticks / $(getconf CLK_TCK)" | bc
+}
+
 # Mean over the hosts of a number the jobs print.
 mean() { grep -ho "$1" "$TMP/$2".h* | grep -o '[0-9.]*' | awk '{s += $1} END {printf "%.1f", s / NR}'; }
 
@@ -91,10 +101,13 @@ for ((round = 1; round <= ROUNDS; round++)); do
   for store in builtin etcd; do
     args=(--elastic_roles replica --max_restarts 0)
     [[ $store == etcd ]] && args+=(--store "etcd://$endpoints/ft$round")
+    cpu=$(etcd_cpu)
     on_hosts "ft-$store$round" "${args[@]}" -- "$FT" --steps "$STEPS" --batch $BATCH --log_every 100
     ms=$(mean 'a step took [0-9.]* ms' "ft-$store$round")
     waited=$(mean 'commit waited [0-9.]* ms' "ft-$store$round")
-    printf '%-6s %-34s %9.1f %7.2f   (waited for the quorum and claim: %s ms)\n' "$round" \
-      "fault-tolerant DDP, $store store" "$ms" "$(echo "$ms / $plain" | bc -l)" "$waited"
+    etcd_ms=$(echo "1000 * ($(etcd_cpu) - $cpu) / $STEPS" | bc)
+    printf '%-6s %-34s %9.1f %7.2f   (waited for the quorum and claim: %s ms; etcd CPU: %s ms a step)\n' \
+      "$round" "fault-tolerant DDP, $store store" "$ms" "$(echo "$ms / $plain" | bc -l)" "$waited" \
+      "$etcd_ms"
   done
 done
