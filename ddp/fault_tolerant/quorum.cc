@@ -117,20 +117,20 @@ absl::StatusOr<std::vector<QuorumMember>> Quorum::AwaitArrivals(int64_t r) const
     expected_count =
         previous.ok() ? expected.size() : static_cast<size_t>(options_.initial_replicas);
   }
-  // The replicas whose arrival keys it reads: the previous quorum's and
-  // those who hold the state; any other announces itself in a newcomer slot.
-  std::vector<std::string> known = expected;
   // A replica that fell behind waits for those who hold the state
-  // (Note [No split brain]); no round waits for fewer than can commit.
+  // (Note [No split brain]), and reads the previous quorum's arrivals
+  // without waiting; any other replica announces itself in a newcomer slot.
+  // No round waits for fewer than can commit.
+  std::vector<std::string> others;
   if (!holders_.empty()) {
+    others = expected;
     expected = holders_;
-    known.insert(known.end(), holders_.begin(), holders_.end());
   }
   expected_count =
       std::max({expected_count, expected.size(), static_cast<size_t>(options_.RequiredReplicas())});
   const absl::Time deadline = absl::Now() + options_.round_timeout();
-  std::map<std::string, int64_t> arrived;  // id -> committed steps
-  std::vector<bool> slots_read;            // newcomer slots already read
+  Arrivals arrived;
+  std::vector<bool> slots_read;  // newcomer slots already read
   for (bool first = true;; first = false) {
     // The first read waits for every expected replica at once (on the
     // steady path, the round's only wait); later ones poll, so that
@@ -138,44 +138,9 @@ absl::StatusOr<std::vector<QuorumMember>> Quorum::AwaitArrivals(int64_t r) const
     const absl::Duration wait = std::max(
         absl::ZeroDuration(),
         first ? deadline - absl::Now() : std::min(absl::Milliseconds(50), deadline - absl::Now()));
-    std::vector<std::string> awaited, read;
-    for (const auto& id : known) {
-      if (arrived.count(id) > 0) continue;
-      const bool wanted = std::find(expected.begin(), expected.end(), id) != expected.end();
-      (wanted ? awaited : read).push_back(ArrivalKey(r, id));
-    }
-    for (const auto& [keys, timeout] :
-         {std::pair(awaited, wait), std::pair(read, absl::ZeroDuration())}) {
-      if (keys.empty()) continue;
-      auto values = store_->GetMany(keys, timeout);
-      if (!values.ok()) return values.status();
-      for (const auto& [key, value] : *values) {
-        int64_t step = 0;
-        if (!absl::SimpleAtoi(value, &step)) {
-          return absl::DataLossError(absl::StrCat("malformed arrival '", value, "' at ", key));
-        }
-        arrived[key.substr(ArrivalKey(r, "").size())] = step;
-      }
-    }
-    auto slots = store_->Add(Key(r, "newcomers"), 0);
-    if (!slots.ok()) return slots.status();
-    slots_read.resize(static_cast<size_t>(*slots), false);
-    std::vector<std::string> unread;
-    for (size_t slot = 0; slot < slots_read.size(); ++slot) {
-      if (!slots_read[slot]) unread.push_back(Key(r, absl::StrCat("newcomer/", slot)));
-    }
-    if (!unread.empty()) {
-      // A slot is taken (Add) before it is filled, and a replica may die in
-      // between: an empty slot is not an arrival (yet).
-      auto values = store_->GetMany(unread, absl::ZeroDuration());
-      if (!values.ok()) return values.status();
-      for (const auto& [key, value] : *values) {
-        auto member = DecodeMember(value);
-        if (!member.ok()) return member.status();
-        arrived[member->id] = member->step;
-        slots_read[std::stoul(key.substr(Key(r, "newcomer/").size()))] = true;
-      }
-    }
+    TESSERA_RETURN_IF_ERROR(ReadArrivals(r, expected, wait, &arrived));
+    TESSERA_RETURN_IF_ERROR(ReadArrivals(r, others, absl::ZeroDuration(), &arrived));
+    TESSERA_RETURN_IF_ERROR(ReadNewcomers(r, &slots_read, &arrived));
     const bool all_expected = std::all_of(expected.begin(), expected.end(),
                                           [&](const auto& id) { return arrived.count(id) > 0; });
     // Done when the expected are all here, at the deadline, or when someone
@@ -186,13 +151,55 @@ absl::StatusOr<std::vector<QuorumMember>> Quorum::AwaitArrivals(int64_t r) const
       for (const auto& [id, step] : arrived) arrivals.push_back({id, step});
       return arrivals;
     }
-    if (awaited.empty()) {
+    if (all_expected) {
       // Waiting for newcomers alone: the next slot, or 50 ms.
       auto missing = store_->WaitForKeys({Key(r, absl::StrCat("newcomer/", slots_read.size()))},
                                          std::min(absl::Milliseconds(50), deadline - absl::Now()));
       if (!missing.ok()) return missing.status();
     }
   }
+}
+
+absl::Status Quorum::ReadArrivals(int64_t r, const std::vector<std::string>& ids,
+                                  absl::Duration wait, Arrivals* arrived) const {
+  std::vector<std::string> keys;
+  for (const auto& id : ids) {
+    if (arrived->count(id) == 0) keys.push_back(ArrivalKey(r, id));
+  }
+  if (keys.empty()) return absl::OkStatus();
+  auto values = store_->GetMany(keys, wait);
+  if (!values.ok()) return values.status();
+  for (const auto& [key, value] : *values) {
+    int64_t step = 0;
+    if (!absl::SimpleAtoi(value, &step)) {
+      return absl::DataLossError(absl::StrCat("malformed arrival '", value, "' at ", key));
+    }
+    (*arrived)[key.substr(ArrivalKey(r, "").size())] = step;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Quorum::ReadNewcomers(int64_t r, std::vector<bool>* slots_read,
+                                   Arrivals* arrived) const {
+  auto slots = store_->Add(Key(r, "newcomers"), 0);
+  if (!slots.ok()) return slots.status();
+  slots_read->resize(static_cast<size_t>(*slots), false);
+  std::vector<std::string> unread;
+  for (size_t slot = 0; slot < slots_read->size(); ++slot) {
+    if (!(*slots_read)[slot]) unread.push_back(Key(r, absl::StrCat("newcomer/", slot)));
+  }
+  if (unread.empty()) return absl::OkStatus();
+  // A slot is taken (Add) before it is filled, and a replica may die in
+  // between: an empty slot is not an arrival (yet).
+  auto values = store_->GetMany(unread, absl::ZeroDuration());
+  if (!values.ok()) return values.status();
+  for (const auto& [key, value] : *values) {
+    auto member = DecodeMember(value);
+    if (!member.ok()) return member.status();
+    (*arrived)[member->id] = member->step;
+    (*slots_read)[std::stoul(key.substr(Key(r, "newcomer/").size()))] = true;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<QuorumRound>> Quorum::EnterRound(int64_t step, std::string* why) {

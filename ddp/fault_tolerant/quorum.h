@@ -59,6 +59,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
@@ -141,6 +142,13 @@ class Quorum {
   // Waits (up to the timeout) for round `r`'s expected replicas to arrive;
   // returns those that did.
   absl::StatusOr<std::vector<QuorumMember>> AwaitArrivals(int64_t r) const;
+  using Arrivals = std::map<std::string, int64_t>;  // id -> committed steps
+  // Reads into `arrived` the arrival keys of round `r` of those `ids` not in
+  // it yet, waiting up to `wait` for all of them.
+  absl::Status ReadArrivals(int64_t r, const std::vector<std::string>& ids, absl::Duration wait,
+                            Arrivals* arrived) const;
+  // Reads into `arrived` the newcomer slots of round `r` not read yet.
+  absl::Status ReadNewcomers(int64_t r, std::vector<bool>* slots_read, Arrivals* arrived) const;
   // Deletes the keys of rounds [cleaned_, before) in the background.
   void CleanUpBefore(int64_t before);
 
