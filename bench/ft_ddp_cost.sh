@@ -25,27 +25,9 @@ TMP=$(mktemp -d)
 export TESSERA_JOB_SECRET="bench-$$-$RANDOM"
 addr() { echo "10.89.0.$(($1 + 1))"; }
 
-cleanup() {
-  for ns in ${P}h0 ${P}h1 ${P}h2 ${P}sw; do
-    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
-    ip netns del "$ns" 2>/dev/null || true
-  done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-
-ip netns add ${P}sw
-ip -n ${P}sw link add br0 type bridge
-ip -n ${P}sw link set br0 up
-for h in 0 1 2; do
-  ip netns add ${P}h$h
-  ip -n ${P}sw link add h$h type veth peer name eth0 netns ${P}h$h
-  ip -n ${P}sw link set h$h master br0
-  ip -n ${P}sw link set h$h up
-  ip -n ${P}h$h link set lo up
-  ip -n ${P}h$h addr add "$(addr $h)/24" dev eth0
-  ip -n ${P}h$h link set eth0 up
-done
+source bench/network_hosts.sh
+trap 'hosts_down $P; rm -rf "$TMP"' EXIT
+hosts_up $P 89
 
 # etcd: a member per host (peer port 2380, client port 2379).
 cluster="" endpoints=""

@@ -12,26 +12,9 @@ PS=bazel-bin/examples/parameter_server/parameter_server
 P=tsrbench$$
 export TESSERA_JOB_SECRET="bench-$$-$RANDOM"
 
-cleanup() {
-  for ns in ${P}h0 ${P}h1 ${P}h2 ${P}sw; do
-    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
-    ip netns del "$ns" 2>/dev/null || true
-  done
-}
-trap cleanup EXIT
-
-ip netns add ${P}sw
-ip -n ${P}sw link add br0 type bridge
-ip -n ${P}sw link set br0 up
-for h in 0 1 2; do
-  ip netns add ${P}h$h
-  ip -n ${P}sw link add h$h type veth peer name eth0 netns ${P}h$h
-  ip -n ${P}sw link set h$h master br0
-  ip -n ${P}sw link set h$h up
-  ip -n ${P}h$h link set lo up
-  ip -n ${P}h$h addr add 10.88.0.$((h + 1))/24 dev eth0
-  ip -n ${P}h$h link set eth0 up
-done
+source bench/network_hosts.sh
+trap 'hosts_down $P' EXIT
+hosts_up $P 88
 
 start=$(date +%s%N)
 "$RUN" --standalone --nproc_per_node 3 "$PS" "$@" | grep -E "test accuracy" || true

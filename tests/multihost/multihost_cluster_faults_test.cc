@@ -50,6 +50,21 @@ std::unique_ptr<Job> StartElasticFaultTolerantDdp(NetworkHosts& hosts, int steps
   return job;
 }
 
+// A fault-tolerant DDP job on three hosts ended as it must after a fault
+// that heals: no replica trained alone, no process restarted, and all three
+// hold the same parameters after `steps` steps.
+void ExpectOneModelTrainedByAll(Job& job, int steps) {
+  EXPECT_FALSE(absl::StrContains(job.output(), ", 1 replicas\n")) << "a replica trained alone\n"
+                                                                  << job.output();
+  EXPECT_FALSE(absl::StrContains(job.output(), "restarting")) << "a process restarted\n"
+                                                              << job.output();
+  const std::set<std::string> fingerprints = Fingerprints(job, 3, steps);
+  EXPECT_TRUE(fingerprints.size() == 1 && !fingerprints.count("none"))
+      << "two models, or a replica unfinished\n"
+      << job.output();
+  std::printf("what the user saw:\n%s", job.output().c_str());
+}
+
 // The parameter-server job loses host 2 — its link down, its tessera-run
 // and trainer SIGKILLed, as when a machine dies. The server notices the silent trainer
 // (Note [Silent peers], guarded_tcp) and gives its batch to the other;
@@ -150,15 +165,7 @@ TEST(MultiHostClusterFaultsTest, AFaultTolerantDdpReplicaCutOffFor25sRejoinsAndA
   EXPECT_TRUE(absl::StrContains(job->on(0).output(), ", 2 replicas\n"))
       << "replicas 0 and 1 did not train on while host 2 was cut off\n"
       << job->output();
-  EXPECT_FALSE(absl::StrContains(job->output(), ", 1 replicas\n")) << "a replica trained alone\n"
-                                                                   << job->output();
-  EXPECT_FALSE(absl::StrContains(job->output(), "restarting")) << "a process restarted\n"
-                                                               << job->output();
-  const std::set<std::string> fingerprints = Fingerprints(*job, 3, 600);
-  EXPECT_TRUE(fingerprints.size() == 1 && !fingerprints.count("none"))
-      << "two models, or a replica unfinished\n"
-      << job->output();
-  std::printf("what the user saw:\n%s", job->output().c_str());
+  ExpectOneModelTrainedByAll(*job, 600);
 }
 
 // Fault-tolerant DDP across three hosts, hosts 1 and 2 cut off from each
@@ -182,15 +189,7 @@ TEST(MultiHostClusterFaultsTest,
   EXPECT_TRUE(absl::StrContains(job->output(), "dropped: a replica failed"))
       << "the partition failed no step\n"
       << job->output();
-  EXPECT_FALSE(absl::StrContains(job->output(), ", 1 replicas\n")) << "a replica trained alone\n"
-                                                                   << job->output();
-  EXPECT_FALSE(absl::StrContains(job->output(), "restarting")) << "a process restarted\n"
-                                                               << job->output();
-  const std::set<std::string> fingerprints = Fingerprints(*job, 3, 400);
-  EXPECT_TRUE(fingerprints.size() == 1 && !fingerprints.count("none"))
-      << "two models, or a replica unfinished\n"
-      << job->output();
-  std::printf("what the user saw:\n%s", job->output().c_str());
+  ExpectOneModelTrainedByAll(*job, 400);
 }
 
 // Fault-tolerant DDP across three hosts, host 2 lost: its link down, then
