@@ -45,7 +45,8 @@ struct TensorPipeOptions {
   TcpTransport tcp = TcpTransport::kGuarded;
   // Set from RpcOptions::limits by the runtime.
   CodecLimits limits;
-  // How long a connecting peer has to complete the handshake. Generous: on
+  // How long a connecting peer has to complete the handshake, and how long
+  // a connecting side dials a busy listener again. Generous: on
   // the guarded transports a peer that gets this far proved the job secret
   // at the transport gate, so the bound only reclaims a member's stalled
   // pipe — and on a host running a connection storm (128 workers on two

@@ -32,7 +32,10 @@ struct LeaveAnnouncement {
   auto Fields() { return std::tie(reason); }
 };
 
-constexpr absl::Duration kAnnounceTimeout = absl::Seconds(10);
+// How long a leaving worker waits to tell the others. A constant on
+// purpose: it fails nothing (a peer not told learns from the store's left
+// key), it only bounds the wait for a silent one.
+constexpr absl::Duration kLeaveNoticeTimeout = absl::Seconds(10);
 
 }  // namespace
 
@@ -93,10 +96,14 @@ void Runtime::AnnounceJoin() {
     if (peer.rank == self_.rank || peer.name.empty() || member.state == MemberState::kLeft) {
       continue;
     }
-    calls.emplace_back(peer.rank, CallService(peer.rank, message, CallOptions{kAnnounceTimeout}));
+    // The job's rendezvous budget, not a constant: a peer slow to answer
+    // on a loaded host would be marked failed (Note [Slow is not failed],
+    // store/store_backend.h).
+    calls.emplace_back(peer.rank,
+                       CallService(peer.rank, message, CallOptions{options_.rendezvous_timeout}));
   }
   for (auto& [rank, call] : calls) {
-    auto answer = AwaitCall(call, kAnnounceTimeout);
+    auto answer = AwaitCall(call, options_.rendezvous_timeout);
     if (answer.ok()) continue;
     // Dead, or being restarted itself: its new incarnation will announce
     // itself to us.
@@ -210,10 +217,10 @@ void Runtime::Leave(const std::string& reason) {
   for (const Member& member : membership_.Members()) {
     if (member.info.rank == self_.rank || member.state != MemberState::kLive) continue;
     calls.emplace_back(member.info.rank, CallService(member.info.rank, LeaveAnnouncement{reason},
-                                                     CallOptions{kAnnounceTimeout}));
+                                                     CallOptions{kLeaveNoticeTimeout}));
   }
   for (auto& [rank, call] : calls) {
-    auto answer = AwaitCall(call, kAnnounceTimeout);
+    auto answer = AwaitCall(call, kLeaveNoticeTimeout);
     if (!answer.ok()) {
       TESSERA_LOG(INFO) << options_.name << ": could not tell " << DescribeWorker(rank)
                         << " that it leaves: " << answer.status().message();

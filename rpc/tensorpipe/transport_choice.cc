@@ -65,6 +65,7 @@ absl::StatusOr<RegisteredTransports> RegisterTransports(tp::Context& context,
     GuardedTcpOptions tcp_options;
     tcp_options.advertise_host = options.advertise_host;
     tcp_options.secret = secret;
+    tcp_options.connect_budget = options.handshake_timeout;
     // A descriptor frame is the envelope plus TensorPipe's small header.
     tcp_options.max_frame_bytes = options.limits.max_envelope_bytes + (64 << 10);
     context.registerTransport(0, registered.tcp_name, CreateGuardedTcpTransport(tcp_options));
@@ -90,6 +91,7 @@ absl::StatusOr<RegisteredTransports> RegisterTransports(tp::Context& context,
   if (registered.same_host == SameHostTransport::kUnixSockets) {
     GuardedTcpOptions unix_options;
     unix_options.secret = secret;
+    unix_options.connect_budget = options.handshake_timeout;
     unix_options.max_frame_bytes = options.limits.max_envelope_bytes + (64 << 10);
     auto unix_transport = CreateGuardedUnixTransport(unix_options);
     context.registerTransport(10, "unix", unix_transport);

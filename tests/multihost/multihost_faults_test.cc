@@ -146,7 +146,7 @@ TEST(MultiHostTest, AWorkerKilledBeforeShutdownIsNamedNotWaitedFor) {
                                       {"MASTER_PORT", port},
                                       {"WORLD_SIZE", "3"},
                                       {"RANK", std::to_string(host)},
-                                      {"TESSERA_RDZV_TIMEOUT_S", "20"}};
+                                      {"TESSERA_RDZV_TIMEOUT_S", "10"}};
                          });
   const std::vector<int> codes = job->Finish(absl::Seconds(120));
   EXPECT_EQ(codes[0], 4) << job->output();

@@ -372,7 +372,10 @@ TEST_P(ConnectAgainTest, AConnectionClosedBeforeTheChallengeDialsAgainUnnoticed)
 }
 
 TEST(ConnectAgainUnixTest, GivesUpAfterItsBudgetNamingTheCauseAndTheAttempts) {
-  auto context = CreateGuardedUnixTransport({});
+  // The transport's budget (the agent's handshake timeout: 60 s by default).
+  GuardedTcpOptions options;
+  options.connect_budget = absl::Seconds(4);
+  auto context = CreateGuardedUnixTransport(options);
   HandMadeListener listener(Family::kUnix);
   auto client = context->connect(listener.address());
   Promise<std::string> written;

@@ -13,10 +13,11 @@
 // connection (its reads and writes wait for the gate), so the connecting
 // side may drop the socket and dial again without TensorPipe noticing.
 // It does so after a growing, jittered delay (spreading a storm's retries)
-// for up to kConnectRetryBudget; past that the connection fails, naming the
-// last cause and the attempts. A refused connection (nothing listens: a
-// dead worker) and any failure after the challenge are not retried: they
-// are reported at once, as before.
+// for up to the transport's connect budget (GuardedTcpOptions; the agent's
+// handshake timeout: a loaded host is slow, not failed); past that the
+// connection fails, naming the last cause and the attempts. A refused connection (nothing listens:
+// a dead worker) and any failure after the challenge are not retried: they are reported at once, as
+// before.
 #pragma once
 
 #include <optional>
@@ -27,16 +28,13 @@
 
 namespace tessera::rpc::guarded_tcp {
 
-inline constexpr absl::Duration kConnectRetryBudget = absl::Seconds(10);
-
 // True for a connect() errno that a later attempt may not meet (a full
 // backlog).
 bool IsBusyListener(int connect_errno);
 
 class ConnectRetry {
  public:
-  explicit ConnectRetry(absl::Duration budget = kConnectRetryBudget,
-                        absl::Duration first_delay = absl::Milliseconds(2),
+  explicit ConnectRetry(absl::Duration budget, absl::Duration first_delay = absl::Milliseconds(2),
                         absl::Duration max_delay = absl::Milliseconds(250));
 
   // An attempt began at `now` (the first call starts the budget).

@@ -75,11 +75,14 @@ class RetryTimer final : public tensorpipe::EpollLoop::EventHandler {
 ConnectionImpl::ConnectionImpl(ConstructorToken token, std::shared_ptr<ContextImpl> context,
                                std::string id, tensorpipe::Socket socket)
     : ConnectionImplBoilerplate(token, std::move(context), std::move(id)),
+      retry_(context_->connect_budget()),
       socket_(std::move(socket)) {}
 
 ConnectionImpl::ConnectionImpl(ConstructorToken token, std::shared_ptr<ContextImpl> context,
                                std::string id, std::string addr)
-    : ConnectionImplBoilerplate(token, std::move(context), std::move(id)), addr_(std::move(addr)) {}
+    : ConnectionImplBoilerplate(token, std::move(context), std::move(id)),
+      addr_(std::move(addr)),
+      retry_(context_->connect_budget()) {}
 
 void ConnectionImpl::initImplFromLoop() {
   context_->enroll(*this);

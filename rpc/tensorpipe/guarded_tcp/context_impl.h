@@ -42,6 +42,7 @@ class ContextImpl final
   size_t max_frame_bytes() const { return options_.max_frame_bytes; }
   const std::string& advertise_host() const { return options_.advertise_host; }
   const auth::JobSecret& secret() const { return options_.secret; }
+  absl::Duration connect_budget() const { return options_.connect_budget; }
   bool unix_domain() const { return family_ == Family::kUnix; }
 
  protected:

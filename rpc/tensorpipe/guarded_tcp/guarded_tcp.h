@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/time/time.h"
 #include "auth/job_secret.h"
 #include "rpc/tensorpipe/guarded_tcp/tensorpipe_internals.h"
 
@@ -41,6 +42,9 @@ struct GuardedTcpOptions {
   // Proved by both ends of every connection before TensorPipe reads a byte
   // of it (Note [Transport gate], secret_gate.h). Empty: proves nothing.
   auth::JobSecret secret;
+  // How long a connecting side dials a busy listener again (Note [Connect
+  // again], connect_retry.h).
+  absl::Duration connect_budget = absl::Seconds(60);
 };
 
 std::shared_ptr<tensorpipe::transport::Context> CreateGuardedTcpTransport(
