@@ -40,7 +40,7 @@ for h in 0 1 2; do
     --listen-client-urls "http://$(addr $h):2379" --advertise-client-urls "http://$(addr $h):2379" \
     --listen-peer-urls "http://$(addr $h):2380" --initial-advertise-peer-urls "http://$(addr $h):2380" \
     --initial-cluster "$cluster" --initial-cluster-token "$P" >"$TMP/etcd-m$h.log" 2>&1 &
-  disown  # killed by cleanup, not waited for by on_hosts
+  disown  # killed by cleanup; `wait` in on_hosts waits for the jobs' own pids
 done
 
 # on_hosts NAME LAUNCHER_ARGS... -- PROGRAM ARGS...: one job, a node per
@@ -52,13 +52,20 @@ on_hosts() {
   while [[ $1 != -- ]]; do launcher+=("$1"); shift; done
   shift
   program=("$@")
+  local -a pids=()
   for h in 0 1 2; do
     ip netns exec ${P}h$h unshare --pid --fork --kill-child \
       "$RUN" --nnodes 3 --node_rank $h --nproc_per_node 1 --master_addr "$(addr 0)" \
       --master_port 29500 "${launcher[@]}" "${program[@]}" >"$TMP/$name.h$h" 2>&1 &
+    pids+=($!)
   done
-  wait "$(jobs -p | tail -3 | head -1)" "$(jobs -p | tail -2 | head -1)" "$(jobs -p | tail -1)" ||
-    { echo "$name failed:"; tail -20 "$TMP/$name".h*; exit 1; }
+  local pid failed=false
+  for pid in "${pids[@]}"; do wait "$pid" || failed=true; done
+  if $failed; then
+    echo "$name failed:"
+    tail -20 "$TMP/$name".h*
+    exit 1
+  fi
 }
 
 # CPU seconds the etcd members have used so far (ticks of utime + stime).
