@@ -105,14 +105,15 @@ TEST(MultiHostClusterFaultsTest, AParameterServerJobThatLosesATrainersHostFinish
   std::printf("what the user saw:\n%s", job->output().c_str());
 }
 
-// The parameter-server job, host 2's link cut for 25 s (past the job's
-// 10 s call timeout, short of --node_timeout) and then healed: trainer 2's
+// The parameter-server job, host 2's link cut (past the job's 10 s call
+// timeout, short of --node_timeout) and then healed: trainer 2's
 // calls time out and it exits; its launcher, which cannot reach the store
 // while cut, still knows the worker's role and restarts it alone, backing
 // off until the store answers again (Note [Restarting a rank alone]); the
 // new incarnation rejoins. The server never restarts and every batch is
 // trained.
-TEST(MultiHostClusterFaultsTest, AParameterServerJobCutOffFor25sHealsWithoutRestartingTheServer) {
+TEST(MultiHostClusterFaultsTest,
+     AParameterServerJobCutOffPastItsTimeoutHealsWithoutRestartingTheServer) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
   const std::vector<std::string> command = {kParameterServer, "--epochs", "1", "--max_steps", "500",
                                             "--log_every",    "20"};
@@ -122,9 +123,15 @@ TEST(MultiHostClusterFaultsTest, AParameterServerJobCutOffFor25sHealsWithoutRest
   ASSERT_TRUE(server.WaitFor("serving a CNN", 1, absl::Seconds(120))) << job->output();
   ASSERT_TRUE(job->on(2).WaitFor("] epoch 1 step ", 3, absl::Seconds(120))) << job->output();
   ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
-  // The cut's length is the fault itself, not a wait for something.
-  absl::SleepFor(absl::Seconds(25));
+  const absl::Time cut = absl::Now();
+  // The link stays cut until the trainer's call timed out and its launcher,
+  // cut off from the store, is backing off: the fault this test is about,
+  // however long a loaded machine takes to get there.
+  ASSERT_TRUE(
+      job->on(2).WaitFor("cannot reach the store to restart rank 2 alone", 1, absl::Seconds(120)))
+      << job->output();
   ASSERT_TRUE(hosts.SetLink(2, /*up=*/true).ok());
+  std::printf("host 2's link was cut for %.1f s\n", absl::ToDoubleSeconds(absl::Now() - cut));
   EXPECT_EQ(job->Finish(absl::Seconds(300)), std::vector<int>(3, 0)) << job->output();
   const std::string& out = server.output();
   EXPECT_EQ(server.Count("serving a CNN"), 1) << job->output();
@@ -138,34 +145,38 @@ TEST(MultiHostClusterFaultsTest, AParameterServerJobCutOffFor25sHealsWithoutRest
   std::printf("what the user saw:\n%s", job->output().c_str());
 }
 
-// Fault-tolerant DDP across three hosts, host 2's link cut for 25 s (past
-// every timeout of the job: Gloo's 10 s, the quorum's 3 s) and then healed
+// Fault-tolerant DDP across three hosts, host 2's link cut (past every
+// timeout of the job: Gloo's 10 s, the quorum's 3 s) and then healed
 // (Note [No split brain], quorum.h). Replicas 0 and 1 go on as a quorum of
 // two; replica 2 commits nothing while cut off — no quorum of one, no
 // second model — and when the link is back it rejoins the quorum and
 // catches up from a peer, without a restart of any process. Every replica
 // ends with the same parameters.
-TEST(MultiHostClusterFaultsTest, AFaultTolerantDdpReplicaCutOffFor25sRejoinsAndAllEndIdentical) {
+TEST(MultiHostClusterFaultsTest,
+     AFaultTolerantDdpReplicaCutOffPastTheTimeoutsRejoinsAndAllEndIdentical) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
-  auto job = Job::Launched(hosts, 1, {kFaultTolerantDdp, "--steps", "600", "--log_every", "25"}, {},
+  auto job = Job::Launched(hosts, 1, {kFaultTolerantDdp, "--steps", "300", "--log_every", "10"}, {},
                            "", {"--elastic_roles", "replica", "--max_restarts", "1"});
   ObservedProcess& host2 = job->on(2);
   ASSERT_TRUE(host2.WaitFor("3 replicas\n", 2, absl::Seconds(180))) << job->output();
   ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
-  // The cut's length is the fault itself, not a wait for something.
-  absl::SleepFor(absl::Seconds(25));
+  const absl::Time cut = absl::Now();
+  // The link stays cut until replicas 0 and 1 have trained on as a quorum
+  // of two, past Gloo's timeout and the quorum's, however long a loaded
+  // machine takes to get there.
+  ASSERT_TRUE(job->on(0).WaitFor(", 2 replicas\n", 2, absl::Seconds(120)))
+      << "replicas 0 and 1 did not train on while host 2 was cut off\n"
+      << job->output();
   ASSERT_TRUE(hosts.SetLink(2, /*up=*/true).ok());
   const absl::Time healed = absl::Now();
+  std::printf("host 2's link was cut for %.1f s\n", absl::ToDoubleSeconds(healed - cut));
   ASSERT_TRUE(host2.WaitFor("[replica2] recovered the state at step", 1, absl::Seconds(120)))
       << "replica 2 did not catch up after the link healed\n"
       << job->output();
   std::printf("replica 2 recovered its state %.1f s after the link healed\n",
               absl::ToDoubleSeconds(absl::Now() - healed));
   EXPECT_EQ(job->Finish(absl::Seconds(300)), std::vector<int>(3, 0)) << job->output();
-  EXPECT_TRUE(absl::StrContains(job->on(0).output(), ", 2 replicas\n"))
-      << "replicas 0 and 1 did not train on while host 2 was cut off\n"
-      << job->output();
-  ExpectOneModelTrainedByAll(*job, 600);
+  ExpectOneModelTrainedByAll(*job, 300);
 }
 
 // Fault-tolerant DDP across three hosts, hosts 1 and 2 cut off from each

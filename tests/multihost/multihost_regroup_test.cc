@@ -132,7 +132,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MultiHostLostHostTest,
 
 class MultiHostHealedCutTest : public ::testing::TestWithParam<Shape> {};
 
-// Host 2's link is cut for 25 s (past the job's 10 s timeouts, short of
+// Host 2's link is cut (past the job's 10 s timeouts, short of
 // --node_timeout) and then heals: the job's collectives or calls time out,
 // and the group restarts on all three hosts once host 2's launcher can
 // report that its worker stopped; training resumes from the last
@@ -143,10 +143,16 @@ TEST_P(MultiHostHealedCutTest, RestartsTheGroupOnEveryHostFromTheCheckpoint) {
   auto job =
       Start(hosts, shape, "cut", {"--nnodes", "3", "--node_timeout", "60", "--max_restarts", "2"});
   ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
-  // The cut's length is the fault itself, not a wait for something.
-  absl::SleepFor(absl::Seconds(25));
+  const absl::Time cut = absl::Now();
+  // The link stays cut until a worker on host 0 failed on the job's
+  // timeout, however long a loaded machine takes to get there.
+  ASSERT_TRUE(job->on(0).WaitFor("failed with exit code", 1, absl::Seconds(120)))
+      << "no worker on host 0 failed while host 2 was cut off\n"
+      << job->output();
   ASSERT_TRUE(hosts.SetLink(2, /*up=*/true).ok());
   const absl::Time healed = absl::Now();
+  std::printf("%s: host 2's link was cut for %.1f s\n", shape.name,
+              absl::ToDoubleSeconds(healed - cut));
   ASSERT_TRUE(job->on(shape.writer_host).WaitFor("resuming from", 1, absl::Seconds(120)))
       << "the group did not restart after the heal\n"
       << job->output();
