@@ -133,7 +133,9 @@ TEST_F(RpcCallsTest, AsyncHandlerCompletesLater) {
 }
 
 TEST_F(RpcCallsTest, RemoteErrorsNameTheProblemAndTheWorker) {
-  StartWorld(2);
+  // The call to no_such_fn fails once worker1 waited for its registration:
+  // 1 s, not the default 10 s.
+  StartWorld(2, {{"TESSERA_TEST_REGISTRATION_WAIT_S", "1"}});
   auto raised = rt().RpcAsync<int64_t>("worker1", "fail", "boom at step 3")
                     .Wait(absl::Seconds(30));
   ASSERT_FALSE(raised.ok());

@@ -242,7 +242,9 @@ TEST_F(RRefTest, ManyShortLivedRRefsKeepOwnerMemoryFlat) {
 
 // Scenario: a forged RRef id is an error on the owner, not a crash.
 TEST_F(RRefTest, ForgedIdIsAnError) {
-  StartWorld(2);
+  // The sneaky call below fails once worker1 waited for its function's
+  // registration: 1 s, not the default 10 s.
+  StartWorld(2, {{"TESSERA_TEST_REGISTRATION_WAIT_S", "1"}});
   auto result = rt().CallInternal(1, "rref.fetch", {c10::IValue(int64_t{7}),
                                                     c10::IValue(int64_t{123456}),
                                                     c10::IValue(false)})

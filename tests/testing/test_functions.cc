@@ -100,6 +100,9 @@ rpc::RpcOptions TestWorkerOptions() {
   if (const char* s = std::getenv("TESSERA_TEST_SHUTDOWN_TIMEOUT_S")) {
     options->shutdown_timeout = absl::Seconds(std::atoi(s));
   }
+  if (const char* s = std::getenv("TESSERA_TEST_REGISTRATION_WAIT_S")) {
+    options->registration_wait = absl::Seconds(std::atoi(s));
+  }
   return *std::move(options);
 }
 

@@ -22,7 +22,8 @@ rpc::Registry MakeTestRegistry();
 bool BlockUntilReleased(rpc::CallContext& ctx, const std::string& key);
 
 // Options for a test worker from the environment (see WorkerEnv), with
-// timeouts suited to tests.
+// timeouts suited to tests (TESSERA_TEST_SHUTDOWN_TIMEOUT_S and
+// TESSERA_TEST_REGISTRATION_WAIT_S set two of them).
 rpc::RpcOptions TestWorkerOptions();
 
 // Options for a worker in this process that meets the others through a store
