@@ -34,6 +34,7 @@ declare -A allowed=(
   [dist_autograd]="rpc common"
   [dist_optim]="rref dist_autograd checkpoint rpc common"
   [pipeline]="rref dist_autograd rpc common"
+  [ps]="rpc store common"
   [ddp]="store common auth checkpoint dist_autograd/gradient_sink.h"
   [ddp/shm]="ddp store common"
   [ddp/gloo]="ddp ddp/shm store common"
@@ -54,7 +55,7 @@ declare -A package_of_target=(
 
 # Tessera's own packages; other quoted includes (absl/, gloo/, ...) are
 # third-party, below everything.
-ours='^(common|auth|data|checkpoint|store|proto|rpc|rref|dist_autograd|dist_optim|pipeline|ddp|launcher|tessera)/'
+ours='^(common|auth|data|checkpoint|store|proto|rpc|rref|dist_autograd|dist_optim|pipeline|ps|ddp|launcher|tessera)/'
 
 package_of() {  # the longest key of `allowed` matching a path ("" for none)
   local path=$1 best=""

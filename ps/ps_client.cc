@@ -1,0 +1,248 @@
+#include "ps/ps_client.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/_unique.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/StringUtil.h>
+
+#include <algorithm>
+#include <type_traits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "ps/ps_messages.h"
+#include "rpc/internal_service.h"
+#include "rpc/value_traits.h"
+
+namespace tessera::ps {
+
+namespace {
+
+// Waits for `future` (a call bounded by its own deadline) within `timeout`.
+template <typename T>
+absl::StatusOr<T> Await(const Future<T>& future, absl::Duration timeout) {
+  return future.Wait(timeout + absl::Seconds(5));
+}
+
+}  // namespace
+
+PsClient::PsClient(rpc::Runtime& runtime, PsOptions options, rpc::CallOptions call, ShardMap map)
+    : runtime_(runtime), options_(std::move(options)), call_(call), map_(std::move(map)) {
+  MutexLock lock(&mu_);
+  for (const TableOptions& table : options_.tables) {
+    Table& t = tables_[table.name];
+    t.options = table;
+    t.sequences.assign(map_.shards(), 0);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(rpc::Runtime& runtime,
+                                                            PsOptions options,
+                                                            rpc::CallOptions call) {
+  auto map = ReadShardMap(runtime.store(), options.job, options.tables, options.start_timeout);
+  if (!map.ok()) return map.status();
+  std::unique_ptr<PsClient> client(
+      new PsClient(runtime, std::move(options), call, *std::move(map)));
+  if (auto ok = client->Hello(); !ok.ok()) return ok;
+  return client;
+}
+
+template <typename R, typename M>
+Future<R> PsClient::Send(int64_t shard, const M& message) const {
+  const std::string server = map_.servers[shard];
+  Future<c10::IValue> raw =
+      runtime_.CallAsync(server, M::kService, rpc::EncodeMessage(message), call_);
+  return raw.Then([server, table = message.table,
+                   shard](const absl::StatusOr<c10::IValue>& value) -> absl::StatusOr<R> {
+    if (!value.ok()) {
+      return absl::Status(value.status().code(), absl::StrCat("table '", table, "' shard ", shard,
+                                                              " on parameter server '", server,
+                                                              "': ", value.status().message()));
+    }
+    if constexpr (std::is_same_v<R, std::monostate>) {
+      return std::monostate{};
+    } else {
+      std::optional<R> typed = rpc::ValueTraits<R>::FromIValue(*value);
+      if (!typed.has_value()) {
+        return absl::InternalError(absl::StrCat("parameter server '", server, "' answered ",
+                                                M::kService, " with ", value->tagKind()));
+      }
+      return *std::move(typed);
+    }
+  });
+}
+
+absl::Status PsClient::Hello() {
+  const absl::Duration timeout = runtime_.EffectiveTimeout(call_);
+  MutexLock lock(&mu_);
+  for (auto& [name, table] : tables_) {
+    std::vector<int64_t> starts;
+    for (int64_t s = 0; s < map_.shards(); ++s) {
+      auto start = Await(Send<int64_t>(s, HelloRequest{name, map_.epoch, s}), timeout);
+      if (!start.ok()) return start.status();
+      starts.push_back(*start);
+    }
+    // Where the furthest shard started this trainer: the others follow.
+    table.clock = *std::max_element(starts.begin(), starts.end());
+    for (int64_t s = 0; s < map_.shards(); ++s) {
+      if (starts[s] == table.clock) continue;
+      auto moved =
+          Await(Send<std::monostate>(s, ClockRequest{name, map_.epoch, s, table.clock}), timeout);
+      if (!moved.ok()) return moved.status();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PsClient::Table*> PsClient::Find(const std::string& table) {
+  auto it = tables_.find(table);
+  if (it == tables_.end()) {
+    return absl::NotFoundError(absl::StrCat("no parameter-server table '", table, "'"));
+  }
+  return &it->second;
+}
+
+absl::StatusOr<PsClient::Split> PsClient::SplitKeys(const Table& table,
+                                                    const at::Tensor& keys) const {
+  if (!keys.defined() || keys.scalar_type() != at::kLong || keys.dim() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("keys of table '", table.options.name, "' must be a 1-D int64 tensor"));
+  }
+  Split split;
+  std::tie(split.unique, split.inverse) =
+      at::_unique(keys, /*sorted=*/true, /*return_inverse=*/true);
+  auto shard_of = ShardsOfKeys(table.options, map_.shards(), split.unique);
+  if (!shard_of.ok()) return shard_of.status();
+  for (int64_t s = 0; s < map_.shards(); ++s) {
+    at::Tensor positions = shard_of->eq(s).nonzero().squeeze(1);
+    if (positions.numel() == 0) continue;
+    split.shards.push_back(s);
+    split.positions.push_back(positions);
+    split.keys.push_back(split.unique.index_select(0, positions));
+  }
+  return split;
+}
+
+Future<at::Tensor> PsClient::Pull(const std::string& table, const at::Tensor& keys) {
+  std::vector<Future<at::Tensor>> parts;
+  absl::StatusOr<Split> split;
+  int64_t dim = 0;
+  {
+    MutexLock lock(&mu_);
+    auto t = Find(table);
+    if (!t.ok()) return Future<at::Tensor>::Ready(t.status());
+    split = SplitKeys(**t, keys);
+    if (!split.ok()) return Future<at::Tensor>::Ready(split.status());
+    dim = (*t)->options.dim;
+    for (size_t i = 0; i < split->shards.size(); ++i) {
+      const int64_t s = split->shards[i];
+      parts.push_back(
+          Send<at::Tensor>(s, PullRequest{table, map_.epoch, s, (*t)->clock, split->keys[i]}));
+    }
+  }
+  return WhenAllOk(parts).Then([parts, split = *std::move(split), dim, table](
+                                   const absl::StatusOr<bool>& all) -> absl::StatusOr<at::Tensor> {
+    if (!all.ok()) return all.status();
+    at::Tensor rows = at::empty({split.unique.numel(), dim}, at::TensorOptions().dtype(at::kFloat));
+    for (size_t i = 0; i < parts.size(); ++i) {
+      at::Tensor part = *parts[i].Wait(absl::ZeroDuration());
+      if (part.dim() != 2 || part.size(0) != split.keys[i].numel() || part.size(1) != dim) {
+        return absl::InternalError(absl::StrCat("table '", table, "' shard ", split.shards[i],
+                                                " answered rows of shape ",
+                                                c10::str(part.sizes())));
+      }
+      rows.index_copy_(0, split.positions[i], part);
+    }
+    return rows.index_select(0, split.inverse);
+  });
+}
+
+Future<std::monostate> PsClient::Push(const std::string& table, const at::Tensor& keys,
+                                      const at::Tensor& grads) {
+  std::vector<Future<std::monostate>> parts;
+  {
+    MutexLock lock(&mu_);
+    auto t = Find(table);
+    if (!t.ok()) return Future<std::monostate>::Ready(t.status());
+    auto split = SplitKeys(**t, keys);
+    if (!split.ok()) return Future<std::monostate>::Ready(split.status());
+    const int64_t dim = (*t)->options.dim;
+    if (!grads.defined() || grads.scalar_type() != at::kFloat || grads.dim() != 2 ||
+        grads.size(0) != keys.numel() || grads.size(1) != dim) {
+      return Future<std::monostate>::Ready(absl::InvalidArgumentError(
+          absl::StrCat("a push to table '", table, "' of ", keys.numel(),
+                       " keys needs float gradients of shape [", keys.numel(), ", ", dim, "]")));
+    }
+    // A repeated key's gradients, summed: one row per distinct key.
+    at::Tensor summed = at::zeros({split->unique.numel(), dim}, grads.options());
+    summed.index_add_(0, split->inverse, grads);
+    for (size_t i = 0; i < split->shards.size(); ++i) {
+      const int64_t s = split->shards[i];
+      PushRequest push{table,
+                       map_.epoch,
+                       s,
+                       (*t)->sequences[s]++,
+                       (*t)->clock,
+                       split->keys[i],
+                       summed.index_select(0, split->positions[i])};
+      parts.push_back(Send<std::monostate>(s, push));
+    }
+  }
+  return WhenAllOk(parts).Then(
+      [](const absl::StatusOr<bool>& all) -> absl::StatusOr<std::monostate> {
+        if (!all.ok()) return all.status();
+        return std::monostate{};
+      });
+}
+
+Future<at::Tensor> PsClient::PushPull(const std::string& table, const at::Tensor& keys,
+                                      const at::Tensor& grads) {
+  return Push(table, keys, grads)
+      .Then([this, table, keys](const absl::StatusOr<std::monostate>& pushed) {
+        if (!pushed.ok()) return Future<at::Tensor>::Ready(pushed.status());
+        return Pull(table, keys);
+      });
+}
+
+Future<std::monostate> PsClient::Clock() {
+  std::vector<Future<std::monostate>> parts;
+  {
+    MutexLock lock(&mu_);
+    for (auto& [name, table] : tables_) {
+      ++table.clock;
+      // An asynchronous table's pulls wait for no clock: nothing to tell.
+      if (table.options.consistency.kind == Consistency::Kind::kAsynchronous) continue;
+      for (int64_t s = 0; s < map_.shards(); ++s) {
+        parts.push_back(Send<std::monostate>(s, ClockRequest{name, map_.epoch, s, table.clock}));
+      }
+    }
+  }
+  return WhenAllOk(parts).Then(
+      [](const absl::StatusOr<bool>& all) -> absl::StatusOr<std::monostate> {
+        if (!all.ok()) return all.status();
+        return std::monostate{};
+      });
+}
+
+int64_t PsClient::clock(const std::string& table) const {
+  MutexLock lock(&mu_);
+  auto it = tables_.find(table);
+  return it == tables_.end() ? -1 : it->second.clock;
+}
+
+Future<std::vector<std::vector<int64_t>>> PsClient::Stats(const std::string& table) {
+  std::vector<Future<std::vector<int64_t>>> parts;
+  for (int64_t s = 0; s < map_.shards(); ++s) {
+    parts.push_back(Send<std::vector<int64_t>>(s, StatsRequest{table, map_.epoch, s}));
+  }
+  return WhenAllOk(parts).Then([parts](const absl::StatusOr<bool>& all)
+                                   -> absl::StatusOr<std::vector<std::vector<int64_t>>> {
+    if (!all.ok()) return all.status();
+    std::vector<std::vector<int64_t>> stats;
+    for (const auto& part : parts) stats.push_back(*part.Wait(absl::ZeroDuration()));
+    return stats;
+  });
+}
+
+}  // namespace tessera::ps

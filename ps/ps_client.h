@@ -1,0 +1,90 @@
+// PsClient: a trainer's side of a sharded parameter server.
+//
+//   auto ps = ps::PsClient::Connect(worker->rpc(), options);   // the servers' PsOptions
+//   at::Tensor rows = ps->Pull("emb", ids).Get(timeout);       // [ids, dim]
+//   ... forward, backward on this trainer ...
+//   ps->Push("emb", ids, grad_rows).Get(timeout);
+//   ps->Clock().Get(timeout);                                 // this step is done
+//
+// A call's keys (int64, 1-D, any order, repeats allowed) are made distinct
+// and split by shard: one message per shard, its rows as one tensor; a
+// pull's rows come back in the order of the keys asked, repeats included,
+// and a push's gradients of a repeated key are summed. Pull and Push return
+// futures and never throw; a server that fails the call (a dead server, a
+// refused request) fails the future with its error, naming the server and
+// the table. Consistency: Note [Parameter-server consistency], ps/shard.h.
+// Clock() ends this trainer's step for every table.
+//
+// Thread-safety: thread-safe. Pushes and pulls may overlap; a pull is not
+// ordered after a push still in flight (PushPull is).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/future.h"
+#include "common/mutex.h"
+#include "ps/ps_options.h"
+#include "ps/shard_map.h"
+#include "rpc/call_options.h"
+#include "rpc/runtime.h"
+
+namespace tessera::ps {
+
+class PsClient {
+ public:
+  // Reads the shard map (waiting up to options.start_timeout for the
+  // servers), checks the tables against it and says hello to every shard.
+  static absl::StatusOr<std::unique_ptr<PsClient>> Connect(rpc::Runtime& runtime, PsOptions options,
+                                                           rpc::CallOptions call = {});
+
+  Future<at::Tensor> Pull(const std::string& table, const at::Tensor& keys);
+  Future<std::monostate> Push(const std::string& table, const at::Tensor& keys,
+                              const at::Tensor& grads);
+  // The push, then a pull of the same keys once every shard took it.
+  Future<at::Tensor> PushPull(const std::string& table, const at::Tensor& keys,
+                              const at::Tensor& grads);
+  // Ends this trainer's current clock for every table: completes when every
+  // shard knows.
+  Future<std::monostate> Clock();
+  int64_t clock(const std::string& table) const;
+  const ShardMap& shard_map() const { return map_; }
+  // Each shard's {rows, pushes applied, duplicates, clock} (ShardStats).
+  Future<std::vector<std::vector<int64_t>>> Stats(const std::string& table);
+
+ private:
+  struct Table {
+    TableOptions options;
+    int64_t clock = 0;
+    std::vector<int64_t> sequences;  // the next push's sequence, by shard
+  };
+  // A call's keys, made distinct and split by shard.
+  struct Split {
+    at::Tensor unique, inverse;               // unique[inverse] == keys
+    std::vector<int64_t> shards;              // the shards with keys
+    std::vector<at::Tensor> keys, positions;  // by shard: its keys, their places in unique
+  };
+
+  PsClient(rpc::Runtime& runtime, PsOptions options, rpc::CallOptions call, ShardMap map);
+  absl::Status Hello();
+  absl::StatusOr<Split> SplitKeys(const Table& table, const at::Tensor& keys) const;
+  // The message of type M to `shard`'s server, its answer as R.
+  template <typename R, typename M>
+  Future<R> Send(int64_t shard, const M& message) const;
+  absl::StatusOr<Table*> Find(const std::string& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  rpc::Runtime& runtime_;
+  const PsOptions options_;
+  const rpc::CallOptions call_;
+  const ShardMap map_;
+  mutable Mutex mu_;
+  std::map<std::string, Table> tables_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tessera::ps

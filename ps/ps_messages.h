@@ -1,0 +1,88 @@
+// The parameter server's messages (Note [Typed internal services],
+// rpc/internal_service.h): one struct per request, its fields listed once.
+// Each names the table, the shard map's epoch it was routed by (Note [Shard
+// map], ps/shard_map.h) and the shard; who sent it — the trainer's rank and
+// incarnation — the server takes from the connection, not from the message.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace tessera::ps {
+
+namespace services {
+inline constexpr char kHello[] = "tessera.ps.hello";
+inline constexpr char kPull[] = "tessera.ps.pull";
+inline constexpr char kPush[] = "tessera.ps.push";
+inline constexpr char kClock[] = "tessera.ps.clock";
+inline constexpr char kStats[] = "tessera.ps.stats";
+}  // namespace services
+
+// A trainer starts on a shard: answers the clock it starts at.
+struct HelloRequest {
+  static constexpr const char* kService = services::kHello;
+  static constexpr bool kCarriesUserValues = false;
+  using Response = int64_t;
+  std::string table;
+  int64_t epoch = 0;
+  int64_t shard = 0;
+  auto Fields() { return std::tie(table, epoch, shard); }
+};
+
+// The rows of distinct `keys` (int64, 1-D), as of `clock`: [keys, dim].
+struct PullRequest {
+  static constexpr const char* kService = services::kPull;
+  static constexpr bool kCarriesUserValues = false;
+  using Response = at::Tensor;
+  std::string table;
+  int64_t epoch = 0;
+  int64_t shard = 0;
+  int64_t clock = 0;
+  at::Tensor keys;
+  auto Fields() { return std::tie(table, epoch, shard, clock, keys); }
+};
+
+// Gradients for distinct `keys`: [keys, dim] floats, the trainer's
+// `sequence`-th push to this shard (Note [Exactly-once pushes], ps/shard.h).
+struct PushRequest {
+  static constexpr const char* kService = services::kPush;
+  static constexpr bool kCarriesUserValues = false;
+  using Response = void;
+  std::string table;
+  int64_t epoch = 0;
+  int64_t shard = 0;
+  int64_t sequence = 0;
+  int64_t clock = 0;
+  at::Tensor keys;
+  at::Tensor grads;
+  auto Fields() { return std::tie(table, epoch, shard, sequence, clock, keys, grads); }
+};
+
+// The trainer is at `clock` now (Note [Parameter-server consistency]).
+struct ClockRequest {
+  static constexpr const char* kService = services::kClock;
+  static constexpr bool kCarriesUserValues = false;
+  using Response = void;
+  std::string table;
+  int64_t epoch = 0;
+  int64_t shard = 0;
+  int64_t clock = 0;
+  auto Fields() { return std::tie(table, epoch, shard, clock); }
+};
+
+// A shard's ShardStats: {rows, pushes applied, duplicates, clock}.
+struct StatsRequest {
+  static constexpr const char* kService = services::kStats;
+  static constexpr bool kCarriesUserValues = false;
+  using Response = std::vector<int64_t>;
+  std::string table;
+  int64_t epoch = 0;
+  int64_t shard = 0;
+  auto Fields() { return std::tie(table, epoch, shard); }
+};
+
+}  // namespace tessera::ps

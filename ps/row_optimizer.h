@@ -1,0 +1,33 @@
+// RowOptimizer: the optimizer a parameter server applies to the rows a push
+// touched, with its state kept beside the rows (OptimizerOptions,
+// ps/table_options.h). Rows are addressed by slot (ps/row_store.h).
+//
+// Thread-safety: none; its shard serialises every call.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+#include "ps/table_options.h"
+
+namespace tessera::ps {
+
+class RowOptimizer {
+ public:
+  RowOptimizer(OptimizerOptions options, int64_t dim);
+
+  // Makes room for `capacity` rows of state (new rows start from zero).
+  void Reserve(int64_t capacity);
+  // values[slots] moves against grads ([n, dim]); `slots` are distinct.
+  void Apply(at::Tensor& values, const at::Tensor& slots, const at::Tensor& grads);
+
+ private:
+  OptimizerOptions options_;
+  int64_t dim_;
+  at::Tensor accumulator_;  // Adagrad: [capacity], mean squared gradient summed
+  at::Tensor m_, v_;        // Adam: [capacity, dim]
+  at::Tensor steps_;        // Adam: [capacity], each row's own step count
+};
+
+}  // namespace tessera::ps

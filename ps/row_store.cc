@@ -1,0 +1,118 @@
+#include "ps/row_store.h"
+
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "ps/key_hash.h"
+#include "ps/shard_map.h"
+
+namespace tessera::ps {
+
+RowStore::RowStore(TableOptions table, int64_t shard, int64_t shards)
+    : table_(std::move(table)),
+      shard_(shard),
+      shards_(shards),
+      optimizer_(table_.optimizer, table_.dim) {
+  if (table_.kind == TableKind::kDense) {
+    auto [first, end] = DenseRange(table_.rows, shards_, shard_);
+    first_key_ = first;
+    Reserve(end - first);
+    for (int64_t key = first; key < end; ++key) Initialise(key - first, key);
+    size_ = end - first;
+  } else {
+    Reserve(1024);
+  }
+}
+
+void RowStore::Reserve(int64_t capacity) {
+  if (values_.defined() && values_.size(0) >= capacity) return;
+  at::Tensor grown = at::empty({capacity, table_.dim}, at::TensorOptions().dtype(at::kFloat));
+  if (values_.defined()) grown.narrow(0, 0, values_.size(0)).copy_(values_);
+  values_ = grown;
+  optimizer_.Reserve(capacity);
+}
+
+void RowStore::Initialise(int64_t slot, int64_t key) {
+  float* row = values_.data_ptr<float>() + slot * table_.dim;
+  const Initializer& init = table_.init;
+  for (int64_t j = 0; j < table_.dim; ++j) {
+    const uint64_t k = static_cast<uint64_t>(key), c = static_cast<uint64_t>(j);
+    switch (init.kind) {
+      case Initializer::Kind::kZeros:
+        row[j] = 0;
+        break;
+      case Initializer::Kind::kUniform:
+        row[j] = static_cast<float>(init.a + (init.b - init.a) * UnitFromKey(init.seed, k, c));
+        break;
+      case Initializer::Kind::kNormal: {
+        // Box-Muller over two of the key's uniforms.
+        const double u1 = 1.0 - UnitFromKey(init.seed, k, 2 * c);
+        const double u2 = UnitFromKey(init.seed, k, 2 * c + 1);
+        row[j] = static_cast<float>(init.a + init.b * std::sqrt(-2 * std::log(u1)) *
+                                                 std::cos(2 * M_PI * u2));
+        break;
+      }
+    }
+  }
+}
+
+bool RowStore::Holds(int64_t key) const {
+  if (table_.kind == TableKind::kDense) return key >= first_key_ && key < first_key_ + size_;
+  return MixKey(static_cast<uint64_t>(key)) % static_cast<uint64_t>(shards_) ==
+         static_cast<uint64_t>(shard_);
+}
+
+absl::Status RowStore::Check(const at::Tensor& keys) const {
+  if (!keys.defined() || keys.scalar_type() != at::kLong || keys.dim() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "keys of table '", table_.name, "' must be a 1-D int64 tensor, got ",
+        keys.defined() ? absl::StrCat(keys.toString(), " of ", keys.dim(), " dimensions")
+                       : "none"));
+  }
+  at::Tensor contiguous = keys.contiguous();
+  const int64_t* key = contiguous.data_ptr<int64_t>();
+  for (int64_t i = 0; i < contiguous.numel(); ++i) {
+    if (!Holds(key[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("key ", key[i], " of table '", table_.name,
+                                                     "' is not on shard ", shard_, " of ",
+                                                     shards_));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<at::Tensor> RowStore::Slots(const at::Tensor& keys) {
+  if (auto ok = Check(keys); !ok.ok()) return ok;
+  at::Tensor contiguous = keys.contiguous();
+  at::Tensor slots = at::empty({contiguous.numel()}, contiguous.options());
+  const int64_t* key = contiguous.data_ptr<int64_t>();
+  int64_t* slot = slots.data_ptr<int64_t>();
+  for (int64_t i = 0; i < contiguous.numel(); ++i) {
+    if (table_.kind == TableKind::kDense) {
+      slot[i] = key[i] - first_key_;
+      continue;
+    }
+    auto [it, made] = slot_of_.emplace(key[i], size_);
+    if (made) {
+      if (size_ == values_.size(0)) Reserve(2 * size_);
+      Initialise(size_, key[i]);
+      ++size_;
+    }
+    slot[i] = it->second;
+  }
+  return slots;
+}
+
+at::Tensor RowStore::Read(const at::Tensor& slots) const { return values_.index_select(0, slots); }
+
+void RowStore::Apply(const at::Tensor& slots, const at::Tensor& grads) {
+  optimizer_.Apply(values_, slots, grads);
+}
+
+at::Tensor RowStore::Values() const { return values_.narrow(0, 0, size_).clone(); }
+
+}  // namespace tessera::ps

@@ -1,0 +1,59 @@
+// RowStore: the rows of one shard of a table, and their optimizer's state.
+//
+// A dense shard holds its range of keys from the start; a sparse shard makes
+// a row the first time a key is pulled or pushed. A row starts from its key
+// alone (Initializer, ps/table_options.h), so it is the same whichever server
+// makes it. Rows live in one [capacity, dim] float tensor, addressed by slot;
+// a sparse shard doubles the tensor when it fills.
+//
+// Thread-safety: none; its shard serialises every call.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <unordered_map>
+
+#include "absl/status/statusor.h"
+#include "ps/row_optimizer.h"
+#include "ps/table_options.h"
+
+namespace tessera::ps {
+
+class RowStore {
+ public:
+  RowStore(TableOptions table, int64_t shard, int64_t shards);
+
+  // The slots of `keys` (int64, 1-D), making the rows of new sparse keys.
+  // InvalidArgument for a key another shard holds.
+  absl::StatusOr<at::Tensor> Slots(const at::Tensor& keys);
+  // The same check, making nothing: every key is this shard's, and `keys`
+  // is a 1-D int64 tensor (InvalidArgument naming the first that is not).
+  absl::Status Check(const at::Tensor& keys) const;
+  // A copy of the rows at `slots`: [n, dim].
+  at::Tensor Read(const at::Tensor& slots) const;
+  // The optimizer's step on the rows at `slots` (distinct) for `grads`.
+  void Apply(const at::Tensor& slots, const at::Tensor& grads);
+  // Rows held (made, for a sparse shard).
+  int64_t size() const { return size_; }
+  // Every row held, by key order (dense) or slot order (sparse): for tests
+  // and checkpoints.
+  at::Tensor Values() const;
+
+ private:
+  // Whether `key` belongs to this shard.
+  bool Holds(int64_t key) const;
+  // Makes the row of `key` at slot `slot`.
+  void Initialise(int64_t slot, int64_t key);
+  void Reserve(int64_t capacity);
+
+  const TableOptions table_;
+  const int64_t shard_, shards_;
+  int64_t first_key_ = 0;  // dense: the first key of this shard's range
+  int64_t size_ = 0;
+  at::Tensor values_;  // [capacity, dim]
+  RowOptimizer optimizer_;
+  std::unordered_map<int64_t, int64_t> slot_of_;  // sparse: key -> slot
+};
+
+}  // namespace tessera::ps

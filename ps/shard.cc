@@ -1,0 +1,295 @@
+#include "ps/shard.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/_unique.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/StringUtil.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace tessera::ps {
+
+namespace {
+
+// How far one Clock() may move a trainer's clock: PsClient moves it by one
+// (or to where a shard's Hello started it); more is a broken or hostile
+// client, which would make the shard walk that many clocks.
+constexpr int64_t kMaxClockAdvance = 1 << 20;
+
+bool Synchronous(const TableOptions& table) {
+  return table.consistency.kind == Consistency::Kind::kSynchronous;
+}
+
+}  // namespace
+
+Shard::Shard(TableOptions table, int64_t index, int64_t shards, std::vector<int> trainers,
+             DeadlineTimer* timer)
+    : table_(std::move(table)), index_(index), timer_(timer), rows_(table_, index, shards) {
+  for (int rank : trainers) trainers_[rank] = Trainer{};
+}
+
+absl::Status Shard::CheckSender(const Sender& from) {
+  auto it = trainers_.find(from.rank);
+  if (it == trainers_.end() || it->second.incarnation < from.incarnation) {
+    // Not seen yet, or restarted: it says Hello first (PsClient does).
+    return absl::FailedPreconditionError(
+        absl::StrCat("table '", table_.name, "' shard ", index_, ": rank ", from.rank,
+                     " incarnation ", from.incarnation, " has not said hello to this shard"));
+  }
+  if (it->second.incarnation > from.incarnation) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("table '", table_.name, "' shard ", index_, ": refused a request of rank ",
+                     from.rank, "'s incarnation ", from.incarnation, ": incarnation ",
+                     it->second.incarnation, " replaced it"));
+  }
+  if (!it->second.live) {
+    return absl::FailedPreconditionError(absl::StrCat("table '", table_.name, "' shard ", index_,
+                                                      ": rank ", from.rank, " was reported gone"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Shard::Hello(const Sender& from) {
+  Ready ready;
+  int64_t start = 0;
+  {
+    MutexLock lock(&mu_);
+    auto it = trainers_.find(from.rank);
+    if (it != trainers_.end() && it->second.incarnation > from.incarnation) {
+      return CheckSender(from);
+    }
+    if (it == trainers_.end() || it->second.incarnation < from.incarnation || !it->second.live) {
+      // New, or a new incarnation: its pushes are new, and it starts where
+      // the others are (it pulls current rows).
+      int64_t others = Synchronous(table_) ? applied_clock_ : 0;
+      for (const auto& [rank, t] : trainers_) {
+        if (rank != from.rank && t.live) others = std::max(others, t.clock);
+      }
+      Trainer fresh;
+      fresh.incarnation = from.incarnation;
+      fresh.clock = others;
+      trainers_[from.rank] = fresh;
+    }
+    start = trainers_[from.rank].clock;
+    AdvanceLocked(&ready);
+  }
+  for (auto& [promise, result] : ready) promise.Set(std::move(result));
+  return start;
+}
+
+bool Shard::SeenBefore(Trainer& trainer, int64_t sequence) {
+  if (sequence < trainer.sequences_below || !trainer.sequences_above.insert(sequence).second) {
+    return true;
+  }
+  // Keep the set small: fold the sequences taken in order into the bound.
+  while (!trainer.sequences_above.empty() &&
+         *trainer.sequences_above.begin() == trainer.sequences_below) {
+    trainer.sequences_above.erase(trainer.sequences_above.begin());
+    ++trainer.sequences_below;
+  }
+  return false;
+}
+
+absl::Status Shard::ApplySummed(const at::Tensor& keys, const at::Tensor& grads, double divisor) {
+  auto [unique, inverse] = at::_unique(keys, /*sorted=*/false, /*return_inverse=*/true);
+  at::Tensor summed = at::zeros({unique.numel(), table_.dim}, grads.options());
+  summed.index_add_(0, inverse, grads);
+  if (divisor != 1) summed.div_(divisor);
+  auto slots = rows_.Slots(unique);
+  if (!slots.ok()) return slots.status();
+  rows_.Apply(*slots, summed);
+  return absl::OkStatus();
+}
+
+absl::Status Shard::CheckRows(const at::Tensor& keys, const at::Tensor& grads) const {
+  if (!grads.defined() || grads.scalar_type() != at::kFloat || grads.dim() != 2 ||
+      grads.size(0) != keys.numel() || grads.size(1) != table_.dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", table_.name, "' shard ", index_, ": a push of ", keys.numel(),
+        " keys needs float gradients of shape [", keys.numel(), ", ", table_.dim, "], got ",
+        grads.defined() ? absl::StrCat(grads.toString(), " ", c10::str(grads.sizes())) : "none"));
+  }
+  return rows_.Check(keys);
+}
+
+absl::Status Shard::Push(const Sender& from, int64_t sequence, int64_t clock,
+                         const at::Tensor& keys, const at::Tensor& grads) {
+  MutexLock lock(&mu_);
+  if (auto ok = CheckSender(from); !ok.ok()) return ok;
+  Trainer& trainer = trainers_[from.rank];
+  if (Synchronous(table_) && clock < applied_clock_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "table '", table_.name, "' shard ", index_, ": a push of clock ", clock, " from rank ",
+        from.rank, " came after clocks below ", applied_clock_, " were applied"));
+  }
+  // Checked before anything changes: a push is taken whole or not at all.
+  if (auto ok = CheckRows(keys, grads); !ok.ok()) return ok;
+  if (SeenBefore(trainer, sequence)) {
+    ++stats_.duplicates;
+    return absl::OkStatus();
+  }
+  ++stats_.pushes_applied;
+  if (Synchronous(table_)) {
+    Aggregate& aggregate = aggregates_[clock];
+    aggregate.keys.push_back(keys);
+    aggregate.grads.push_back(grads);
+    aggregate.trainers.insert(from.rank);
+    return absl::OkStatus();
+  }
+  return ApplySummed(keys, grads, 1);
+}
+
+absl::Status Shard::Clock(const Sender& from, int64_t clock) {
+  Ready ready;
+  {
+    MutexLock lock(&mu_);
+    if (auto ok = CheckSender(from); !ok.ok()) return ok;
+    Trainer& trainer = trainers_[from.rank];
+    if (clock > trainer.clock + kMaxClockAdvance) {
+      return absl::InvalidArgumentError(absl::StrCat("table '", table_.name, "' shard ", index_,
+                                                     ": rank ", from.rank, " moved its clock from ",
+                                                     trainer.clock, " to ", clock, ", more than ",
+                                                     kMaxClockAdvance, " at once"));
+    }
+    if (Synchronous(table_)) {
+      for (int64_t c = std::max(trainer.clock, applied_clock_); c < clock; ++c) {
+        aggregates_[c].trainers.insert(from.rank);
+      }
+    }
+    trainer.clock = std::max(trainer.clock, clock);
+    AdvanceLocked(&ready);
+  }
+  for (auto& [promise, result] : ready) promise.Set(std::move(result));
+  return absl::OkStatus();
+}
+
+void Shard::TrainerGone(int rank) {
+  Ready ready;
+  {
+    MutexLock lock(&mu_);
+    auto it = trainers_.find(rank);
+    if (it == trainers_.end() || !it->second.live) return;
+    it->second.live = false;
+    AdvanceLocked(&ready);
+  }
+  for (auto& [promise, result] : ready) promise.Set(std::move(result));
+}
+
+int64_t Shard::SlowestLocked() const {
+  int64_t slowest = -1;
+  for (const auto& [rank, trainer] : trainers_) {
+    if (trainer.live && (slowest < 0 || trainer.clock < slowest)) slowest = trainer.clock;
+  }
+  return slowest;  // -1: no live trainer
+}
+
+int64_t Shard::ReadableLocked() const {
+  if (Synchronous(table_)) return applied_clock_;
+  const int64_t slowest = SlowestLocked();
+  if (slowest < 0) return INT64_MAX;
+  return table_.consistency.kind == Consistency::Kind::kBoundedStaleness
+             ? slowest + table_.consistency.staleness
+             : INT64_MAX;
+}
+
+void Shard::AdvanceLocked(Ready* ready) {
+  if (Synchronous(table_)) {
+    const int64_t slowest = SlowestLocked();
+    while (slowest > applied_clock_ || (slowest < 0 && !aggregates_.empty())) {
+      // No live trainer: what was taken is applied, clock by clock.
+      if (slowest < 0) applied_clock_ = std::max(applied_clock_, aggregates_.begin()->first);
+      auto it = aggregates_.find(applied_clock_);
+      if (it != aggregates_.end()) {
+        Aggregate& aggregate = it->second;
+        if (!aggregate.keys.empty()) {
+          // Checked when each push came: applying cannot fail on its keys.
+          (void)ApplySummed(at::cat(aggregate.keys), at::cat(aggregate.grads),
+                            static_cast<double>(std::max<size_t>(1, aggregate.trainers.size())));
+        }
+        aggregates_.erase(it);
+      }
+      ++applied_clock_;
+      if (slowest < 0 && aggregates_.empty()) break;
+    }
+  }
+  const int64_t readable = ReadableLocked();
+  auto keep = std::stable_partition(waiters_.begin(), waiters_.end(),
+                                    [&](const Waiter& w) { return w.clock > readable; });
+  for (auto it = keep; it != waiters_.end(); ++it) {
+    ready->emplace_back(it->rows, rows_.Read(it->slots));
+  }
+  waiters_.erase(keep, waiters_.end());
+}
+
+Future<at::Tensor> Shard::Pull(const Sender& from, int64_t clock, const at::Tensor& keys,
+                               absl::Time deadline) {
+  MutexLock lock(&mu_);
+  if (auto ok = CheckSender(from); !ok.ok()) return Future<at::Tensor>::Ready(ok);
+  auto slots = rows_.Slots(keys);
+  if (!slots.ok()) return Future<at::Tensor>::Ready(slots.status());
+  // A pull may read at the clock it was made at, or a later one.
+  if (clock <= ReadableLocked()) return Future<at::Tensor>::Ready(rows_.Read(*slots));
+  Waiter waiter{clock, *slots, Promise<at::Tensor>(), next_waiter_++};
+  Future<at::Tensor> rows = waiter.rows.GetFuture();
+  const uint64_t id = waiter.id;
+  waiters_.push_back(std::move(waiter));
+  if (timer_ != nullptr && deadline != absl::InfiniteFuture()) {
+    // A little before the caller gives up, so that it hears who held it.
+    const absl::Time when =
+        deadline - std::min((deadline - absl::Now()) / 10, absl::Milliseconds(500));
+    std::weak_ptr<Shard> weak = weak_from_this();
+    timer_->Schedule(when, [weak, id, deadline] {
+      if (auto self = weak.lock()) self->Expire(id, deadline);
+    });
+  }
+  return rows;
+}
+
+std::string Shard::SlowTrainersLocked(int64_t clock) const {
+  std::vector<std::string> slow;
+  for (const auto& [rank, trainer] : trainers_) {
+    if (trainer.live && trainer.clock < clock) {
+      slow.push_back(absl::StrCat("rank ", rank, " at clock ", trainer.clock));
+    }
+  }
+  return slow.empty() ? "none" : absl::StrJoin(slow, ", ");
+}
+
+void Shard::Expire(uint64_t id, absl::Time deadline) {
+  Promise<at::Tensor> expired;
+  std::string message;
+  {
+    MutexLock lock(&mu_);
+    auto it = std::find_if(waiters_.begin(), waiters_.end(),
+                           [id](const Waiter& w) { return w.id == id; });
+    if (it == waiters_.end()) return;
+    expired = it->rows;
+    const int64_t wanted =
+        Synchronous(table_) ? it->clock : it->clock - table_.consistency.staleness;
+    message = absl::StrCat("table '", table_.name, "' shard ", index_, ": a pull at clock ",
+                           it->clock, " waited until its deadline for the trainers behind clock ",
+                           wanted, ": ", SlowTrainersLocked(wanted));
+    waiters_.erase(it);
+  }
+  expired.Set(absl::DeadlineExceededError(message));
+}
+
+ShardStats Shard::Stats() const {
+  MutexLock lock(&mu_);
+  ShardStats stats = stats_;
+  stats.rows = rows_.size();
+  stats.clock = Synchronous(table_) ? applied_clock_ : std::max<int64_t>(0, SlowestLocked());
+  return stats;
+}
+
+at::Tensor Shard::Values() const {
+  MutexLock lock(&mu_);
+  return rows_.Values();
+}
+
+}  // namespace tessera::ps

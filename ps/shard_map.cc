@@ -1,0 +1,131 @@
+#include "ps/shard_map.h"
+
+#include <ATen/ops/empty.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "ps/key_hash.h"
+
+namespace tessera::ps {
+
+std::string TableOptions::Shape() const {
+  return kind == TableKind::kDense ? absl::StrCat(name, ": dense ", rows, " x ", dim)
+                                   : absl::StrCat(name, ": sparse x ", dim);
+}
+
+// One line per field: "epoch 1", "servers ps0,ps1", "table <shape>"...
+std::string ShardMap::Encode() const {
+  std::string text = absl::StrCat("epoch ", epoch, "\nservers ", absl::StrJoin(servers, ","));
+  for (const auto& [name, shape] : shapes) absl::StrAppend(&text, "\ntable ", shape);
+  return text;
+}
+
+absl::StatusOr<ShardMap> ShardMap::Decode(const std::string& text) {
+  ShardMap map;
+  map.epoch = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    std::pair<absl::string_view, absl::string_view> field =
+        absl::StrSplit(line, absl::MaxSplits(' ', 1));
+    if (field.first == "epoch" && absl::SimpleAtoi(field.second, &map.epoch)) continue;
+    if (field.first == "servers" && !field.second.empty()) {
+      map.servers = absl::StrSplit(field.second, ',');
+      continue;
+    }
+    if (field.first == "table") {
+      std::string shape(field.second);
+      map.shapes[shape.substr(0, shape.find(':'))] = shape;
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrCat("shard map: unreadable line '", line, "'"));
+  }
+  if (map.epoch <= 0 || map.servers.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard map without epoch or servers: '", text, "'"));
+  }
+  return map;
+}
+
+std::pair<int64_t, int64_t> DenseRange(int64_t rows, int64_t shards, int64_t shard) {
+  return {rows * shard / shards, rows * (shard + 1) / shards};
+}
+
+absl::StatusOr<at::Tensor> ShardsOfKeys(const TableOptions& table, int64_t shards,
+                                        const at::Tensor& keys) {
+  at::Tensor contiguous = keys.contiguous();
+  at::Tensor out = at::empty({contiguous.numel()}, contiguous.options());
+  const int64_t* key = contiguous.data_ptr<int64_t>();
+  int64_t* shard = out.data_ptr<int64_t>();
+  for (int64_t i = 0; i < contiguous.numel(); ++i) {
+    if (table.kind == TableKind::kSparse) {
+      shard[i] = static_cast<int64_t>(MixKey(static_cast<uint64_t>(key[i])) %
+                                      static_cast<uint64_t>(shards));
+      continue;
+    }
+    if (key[i] < 0 || key[i] >= table.rows) {
+      return absl::InvalidArgumentError(absl::StrCat("key ", key[i], " of dense table '",
+                                                     table.name, "' is outside its rows 0..",
+                                                     table.rows - 1));
+    }
+    // The inverse of DenseRange: the last shard whose range starts at or before the key.
+    int64_t s = key[i] * shards / table.rows;
+    while (s + 1 < shards && DenseRange(table.rows, shards, s + 1).first <= key[i]) ++s;
+    while (DenseRange(table.rows, shards, s).first > key[i]) --s;
+    shard[i] = s;
+  }
+  return out;
+}
+
+std::string ShardMapKey(const std::string& job) {
+  return absl::StrCat("tessera/ps/", job, "/shard_map");
+}
+
+namespace {
+
+// FailedPrecondition unless `recorded` has `proposed`'s servers and shapes.
+absl::Status SameMap(const ShardMap& recorded, const ShardMap& proposed) {
+  if (recorded.servers == proposed.servers && recorded.shapes == proposed.shapes) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("the store holds another shard map than this server's: recorded\n",
+                   recorded.Encode(), "\nhere\n", proposed.Encode(),
+                   "\n(every worker of the job must declare the same servers and tables)"));
+}
+
+}  // namespace
+
+absl::StatusOr<ShardMap> PublishShardMap(store::StoreClient& store, const std::string& job,
+                                         const ShardMap& proposed) {
+  auto now = store.CompareSet(ShardMapKey(job), "", proposed.Encode());
+  if (!now.ok()) return now.status();
+  auto recorded = ShardMap::Decode(*now);
+  if (!recorded.ok()) return recorded.status();
+  if (auto same = SameMap(*recorded, proposed); !same.ok()) return same;
+  return recorded;
+}
+
+absl::StatusOr<ShardMap> ReadShardMap(store::StoreClient& store, const std::string& job,
+                                      const std::vector<TableOptions>& tables,
+                                      absl::Duration timeout) {
+  auto text = store.Get(ShardMapKey(job), timeout);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("no shard map of parameter-server job '", job,
+                                     "' (have its servers started?): ", text.status().message()));
+  }
+  auto map = ShardMap::Decode(*text);
+  if (!map.ok()) return map.status();
+  for (const TableOptions& table : tables) {
+    auto it = map->shapes.find(table.name);
+    const std::string there = it == map->shapes.end() ? "no such table" : it->second;
+    if (there != table.Shape()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "table '", table.name, "' is ", table.Shape(), " here but ", there, " on the servers"));
+    }
+  }
+  return map;
+}
+
+}  // namespace tessera::ps

@@ -1,0 +1,233 @@
+// The sharded parameter server (ps/) across real processes: two servers,
+// the test process and child processes as trainers, through the real
+// transports (both RPC backends: conformance.bzl).
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/allclose.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/zeros.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "ps/ps_messages.h"
+#include "ps/row_store.h"
+#include "rpc/internal_service.h"
+#include "tests/ps/ps_world.h"
+
+namespace tessera::testing {
+namespace {
+
+constexpr absl::Duration kTimeout = absl::Seconds(60);
+
+ps::TableOptions Table(const std::string& name) {
+  for (const ps::TableOptions& table : TestTables()) {
+    if (table.name == name) return table;
+  }
+  return {};
+}
+
+class PsTest : public PsWorld {};
+
+// Scenario: a dense table split over two servers. Rows start from their key
+// alone, as one local store of the whole table makes them; a push moves the
+// rows it names on the servers, by the table's optimizer, and only those.
+TEST_F(PsTest, RowsStartFromTheirKeysAndPushesMoveThemOnTheServers) {
+  StartPs(2, 0, "idle");
+  at::Tensor keys = at::arange(10, at::kLong);
+  at::Tensor before = client().Pull("dense", keys).Get(kTimeout);
+  ps::RowStore whole(Table("dense"), 0, 1);
+  EXPECT_TRUE(at::allclose(before, whole.Read(*whole.Slots(keys)))) << before;
+
+  at::Tensor touched = at::full({3}, 7, at::kLong);
+  touched[1] = 2;  // keys 7, 2, 7: one on each shard, 7 twice (its gradients add)
+  client().Push("dense", touched, at::ones({3, 4})).Get(kTimeout);
+  at::Tensor after = client().Pull("dense", keys).Get(kTimeout);
+  at::Tensor expected = before.clone();
+  expected[7] -= 0.5 * 2;
+  expected[2] -= 0.5;
+  EXPECT_TRUE(at::allclose(after, expected)) << after << expected;
+  auto stats = client().Stats("dense").Get(kTimeout);
+  EXPECT_EQ(stats[0][0] + stats[1][0], 10);  // rows 0..4 and 5..9
+  EXPECT_EQ(stats[0][1], 1);
+  EXPECT_EQ(stats[1][1], 1);
+}
+
+// Scenario: three trainers push a counting table's keys (repeats, shared
+// keys, both shards) concurrently. Every count equals the pushes made.
+TEST_F(PsTest, ACountingTableEqualsThePushesEveryTrainerMade) {
+  StartPs(2, 2, "count");
+  std::map<int64_t, float> expected;
+  for (int round = 0; round < kCountingRounds; ++round) {
+    at::Tensor keys = CountingKeys(0, round);
+    client().Push("counts", keys, at::ones({keys.numel(), 1})).Get(kTimeout);
+    for (int rank : {0, 3, 4}) {
+      at::Tensor k = CountingKeys(rank, round);
+      for (int64_t i = 0; i < k.numel(); ++i) expected[k[i].item<int64_t>()] += 1;
+    }
+  }
+  // The children say when their pushes are done.
+  for (int rank : {3, 4}) {
+    ASSERT_TRUE(rt().store().Get(absl::StrCat("ps-test/pushed/", rank), kTimeout).ok());
+  }
+  at::Tensor keys = at::arange(64, at::kLong);
+  at::Tensor counts = client().Pull("counts", keys).Get(kTimeout);
+  for (int64_t key = 0; key < 64; ++key) {
+    EXPECT_EQ(counts[key][0].item<float>(), expected[key]) << "key " << key;
+  }
+  auto stats = client().Stats("counts").Get(kTimeout);
+  EXPECT_GT(stats[0][0], 0);
+  EXPECT_GT(stats[1][0], 0);
+  EXPECT_EQ(stats[0][2] + stats[1][2], 0);  // no duplicates
+}
+
+// Scenario: a synchronous table, two trainers. Each pushes to key 5 at
+// clock 0 (worker0 1s, worker3 3s); worker0's pull at clock 1 waits until
+// worker3 ended clock 0 too, then sees the average applied once: 2.
+TEST_F(PsTest, ASynchronousTableAppliesEveryTrainersPushOnceAClock) {
+  StartPs(2, 1, "sync");
+  at::Tensor key = at::full({1}, 5, at::kLong);
+  client().Push("sync", key, at::ones({1, 2})).Get(kTimeout);
+  ASSERT_TRUE(rt().store().Get("ps-test/pushed/3", kTimeout).ok());
+  client().Clock().Get(kTimeout);
+  Future<at::Tensor> pull = client().Pull("sync", key);
+  EXPECT_EQ(pull.Wait(absl::Milliseconds(300)).status().code(), absl::StatusCode::kDeadlineExceeded)
+      << "the pull at clock 1 did not wait for worker3's clock";
+  ASSERT_TRUE(rt().store().Set("ps-test/clock", "1").ok());
+  at::Tensor row = pull.Get(kTimeout);
+  EXPECT_TRUE(at::allclose(row, at::full({1, 2}, 2.0))) << row;
+  auto stats = client().Stats("sync").Get(kTimeout);
+  EXPECT_EQ(stats[0][3], 1);  // one clock applied on each shard
+  EXPECT_EQ(stats[1][3], 1);
+}
+
+// Scenario: bounded staleness 1. worker0 runs two clocks ahead of worker3,
+// which has not ended clock 0: its pull at clock 2 waits; when it may not
+// wait longer, the error names the trainer it waited for.
+TEST_F(PsTest, ABoundedStalenessPullWaitsForTheSlowestAndNamesIt) {
+  StartPs(2, 1, "ssp");
+  at::Tensor key = at::full({1}, 9, at::kLong);
+  client().Clock().Get(kTimeout);
+  client().Pull("ssp", key).Get(kTimeout);  // clock 1: 1 - 1 <= 0, no wait
+  client().Clock().Get(kTimeout);
+  // A pull at clock 2 with a 1 s deadline, straight to key 9's shard.
+  const int64_t shard = ps::ShardsOfKeys(Table("ssp"), 2, key)->item<int64_t>();
+  rpc::CallOptions short_call{absl::Seconds(1)};
+  auto expired =
+      rt().CallAsync(absl::StrCat("worker", shard + 1), ps::services::kPull,
+                     rpc::EncodeMessage(ps::PullRequest{"ssp", 1, shard, 2, key.clone()}),
+                     short_call)
+          .Wait(kTimeout);
+  Future<at::Tensor> pull = client().Pull("ssp", key);
+  EXPECT_EQ(pull.Wait(absl::Milliseconds(300)).status().code(), absl::StatusCode::kDeadlineExceeded)
+      << "the pull at clock 2 did not wait for worker3 at clock 0";
+  ASSERT_TRUE(rt().store().Set("ps-test/clock", "1").ok());
+  EXPECT_TRUE(pull.Wait(kTimeout).ok());
+  EXPECT_EQ(expired.status().code(), absl::StatusCode::kDeadlineExceeded) << expired.status();
+  EXPECT_TRUE(absl::StrContains(expired.status().message(), "rank 3 at clock 0"))
+      << expired.status();
+}
+
+// Scenario: a push sent again with its sequence (a retry after a lost
+// answer) is acknowledged and not applied twice; a request routed by
+// another epoch, with keys of another shard, or of the wrong types is
+// refused with its reason, and the server goes on serving.
+TEST_F(PsTest, PushesApplyOnceAndBadRequestsAreRefusedByName) {
+  StartPs(2, 0, "idle");
+  auto send = [&](const ps::PushRequest& push) {
+    return rt().CallAsync("worker1", ps::services::kPush, rpc::EncodeMessage(push)).Wait(kTimeout);
+  };
+  // A key of shard 0: find one.
+  int64_t key = 0;
+  while (ps::ShardsOfKeys(Table("counts"), 2, at::full({1}, key, at::kLong))->item<int64_t>() !=
+         0) {
+    ++key;
+  }
+  at::Tensor keys = at::full({1}, key, at::kLong);
+  ps::PushRequest push{"counts", 1, 0, /*sequence=*/1000, 0, keys, at::ones({1, 1})};
+  ASSERT_TRUE(send(push).ok());
+  ASSERT_TRUE(send(push).ok());
+  EXPECT_EQ(client().Pull("counts", keys).Get(kTimeout)[0][0].item<float>(), 1);
+  EXPECT_EQ(client().Stats("counts").Get(kTimeout)[0][2], 1);  // one duplicate
+
+  ps::PushRequest stale = push;
+  stale.epoch = 7;
+  stale.sequence = 1001;
+  auto refused = send(stale);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "epoch 7 reached epoch 1"))
+      << refused.status();
+  ps::PushRequest elsewhere = push;
+  elsewhere.sequence = 1002;
+  elsewhere.keys = at::full({1}, key + 1, at::kLong);
+  while (ps::ShardsOfKeys(Table("counts"), 2, elsewhere.keys)->item<int64_t>() == 0) {
+    elsewhere.keys += 1;
+  }
+  refused = send(elsewhere);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "is not on shard 0"))
+      << refused.status();
+  ps::PushRequest misshapen = push;
+  misshapen.sequence = 1003;
+  misshapen.grads = at::ones({1, 3});
+  refused = send(misshapen);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "shape [1, 1]")) << refused.status();
+  ps::PushRequest float_keys = push;
+  float_keys.sequence = 1004;
+  float_keys.keys = at::ones({1});
+  EXPECT_EQ(send(float_keys).status().code(), absl::StatusCode::kInvalidArgument);
+  // None of them changed anything, and the server still serves.
+  EXPECT_EQ(client().Pull("counts", keys).Get(kTimeout)[0][0].item<float>(), 1);
+}
+
+// Scenario: a trainer declares a table of another shape than the servers':
+// it is refused at Connect, both shapes named.
+TEST_F(PsTest, ATrainerWithAnotherTableShapeIsRefused) {
+  StartPs(2, 0, "idle");
+  ps::PsOptions options = TestPsOptions();
+  options.tables[1] = ps::TableOptions::Dense("dense", 10, 5);
+  auto refused = ps::PsClient::Connect(rt(), options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                "dense: dense 10 x 5 here but dense: dense 10 x 4 on the servers"))
+      << refused.status();
+}
+
+// Scenario: a synchronous table's trainer is SIGKILLed before it ends its
+// clock. The clock no longer waits for it: worker0's pull goes through, and
+// the dead trainer's push, which the shard took, is in the average.
+TEST_F(PsTest, AKilledTrainerNoLongerHoldsASynchronousClockBack) {
+  expect_clean_exit_ = false;
+  StartPs(2, 1, "sync");
+  at::Tensor key = at::full({1}, 5, at::kLong);
+  client().Push("sync", key, at::ones({1, 2})).Get(kTimeout);
+  ASSERT_TRUE(rt().store().Get("ps-test/pushed/3", kTimeout).ok());
+  client().Clock().Get(kTimeout);
+  children_[2]->Kill();
+  at::Tensor row = client().Pull("sync", key).Get(kTimeout);
+  EXPECT_TRUE(at::allclose(row, at::full({1, 2}, 2.0))) << row;
+}
+
+// Scenario: a server dies. A pull of its shard fails at once with the
+// server and the table named, not at its deadline.
+TEST_F(PsTest, ADeadServerFailsItsShardsCallsNamingIt) {
+  expect_clean_exit_ = false;
+  StartPs(2, 0, "idle");
+  children_[1]->Kill();
+  ASSERT_NE(children_[1]->Wait(kTimeout), -1);
+  auto pulled = client().Pull("dense", at::arange(10, at::kLong)).Wait(kTimeout);
+  ASSERT_FALSE(pulled.ok());
+  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kUnavailable) << pulled.status();
+  EXPECT_TRUE(absl::StrContains(pulled.status().message(),
+                                "table 'dense' shard 1 on parameter server 'worker2'"))
+      << pulled.status();
+}
+
+}  // namespace
+}  // namespace tessera::testing

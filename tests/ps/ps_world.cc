@@ -1,0 +1,125 @@
+#include "tests/ps/ps_world.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/randint.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "ps/ps_server.h"
+#include "rpc/init.h"
+#include "tests/testing/test_functions.h"
+
+namespace tessera::testing {
+
+std::vector<ps::TableOptions> TestTables() {
+  ps::TableOptions counts = ps::TableOptions::Sparse("counts", 1);
+  counts.optimizer = ps::OptimizerOptions::Sgd(-1);  // row += gradient
+  ps::TableOptions dense = ps::TableOptions::Dense("dense", 10, 4);
+  dense.init = ps::Initializer::Uniform(-1, 1, 7);
+  dense.optimizer = ps::OptimizerOptions::Sgd(0.5);
+  ps::TableOptions sync = ps::TableOptions::Sparse("sync", 2);
+  sync.optimizer = ps::OptimizerOptions::Sgd(-1);
+  sync.consistency = ps::Consistency::Synchronous();
+  ps::TableOptions ssp = ps::TableOptions::Sparse("ssp", 1);
+  ssp.optimizer = ps::OptimizerOptions::Sgd(-1);
+  ssp.consistency = ps::Consistency::Bounded(1);
+  ps::TableOptions adagrad = ps::TableOptions::Sparse("adagrad", 3);
+  adagrad.init = ps::Initializer::Normal(0, 0.1, 3);
+  adagrad.optimizer = ps::OptimizerOptions::Adagrad(0.1);
+  ps::TableOptions adam = ps::TableOptions::Dense("adam", 6, 2);
+  adam.optimizer = ps::OptimizerOptions::Adam(0.1);
+  return {counts, dense, sync, ssp, adagrad, adam};
+}
+
+ps::PsOptions TestPsOptions(int servers) {
+  ps::PsOptions options;
+  options.job = "ps-test";
+  for (int s = 1; s <= servers; ++s) options.servers.push_back(absl::StrCat("worker", s));
+  options.tables = TestTables();
+  options.start_timeout = absl::Seconds(60);
+  return options;
+}
+
+at::Tensor CountingKeys(int rank, int round) {
+  // Repeats and keys every trainer shares, on both shards.
+  at::Generator generator = at::detail::createCPUGenerator(1000 * rank + round);
+  return at::randint(0, 64, {32}, generator, at::TensorOptions().dtype(at::kLong));
+}
+
+namespace {
+
+int Fail(const std::string& what, const absl::Status& status) {
+  std::fprintf(stderr, "ps_child: %s: %s\n", what.c_str(), status.ToString().c_str());
+  return 2;
+}
+
+// A trainer child's script (TESSERA_PS_SCRIPT): "count" pushes the counting
+// keys; "sync" pushes its rank to key 5 of "sync", says so in the store and
+// ends its clock when the test says; "idle" only connects.
+int RunTrainer(rpc::Runtime& runtime, const std::string& script) {
+  auto client = ps::PsClient::Connect(runtime, TestPsOptions());
+  if (!client.ok()) return Fail("connect", client.status());
+  const int rank = runtime.self().rank;
+  const absl::Duration timeout = absl::Seconds(60);
+  if (script == "count") {
+    for (int round = 0; round < kCountingRounds; ++round) {
+      at::Tensor keys = CountingKeys(rank, round);
+      auto pushed = (*client)->Push("counts", keys, at::ones({keys.numel(), 1})).Wait(timeout);
+      if (!pushed.ok()) return Fail("push", pushed.status());
+    }
+    if (auto ok = runtime.store().Set(absl::StrCat("ps-test/pushed/", rank), "1"); !ok.ok()) {
+      return Fail("store", ok);
+    }
+  } else if (script == "sync" || script == "ssp") {
+    if (script == "sync") {
+      auto pushed = (*client)
+                        ->Push("sync", at::full({1}, 5, at::kLong),
+                               at::full({1, 2}, static_cast<float>(rank)))
+                        .Wait(timeout);
+      if (!pushed.ok()) return Fail("push", pushed.status());
+    }
+    if (auto ok = runtime.store().Set(absl::StrCat("ps-test/pushed/", rank), "1"); !ok.ok()) {
+      return Fail("store", ok);
+    }
+    if (auto go = runtime.store().Get("ps-test/clock", timeout); !go.ok())
+      return Fail("wait", go.status());
+    auto clocked = (*client)->Clock().Wait(timeout);
+    if (!clocked.ok()) return Fail("clock", clocked.status());
+  }
+  auto shutdown = runtime.TryShutdown();
+  return shutdown.ok() ? 0 : Fail("shutdown", shutdown);
+}
+
+}  // namespace
+
+// Servers serve until every worker shuts down; trainers run their script.
+TESSERA_WORKER_SCENARIO(ps_child) {
+  auto runtime = rpc::TryInit(TestWorkerOptions(), MakeTestRegistry());
+  if (!runtime.ok()) return Fail("init", runtime.status());
+  const char* servers = std::getenv("TESSERA_PS_SERVERS");
+  const ps::PsOptions options = TestPsOptions(servers != nullptr ? std::atoi(servers) : 2);
+  const std::string& name = (*runtime)->self().name;
+  for (const std::string& server : options.servers) {
+    if (server != name) continue;
+    auto started = ps::PsServer::Start(**runtime, options);
+    if (!started.ok()) return Fail("server", started.status());
+    return ServeUntilShutdown("ps_child", std::move(*runtime));
+  }
+  const char* script = std::getenv("TESSERA_PS_SCRIPT");
+  return RunTrainer(**runtime, script != nullptr ? script : "idle");
+}
+
+void PsWorld::StartPs(int servers, int trainers, const std::string& script) {
+  StartWorld(1 + servers + trainers,
+             {{"TESSERA_PS_SERVERS", std::to_string(servers)}, {"TESSERA_PS_SCRIPT", script}});
+  auto client = ps::PsClient::Connect(rt(), TestPsOptions(servers));
+  ASSERT_TRUE(client.ok()) << client.status();
+  client_ = *std::move(client);
+}
+
+}  // namespace tessera::testing

@@ -1,0 +1,37 @@
+// PsWorld: an RPC world (tests/testing/rpc_world.h) whose children are the
+// parameter servers (worker1, worker2) and, beyond them, trainers that run a
+// script named by TESSERA_PS_SCRIPT; the test process, worker0, trains too.
+// Every process declares TestTables().
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ps/ps_client.h"
+#include "ps/ps_options.h"
+#include "tests/testing/rpc_world.h"
+
+namespace tessera::testing {
+
+// The tables of these tests: "counts" (sparse, 1 wide, each push adds its
+// gradient: a counting table), "dense" (10 x 4, SGD), "sync" (synchronous),
+// "ssp" (bounded staleness 1), "adagrad" and "adam".
+std::vector<ps::TableOptions> TestTables();
+// The options of a world of `servers` servers: worker1..worker<servers>.
+ps::PsOptions TestPsOptions(int servers = 2);
+// The keys trainer `rank` pushes in its `round`-th push of the counting script.
+at::Tensor CountingKeys(int rank, int round);
+inline constexpr int kCountingRounds = 40;
+
+class PsWorld : public RpcWorld {
+ protected:
+  std::string ChildScenario() const override { return "ps_child"; }
+  // Starts `servers` servers and `trainers` child trainers running `script`,
+  // then connects worker0 as a trainer.
+  void StartPs(int servers, int trainers, const std::string& script);
+  ps::PsClient& client() { return *client_; }
+
+  std::unique_ptr<ps::PsClient> client_;
+};
+
+}  // namespace tessera::testing
