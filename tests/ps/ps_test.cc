@@ -214,6 +214,29 @@ TEST_F(PsTest, AKilledTrainerNoLongerHoldsASynchronousClockBack) {
   EXPECT_TRUE(at::allclose(row, at::full({1, 2}, 2.0))) << row;
 }
 
+// Scenario: a trainer pushing as fast as it can is SIGKILLed. Each push it
+// made is applied once or, the one in flight, not at all: its own key
+// counts what the store says was acknowledged, or one more.
+TEST_F(PsTest, ATrainerKilledMidPushLeavesEachPushAppliedOnceOrNotAtAll) {
+  expect_clean_exit_ = false;
+  StartPs(2, 1, "count_until_killed");
+  std::string acked;
+  for (;;) {  // until 20 pushes were acknowledged (each Get waits for the key)
+    auto got = rt().store().Get("ps-test/acked/3", kTimeout);
+    ASSERT_TRUE(got.ok()) << got.status();
+    if (std::stoll(*got) >= 20) break;
+  }
+  children_[2]->Kill();
+  ASSERT_NE(children_[2]->Wait(kTimeout), -1);
+  const int64_t acknowledged = std::stoll(*rt().store().Get("ps-test/acked/3", kTimeout));
+  const float counted =
+      client().Pull("counts", at::full({1}, 1003, at::kLong)).Get(kTimeout)[0][0].item<float>();
+  EXPECT_GE(counted, acknowledged);
+  EXPECT_LE(counted, acknowledged + 1);
+  std::printf("acknowledged %lld pushes, counted %.0f\n", static_cast<long long>(acknowledged),
+              counted);
+}
+
 // Scenario: a server dies. A pull of its shard fails at once with the
 // server and the table named, not at its deadline.
 TEST_F(PsTest, ADeadServerFailsItsShardsCallsNamingIt) {

@@ -75,6 +75,16 @@ int RunTrainer(rpc::Runtime& runtime, const std::string& script) {
     if (auto ok = runtime.store().Set(absl::StrCat("ps-test/pushed/", rank), "1"); !ok.ok()) {
       return Fail("store", ok);
     }
+  } else if (script == "count_until_killed") {
+    // Key 1000 + rank is this trainer's alone; the store says how many of
+    // its pushes were acknowledged.
+    at::Tensor key = at::full({1}, 1000 + rank, at::kLong);
+    for (int64_t acked = 1;; ++acked) {
+      auto pushed = (*client)->Push("counts", key, at::ones({1, 1})).Wait(timeout);
+      if (!pushed.ok()) return Fail("push", pushed.status());
+      auto ok = runtime.store().Set(absl::StrCat("ps-test/acked/", rank), std::to_string(acked));
+      if (!ok.ok()) return Fail("store", ok);
+    }
   } else if (script == "sync" || script == "ssp") {
     if (script == "sync") {
       auto pushed = (*client)
