@@ -127,9 +127,13 @@ class EtcdStoreBackend::Stub {
       context.set_wait_for_ready(true);
       context.set_deadline(absl::ToChronoTime(deadline));
       const absl::Status status = FromGrpcStatus((kv_.get()->*rpc)(&context, request, response));
-      if (status.ok() || !retry || status.code() != absl::StatusCode::kUnavailable ||
-          absl::Now() + kRetryPause >= deadline) {
+      if (status.ok() || !retry || status.code() != absl::StatusCode::kUnavailable) {
         return Explained(status);
+      }
+      // Unavailable until the deadline (etcd's own "request timed out" on a
+      // slow machine, or no majority): what ran out is the caller's time.
+      if (absl::Now() + kRetryPause >= deadline) {
+        return Explained(absl::DeadlineExceededError(status.message()));
       }
       absl::SleepFor(kRetryPause);
     }
