@@ -61,28 +61,7 @@ TEST_F(PsTest, RowsStartFromTheirKeysAndPushesMoveThemOnTheServers) {
 // keys, both shards) concurrently. Every count equals the pushes made.
 TEST_F(PsTest, ACountingTableEqualsThePushesEveryTrainerMade) {
   StartPs(2, 2, "count");
-  std::map<int64_t, float> expected;
-  for (int round = 0; round < kCountingRounds; ++round) {
-    at::Tensor keys = CountingKeys(0, round);
-    client().Push("counts", keys, at::ones({keys.numel(), 1})).Get(kTimeout);
-    for (int rank : {0, 3, 4}) {
-      at::Tensor k = CountingKeys(rank, round);
-      for (int64_t i = 0; i < k.numel(); ++i) expected[k[i].item<int64_t>()] += 1;
-    }
-  }
-  // The children say when their pushes are done.
-  for (int rank : {3, 4}) {
-    ASSERT_TRUE(rt().store().Get(absl::StrCat("ps-test/pushed/", rank), kTimeout).ok());
-  }
-  at::Tensor keys = at::arange(64, at::kLong);
-  at::Tensor counts = client().Pull("counts", keys).Get(kTimeout);
-  for (int64_t key = 0; key < 64; ++key) {
-    EXPECT_EQ(counts[key][0].item<float>(), expected[key]) << "key " << key;
-  }
-  auto stats = client().Stats("counts").Get(kTimeout);
-  EXPECT_GT(stats[0][0], 0);
-  EXPECT_GT(stats[1][0], 0);
-  EXPECT_EQ(stats[0][2] + stats[1][2], 0);  // no duplicates
+  ExpectCountsOfEveryPush();
 }
 
 // Scenario: a synchronous table, two trainers. Each pushes to key 5 at

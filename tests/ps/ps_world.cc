@@ -1,12 +1,14 @@
 #include "tests/ps/ps_world.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randint.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -61,8 +63,8 @@ int Fail(const std::string& what, const absl::Status& status) {
 // A trainer child's script (TESSERA_PS_SCRIPT): "count" pushes the counting
 // keys; "sync" pushes its rank to key 5 of "sync", says so in the store and
 // ends its clock when the test says; "idle" only connects.
-int RunTrainer(rpc::Runtime& runtime, const std::string& script) {
-  auto client = ps::PsClient::Connect(runtime, TestPsOptions());
+int RunTrainer(rpc::Runtime& runtime, const std::string& script, const ps::PsOptions& options) {
+  auto client = ps::PsClient::Connect(runtime, options);
   if (!client.ok()) return Fail("connect", client.status());
   const int rank = runtime.self().rank;
   const absl::Duration timeout = absl::Seconds(60);
@@ -121,10 +123,45 @@ TESSERA_WORKER_SCENARIO(ps_child) {
     return ServeUntilShutdown("ps_child", std::move(*runtime));
   }
   const char* script = std::getenv("TESSERA_PS_SCRIPT");
-  return RunTrainer(**runtime, script != nullptr ? script : "idle");
+  return RunTrainer(**runtime, script != nullptr ? script : "idle", options);
+}
+
+void PsWorld::ExpectCountsOfEveryPush() {
+  const absl::Duration timeout = absl::Seconds(120);
+  std::vector<int> trainers = {0};
+  for (int rank = servers_ + 1; rank <= static_cast<int>(children_.size()); ++rank) {
+    trainers.push_back(rank);
+  }
+  std::map<int64_t, float> expected;
+  for (int round = 0; round < kCountingRounds; ++round) {
+    at::Tensor keys = CountingKeys(0, round);
+    ASSERT_TRUE(client().Push("counts", keys, at::ones({keys.numel(), 1})).Wait(timeout).ok());
+    for (int rank : trainers) {
+      at::Tensor k = CountingKeys(rank, round);
+      for (int64_t i = 0; i < k.numel(); ++i) expected[k[i].item<int64_t>()] += 1;
+    }
+  }
+  for (size_t i = 1; i < trainers.size(); ++i) {
+    auto done = rt().store().Get(absl::StrCat("ps-test/pushed/", trainers[i]), timeout);
+    ASSERT_TRUE(done.ok()) << done.status();
+  }
+  at::Tensor counts = client().Pull("counts", at::arange(64, at::kLong)).Get(timeout);
+  for (int64_t key = 0; key < 64; ++key) {
+    EXPECT_EQ(counts[key][0].item<float>(), expected[key]) << "key " << key;
+  }
+  int64_t duplicates = 0, pushes = 0;
+  for (const auto& shard : client().Stats("counts").Get(timeout)) {
+    EXPECT_GT(shard[0], 0) << "a shard holds no row";
+    pushes += shard[1];
+    duplicates += shard[2];
+  }
+  EXPECT_EQ(duplicates, 0);
+  std::printf("%zu trainers, %d servers: %lld pushes applied, every count right\n", trainers.size(),
+              servers_, static_cast<long long>(pushes));
 }
 
 void PsWorld::StartPs(int servers, int trainers, const std::string& script) {
+  servers_ = servers;
   StartWorld(1 + servers + trainers,
              {{"TESSERA_PS_SERVERS", std::to_string(servers)}, {"TESSERA_PS_SCRIPT", script}});
   auto client = ps::PsClient::Connect(rt(), TestPsOptions(servers));

@@ -30,8 +30,13 @@ class PsWorld : public RpcWorld {
   // then connects worker0 as a trainer.
   void StartPs(int servers, int trainers, const std::string& script);
   ps::PsClient& client() { return *client_; }
+  // worker0 pushes the counting keys too; once every child trainer says it
+  // is done, every count of "counts" must equal the pushes made (by worker0
+  // and the children running "count"), and no push may be a duplicate.
+  void ExpectCountsOfEveryPush();
 
   std::unique_ptr<ps::PsClient> client_;
+  int servers_ = 0;
 };
 
 }  // namespace tessera::testing
