@@ -106,8 +106,10 @@ absl::StatusOr<PsClient::Table*> PsClient::Find(const std::string& table) {
 absl::StatusOr<PsClient::Split> PsClient::SplitKeys(const Table& table,
                                                     const at::Tensor& keys) const {
   if (!keys.defined() || keys.scalar_type() != at::kLong || keys.dim() != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("keys of table '", table.options.name, "' must be a 1-D int64 tensor"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "keys of table '", table.options.name, "' must be a 1-D int64 tensor, got ",
+        keys.defined() ? absl::StrCat(keys.toString(), " of ", keys.dim(), " dimensions")
+                       : "none"));
   }
   Split split;
   std::tie(split.unique, split.inverse) =

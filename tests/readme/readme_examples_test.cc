@@ -59,5 +59,9 @@ TEST(ReadmeExamplesTest, SharedTensorsForcedOntoTcpAreCopied) {
   EXPECT_EQ(launcher.Count("sent as a handle: no; sum here now 16777216"), 1) << launcher.output();
 }
 
+TEST(ReadmeExamplesTest, AShardedTableCountsPushes) {
+  RunsAndPrints("readme_ps", "key 7: 2, key 42: 1");
+}
+
 }  // namespace
 }  // namespace tessera::testing
