@@ -44,7 +44,7 @@ declare -A allowed=(
   [tessera]="rpc/init rpc rref dist_autograd dist_optim common"
   # //tessera:tessera, libtessera.so for programs outside the tree: every
   # library, by Bazel dependency only (it has no code of its own).
-  [tessera-library]="tessera ddp ddp/gloo ddp/shm ddp/fault_tolerant pipeline store checkpoint data common"
+  [tessera-library]="tessera ddp ddp/gloo ddp/shm ddp/fault_tolerant pipeline ps store checkpoint data common"
 )
 # Bazel targets that are a package of their own here (by default a target
 # belongs to the package of its folder).
