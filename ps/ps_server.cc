@@ -115,7 +115,7 @@ void Serve(const std::shared_ptr<PsServer::State>& state) {
       return;
     }
     if (auto self = weak.lock()) {
-      for (auto& [table, shard] : self->shards) shard->TrainerGone(event.rank);
+      for (auto& [table, shard] : self->shards) shard->TrainerGone(event.rank, event.incarnation);
     }
   });
 }

@@ -16,10 +16,11 @@ namespace tessera::ps {
 
 namespace {
 
-// How far one Clock() may move a trainer's clock: PsClient moves it by one
-// (or to where a shard's Hello started it); more is a broken or hostile
-// client, which would make the shard walk that many clocks.
-constexpr int64_t kMaxClockAdvance = 1 << 20;
+// How far past a trainer's clock, as this shard knows it, a Clock() or a
+// push may go: PsClient moves its clock by one (or to where another shard's
+// Hello started it), and its pushes may overtake its last Clock(); more is
+// a broken or hostile client.
+constexpr int64_t kMaxClockAdvance = 1 << 16;
 
 bool Synchronous(const TableOptions& table) {
   return table.consistency.kind == Consistency::Kind::kSynchronous;
@@ -64,15 +65,19 @@ absl::StatusOr<int64_t> Shard::Hello(const Sender& from) {
       return CheckSender(from);
     }
     if (it == trainers_.end() || it->second.incarnation < from.incarnation || !it->second.live) {
-      // New, or a new incarnation: its pushes are new, and it starts where
-      // the others are (it pulls current rows).
-      int64_t others = Synchronous(table_) ? applied_clock_ : 0;
-      for (const auto& [rank, t] : trainers_) {
-        if (rank != from.rank && t.live) others = std::max(others, t.clock);
-      }
+      // New, or a new incarnation: its pushes are new, and it starts with
+      // the current rows — synchronous, at the first clock not applied (it
+      // takes part in it); otherwise where the furthest live trainer is, so
+      // as not to hold the others back.
       Trainer fresh;
       fresh.incarnation = from.incarnation;
-      fresh.clock = others;
+      if (Synchronous(table_)) {
+        fresh.clock = applied_clock_;
+      } else {
+        for (const auto& [rank, t] : trainers_) {
+          if (rank != from.rank && t.live) fresh.clock = std::max(fresh.clock, t.clock);
+        }
+      }
       trainers_[from.rank] = fresh;
     }
     start = trainers_[from.rank].clock;
@@ -122,6 +127,11 @@ absl::Status Shard::Push(const Sender& from, int64_t sequence, int64_t clock,
   MutexLock lock(&mu_);
   if (auto ok = CheckSender(from); !ok.ok()) return ok;
   Trainer& trainer = trainers_[from.rank];
+  if (clock < 0 || clock > trainer.clock + kMaxClockAdvance) {
+    return absl::InvalidArgumentError(absl::StrCat("table '", table_.name, "' shard ", index_,
+                                                   ": a push of clock ", clock, " from rank ",
+                                                   from.rank, " at clock ", trainer.clock));
+  }
   if (Synchronous(table_) && clock < applied_clock_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "table '", table_.name, "' shard ", index_, ": a push of clock ", clock, " from rank ",
@@ -138,7 +148,7 @@ absl::Status Shard::Push(const Sender& from, int64_t sequence, int64_t clock,
     Aggregate& aggregate = aggregates_[clock];
     aggregate.keys.push_back(keys);
     aggregate.grads.push_back(grads);
-    aggregate.trainers.insert(from.rank);
+    aggregate.pushers.insert(from.rank);
     return absl::OkStatus();
   }
   return ApplySummed(keys, grads, 1);
@@ -156,11 +166,6 @@ absl::Status Shard::Clock(const Sender& from, int64_t clock) {
                                                      trainer.clock, " to ", clock, ", more than ",
                                                      kMaxClockAdvance, " at once"));
     }
-    if (Synchronous(table_)) {
-      for (int64_t c = std::max(trainer.clock, applied_clock_); c < clock; ++c) {
-        aggregates_[c].trainers.insert(from.rank);
-      }
-    }
     trainer.clock = std::max(trainer.clock, clock);
     AdvanceLocked(&ready);
   }
@@ -168,12 +173,12 @@ absl::Status Shard::Clock(const Sender& from, int64_t clock) {
   return absl::OkStatus();
 }
 
-void Shard::TrainerGone(int rank) {
+void Shard::TrainerGone(int rank, int64_t incarnation) {
   Ready ready;
   {
     MutexLock lock(&mu_);
     auto it = trainers_.find(rank);
-    if (it == trainers_.end() || !it->second.live) return;
+    if (it == trainers_.end() || !it->second.live || it->second.incarnation > incarnation) return;
     it->second.live = false;
     AdvanceLocked(&ready);
   }
@@ -197,26 +202,34 @@ int64_t Shard::ReadableLocked() const {
              : INT64_MAX;
 }
 
-void Shard::AdvanceLocked(Ready* ready) {
-  if (Synchronous(table_)) {
-    const int64_t slowest = SlowestLocked();
-    while (slowest > applied_clock_ || (slowest < 0 && !aggregates_.empty())) {
-      // No live trainer: what was taken is applied, clock by clock.
-      if (slowest < 0) applied_clock_ = std::max(applied_clock_, aggregates_.begin()->first);
-      auto it = aggregates_.find(applied_clock_);
-      if (it != aggregates_.end()) {
-        Aggregate& aggregate = it->second;
-        if (!aggregate.keys.empty()) {
-          // Checked when each push came: applying cannot fail on its keys.
-          (void)ApplySummed(at::cat(aggregate.keys), at::cat(aggregate.grads),
-                            static_cast<double>(std::max<size_t>(1, aggregate.trainers.size())));
-        }
-        aggregates_.erase(it);
-      }
-      ++applied_clock_;
-      if (slowest < 0 && aggregates_.empty()) break;
+void Shard::ApplyClocksLocked() {
+  // With no live trainer, what was taken is applied all the same.
+  const int64_t slowest = SlowestLocked();
+  const int64_t target = slowest >= 0          ? slowest
+                         : aggregates_.empty() ? applied_clock_
+                                               : aggregates_.rbegin()->first + 1;
+  while (applied_clock_ < target) {
+    // Clocks nobody pushed in are passed over at once, however many.
+    auto it = aggregates_.lower_bound(applied_clock_);
+    if (it == aggregates_.end() || it->first >= target) {
+      applied_clock_ = target;
+      break;
     }
+    // The trainers of the clock: those who pushed in it or ended it.
+    std::set<int> took_part = it->second.pushers;
+    for (const auto& [rank, trainer] : trainers_) {
+      if (trainer.clock > it->first) took_part.insert(rank);
+    }
+    // Checked when each push came: applying cannot fail on its keys.
+    (void)ApplySummed(at::cat(it->second.keys), at::cat(it->second.grads),
+                      static_cast<double>(took_part.size()));
+    applied_clock_ = it->first + 1;
+    aggregates_.erase(it);
   }
+}
+
+void Shard::AdvanceLocked(Ready* ready) {
+  if (Synchronous(table_)) ApplyClocksLocked();
   const int64_t readable = ReadableLocked();
   auto keep = std::stable_partition(waiters_.begin(), waiters_.end(),
                                     [&](const Waiter& w) { return w.clock > readable; });
@@ -243,8 +256,8 @@ Future<at::Tensor> Shard::Pull(const Sender& from, int64_t clock, const at::Tens
     const absl::Time when =
         deadline - std::min((deadline - absl::Now()) / 10, absl::Milliseconds(500));
     std::weak_ptr<Shard> weak = weak_from_this();
-    timer_->Schedule(when, [weak, id, deadline] {
-      if (auto self = weak.lock()) self->Expire(id, deadline);
+    timer_->Schedule(when, [weak, id] {
+      if (auto self = weak.lock()) self->Expire(id);
     });
   }
   return rows;
@@ -260,7 +273,7 @@ std::string Shard::SlowTrainersLocked(int64_t clock) const {
   return slow.empty() ? "none" : absl::StrJoin(slow, ", ");
 }
 
-void Shard::Expire(uint64_t id, absl::Time deadline) {
+void Shard::Expire(uint64_t id) {
   Promise<at::Tensor> expired;
   std::string message;
   {

@@ -17,7 +17,11 @@
 // A trainer that fails or leaves stops counting (its pushes already taken
 // are applied); a waiting pull gives up at its call's deadline naming the
 // trainers it waited for. A trainer that joins late, or a new incarnation,
-// starts at the shard's current clock (Hello).
+// starts with the current rows (Hello): in a synchronous table at the
+// first clock not yet applied, which it then takes part in; otherwise at
+// the furthest live trainer's clock, so as not to hold the others back.
+// The trainers of a synchronous clock — the divisor of its average — are
+// those that pushed in it or ended it.
 //
 // Note [Exactly-once pushes]: a push carries (trainer, incarnation,
 // sequence). The shard remembers which sequences of the trainer's current
@@ -80,8 +84,10 @@ class Shard : public std::enable_shared_from_this<Shard> {
   absl::Status Clock(const Sender& from, int64_t clock);
   // A trainer (new, restarted) starts here: returns the clock it starts at.
   absl::StatusOr<int64_t> Hello(const Sender& from);
-  // The trainer failed or left: it no longer holds the clocks back.
-  void TrainerGone(int rank);
+  // Incarnation `incarnation` of the trainer failed or left: it no longer
+  // holds the clocks back (a newer incarnation that said hello already is
+  // not touched: the notice of the old one's end may come after it).
+  void TrainerGone(int rank, int64_t incarnation);
 
   ShardStats Stats() const;
   // Every row this shard holds (RowStore::Values).
@@ -98,7 +104,7 @@ class Shard : public std::enable_shared_from_this<Shard> {
   };
   struct Aggregate {
     std::vector<at::Tensor> keys, grads;
-    std::set<int> trainers;  // took part in the clock (pushed, or ended it)
+    std::set<int> pushers;
   };
   struct Waiter {
     int64_t clock;
@@ -121,10 +127,12 @@ class Shard : public std::enable_shared_from_this<Shard> {
   int64_t SlowestLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The clock a pull may read at: sync, the clocks applied; else the slowest's + τ.
   int64_t ReadableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sync: applies every clock all live trainers ended; then hands the
-  // waiters that may read now to `ready`.
+  // Sync: applies the aggregate of every clock all live trainers ended.
+  void ApplyClocksLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies what may be applied; then hands the waiters that may read now
+  // to `ready`.
   void AdvanceLocked(Ready* ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Expire(uint64_t id, absl::Time deadline);
+  void Expire(uint64_t id);
   std::string SlowTrainersLocked(int64_t clock) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const TableOptions table_;

@@ -1,0 +1,111 @@
+// libFuzzer target for what a parameter server's shard takes from a trainer
+// (ps/shard.h, ps/row_store.h): the typed fields of its requests — tensors of
+// any type and shape, any keys, clocks and sequences — in any order, from
+// any rank and incarnation. Each input drives fresh shards of a sparse and a
+// dense table, synchronous, bounded and asynchronous; whatever came, a
+// proper request is served after it. (The bytes before the fields — the
+// envelope and the values — are codec_fuzzer's.)
+// Input: a sequence of ops, each [op byte][rank byte][pieces...].
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "ps/shard.h"
+#include "ps/shard_map.h"
+#include "tests/fuzz/fuzz_support.h"
+
+namespace {
+
+using tessera::ps::Shard;
+
+int64_t Number(std::string_view piece) {
+  int64_t value = 0;
+  std::memcpy(&value, piece.data(), std::min(piece.size(), sizeof(value)));
+  return value;
+}
+
+// A tensor from a piece: [type][dims][size...][bytes], at most 64 per side.
+at::Tensor TensorFrom(std::string_view piece) {
+  static const at::ScalarType kTypes[] = {at::kLong, at::kFloat, at::kInt, at::kDouble, at::kByte};
+  if (piece.size() < 2) return at::Tensor();
+  const at::ScalarType type = kTypes[static_cast<uint8_t>(piece[0]) % 5];
+  const int dims = static_cast<uint8_t>(piece[1]) % 3;
+  piece.remove_prefix(2);
+  std::vector<int64_t> sizes;
+  for (int d = 0; d < dims; ++d) {
+    sizes.push_back(piece.empty() ? 0 : static_cast<uint8_t>(piece[0]) % 65);
+    if (!piece.empty()) piece.remove_prefix(1);
+  }
+  at::Tensor tensor = at::zeros(sizes, at::TensorOptions().dtype(type));
+  const size_t bytes = std::min(piece.size(), tensor.nbytes());
+  if (bytes > 0) std::memcpy(tensor.data_ptr(), piece.data(), bytes);
+  return tensor;
+}
+
+std::vector<tessera::ps::TableOptions> Tables() {
+  using tessera::ps::Consistency;
+  auto sync = tessera::ps::TableOptions::Sparse("sync", 4);
+  sync.consistency = Consistency::Synchronous();
+  auto bounded = tessera::ps::TableOptions::Dense("bounded", 100, 4);
+  bounded.consistency = Consistency::Bounded(2);
+  bounded.optimizer = tessera::ps::OptimizerOptions::Adam(0.1);
+  auto hogwild = tessera::ps::TableOptions::Sparse("async", 4);
+  hogwild.optimizer = tessera::ps::OptimizerOptions::Adagrad(0.1);
+  return {sync, bounded, hogwild};
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::vector<std::shared_ptr<Shard>> shards;
+  for (const auto& table : Tables()) {
+    shards.push_back(std::make_shared<Shard>(table, 0, 2, std::vector<int>{1, 2}, nullptr));
+  }
+  tessera::fuzz::Pieces input(data, size);
+  while (!input.empty()) {
+    const std::string_view head = input.Next();
+    if (head.size() < 3) break;
+    Shard& shard = *shards[static_cast<uint8_t>(head[0]) % shards.size()];
+    const tessera::ps::Sender from{static_cast<uint8_t>(head[1]) % 4,
+                                   static_cast<uint8_t>(head[2]) % 3};
+    switch ((static_cast<uint8_t>(head[0]) / 3) % 5) {
+      case 0:
+        (void)shard.Hello(from);
+        break;
+      case 1: {
+        const int64_t clock = Number(input.Next());
+        (void)shard.Pull(from, clock, TensorFrom(input.Next()), absl::InfiniteFuture());
+        break;
+      }
+      case 2: {
+        const int64_t sequence = Number(input.Next()), clock = Number(input.Next());
+        const at::Tensor keys = TensorFrom(input.Next());
+        (void)shard.Push(from, sequence, clock, keys, TensorFrom(input.Next()));
+        break;
+      }
+      case 3:
+        (void)shard.Clock(from, Number(input.Next()));
+        break;
+      default:
+        shard.TrainerGone(from.rank, from.incarnation);
+        break;
+    }
+  }
+  // Whatever came, the shards serve a proper request: a new trainer's
+  // hello, then a pull at clock 0 (never waits) of keys shard 0 holds.
+  for (auto& shard : shards) {
+    const tessera::ps::Sender fresh{3, 100};
+    if (!shard->Hello(fresh).ok()) std::abort();
+    const at::Tensor candidates = at::arange(16, at::kLong);
+    const at::Tensor mine = candidates.index_select(
+        0, tessera::ps::ShardsOfKeys(shard->table(), 2, candidates)->eq(0).nonzero().squeeze(1));
+    auto rows = shard->Pull(fresh, 0, mine, absl::InfiniteFuture()).Wait(absl::ZeroDuration());
+    if (!rows.ok() || rows->size(0) != mine.numel()) std::abort();
+  }
+  return 0;
+}
