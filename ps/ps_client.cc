@@ -191,11 +191,14 @@ Future<std::monostate> PsClient::Push(const std::string& table, const at::Tensor
       parts.push_back(Send<std::monostate>(s, push));
     }
   }
-  return WhenAllOk(parts).Then(
-      [](const absl::StatusOr<bool>& all) -> absl::StatusOr<std::monostate> {
+  Future<std::monostate> pushed =
+      WhenAllOk(parts).Then([](const absl::StatusOr<bool>& all) -> absl::StatusOr<std::monostate> {
         if (!all.ok()) return all.status();
         return std::monostate{};
       });
+  MutexLock lock(&mu_);
+  pushes_in_flight_.push_back(pushed);
+  return pushed;
 }
 
 Future<at::Tensor> PsClient::PushPull(const std::string& table, const at::Tensor& keys,
@@ -208,7 +211,8 @@ Future<at::Tensor> PsClient::PushPull(const std::string& table, const at::Tensor
 }
 
 Future<std::monostate> PsClient::Clock() {
-  std::vector<Future<std::monostate>> parts;
+  std::vector<std::pair<int64_t, ClockRequest>> messages;
+  std::vector<Future<std::monostate>> pushes;
   {
     MutexLock lock(&mu_);
     for (auto& [name, table] : tables_) {
@@ -216,15 +220,25 @@ Future<std::monostate> PsClient::Clock() {
       // An asynchronous table's pulls wait for no clock: nothing to tell.
       if (table.options.consistency.kind == Consistency::Kind::kAsynchronous) continue;
       for (int64_t s = 0; s < map_.shards(); ++s) {
-        parts.push_back(Send<std::monostate>(s, ClockRequest{name, map_.epoch, s, table.clock}));
+        messages.emplace_back(s, ClockRequest{name, map_.epoch, s, table.clock});
       }
     }
+    pushes.swap(pushes_in_flight_);
   }
-  return WhenAllOk(parts).Then(
-      [](const absl::StatusOr<bool>& all) -> absl::StatusOr<std::monostate> {
-        if (!all.ok()) return all.status();
-        return std::monostate{};
-      });
+  // The clock ends after this step's pushes were taken: a shard must not
+  // apply a synchronous clock without a push still on its way.
+  return WhenAllOk(pushes).Then([this, messages](const absl::StatusOr<bool>& pushed) {
+    if (!pushed.ok()) return Future<std::monostate>::Ready(pushed.status());
+    std::vector<Future<std::monostate>> parts;
+    for (const auto& [shard, message] : messages) {
+      parts.push_back(Send<std::monostate>(shard, message));
+    }
+    return WhenAllOk(parts).Then(
+        [](const absl::StatusOr<bool>& all) -> absl::StatusOr<std::monostate> {
+          if (!all.ok()) return all.status();
+          return std::monostate{};
+        });
+  });
 }
 
 int64_t PsClient::clock(const std::string& table) const {

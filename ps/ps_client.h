@@ -16,7 +16,8 @@
 // Clock() ends this trainer's step for every table.
 //
 // Thread-safety: thread-safe. Pushes and pulls may overlap; a pull is not
-// ordered after a push still in flight (PushPull is).
+// ordered after a push still in flight (PushPull is). The client must
+// outlive the futures its PushPull and Clock calls return.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -50,8 +51,9 @@ class PsClient {
   // The push, then a pull of the same keys once every shard took it.
   Future<at::Tensor> PushPull(const std::string& table, const at::Tensor& keys,
                               const at::Tensor& grads);
-  // Ends this trainer's current clock for every table: completes when every
-  // shard knows.
+  // Ends this trainer's current clock for every table, once every push made
+  // since the last Clock() was taken (or failed: then it fails with that
+  // push's error); completes when every shard knows.
   Future<std::monostate> Clock();
   int64_t clock(const std::string& table) const;
   const ShardMap& shard_map() const { return map_; }
@@ -85,6 +87,8 @@ class PsClient {
   const ShardMap map_;
   mutable Mutex mu_;
   std::map<std::string, Table> tables_ ABSL_GUARDED_BY(mu_);
+  // Pushes since the last Clock(): it ends the clock once they are taken.
+  std::vector<Future<std::monostate>> pushes_in_flight_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera::ps
