@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "ps/ps_messages.h"
 #include "rpc/internal_service.h"
 #include "rpc/value_traits.h"
@@ -23,6 +24,15 @@ namespace {
 template <typename T>
 absl::StatusOr<T> Await(const Future<T>& future, absl::Duration timeout) {
   return future.Wait(timeout + absl::Seconds(5));
+}
+
+// The table(s) a message is about, for its errors.
+template <typename M>
+std::string TablesOf(const M& message) {
+  return absl::StrCat("table '", message.table, "'");
+}
+std::string TablesOf(const ClockRequest& message) {
+  return absl::StrCat("tables '", absl::StrJoin(message.tables, "', '"), "'");
 }
 
 }  // namespace
@@ -53,12 +63,12 @@ Future<R> PsClient::Send(int64_t shard, const M& message) const {
   const std::string server = map_.servers[shard];
   Future<c10::IValue> raw =
       runtime_.CallAsync(server, M::kService, rpc::EncodeMessage(message), call_);
-  return raw.Then([server, table = message.table,
+  return raw.Then([server, tables = TablesOf(message),
                    shard](const absl::StatusOr<c10::IValue>& value) -> absl::StatusOr<R> {
     if (!value.ok()) {
-      return absl::Status(value.status().code(), absl::StrCat("table '", table, "' shard ", shard,
-                                                              " on parameter server '", server,
-                                                              "': ", value.status().message()));
+      return absl::Status(value.status().code(),
+                          absl::StrCat(tables, " shard ", shard, " on parameter server '", server,
+                                       "': ", value.status().message()));
     }
     if constexpr (std::is_same_v<R, std::monostate>) {
       return std::monostate{};
@@ -87,8 +97,8 @@ absl::Status PsClient::Hello() {
     table.clock = *std::max_element(starts.begin(), starts.end());
     for (int64_t s = 0; s < map_.shards(); ++s) {
       if (starts[s] == table.clock) continue;
-      auto moved =
-          Await(Send<std::monostate>(s, ClockRequest{name, map_.epoch, s, table.clock}), timeout);
+      auto moved = Await(
+          Send<std::monostate>(s, ClockRequest{{name}, map_.epoch, s, {table.clock}}), timeout);
       if (!moved.ok()) return moved.status();
     }
   }
@@ -215,13 +225,18 @@ Future<std::monostate> PsClient::Clock() {
   std::vector<Future<std::monostate>> pushes;
   {
     MutexLock lock(&mu_);
+    ClockRequest every{{}, map_.epoch, 0, {}};
     for (auto& [name, table] : tables_) {
       ++table.clock;
       // An asynchronous table's pulls wait for no clock: nothing to tell.
       if (table.options.consistency.kind == Consistency::Kind::kAsynchronous) continue;
-      for (int64_t s = 0; s < map_.shards(); ++s) {
-        messages.emplace_back(s, ClockRequest{name, map_.epoch, s, table.clock});
-      }
+      every.tables.push_back(name);
+      every.clocks.push_back(table.clock);
+    }
+    // One message per shard, for every table.
+    for (int64_t s = 0; !every.tables.empty() && s < map_.shards(); ++s) {
+      every.shard = s;
+      messages.emplace_back(s, every);
     }
     pushes.swap(pushes_in_flight_);
   }

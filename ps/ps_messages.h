@@ -62,16 +62,17 @@ struct PushRequest {
   auto Fields() { return std::tie(table, epoch, shard, sequence, clock, keys, grads); }
 };
 
-// The trainer is at `clock` now (Note [Parameter-server consistency]).
+// The trainer is at clocks[i] now in tables[i] (Note [Parameter-server
+// consistency]): one message per shard for every table of a Clock().
 struct ClockRequest {
   static constexpr const char* kService = services::kClock;
   static constexpr bool kCarriesUserValues = false;
   using Response = void;
-  std::string table;
+  std::vector<std::string> tables;
   int64_t epoch = 0;
   int64_t shard = 0;
-  int64_t clock = 0;
-  auto Fields() { return std::tie(table, epoch, shard, clock); }
+  std::vector<int64_t> clocks;
+  auto Fields() { return std::tie(tables, epoch, shard, clocks); }
 };
 
 // A shard's ShardStats: {rows, pushes applied, duplicates, clock}.

@@ -94,12 +94,19 @@ void Serve(const std::shared_ptr<PsServer::State>& state) {
     if (!shard.ok()) return shard.status();
     return (*shard)->Push(state->From(ctx), m.sequence, m.clock, m.keys, m.grads);
   });
-  rpc::Serve<ClockRequest>(registry,
-                           [state](rpc::CallContext& ctx, ClockRequest m) -> absl::Status {
-                             auto shard = state->Route(m.table, m.epoch, m.shard);
-                             if (!shard.ok()) return shard.status();
-                             return (*shard)->Clock(state->From(ctx), m.clock);
-                           });
+  rpc::Serve<ClockRequest>(
+      registry, [state](rpc::CallContext& ctx, ClockRequest m) -> absl::Status {
+        if (m.tables.size() != m.clocks.size()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "a clock message of ", m.tables.size(), " tables and ", m.clocks.size(), " clocks"));
+        }
+        for (size_t i = 0; i < m.tables.size(); ++i) {
+          auto shard = state->Route(m.tables[i], m.epoch, m.shard);
+          if (!shard.ok()) return shard.status();
+          if (auto ok = (*shard)->Clock(state->From(ctx), m.clocks[i]); !ok.ok()) return ok;
+        }
+        return absl::OkStatus();
+      });
   rpc::Serve<StatsRequest>(
       registry, [state](rpc::CallContext&, StatsRequest m) -> absl::StatusOr<std::vector<int64_t>> {
         auto shard = state->Route(m.table, m.epoch, m.shard);
