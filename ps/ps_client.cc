@@ -1,7 +1,6 @@
 #include "ps/ps_client.h"
 
 #include <ATen/TensorOperators.h>
-#include <ATen/ops/_unique.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/StringUtil.h>
@@ -12,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ps/distinct_keys.h"
 #include "ps/ps_messages.h"
 #include "rpc/internal_service.h"
 #include "rpc/value_traits.h"
@@ -122,8 +122,9 @@ absl::StatusOr<PsClient::Split> PsClient::SplitKeys(const Table& table,
                        : "none"));
   }
   Split split;
-  std::tie(split.unique, split.inverse) =
-      at::_unique(keys, /*sorted=*/true, /*return_inverse=*/true);
+  Distinct distinct = DistinctKeys(keys);
+  split.unique = distinct.keys;
+  split.inverse = distinct.inverse;
   auto shard_of = ShardsOfKeys(table.options, map_.shards(), split.unique);
   if (!shard_of.ok()) return shard_of.status();
   for (int64_t s = 0; s < map_.shards(); ++s) {
@@ -131,7 +132,10 @@ absl::StatusOr<PsClient::Split> PsClient::SplitKeys(const Table& table,
     if (positions.numel() == 0) continue;
     split.shards.push_back(s);
     split.positions.push_back(positions);
-    split.keys.push_back(split.unique.index_select(0, positions));
+    // A shard that holds every key takes them as they are.
+    split.keys.push_back(positions.numel() == split.unique.numel()
+                             ? split.unique
+                             : split.unique.index_select(0, positions));
   }
   return split;
 }
@@ -153,10 +157,11 @@ Future<at::Tensor> PsClient::Pull(const std::string& table, const at::Tensor& ke
           Send<at::Tensor>(s, PullRequest{table, map_.epoch, s, (*t)->clock, split->keys[i]}));
     }
   }
-  return WhenAllOk(parts).Then([parts, split = *std::move(split), dim, table](
+  const int64_t asked = keys.numel();
+  return WhenAllOk(parts).Then([parts, split = *std::move(split), dim, table, asked](
                                    const absl::StatusOr<bool>& all) -> absl::StatusOr<at::Tensor> {
     if (!all.ok()) return all.status();
-    at::Tensor rows = at::empty({split.unique.numel(), dim}, at::TensorOptions().dtype(at::kFloat));
+    std::vector<at::Tensor> answers;
     for (size_t i = 0; i < parts.size(); ++i) {
       at::Tensor part = *parts[i].Wait(absl::ZeroDuration());
       if (part.dim() != 2 || part.size(0) != split.keys[i].numel() || part.size(1) != dim) {
@@ -164,9 +169,19 @@ Future<at::Tensor> PsClient::Pull(const std::string& table, const at::Tensor& ke
                                                 " answered rows of shape ",
                                                 c10::str(part.sizes())));
       }
-      rows.index_copy_(0, split.positions[i], part);
+      answers.push_back(std::move(part));
     }
-    return rows.index_select(0, split.inverse);
+    // One shard held every key: its rows are in the distinct keys' order.
+    at::Tensor rows;
+    if (answers.size() == 1) {
+      rows = answers[0];
+    } else {
+      rows = at::empty({split.unique.numel(), dim}, at::TensorOptions().dtype(at::kFloat));
+      for (size_t i = 0; i < answers.size(); ++i)
+        rows.index_copy_(0, split.positions[i], answers[i]);
+    }
+    // Every key distinct: the distinct keys are the keys asked, in order.
+    return split.unique.numel() == asked ? rows : rows.index_select(0, split.inverse);
   });
 }
 
@@ -187,17 +202,21 @@ Future<std::monostate> PsClient::Push(const std::string& table, const at::Tensor
                        " keys needs float gradients of shape [", keys.numel(), ", ", dim, "]")));
     }
     // A repeated key's gradients, summed: one row per distinct key.
-    at::Tensor summed = at::zeros({split->unique.numel(), dim}, grads.options());
-    summed.index_add_(0, split->inverse, grads);
+    at::Tensor summed = grads;
+    if (split->unique.numel() != keys.numel()) {
+      summed = at::zeros({split->unique.numel(), dim}, grads.options());
+      summed.index_add_(0, split->inverse, grads);
+    }
     for (size_t i = 0; i < split->shards.size(); ++i) {
       const int64_t s = split->shards[i];
-      PushRequest push{table,
-                       map_.epoch,
-                       s,
-                       (*t)->sequences[s]++,
-                       (*t)->clock,
-                       split->keys[i],
-                       summed.index_select(0, split->positions[i])};
+      PushRequest push{
+          table,
+          map_.epoch,
+          s,
+          (*t)->sequences[s]++,
+          (*t)->clock,
+          split->keys[i],
+          split->shards.size() == 1 ? summed : summed.index_select(0, split->positions[i])};
       parts.push_back(Send<std::monostate>(s, push));
     }
   }

@@ -1,7 +1,6 @@
 #include "ps/shard.h"
 
 #include <ATen/TensorOperators.h>
-#include <ATen/ops/_unique.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/StringUtil.h>
@@ -11,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ps/distinct_keys.h"
 
 namespace tessera::ps {
 
@@ -101,10 +101,13 @@ bool Shard::SeenBefore(Trainer& trainer, int64_t sequence) {
 }
 
 absl::Status Shard::ApplySummed(const at::Tensor& keys, const at::Tensor& grads, double divisor) {
-  auto [unique, inverse] = at::_unique(keys, /*sorted=*/false, /*return_inverse=*/true);
-  at::Tensor summed = at::zeros({unique.numel(), table_.dim}, grads.options());
-  summed.index_add_(0, inverse, grads);
-  if (divisor != 1) summed.div_(divisor);
+  auto [unique, inverse] = DistinctKeys(keys);
+  at::Tensor summed = grads;
+  if (unique.numel() != keys.numel()) {
+    summed = at::zeros({unique.numel(), table_.dim}, grads.options());
+    summed.index_add_(0, inverse, grads);
+  }
+  if (divisor != 1) summed = summed / divisor;
   auto slots = rows_.Slots(unique);
   if (!slots.ok()) return slots.status();
   rows_.Apply(*slots, summed);
