@@ -7,7 +7,9 @@
 //   auto server = ps::PsServer::Start(worker->rpc(), options);   // on ps0, ps1
 //   ... serve until the job ends: worker->Shutdown() ...
 //
-// Start publishes the shard map (Note [Shard map], ps/shard_map.h) and
+// One PsServer per runtime (its services have fixed names: a second Start
+// on the same runtime throws StatusError, AlreadyExists, as registering any
+// name twice does). Start publishes the shard map (Note [Shard map], ps/shard_map.h) and
 // registers the parameter server's services (ps/ps_messages.h) on the
 // runtime. The services live as long as the runtime; the server's shards as
 // long as either the PsServer or the runtime's registry holds them.
