@@ -255,9 +255,9 @@ Future<at::Tensor> Shard::Pull(const Sender& from, int64_t clock, const at::Tens
   const uint64_t id = waiter.id;
   waiters_.push_back(std::move(waiter));
   if (timer_ != nullptr && deadline != absl::InfiniteFuture()) {
-    // A little before the caller gives up, so that it hears who held it.
-    const absl::Time when =
-        deadline - std::min((deadline - absl::Now()) / 10, absl::Milliseconds(500));
+    // Before the caller gives up — a fifth of its wait, up to 2 s, early —
+    // so that it hears who held it even from a loaded machine.
+    const absl::Time when = deadline - std::min((deadline - absl::Now()) / 5, absl::Seconds(2));
     std::weak_ptr<Shard> weak = weak_from_this();
     timer_->Schedule(when, [weak, id] {
       if (auto self = weak.lock()) self->Expire(id);
