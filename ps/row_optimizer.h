@@ -27,7 +27,7 @@ class RowOptimizer {
   int64_t dim_;
   at::Tensor accumulator_;  // Adagrad: [capacity], mean squared gradient summed
   at::Tensor m_, v_;        // Adam: [capacity, dim]
-  at::Tensor steps_;        // Adam: [capacity], each row's own step count
+  at::Tensor steps_;        // Adam: [capacity] doubles, each row's own step count
 };
 
 }  // namespace tessera::ps

@@ -4,8 +4,10 @@
 # most — RPC faults (dead peers, cut connections, shutdown under load) and
 # the RRef protocol on both backends, distributed autograd, the worker
 # pool's hand-offs (its polling thread and one-at-a-time wake-ups), the
-# guarded TCP transport, and tensors in shared memory with the descriptor
-# inbox's thread (shared_tensors_test, its 16-sender case included).
+# guarded TCP transport, tensors in shared memory with the descriptor
+# inbox's thread (shared_tensors_test, its 16-sender case included), and the
+# sharded parameter server's clients, shards and clocks (ps_test; its unit
+# test row_store_test beside it).
 #   scripts/sanitizers.sh [--build-only] [bazel test arguments...]
 # Both sanitizers always run: one that cannot be built or run fails the
 # script, never skips (a green CI must mean they ran).
@@ -31,7 +33,8 @@ fi
 output_base="${XDG_CACHE_HOME:-$HOME/.cache}/tessera-sanitizers/$(pwd | md5sum | cut -c1-16)"
 targets=(//tests/rpc:rpc_faults_test //tests/rpc:rpc_faults_test_grpc //tests/rref:rref_test
          //tests/rref:rref_test_grpc //tests/dist_autograd:dist_autograd_test
-         //tests/common:thread_pool_test //tests/rpc:guarded_tcp_test //tests/rpc:shared_tensors_test)
+         //tests/common:thread_pool_test //tests/rpc:guarded_tcp_test //tests/rpc:shared_tensors_test
+         //tests/ps:ps_test //tests/ps:row_store_test)
 verb=test
 if $build_only; then
   verb=build

@@ -3,6 +3,7 @@
 // optimizers.
 #include "ps/row_store.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/allclose.h>
 #include <ATen/ops/arange.h>
@@ -50,8 +51,9 @@ TEST(RowStoreTest, LazyAdamOnRowsPushedEveryStepIsAdam) {
   at::Tensor slots = *rows.Slots(keys);
   at::Tensor reference = rows.Read(slots).clone().set_requires_grad(true);
   torch::optim::Adam adam({reference}, torch::optim::AdamOptions(0.05));
+  at::Generator generator = at::detail::createCPUGenerator(11);
   for (int step = 0; step < 5; ++step) {
-    at::Tensor grad = at::randn({4, 3});
+    at::Tensor grad = at::randn({4, 3}, generator);
     rows.Apply(slots, grad);
     reference.mutable_grad() = grad.clone();
     adam.step();
