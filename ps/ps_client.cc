@@ -37,10 +37,11 @@ std::string TablesOf(const ClockRequest& message) {
 
 }  // namespace
 
-PsClient::PsClient(rpc::Runtime& runtime, PsOptions options, rpc::CallOptions call, ShardMap map)
-    : runtime_(runtime), options_(std::move(options)), call_(call), map_(std::move(map)) {
+PsClient::PsClient(rpc::Runtime& runtime, const PsOptions& options, rpc::CallOptions call,
+                   ShardMap map)
+    : runtime_(runtime), call_(call), map_(std::move(map)) {
   MutexLock lock(&mu_);
-  for (const TableOptions& table : options_.tables) {
+  for (const TableOptions& table : options.tables) {
     Table& t = tables_[table.name];
     t.options = table;
     t.sequences.assign(map_.shards(), 0);
@@ -52,8 +53,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(rpc::Runtime& runtim
                                                             rpc::CallOptions call) {
   auto map = ReadShardMap(runtime.store(), options.job, options.tables, options.start_timeout);
   if (!map.ok()) return map.status();
-  std::unique_ptr<PsClient> client(
-      new PsClient(runtime, std::move(options), call, *std::move(map)));
+  std::unique_ptr<PsClient> client(new PsClient(runtime, options, call, *std::move(map)));
   if (auto ok = client->Hello(); !ok.ok()) return ok;
   return client;
 }

@@ -73,7 +73,7 @@ class PsClient {
     std::vector<at::Tensor> keys, positions;  // by shard: its keys, their places in unique
   };
 
-  PsClient(rpc::Runtime& runtime, PsOptions options, rpc::CallOptions call, ShardMap map);
+  PsClient(rpc::Runtime& runtime, const PsOptions& options, rpc::CallOptions call, ShardMap map);
   absl::Status Hello();
   absl::StatusOr<Split> SplitKeys(const Table& table, const at::Tensor& keys) const;
   // The message of type M to `shard`'s server, its answer as R.
@@ -82,7 +82,6 @@ class PsClient {
   absl::StatusOr<Table*> Find(const std::string& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   rpc::Runtime& runtime_;
-  const PsOptions options_;
   const rpc::CallOptions call_;
   const ShardMap map_;
   mutable Mutex mu_;

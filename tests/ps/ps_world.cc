@@ -11,7 +11,6 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "ps/ps_server.h"
 #include "rpc/init.h"
 #include "tests/testing/test_functions.h"
@@ -30,12 +29,7 @@ std::vector<ps::TableOptions> TestTables() {
   ps::TableOptions ssp = ps::TableOptions::Sparse("ssp", 1);
   ssp.optimizer = ps::OptimizerOptions::Sgd(-1);
   ssp.consistency = ps::Consistency::Bounded(1);
-  ps::TableOptions adagrad = ps::TableOptions::Sparse("adagrad", 3);
-  adagrad.init = ps::Initializer::Normal(0, 0.1, 3);
-  adagrad.optimizer = ps::OptimizerOptions::Adagrad(0.1);
-  ps::TableOptions adam = ps::TableOptions::Dense("adam", 6, 2);
-  adam.optimizer = ps::OptimizerOptions::Adam(0.1);
-  return {counts, dense, sync, ssp, adagrad, adam};
+  return {counts, dense, sync, ssp};
 }
 
 ps::PsOptions TestPsOptions(int servers) {

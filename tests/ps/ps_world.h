@@ -15,7 +15,7 @@ namespace tessera::testing {
 
 // The tables of these tests: "counts" (sparse, 1 wide, each push adds its
 // gradient: a counting table), "dense" (10 x 4, SGD), "sync" (synchronous),
-// "ssp" (bounded staleness 1), "adagrad" and "adam".
+// "ssp" (bounded staleness 1). The optimizers' math is row_store_test's.
 std::vector<ps::TableOptions> TestTables();
 // The options of a world of `servers` servers: worker1..worker<servers>.
 ps::PsOptions TestPsOptions(int servers = 2);
