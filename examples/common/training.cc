@@ -33,6 +33,11 @@ double SecondsSince(Clock::time_point start) {
 
 void SetDefaultLearningRate(double lr) { absl::SetFlag(&FLAGS_lr, lr); }
 
+void SetDefaultEpochsAndBatch(int epochs, int64_t batch) {
+  absl::SetFlag(&FLAGS_epochs, epochs);
+  absl::SetFlag(&FLAGS_batch, batch);
+}
+
 void Require(bool holds, const std::string& requirement) {
   if (!holds) throw StatusError(absl::InvalidArgumentError(requirement));
 }

@@ -30,8 +30,10 @@ struct TrainingFlags {
   int64_t checkpoint_every = 0;
 };
 
-// An example's own default learning rate (before the command line is read).
+// An example's own default learning rate, epochs and batch (before the
+// command line is read).
 void SetDefaultLearningRate(double lr);
+void SetDefaultEpochsAndBatch(int epochs, int64_t batch);
 
 // ExampleMain (example_main.h) for the training examples: reads the
 // training flags (and the example's own ABSL_FLAGs), gives this process one

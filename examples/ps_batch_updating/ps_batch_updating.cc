@@ -13,10 +13,8 @@
 #include <ATen/ops/arange.h>
 #include <ATen/ops/argmax.h>
 #include <ATen/ops/cross_entropy_loss.h>
-#include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -27,6 +25,7 @@
 #include "ddp/distributed_sampler.h"
 #include "examples/common/cnn.h"
 #include "examples/common/training.h"
+#include "ps/dense_parameters.h"
 #include "ps/ps_client.h"
 #include "ps/ps_server.h"
 #include "tessera/worker.h"
@@ -36,38 +35,21 @@ ABSL_FLAG(int, servers, 2, "how many of the ranks are parameter servers (the fir
 namespace tessera::examples {
 namespace {
 
-// A parameter's rows: at most this wide, so that a large weight spreads
-// over the servers.
-constexpr int64_t kRowWidth = 256;
 const char* const kParameterNames[] = {"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias",
                                        "fc1.weight",   "fc1.bias",   "fc2.weight",   "fc2.bias"};
 
-// One synchronous dense table per parameter of cnn.h's CNN, initialised as
-// torch.nn's layers are (uniform within 1/sqrt(fan_in)), stepped by Adam.
+// One synchronous dense table per parameter of cnn.h's CNN, stepped by Adam.
 std::vector<ps::TableOptions> CnnTables(const std::vector<at::Tensor>& shapes, double lr) {
   std::vector<ps::TableOptions> tables;
   for (size_t i = 0; i < shapes.size(); ++i) {
     const at::Tensor& weight = shapes[i - i % 2];  // a bias shares its weight's fan-in
-    const double bound = 1 / std::sqrt(static_cast<double>(weight.numel() / weight.size(0)));
-    const int64_t width = std::min<int64_t>(kRowWidth, shapes[i].numel());
     ps::TableOptions table =
-        ps::TableOptions::Dense(kParameterNames[i], (shapes[i].numel() + width - 1) / width, width);
-    table.init = ps::Initializer::Uniform(-bound, bound, /*seed=*/i + 1);
+        ps::DenseTableFor(kParameterNames[i], shapes[i].sizes(), weight.sizes(), /*seed=*/i + 1);
     table.optimizer = ps::OptimizerOptions::Adam(lr);
     table.consistency = ps::Consistency::Synchronous();
     tables.push_back(table);
   }
   return tables;
-}
-
-// A parameter as its table's rows (zero-padded), and back.
-at::Tensor AsRows(const at::Tensor& value, const ps::TableOptions& table) {
-  at::Tensor rows = at::zeros({table.rows * table.dim}, value.options());
-  rows.narrow(0, 0, value.numel()).copy_(value.reshape(-1));
-  return rows.view({table.rows, table.dim});
-}
-void FromRows(const at::Tensor& rows, at::Tensor& value) {
-  value.detach().view(-1).copy_(rows.reshape(-1).narrow(0, 0, value.numel()));
 }
 
 class Trainer {
@@ -84,7 +66,7 @@ class Trainer {
     std::vector<Future<at::Tensor>> rows;
     for (size_t i = 0; i < tables_.size(); ++i)
       rows.push_back(client_->Pull(tables_[i].name, keys_[i]));
-    for (size_t i = 0; i < tables_.size(); ++i) FromRows(rows[i].Get(kTimeout), params_[i]);
+    for (size_t i = 0; i < tables_.size(); ++i) ps::CopyFromRows(rows[i].Get(kTimeout), params_[i]);
   }
 
   // One step: pull, forward and backward here, push, end the clock.
@@ -94,7 +76,7 @@ class Trainer {
     std::vector<at::Tensor> grads = torch::autograd::grad({loss}, params_);
     std::vector<Future<std::monostate>> pushed;
     for (size_t i = 0; i < tables_.size(); ++i) {
-      pushed.push_back(client_->Push(tables_[i].name, keys_[i], AsRows(grads[i], tables_[i])));
+      pushed.push_back(client_->Push(tables_[i].name, keys_[i], ps::ToRows(grads[i], tables_[i])));
     }
     for (auto& push : pushed) push.Get(kTimeout);
     client_->Clock().Get(kTimeout);

@@ -1,0 +1,35 @@
+// Where a recommender trainer's tables live: on the parameter servers
+// (ps::PsClient), or in this process (the same rows and optimizers,
+// ps::RowStore, with no servers: the one-process baseline the distributed
+// job is measured against, computing exactly the same steps).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/future.h"
+#include "ps/ps_client.h"
+#include "ps/table_options.h"
+
+namespace tessera::examples {
+
+class ModelTables {
+ public:
+  virtual ~ModelTables() = default;
+  // The rows of `keys` (distinct), as ps::PsClient::Pull.
+  virtual Future<at::Tensor> Pull(const std::string& table, const at::Tensor& keys) = 0;
+  // Gradients for the rows of `keys` (distinct), as ps::PsClient::Push.
+  virtual Future<std::monostate> Push(const std::string& table, const at::Tensor& keys,
+                                      const at::Tensor& grads) = 0;
+  // Ends this trainer's step (ps::PsClient::Clock).
+  virtual Future<std::monostate> Clock() = 0;
+};
+
+std::unique_ptr<ModelTables> RemoteTables(std::unique_ptr<ps::PsClient> client);
+std::unique_ptr<ModelTables> LocalTables(const std::vector<ps::TableOptions>& tables);
+
+}  // namespace tessera::examples

@@ -1,0 +1,330 @@
+// A recommender in DLRM's shape on sharded parameter servers (ps/): sparse
+// embedding tables, one per categorical field, and the MLPs' weights live on
+// the servers; trainers compute. Ranks 0..S-1 are the servers ps0.., the
+// others trainers. A trainer step: pull the rows its batch touches (each id
+// once) and the MLPs' weights, forward and backward here, push the
+// gradients (the servers apply row-wise Adagrad), end its clock.
+//
+// The click data (click_data.h) come from a hidden model, so the best AUC is
+// known: every trainer prints the trained model's test AUC beside it.
+// --consistency chooses the tables' (Note [Parameter-server consistency],
+// ps/shard.h). --servers 0 trains the same model in this one process, with
+// the same row optimizers and no servers: the baseline of the distributed
+// job's samples/s.
+//
+//   tessera-run --standalone --nproc_per_node 4 ps_recommender --servers 2 --consistency bounded
+//   ps_recommender --servers 0
+// `ps_recommender --help` lists the flags.
+#include <ATen/Parallel.h>
+#include <ATen/ops/_unique2.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/binary_cross_entropy_with_logits.h>
+#include <ATen/ops/sigmoid.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "examples/common/training.h"
+#include "examples/ps_recommender/click_data.h"
+#include "examples/ps_recommender/dlrm.h"
+#include "examples/ps_recommender/model_tables.h"
+#include "ps/dense_parameters.h"
+#include "ps/ps_client.h"
+#include "ps/ps_server.h"
+#include "tessera/worker.h"
+
+ABSL_FLAG(int, servers, 2,
+          "how many of the ranks are parameter servers (the first ones); 0: train in this one "
+          "process, with no servers");
+ABSL_FLAG(std::string, consistency, "bounded",
+          "the tables' consistency: sync (every trainer's step averaged and applied once), "
+          "bounded (a pull waits for trainers more than --staleness clocks behind), async");
+ABSL_FLAG(int64_t, staleness, 2, "τ of --consistency bounded");
+ABSL_FLAG(int64_t, samples, 400000, "training samples (all trainers together)");
+ABSL_FLAG(int64_t, test_samples, 50000, "test samples");
+ABSL_FLAG(int64_t, fields, 4, "categorical fields, an embedding table each");
+ABSL_FLAG(int64_t, vocabulary, 100000, "ids per field");
+ABSL_FLAG(double, zipf, 1.1, "the ids' Zipf exponent");
+ABSL_FLAG(int64_t, dim, 16, "an embedding's width");
+ABSL_FLAG(int, threads, 1, "compute threads of each process");
+ABSL_FLAG(
+    int, slow_trainer, -1,
+    "a trainer (0-based) that runs --slowdown times slower, as on a slower machine; -1: none");
+ABSL_FLAG(double, slowdown, 2, "how much slower --slow_trainer computes");
+ABSL_FLAG(double, target_loss, 0,
+          "print when a trainer's smoothed training loss first falls below this; 0: never");
+
+namespace tessera::examples {
+namespace {
+
+constexpr absl::Duration kTimeout = absl::Minutes(5);
+constexpr int64_t kDenseFeatures = 8;
+// A table every trainer pulls once after training: synchronous, so the pull
+// waits until every trainer has ended its last step (a barrier), and every
+// trainer then evaluates the same final model.
+constexpr char kBarrierTable[] = "trained";
+
+ps::Consistency ConsistencyFromFlags() {
+  const std::string mode = absl::GetFlag(FLAGS_consistency);
+  if (mode == "sync") return ps::Consistency::Synchronous();
+  if (mode == "async") return ps::Consistency::Asynchronous();
+  Require(mode == "bounded", "--consistency must be sync, bounded or async");
+  Require(absl::GetFlag(FLAGS_staleness) >= 0, "--staleness must be >= 0");
+  return ps::Consistency::Bounded(absl::GetFlag(FLAGS_staleness));
+}
+
+std::string FieldTable(int64_t field) { return absl::StrCat("field", field); }
+
+// The model's tables: an embedding table per field (rows made on first
+// touch, small uniform values), the MLPs' weights as dense tables; all
+// stepped by row-wise Adagrad.
+std::vector<ps::TableOptions> DlrmTables(const DlrmShape& shape, double lr,
+                                         ps::Consistency consistency) {
+  std::vector<ps::TableOptions> tables;
+  for (int64_t f = 0; f < shape.fields; ++f) {
+    ps::TableOptions table = ps::TableOptions::Sparse(FieldTable(f), shape.dim);
+    table.init = ps::Initializer::Uniform(-0.05, 0.05, /*seed=*/100 + f);
+    tables.push_back(table);
+  }
+  uint64_t seed = 1;
+  for (const DenseParameter& p : DlrmDenseParameters(shape)) {
+    tables.push_back(ps::DenseTableFor(p.name, p.shape, p.fan_in_shape, seed++));
+  }
+  for (ps::TableOptions& table : tables) {
+    table.optimizer = ps::OptimizerOptions::Adagrad(lr);
+    table.consistency = consistency;
+  }
+  ps::TableOptions barrier = ps::TableOptions::Dense(kBarrierTable, 1, 1);
+  barrier.consistency = ps::Consistency::Synchronous();
+  tables.push_back(barrier);
+  return tables;
+}
+
+// A trainer: its share of the data, the model's parameters as pulled, and
+// where its time went.
+class Trainer {
+ public:
+  Trainer(const DlrmShape& shape, std::vector<ps::TableOptions> tables,
+          std::unique_ptr<ModelTables> model)
+      : shape_(shape), model_(std::move(model)) {
+    for (const DenseParameter& p : DlrmDenseParameters(shape)) {
+      params_.push_back(at::zeros(p.shape, at::kFloat).requires_grad_());
+    }
+    for (ps::TableOptions& table : tables) {
+      if (table.kind == ps::TableKind::kDense && table.name != kBarrierTable) {
+        dense_tables_.push_back(table);
+      }
+    }
+  }
+
+  // One step on a batch: returns its loss.
+  double Step(const at::Tensor& ids, const at::Tensor& dense, const at::Tensor& clicks,
+              double slowdown) {
+    const auto pull_start = std::chrono::steady_clock::now();
+    std::vector<at::Tensor> unique, inverse, rows;
+    Pull(ids, unique, inverse, rows);
+    waited_ += SecondsSince(pull_start);
+    const auto compute_start = std::chrono::steady_clock::now();
+    std::vector<at::Tensor> embeddings;
+    for (size_t f = 0; f < rows.size(); ++f) {
+      rows[f].requires_grad_();
+      embeddings.push_back(rows[f].index_select(0, inverse[f]));
+    }
+    const at::Tensor loss = at::binary_cross_entropy_with_logits(
+        DlrmForward(shape_, params_, dense, embeddings), clicks);
+    std::vector<at::Tensor> inputs = rows;
+    inputs.insert(inputs.end(), params_.begin(), params_.end());
+    const std::vector<at::Tensor> grads = torch::autograd::grad({loss}, inputs);
+    if (slowdown > 1) {
+      std::this_thread::sleep_for((slowdown - 1) *
+                                  (std::chrono::steady_clock::now() - compute_start));
+    }
+    std::vector<Future<std::monostate>> pushed;
+    for (size_t f = 0; f < rows.size(); ++f) {
+      pushed.push_back(model_->Push(FieldTable(static_cast<int64_t>(f)), unique[f], grads[f]));
+    }
+    for (size_t i = 0; i < dense_tables_.size(); ++i) {
+      const ps::TableOptions& t = dense_tables_[i];
+      pushed.push_back(model_->Push(t.name, DenseKeys(t), ps::ToRows(grads[rows.size() + i], t)));
+    }
+    for (auto& push : pushed) push.Get(kTimeout);
+    model_->Clock().Get(kTimeout);
+    return loss.item<double>();
+  }
+
+  // Waits until every trainer has ended its last step (kBarrierTable).
+  void WaitForTheOthers() { model_->Pull(kBarrierTable, DenseKeys(1)).Get(kTimeout); }
+
+  // Click probabilities for `ids`, `dense` under the servers' current model.
+  at::Tensor Predict(const at::Tensor& ids, const at::Tensor& dense) {
+    std::vector<at::Tensor> unique, inverse, rows;
+    Pull(ids, unique, inverse, rows);
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> embeddings;
+    for (size_t f = 0; f < rows.size(); ++f)
+      embeddings.push_back(rows[f].index_select(0, inverse[f]));
+    return at::sigmoid(DlrmForward(shape_, params_, dense, embeddings));
+  }
+
+  // Seconds spent pulling: waiting for the servers' answers (and for
+  // other trainers, as the consistency requires).
+  double waited() const { return waited_; }
+
+ private:
+  static at::Tensor DenseKeys(int64_t rows) { return at::arange(rows, at::kLong); }
+  static at::Tensor DenseKeys(const ps::TableOptions& t) { return DenseKeys(t.rows); }
+
+  // Pulls, all at once, the rows of each field's distinct ids (`rows`[f],
+  // rows[f][inverse[f]] being the batch's embeddings) and the MLPs' weights.
+  void Pull(const at::Tensor& ids, std::vector<at::Tensor>& unique,
+            std::vector<at::Tensor>& inverse, std::vector<at::Tensor>& rows) {
+    std::vector<Future<at::Tensor>> pulled;
+    for (int64_t f = 0; f < shape_.fields; ++f) {
+      auto [u, inv, counts] =
+          at::_unique2(ids.select(1, f), /*sorted=*/false, /*return_inverse=*/true);
+      unique.push_back(u);
+      inverse.push_back(inv);
+      pulled.push_back(model_->Pull(FieldTable(f), u));
+    }
+    for (const ps::TableOptions& t : dense_tables_)
+      pulled.push_back(model_->Pull(t.name, DenseKeys(t)));
+    for (int64_t f = 0; f < shape_.fields; ++f)
+      rows.push_back(pulled[static_cast<size_t>(f)].Get(kTimeout));
+    for (size_t i = 0; i < params_.size(); ++i) {
+      ps::CopyFromRows(pulled[static_cast<size_t>(shape_.fields) + i].Get(kTimeout), params_[i]);
+    }
+  }
+
+  const DlrmShape shape_;
+  std::unique_ptr<ModelTables> model_;
+  std::vector<ps::TableOptions> dense_tables_;
+  std::vector<at::Tensor> params_;
+  double waited_ = 0;
+};
+
+// Trains trainer `index` of `trainers` on its share of the data; evaluates.
+void Train(const TrainingFlags& flags, const std::string& who, int index, int trainers,
+           const DlrmShape& shape, std::vector<ps::TableOptions> tables,
+           std::unique_ptr<ModelTables> model) {
+  ClickDataOptions data_options;
+  data_options.samples = absl::GetFlag(FLAGS_samples);
+  data_options.fields = shape.fields;
+  data_options.vocabulary = absl::GetFlag(FLAGS_vocabulary);
+  data_options.zipf = absl::GetFlag(FLAGS_zipf);
+  data_options.dense = shape.dense;
+  const ClickData train = GenerateClicks(data_options);
+  data_options.samples = absl::GetFlag(FLAGS_test_samples);
+  data_options.seed += 1000;
+  const ClickData test = GenerateClicks(data_options);
+  // This trainer's share: every trainers-th sample. Every trainer takes as
+  // many steps, so that the synchronous and bounded clocks end together.
+  const int64_t per_epoch =
+      data_options.samples > 0 ? train.clicks.size(0) / (trainers * flags.batch) : 0;
+  const int64_t steps = flags.max_steps > 0 ? std::min(flags.max_steps, per_epoch) : per_epoch;
+  Require(steps > 0, "--samples must give every trainer at least one batch");
+  const at::Tensor ids = train.ids.slice(0, index, train.ids.size(0), trainers);
+  const at::Tensor dense = train.dense.slice(0, index, train.dense.size(0), trainers);
+  const at::Tensor clicks = train.clicks.slice(0, index, train.clicks.size(0), trainers);
+  const double slowdown =
+      absl::GetFlag(FLAGS_slow_trainer) == index ? absl::GetFlag(FLAGS_slowdown) : 1.0;
+  const double target = absl::GetFlag(FLAGS_target_loss);
+
+  Trainer trainer(shape, std::move(tables), std::move(model));
+  const auto start = std::chrono::steady_clock::now();
+  double smoothed = -1;
+  bool reached = false;
+  for (int epoch = 1; epoch <= flags.epochs; ++epoch) {
+    for (int64_t step = 1; step <= steps; ++step) {
+      const int64_t first = (step - 1) * flags.batch;
+      const double loss =
+          trainer.Step(ids.narrow(0, first, flags.batch), dense.narrow(0, first, flags.batch),
+                       clicks.narrow(0, first, flags.batch), slowdown);
+      smoothed = smoothed < 0 ? loss : 0.98 * smoothed + 0.02 * loss;
+      if (target > 0 && !reached && smoothed < target) {
+        reached = true;
+        std::printf("[%s] smoothed loss below %.4f at epoch %d step %lld, %.2f s\n", who.c_str(),
+                    target, epoch, static_cast<long long>(step), SecondsSince(start));
+      }
+      if (step % flags.log_every == 0 || step == steps) {
+        std::printf("[%s] epoch %d step %lld/%lld: loss %.4f\n", who.c_str(), epoch,
+                    static_cast<long long>(step), static_cast<long long>(steps), smoothed);
+      }
+    }
+  }
+  const double seconds = SecondsSince(start);
+  const int64_t trained = flags.epochs * steps * flags.batch;
+  std::printf("[%s] trained %lld samples in %.2f s: %.0f samples/s, %.1f%% of it pulling\n",
+              who.c_str(), static_cast<long long>(trained), seconds, trained / seconds,
+              100 * trainer.waited() / seconds);
+  trainer.WaitForTheOthers();
+  const at::Tensor predicted = trainer.Predict(test.ids, test.dense);
+  const double logloss =
+      at::binary_cross_entropy(predicted.clamp(1e-7, 1 - 1e-7), test.clicks).item<double>();
+  std::printf("[%s] test AUC %.4f (ground truth %.4f), log loss %.4f (ground truth %.4f)\n",
+              who.c_str(), Auc(predicted, test.clicks), Auc(test.truth, test.clicks), logloss,
+              at::binary_cross_entropy(test.truth, test.clicks).item<double>());
+}
+
+int Run(const TrainingFlags& flags) {
+  at::set_num_threads(absl::GetFlag(FLAGS_threads));
+  DlrmShape shape;
+  shape.fields = absl::GetFlag(FLAGS_fields);
+  shape.dense = kDenseFeatures;
+  shape.dim = absl::GetFlag(FLAGS_dim);
+  Require(shape.fields >= 1 && shape.dim >= 1 && absl::GetFlag(FLAGS_vocabulary) >= 1,
+          "--fields, --dim and --vocabulary must be >= 1");
+  const std::vector<ps::TableOptions> tables = DlrmTables(shape, flags.lr, ConsistencyFromFlags());
+  const int servers = absl::GetFlag(FLAGS_servers);
+  if (servers == 0) {
+    Train(flags, "one process", 0, 1, shape, tables, LocalTables(tables));
+    return 0;
+  }
+  WorkerOptions options = WorkerOptions::FromEnv();
+  Require(servers >= 1 && servers < options.world_size,
+          "--servers must leave at least one trainer (0 <= servers < world size)");
+  const bool server = options.rank < servers;
+  const int trainers = options.world_size - servers;
+  options.name =
+      server ? absl::StrCat("ps", options.rank) : absl::StrCat("trainer", options.rank - servers);
+  auto worker = Worker::Start(options);
+  ps::PsOptions ps_options;
+  ps_options.job = "dlrm";
+  for (int s = 0; s < servers; ++s) ps_options.servers.push_back(absl::StrCat("ps", s));
+  ps_options.tables = tables;
+  if (server) {
+    auto shards = ValueOrThrow(ps::PsServer::Start(worker->rpc(), ps_options));
+    std::printf("[%s] serving its shard of %zu tables to %d trainers\n", worker->name().c_str(),
+                tables.size(), trainers);
+    worker->Shutdown();
+    return 0;
+  }
+  auto client = ValueOrThrow(ps::PsClient::Connect(worker->rpc(), ps_options));
+  Train(flags, worker->name(), options.rank - servers, trainers, shape, tables,
+        RemoteTables(std::move(client)));
+  worker->Shutdown();
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera::examples
+
+int main(int argc, char** argv) {
+  tessera::examples::SetDefaultLearningRate(0.05);
+  // One pass: the rare ids' rows overfit on a second.
+  tessera::examples::SetDefaultEpochsAndBatch(1, 256);
+  return tessera::examples::RunExample(
+      argc, argv,
+      "A recommender in DLRM's shape on sharded parameter servers: the first --servers ranks hold "
+      "the embedding tables and the MLPs' weights, the others train.\n  tessera-run --standalone "
+      "--nproc_per_node 4 ps_recommender --servers 2 --consistency bounded\n  ps_recommender "
+      "--servers 0   (one process, no servers)",
+      tessera::examples::Run);
+}
