@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -59,6 +60,10 @@ ABSL_FLAG(
     int, slow_trainer, -1,
     "a trainer (0-based) that runs --slowdown times slower, as on a slower machine; -1: none");
 ABSL_FLAG(double, slowdown, 2, "how much slower --slow_trainer computes");
+ABSL_FLAG(double, stall_probability, 0,
+          "every trainer stalls at a step with this probability, as a shared machine does now and "
+          "then, for --stall_length times its compute");
+ABSL_FLAG(double, stall_length, 10, "how long a stall lasts, in multiples of the step's compute");
 ABSL_FLAG(double, target_loss, 0,
           "print when a trainer's smoothed training loss first falls below this; 0: never");
 
@@ -126,6 +131,7 @@ class Trainer {
   }
 
   // One step on a batch: returns its loss.
+  // `slowdown`: this step's compute is made that many times as long.
   double Step(const at::Tensor& ids, const at::Tensor& dense, const at::Tensor& clicks,
               double slowdown) {
     const auto pull_start = std::chrono::steady_clock::now();
@@ -230,11 +236,18 @@ void Train(const TrainingFlags& flags, const std::string& who, int index, int tr
       data_options.samples > 0 ? train.clicks.size(0) / (trainers * flags.batch) : 0;
   const int64_t steps = flags.max_steps > 0 ? std::min(flags.max_steps, per_epoch) : per_epoch;
   Require(steps > 0, "--samples must give every trainer at least one batch");
+  Require(absl::GetFlag(FLAGS_stall_probability) >= 0 &&
+              absl::GetFlag(FLAGS_stall_probability) <= 1 &&
+              absl::GetFlag(FLAGS_stall_length) >= 0 && absl::GetFlag(FLAGS_slowdown) >= 1,
+          "--stall_probability must be in [0, 1], --stall_length >= 0 and --slowdown >= 1");
   const at::Tensor ids = train.ids.slice(0, index, train.ids.size(0), trainers);
   const at::Tensor dense = train.dense.slice(0, index, train.dense.size(0), trainers);
   const at::Tensor clicks = train.clicks.slice(0, index, train.clicks.size(0), trainers);
   const double slowdown =
       absl::GetFlag(FLAGS_slow_trainer) == index ? absl::GetFlag(FLAGS_slowdown) : 1.0;
+  std::mt19937 stall_random(static_cast<unsigned>(index + 1));
+  std::bernoulli_distribution stalls(absl::GetFlag(FLAGS_stall_probability));
+  const double stall_length = absl::GetFlag(FLAGS_stall_length);
   const double target = absl::GetFlag(FLAGS_target_loss);
 
   Trainer trainer(shape, std::move(tables), std::move(model));
@@ -246,7 +259,8 @@ void Train(const TrainingFlags& flags, const std::string& who, int index, int tr
       const int64_t first = (step - 1) * flags.batch;
       const double loss =
           trainer.Step(ids.narrow(0, first, flags.batch), dense.narrow(0, first, flags.batch),
-                       clicks.narrow(0, first, flags.batch), slowdown);
+                       clicks.narrow(0, first, flags.batch),
+                       slowdown * (stalls(stall_random) ? 1 + stall_length : 1));
       smoothed = smoothed < 0 ? loss : 0.98 * smoothed + 0.02 * loss;
       if (target > 0 && !reached && smoothed < target) {
         reached = true;
