@@ -183,6 +183,10 @@ class Trainer {
   // Seconds spent pulling: waiting for the servers' answers (and for
   // other trainers, as the consistency requires).
   double waited() const { return waited_; }
+  // The embedding ids pulled for, all fields together: as the batches had
+  // them, and distinct per pull (the rows that travel).
+  int64_t ids() const { return ids_; }
+  int64_t distinct() const { return distinct_; }
 
  private:
   static at::Tensor DenseKeys(int64_t rows) { return at::arange(rows, at::kLong); }
@@ -196,6 +200,8 @@ class Trainer {
     for (int64_t f = 0; f < shape_.fields; ++f) {
       auto [u, inv, counts] =
           at::_unique2(ids.select(1, f), /*sorted=*/false, /*return_inverse=*/true);
+      ids_ += inv.numel();
+      distinct_ += u.numel();
       unique.push_back(u);
       inverse.push_back(inv);
       pulled.push_back(model_->Pull(FieldTable(f), u));
@@ -214,6 +220,7 @@ class Trainer {
   std::vector<ps::TableOptions> dense_tables_;
   std::vector<at::Tensor> params_;
   double waited_ = 0;
+  int64_t ids_ = 0, distinct_ = 0;
 };
 
 // Trains trainer `index` of `trainers` on its share of the data; evaluates.
@@ -278,6 +285,9 @@ void Train(const TrainingFlags& flags, const std::string& who, int index, int tr
   std::printf("[%s] trained %lld samples in %.2f s: %.0f samples/s, %.1f%% of it pulling\n",
               who.c_str(), static_cast<long long>(trained), seconds, trained / seconds,
               100 * trainer.waited() / seconds);
+  const double pulls = static_cast<double>(flags.epochs * steps);
+  std::printf("[%s] embedding ids a step: %.1f, distinct %.1f (the rows pulled and pushed)\n",
+              who.c_str(), trainer.ids() / pulls, trainer.distinct() / pulls);
   trainer.WaitForTheOthers();
   const at::Tensor predicted = trainer.Predict(test.ids, test.dense);
   const double logloss =
