@@ -1,10 +1,9 @@
 #include "ps/row_optimizer.h"
 
-#include <ATen/TensorOperators.h>
 #include <ATen/ops/cat.h>
-#include <ATen/ops/pow.h>
 #include <ATen/ops/zeros.h>
 
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -38,38 +37,67 @@ void RowOptimizer::Reserve(int64_t capacity) {
     case OptimizerOptions::Kind::kAdam:
       m_ = Grown(m_, capacity, {dim_}, at::kFloat);
       v_ = Grown(v_, capacity, {dim_}, at::kFloat);
-      // Double: 1 - 0.999^t in float is off by 1e-5 relative at t = 1.
-      steps_ = Grown(steps_, capacity, {}, at::kDouble);
+      steps_ = Grown(steps_, capacity, {}, at::kDouble);  // as Apply's bias correction
       break;
   }
 }
 
+// One pass over each pushed row, its state and its gradient together, not
+// the tensor form of the same updates (a dozen ATen ops over [n, dim]
+// temporaries): a pull and an Adam push on one server went from 37 k to
+// 99 k rows/s at 16 rows a call, 0.78 to 1.05 M at 4,096
+// (bench/embedding_table_bench).
 void RowOptimizer::Apply(at::Tensor& values, const at::Tensor& slots, const at::Tensor& grads) {
-  const double lr = options_.lr;
+  const at::Tensor g_contiguous = grads.contiguous();
+  const at::Tensor s_contiguous = slots.contiguous();
+  const float* g = g_contiguous.data_ptr<float>();
+  const int64_t* slot = s_contiguous.data_ptr<int64_t>();
+  float* w = values.data_ptr<float>();
+  const int64_t n = s_contiguous.numel(), dim = dim_;
+  const auto lr = static_cast<float>(options_.lr), eps = static_cast<float>(options_.eps);
   switch (options_.kind) {
     case OptimizerOptions::Kind::kSgd:
-      values.index_add_(0, slots, grads, -lr);
+      for (int64_t i = 0; i < n; ++i) {
+        float* row = w + slot[i] * dim;
+        const float* grad = g + i * dim;
+        for (int64_t c = 0; c < dim; ++c) row[c] -= lr * grad[c];
+      }
       return;
     case OptimizerOptions::Kind::kAdagrad: {
       // Row-wise: one accumulator per row, of the row's mean squared gradient.
-      at::Tensor accumulated = accumulator_.index_select(0, slots) + grads.pow(2).mean(1);
-      accumulator_.index_copy_(0, slots, accumulated);
-      at::Tensor step = grads / (accumulated.sqrt() + options_.eps).unsqueeze(1);
-      values.index_add_(0, slots, step, -lr);
+      float* accumulator = accumulator_.data_ptr<float>();
+      for (int64_t i = 0; i < n; ++i) {
+        float* row = w + slot[i] * dim;
+        const float* grad = g + i * dim;
+        float squares = 0;
+        for (int64_t c = 0; c < dim; ++c) squares += grad[c] * grad[c];
+        float& accumulated = accumulator[slot[i]];
+        accumulated += squares / static_cast<float>(dim);
+        const float scale = lr / (std::sqrt(accumulated) + eps);
+        for (int64_t c = 0; c < dim; ++c) row[c] -= scale * grad[c];
+      }
       return;
     }
     case OptimizerOptions::Kind::kAdam: {
       // Lazy: only the rows pushed move, each bias-corrected by its own count.
       const double b1 = options_.beta1, b2 = options_.beta2;
-      at::Tensor m = m_.index_select(0, slots) * b1 + grads * (1 - b1);
-      at::Tensor v = v_.index_select(0, slots) * b2 + grads.pow(2) * (1 - b2);
-      at::Tensor t = steps_.index_select(0, slots) + 1;
-      m_.index_copy_(0, slots, m);
-      v_.index_copy_(0, slots, v);
-      steps_.index_copy_(0, slots, t);
-      at::Tensor m_hat = m / (1 - at::pow(b1, t)).to(at::kFloat).unsqueeze(1);
-      at::Tensor v_hat = v / (1 - at::pow(b2, t)).to(at::kFloat).unsqueeze(1);
-      values.index_add_(0, slots, m_hat / (v_hat.sqrt() + options_.eps), -lr);
+      const auto f1 = static_cast<float>(b1), f2 = static_cast<float>(b2);
+      float* m = m_.data_ptr<float>();
+      float* v = v_.data_ptr<float>();
+      double* steps = steps_.data_ptr<double>();
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t at = slot[i] * dim;
+        const double t = ++steps[slot[i]];
+        // Double: 1 - 0.999^t in float is off by 1e-5 relative at t = 1.
+        const auto c1 = static_cast<float>(1 - std::pow(b1, t));
+        const auto c2 = static_cast<float>(1 - std::pow(b2, t));
+        const float* grad = g + i * dim;
+        for (int64_t c = 0; c < dim; ++c) {
+          m[at + c] = f1 * m[at + c] + (1 - f1) * grad[c];
+          v[at + c] = f2 * v[at + c] + (1 - f2) * grad[c] * grad[c];
+          w[at + c] -= lr * (m[at + c] / c1) / (std::sqrt(v[at + c] / c2) + eps);
+        }
+      }
       return;
     }
   }
