@@ -6,6 +6,7 @@
 #include <c10/util/StringUtil.h>
 
 #include <algorithm>
+#include <map>
 #include <type_traits>
 #include <utility>
 
@@ -27,12 +28,23 @@ absl::StatusOr<T> Await(const Future<T>& future, absl::Duration timeout) {
 }
 
 // The table(s) a message is about, for its errors.
+std::string TablesOf(const std::string& table) { return absl::StrCat("table '", table, "'"); }
+std::string TablesOf(const std::vector<std::string>& tables) {
+  if (tables.size() == 1) return TablesOf(tables[0]);
+  return absl::StrCat("tables '", absl::StrJoin(tables, "', '"), "'");
+}
+// Whether a message is about one table (`table`) or several (`tables`).
+template <typename M, typename = void>
+struct AboutOneTable : std::false_type {};
+template <typename M>
+struct AboutOneTable<M, std::void_t<decltype(std::declval<M>().table)>> : std::true_type {};
 template <typename M>
 std::string TablesOf(const M& message) {
-  return absl::StrCat("table '", message.table, "'");
-}
-std::string TablesOf(const ClockRequest& message) {
-  return absl::StrCat("tables '", absl::StrJoin(message.tables, "', '"), "'");
+  if constexpr (AboutOneTable<M>::value) {
+    return TablesOf(message.table);
+  } else {
+    return TablesOf(message.tables);
+  }
 }
 
 }  // namespace
@@ -141,87 +153,169 @@ absl::StatusOr<PsClient::Split> PsClient::SplitKeys(const Table& table,
 }
 
 Future<at::Tensor> PsClient::Pull(const std::string& table, const at::Tensor& keys) {
-  std::vector<Future<at::Tensor>> parts;
-  absl::StatusOr<Split> split;
-  int64_t dim = 0;
-  {
-    MutexLock lock(&mu_);
-    auto t = Find(table);
-    if (!t.ok()) return Future<at::Tensor>::Ready(t.status());
-    split = SplitKeys(**t, keys);
-    if (!split.ok()) return Future<at::Tensor>::Ready(split.status());
-    dim = (*t)->options.dim;
-    for (size_t i = 0; i < split->shards.size(); ++i) {
-      const int64_t s = split->shards[i];
-      parts.push_back(
-          Send<at::Tensor>(s, PullRequest{table, map_.epoch, s, (*t)->clock, split->keys[i]}));
-    }
-  }
-  const int64_t asked = keys.numel();
-  return WhenAllOk(parts).Then([parts, split = *std::move(split), dim, table, asked](
-                                   const absl::StatusOr<bool>& all) -> absl::StatusOr<at::Tensor> {
-    if (!all.ok()) return all.status();
-    std::vector<at::Tensor> answers;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      at::Tensor part = *parts[i].Wait(absl::ZeroDuration());
-      if (part.dim() != 2 || part.size(0) != split.keys[i].numel() || part.size(1) != dim) {
-        return absl::InternalError(absl::StrCat("table '", table, "' shard ", split.shards[i],
-                                                " answered rows of shape ",
-                                                c10::str(part.sizes())));
-      }
-      answers.push_back(std::move(part));
-    }
-    // One shard held every key: its rows are in the distinct keys' order.
-    at::Tensor rows;
-    if (answers.size() == 1) {
-      rows = answers[0];
-    } else {
-      rows = at::empty({split.unique.numel(), dim}, at::TensorOptions().dtype(at::kFloat));
-      for (size_t i = 0; i < answers.size(); ++i)
-        rows.index_copy_(0, split.positions[i], answers[i]);
-    }
-    // Every key distinct: the distinct keys are the keys asked, in order.
-    return split.unique.numel() == asked ? rows : rows.index_select(0, split.inverse);
-  });
+  return Pull(std::vector<TableKeys>{{table, keys, {}}})
+      .Then([](const absl::StatusOr<std::vector<at::Tensor>>& rows) -> absl::StatusOr<at::Tensor> {
+        if (!rows.ok()) return rows.status();
+        return (*rows)[0];
+      });
 }
 
 Future<std::monostate> PsClient::Push(const std::string& table, const at::Tensor& keys,
                                       const at::Tensor& grads) {
-  std::vector<Future<std::monostate>> parts;
-  {
-    MutexLock lock(&mu_);
-    auto t = Find(table);
-    if (!t.ok()) return Future<std::monostate>::Ready(t.status());
-    auto split = SplitKeys(**t, keys);
-    if (!split.ok()) return Future<std::monostate>::Ready(split.status());
-    const int64_t dim = (*t)->options.dim;
-    if (!grads.defined() || grads.scalar_type() != at::kFloat || grads.dim() != 2 ||
-        grads.size(0) != keys.numel() || grads.size(1) != dim) {
-      return Future<std::monostate>::Ready(absl::InvalidArgumentError(
-          absl::StrCat("a push to table '", table, "' of ", keys.numel(),
-                       " keys needs float gradients of shape [", keys.numel(), ", ", dim, "]")));
-    }
-    // A repeated key's gradients, summed: one row per distinct key.
-    at::Tensor summed = grads;
-    if (split->unique.numel() != keys.numel()) {
-      summed = at::zeros({split->unique.numel(), dim}, grads.options());
-      summed.index_add_(0, split->inverse, grads);
-    }
-    for (size_t i = 0; i < split->shards.size(); ++i) {
-      const int64_t s = split->shards[i];
-      PushRequest push{
-          table,
-          map_.epoch,
-          s,
-          (*t)->sequences[s]++,
-          (*t)->clock,
-          split->keys[i],
-          split->shards.size() == 1 ? summed : summed.index_select(0, split->positions[i])};
-      parts.push_back(Send<std::monostate>(s, push));
+  return Push(std::vector<TableKeys>{{table, keys, grads}});
+}
+
+absl::StatusOr<at::Tensor> PsClient::Assemble(const std::string& table, const Split& split,
+                                              std::vector<at::Tensor> answers, int64_t dim,
+                                              int64_t asked) {
+  for (size_t i = 0; i < answers.size(); ++i) {
+    const at::Tensor& part = answers[i];
+    if (!part.defined() || part.dim() != 2 || part.size(0) != split.keys[i].numel() ||
+        part.size(1) != dim) {
+      return absl::InternalError(
+          absl::StrCat("table '", table, "' shard ", split.shards[i], " answered rows of shape ",
+                       part.defined() ? c10::str(part.sizes()) : std::string("none")));
     }
   }
+  // One shard held every key: its rows are in the distinct keys' order.
+  at::Tensor rows;
+  if (answers.size() == 1) {
+    rows = answers[0];
+  } else {
+    rows = at::empty({split.unique.numel(), dim}, at::TensorOptions().dtype(at::kFloat));
+    for (size_t i = 0; i < answers.size(); ++i) rows.index_copy_(0, split.positions[i], answers[i]);
+  }
+  // Every key distinct: the distinct keys are the keys asked, in order.
+  return split.unique.numel() == asked ? rows : rows.index_select(0, split.inverse);
+}
+
+namespace {
+
+// Where each part of a message of several tables came from: the call's
+// part, and the piece of that part's split.
+struct Piece {
+  size_t part = 0, piece = 0;
+};
+
+// The message to `shard` of a call of several tables, made on first use.
+template <typename M>
+M& MessageFor(std::map<int64_t, M>& messages, int64_t shard, int64_t epoch) {
+  M& m = messages[shard];
+  m.epoch = epoch;
+  m.shard = shard;
+  return m;
+}
+
+}  // namespace
+
+Future<std::vector<at::Tensor>> PsClient::Pull(const std::vector<TableKeys>& parts) {
+  using Rows = std::vector<at::Tensor>;
+  struct Plan {
+    std::string table;
+    Split split;
+    int64_t dim = 0, asked = 0;
+  };
+  std::vector<Plan> plans;
+  std::map<int64_t, PullRequest> messages;
+  std::map<int64_t, std::vector<Piece>> pieces;  // by shard, in its message's order
+  {
+    MutexLock lock(&mu_);
+    for (size_t p = 0; p < parts.size(); ++p) {
+      auto t = Find(parts[p].table);
+      if (!t.ok()) return Future<Rows>::Ready(t.status());
+      auto split = SplitKeys(**t, parts[p].keys);
+      if (!split.ok()) return Future<Rows>::Ready(split.status());
+      for (size_t i = 0; i < split->shards.size(); ++i) {
+        const int64_t s = split->shards[i];
+        PullRequest& m = MessageFor(messages, s, map_.epoch);
+        m.tables.push_back(parts[p].table);
+        m.clocks.push_back((*t)->clock);
+        m.keys.push_back(split->keys[i]);
+        pieces[s].push_back({p, i});
+      }
+      plans.push_back(
+          {parts[p].table, *std::move(split), (*t)->options.dim, parts[p].keys.numel()});
+    }
+  }
+  std::vector<int64_t> shards;
+  std::vector<Future<Rows>> answers;
+  for (const auto& [shard, message] : messages) {
+    shards.push_back(shard);
+    answers.push_back(Send<Rows>(shard, message));
+  }
+  return WhenAllOk(answers).Then([answers, shards, plans = std::move(plans),
+                                  pieces = std::move(pieces)](
+                                     const absl::StatusOr<bool>& all) -> absl::StatusOr<Rows> {
+    if (!all.ok()) return all.status();
+    std::vector<Rows> by_part(plans.size());
+    for (size_t p = 0; p < plans.size(); ++p) by_part[p].resize(plans[p].split.shards.size());
+    for (size_t k = 0; k < answers.size(); ++k) {
+      Rows answer = *answers[k].Wait(absl::ZeroDuration());
+      const std::vector<Piece>& asked = pieces.at(shards[k]);
+      if (answer.size() != asked.size()) {
+        return absl::InternalError(absl::StrCat("parameter-server shard ", shards[k], " answered ",
+                                                answer.size(), " tables of ", asked.size()));
+      }
+      for (size_t j = 0; j < asked.size(); ++j) {
+        by_part[asked[j].part][asked[j].piece] = std::move(answer[j]);
+      }
+    }
+    Rows rows;
+    for (size_t p = 0; p < plans.size(); ++p) {
+      auto assembled = Assemble(plans[p].table, plans[p].split, std::move(by_part[p]), plans[p].dim,
+                                plans[p].asked);
+      if (!assembled.ok()) return assembled.status();
+      rows.push_back(*std::move(assembled));
+    }
+    return rows;
+  });
+}
+
+Future<std::monostate> PsClient::Push(const std::vector<TableKeys>& parts) {
+  std::map<int64_t, PushRequest> messages;
+  {
+    MutexLock lock(&mu_);
+    // Every part is checked before any sequence is taken.
+    std::vector<std::pair<Table*, Split>> plans;
+    for (const TableKeys& part : parts) {
+      auto t = Find(part.table);
+      if (!t.ok()) return Future<std::monostate>::Ready(t.status());
+      auto split = SplitKeys(**t, part.keys);
+      if (!split.ok()) return Future<std::monostate>::Ready(split.status());
+      const int64_t dim = (*t)->options.dim, n = part.keys.numel();
+      if (!part.grads.defined() || part.grads.scalar_type() != at::kFloat ||
+          part.grads.dim() != 2 || part.grads.size(0) != n || part.grads.size(1) != dim) {
+        return Future<std::monostate>::Ready(absl::InvalidArgumentError(
+            absl::StrCat("a push to table '", part.table, "' of ", n,
+                         " keys needs float gradients of shape [", n, ", ", dim, "]")));
+      }
+      plans.emplace_back(*t, *std::move(split));
+    }
+    for (size_t p = 0; p < parts.size(); ++p) {
+      auto& [table, split] = plans[p];
+      // A repeated key's gradients, summed: one row per distinct key.
+      at::Tensor summed = parts[p].grads;
+      if (split.unique.numel() != parts[p].keys.numel()) {
+        summed = at::zeros({split.unique.numel(), table->options.dim}, summed.options());
+        summed.index_add_(0, split.inverse, parts[p].grads);
+      }
+      for (size_t i = 0; i < split.shards.size(); ++i) {
+        const int64_t s = split.shards[i];
+        PushRequest& m = MessageFor(messages, s, map_.epoch);
+        m.tables.push_back(parts[p].table);
+        m.sequences.push_back(table->sequences[s]++);
+        m.clocks.push_back(table->clock);
+        m.keys.push_back(split.keys[i]);
+        m.grads.push_back(split.shards.size() == 1 ? summed
+                                                   : summed.index_select(0, split.positions[i]));
+      }
+    }
+  }
+  std::vector<Future<std::monostate>> sent;
+  for (const auto& [shard, message] : messages)
+    sent.push_back(Send<std::monostate>(shard, message));
   Future<std::monostate> pushed =
-      WhenAllOk(parts).Then([](const absl::StatusOr<bool>& all) -> absl::StatusOr<std::monostate> {
+      WhenAllOk(sent).Then([](const absl::StatusOr<bool>& all) -> absl::StatusOr<std::monostate> {
         if (!all.ok()) return all.status();
         return std::monostate{};
       });

@@ -7,7 +7,9 @@
 //   ps->Clock().Get(timeout);                                 // this step is done
 //
 // A call's keys (int64, 1-D, any order, repeats allowed) are made distinct
-// and split by shard: one message per shard, its rows as one tensor; a
+// and split by shard: one message per shard, its rows as one tensor per
+// table — a call of several tables (a step's pulls or pushes, TableKeys)
+// is still one message per shard; a
 // pull's rows come back in the order of the keys asked, repeats included,
 // and a push's gradients of a repeated key are summed. Pull and Push return
 // futures and never throw; a server that fails the call (a dead server, a
@@ -38,6 +40,14 @@
 
 namespace tessera::ps {
 
+// One table's part of a call of several tables: its keys, and for a push
+// their gradients.
+struct TableKeys {
+  std::string table;
+  at::Tensor keys;
+  at::Tensor grads;  // Push only
+};
+
 class PsClient {
  public:
   // Reads the shard map (waiting up to options.start_timeout for the
@@ -48,6 +58,9 @@ class PsClient {
   Future<at::Tensor> Pull(const std::string& table, const at::Tensor& keys);
   Future<std::monostate> Push(const std::string& table, const at::Tensor& keys,
                               const at::Tensor& grads);
+  // Several tables at once (each at most once): their rows, in order.
+  Future<std::vector<at::Tensor>> Pull(const std::vector<TableKeys>& parts);
+  Future<std::monostate> Push(const std::vector<TableKeys>& parts);
   // The push, then a pull of the same keys once every shard took it.
   Future<at::Tensor> PushPull(const std::string& table, const at::Tensor& keys,
                               const at::Tensor& grads);
@@ -76,6 +89,10 @@ class PsClient {
   PsClient(rpc::Runtime& runtime, const PsOptions& options, rpc::CallOptions call, ShardMap map);
   absl::Status Hello();
   absl::StatusOr<Split> SplitKeys(const Table& table, const at::Tensor& keys) const;
+  // A table's rows for the keys asked, from its shards' answers (by split).
+  static absl::StatusOr<at::Tensor> Assemble(const std::string& table, const Split& split,
+                                             std::vector<at::Tensor> answers, int64_t dim,
+                                             int64_t asked);
   // The message of type M to `shard`'s server, its answer as R.
   template <typename R, typename M>
   Future<R> Send(int64_t shard, const M& message) const;

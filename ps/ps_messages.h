@@ -33,33 +33,39 @@ struct HelloRequest {
   auto Fields() { return std::tie(table, epoch, shard); }
 };
 
-// The rows of distinct `keys` (int64, 1-D), as of `clock`: [keys, dim].
+// Several tables' parts of one call, in one message per shard: part i is
+// about tables[i] (a table may appear once).
+//
+// The rows of distinct keys[i] (int64, 1-D) of tables[i], as of clocks[i]:
+// answers [keys[i], dim] for each part, in order.
 struct PullRequest {
   static constexpr const char* kService = services::kPull;
   static constexpr bool kCarriesUserValues = false;
-  using Response = at::Tensor;
-  std::string table;
+  using Response = std::vector<at::Tensor>;
+  std::vector<std::string> tables;
   int64_t epoch = 0;
   int64_t shard = 0;
-  int64_t clock = 0;
-  at::Tensor keys;
-  auto Fields() { return std::tie(table, epoch, shard, clock, keys); }
+  std::vector<int64_t> clocks;
+  std::vector<at::Tensor> keys;
+  auto Fields() { return std::tie(tables, epoch, shard, clocks, keys); }
 };
 
-// Gradients for distinct `keys`: [keys, dim] floats, the trainer's
-// `sequence`-th push to this shard (Note [Exactly-once pushes], ps/shard.h).
+// Gradients grads[i] ([keys, dim] floats) for distinct keys[i] of
+// tables[i], the trainer's sequences[i]-th push to this shard of that table
+// (Note [Exactly-once pushes], ps/shard.h). Each part is applied whole or
+// not at all, and once; the parts independently of each other.
 struct PushRequest {
   static constexpr const char* kService = services::kPush;
   static constexpr bool kCarriesUserValues = false;
   using Response = void;
-  std::string table;
+  std::vector<std::string> tables;
   int64_t epoch = 0;
   int64_t shard = 0;
-  int64_t sequence = 0;
-  int64_t clock = 0;
-  at::Tensor keys;
-  at::Tensor grads;
-  auto Fields() { return std::tie(table, epoch, shard, sequence, clock, keys, grads); }
+  std::vector<int64_t> sequences;
+  std::vector<int64_t> clocks;
+  std::vector<at::Tensor> keys;
+  std::vector<at::Tensor> grads;
+  auto Fields() { return std::tie(tables, epoch, shard, sequences, clocks, keys, grads); }
 };
 
 // The trainer is at clocks[i] now in tables[i] (Note [Parameter-server

@@ -1,6 +1,7 @@
 #include "ps/ps_server.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <map>
 #include <utility>
 #include <vector>
@@ -76,6 +77,17 @@ absl::StatusOr<std::vector<int>> TrainerRanks(rpc::Runtime& runtime, const PsOpt
   return ranks;
 }
 
+// A message of several tables' parts carries as many of each field.
+absl::Status PartsAgree(size_t tables, std::initializer_list<size_t> fields) {
+  for (size_t n : fields) {
+    if (n != tables) {
+      return absl::InvalidArgumentError(absl::StrCat("a parameter-server message of ", tables,
+                                                     " tables with a field of ", n, " parts"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void Serve(const std::shared_ptr<PsServer::State>& state) {
   rpc::Registry& registry = state->runtime->registry();
   rpc::Serve<HelloRequest>(
@@ -85,21 +97,45 @@ void Serve(const std::shared_ptr<PsServer::State>& state) {
         return (*shard)->Hello(state->From(ctx));
       });
   rpc::Serve<PullRequest>(registry, [state](rpc::CallContext& ctx, PullRequest m) {
-    auto shard = state->Route(m.table, m.epoch, m.shard);
-    if (!shard.ok()) return Future<at::Tensor>::Ready(shard.status());
-    return (*shard)->Pull(state->From(ctx), m.clock, m.keys, ctx.deadline);
+    using Rows = std::vector<at::Tensor>;
+    if (auto ok = PartsAgree(m.tables.size(), {m.clocks.size(), m.keys.size()}); !ok.ok()) {
+      return Future<Rows>::Ready(ok);
+    }
+    std::vector<Future<at::Tensor>> parts;
+    for (size_t i = 0; i < m.tables.size(); ++i) {
+      auto shard = state->Route(m.tables[i], m.epoch, m.shard);
+      if (!shard.ok()) return Future<Rows>::Ready(shard.status());
+      parts.push_back((*shard)->Pull(state->From(ctx), m.clocks[i], m.keys[i], ctx.deadline));
+    }
+    return WhenAllOk(parts).Then([parts](const absl::StatusOr<bool>& all) -> absl::StatusOr<Rows> {
+      if (!all.ok()) return all.status();
+      Rows rows;
+      for (const auto& part : parts) rows.push_back(*part.Wait(absl::ZeroDuration()));
+      return rows;
+    });
   });
   rpc::Serve<PushRequest>(registry, [state](rpc::CallContext& ctx, PushRequest m) -> absl::Status {
-    auto shard = state->Route(m.table, m.epoch, m.shard);
-    if (!shard.ok()) return shard.status();
-    return (*shard)->Push(state->From(ctx), m.sequence, m.clock, m.keys, m.grads);
+    if (auto ok = PartsAgree(m.tables.size(),
+                             {m.sequences.size(), m.clocks.size(), m.keys.size(), m.grads.size()});
+        !ok.ok()) {
+      return ok;
+    }
+    std::vector<std::shared_ptr<Shard>> shards;
+    for (const std::string& table : m.tables) {
+      auto shard = state->Route(table, m.epoch, m.shard);
+      if (!shard.ok()) return shard.status();
+      shards.push_back(*std::move(shard));
+    }
+    for (size_t i = 0; i < shards.size(); ++i) {
+      auto ok =
+          shards[i]->Push(state->From(ctx), m.sequences[i], m.clocks[i], m.keys[i], m.grads[i]);
+      if (!ok.ok()) return ok;
+    }
+    return absl::OkStatus();
   });
   rpc::Serve<ClockRequest>(
       registry, [state](rpc::CallContext& ctx, ClockRequest m) -> absl::Status {
-        if (m.tables.size() != m.clocks.size()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "a clock message of ", m.tables.size(), " tables and ", m.clocks.size(), " clocks"));
-        }
+        if (auto ok = PartsAgree(m.tables.size(), {m.clocks.size()}); !ok.ok()) return ok;
         for (size_t i = 0; i < m.tables.size(); ++i) {
           auto shard = state->Route(m.tables[i], m.epoch, m.shard);
           if (!shard.ok()) return shard.status();

@@ -61,12 +61,13 @@ class Trainer {
       keys_.push_back(at::arange(table.rows, at::kLong));
   }
 
-  // Pulls the parameters as of this trainer's clock.
+  // Pulls the parameters as of this trainer's clock: one call, one message
+  // per server.
   void Pull() {
-    std::vector<Future<at::Tensor>> rows;
-    for (size_t i = 0; i < tables_.size(); ++i)
-      rows.push_back(client_->Pull(tables_[i].name, keys_[i]));
-    for (size_t i = 0; i < tables_.size(); ++i) ps::CopyFromRows(rows[i].Get(kTimeout), params_[i]);
+    std::vector<ps::TableKeys> pulls;
+    for (size_t i = 0; i < tables_.size(); ++i) pulls.push_back({tables_[i].name, keys_[i], {}});
+    std::vector<at::Tensor> rows = client_->Pull(pulls).Get(kTimeout);
+    for (size_t i = 0; i < tables_.size(); ++i) ps::CopyFromRows(rows[i], params_[i]);
   }
 
   // One step: pull, forward and backward here, push, end the clock.
@@ -74,11 +75,11 @@ class Trainer {
     Pull();
     at::Tensor loss = at::cross_entropy_loss(CnnForward(params_, images), labels);
     std::vector<at::Tensor> grads = torch::autograd::grad({loss}, params_);
-    std::vector<Future<std::monostate>> pushed;
+    std::vector<ps::TableKeys> pushes;
     for (size_t i = 0; i < tables_.size(); ++i) {
-      pushed.push_back(client_->Push(tables_[i].name, keys_[i], ps::ToRows(grads[i], tables_[i])));
+      pushes.push_back({tables_[i].name, keys_[i], ps::ToRows(grads[i], tables_[i])});
     }
-    for (auto& push : pushed) push.Get(kTimeout);
+    client_->Push(pushes).Get(kTimeout);
     client_->Clock().Get(kTimeout);
     return loss.item<double>();
   }

@@ -12,12 +12,11 @@ namespace {
 class Remote : public ModelTables {
  public:
   explicit Remote(std::unique_ptr<ps::PsClient> client) : client_(std::move(client)) {}
-  Future<at::Tensor> Pull(const std::string& table, const at::Tensor& keys) override {
-    return client_->Pull(table, keys);
+  Future<std::vector<at::Tensor>> Pull(const std::vector<ps::TableKeys>& parts) override {
+    return client_->Pull(parts);
   }
-  Future<std::monostate> Push(const std::string& table, const at::Tensor& keys,
-                              const at::Tensor& grads) override {
-    return client_->Push(table, keys, grads);
+  Future<std::monostate> Push(const std::vector<ps::TableKeys>& parts) override {
+    return client_->Push(parts);
   }
   Future<std::monostate> Clock() override { return client_->Clock(); }
 
@@ -34,14 +33,19 @@ class Local : public ModelTables {
       stores_.emplace(table.name, ps::RowStore(table, /*shard=*/0, /*shards=*/1));
     }
   }
-  Future<at::Tensor> Pull(const std::string& table, const at::Tensor& keys) override {
-    ps::RowStore& store = stores_.at(table);
-    return Future<at::Tensor>::Ready(store.Read(ValueOrThrow(store.Slots(keys))));
+  Future<std::vector<at::Tensor>> Pull(const std::vector<ps::TableKeys>& parts) override {
+    std::vector<at::Tensor> rows;
+    for (const ps::TableKeys& part : parts) {
+      ps::RowStore& store = stores_.at(part.table);
+      rows.push_back(store.Read(ValueOrThrow(store.Slots(part.keys))));
+    }
+    return Future<std::vector<at::Tensor>>::Ready(std::move(rows));
   }
-  Future<std::monostate> Push(const std::string& table, const at::Tensor& keys,
-                              const at::Tensor& grads) override {
-    ps::RowStore& store = stores_.at(table);
-    store.Apply(ValueOrThrow(store.Slots(keys)), grads);
+  Future<std::monostate> Push(const std::vector<ps::TableKeys>& parts) override {
+    for (const ps::TableKeys& part : parts) {
+      ps::RowStore& store = stores_.at(part.table);
+      store.Apply(ValueOrThrow(store.Slots(part.keys)), part.grads);
+    }
     return Future<std::monostate>::Ready(std::monostate{});
   }
   Future<std::monostate> Clock() override {

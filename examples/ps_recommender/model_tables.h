@@ -20,11 +20,12 @@ namespace tessera::examples {
 class ModelTables {
  public:
   virtual ~ModelTables() = default;
-  // The rows of `keys` (distinct), as ps::PsClient::Pull.
-  virtual Future<at::Tensor> Pull(const std::string& table, const at::Tensor& keys) = 0;
-  // Gradients for the rows of `keys` (distinct), as ps::PsClient::Push.
-  virtual Future<std::monostate> Push(const std::string& table, const at::Tensor& keys,
-                                      const at::Tensor& grads) = 0;
+  // Each table's rows of its `keys` (distinct), as ps::PsClient::Pull: a
+  // step's pulls in one call.
+  virtual Future<std::vector<at::Tensor>> Pull(const std::vector<ps::TableKeys>& parts) = 0;
+  // Gradients for each table's rows of its `keys` (distinct), as
+  // ps::PsClient::Push.
+  virtual Future<std::monostate> Push(const std::vector<ps::TableKeys>& parts) = 0;
   // Ends this trainer's step (ps::PsClient::Clock).
   virtual Future<std::monostate> Clock() = 0;
 };

@@ -3,7 +3,8 @@
 // the servers; trainers compute. Ranks 0..S-1 are the servers ps0.., the
 // others trainers. A trainer step: pull the rows its batch touches (each id
 // once) and the MLPs' weights, forward and backward here, push the
-// gradients (the servers apply row-wise Adagrad), end its clock.
+// gradients (the servers apply row-wise Adagrad), end its clock — each of
+// the three one message per server, for all the tables.
 //
 // The click data (click_data.h) come from a hidden model, so the best AUC is
 // known: every trainer prints the trained model's test AUC beside it.
@@ -153,21 +154,21 @@ class Trainer {
       std::this_thread::sleep_for((slowdown - 1) *
                                   (std::chrono::steady_clock::now() - compute_start));
     }
-    std::vector<Future<std::monostate>> pushed;
+    std::vector<ps::TableKeys> pushes;
     for (size_t f = 0; f < rows.size(); ++f) {
-      pushed.push_back(model_->Push(FieldTable(static_cast<int64_t>(f)), unique[f], grads[f]));
+      pushes.push_back({FieldTable(static_cast<int64_t>(f)), unique[f], grads[f]});
     }
     for (size_t i = 0; i < dense_tables_.size(); ++i) {
       const ps::TableOptions& t = dense_tables_[i];
-      pushed.push_back(model_->Push(t.name, DenseKeys(t), ps::ToRows(grads[rows.size() + i], t)));
+      pushes.push_back({t.name, DenseKeys(t), ps::ToRows(grads[rows.size() + i], t)});
     }
-    for (auto& push : pushed) push.Get(kTimeout);
+    model_->Push(pushes).Get(kTimeout);
     model_->Clock().Get(kTimeout);
     return loss.item<double>();
   }
 
   // Waits until every trainer has ended its last step (kBarrierTable).
-  void WaitForTheOthers() { model_->Pull(kBarrierTable, DenseKeys(1)).Get(kTimeout); }
+  void WaitForTheOthers() { model_->Pull({{kBarrierTable, DenseKeys(1), {}}}).Get(kTimeout); }
 
   // Click probabilities for `ids`, `dense` under the servers' current model.
   at::Tensor Predict(const at::Tensor& ids, const at::Tensor& dense) {
@@ -192,11 +193,11 @@ class Trainer {
   static at::Tensor DenseKeys(int64_t rows) { return at::arange(rows, at::kLong); }
   static at::Tensor DenseKeys(const ps::TableOptions& t) { return DenseKeys(t.rows); }
 
-  // Pulls, all at once, the rows of each field's distinct ids (`rows`[f],
+  // Pulls, in one call, the rows of each field's distinct ids (`rows`[f],
   // rows[f][inverse[f]] being the batch's embeddings) and the MLPs' weights.
   void Pull(const at::Tensor& ids, std::vector<at::Tensor>& unique,
             std::vector<at::Tensor>& inverse, std::vector<at::Tensor>& rows) {
-    std::vector<Future<at::Tensor>> pulled;
+    std::vector<ps::TableKeys> pulls;
     for (int64_t f = 0; f < shape_.fields; ++f) {
       auto [u, inv, counts] =
           at::_unique2(ids.select(1, f), /*sorted=*/false, /*return_inverse=*/true);
@@ -204,14 +205,13 @@ class Trainer {
       distinct_ += u.numel();
       unique.push_back(u);
       inverse.push_back(inv);
-      pulled.push_back(model_->Pull(FieldTable(f), u));
+      pulls.push_back({FieldTable(f), u, {}});
     }
-    for (const ps::TableOptions& t : dense_tables_)
-      pulled.push_back(model_->Pull(t.name, DenseKeys(t)));
-    for (int64_t f = 0; f < shape_.fields; ++f)
-      rows.push_back(pulled[static_cast<size_t>(f)].Get(kTimeout));
+    for (const ps::TableOptions& t : dense_tables_) pulls.push_back({t.name, DenseKeys(t), {}});
+    std::vector<at::Tensor> pulled = model_->Pull(pulls).Get(kTimeout);
+    rows.assign(pulled.begin(), pulled.begin() + shape_.fields);
     for (size_t i = 0; i < params_.size(); ++i) {
-      ps::CopyFromRows(pulled[static_cast<size_t>(shape_.fields) + i].Get(kTimeout), params_[i]);
+      ps::CopyFromRows(pulled[static_cast<size_t>(shape_.fields) + i], params_[i]);
     }
   }
 

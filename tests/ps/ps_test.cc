@@ -14,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/metrics.h"
 #include "ps/ps_messages.h"
 #include "ps/row_store.h"
 #include "rpc/internal_service.h"
@@ -55,6 +56,33 @@ TEST_F(PsTest, RowsStartFromTheirKeysAndPushesMoveThemOnTheServers) {
   EXPECT_EQ(stats[0][0] + stats[1][0], 10);  // rows 0..4 and 5..9
   EXPECT_EQ(stats[0][1], 1);
   EXPECT_EQ(stats[1][1], 1);
+}
+
+// Scenario: a call of two tables whose keys lie on both shards. It is one
+// message to each shard, not one per table and shard; each table's rows
+// come back as its own call would give them; a table that does not exist
+// fails the call by name.
+TEST_F(PsTest, ACallOfSeveralTablesIsOneMessagePerShard) {
+  StartPs(2, 0, "idle");
+  metrics::Enable();
+  auto messages = [](const char* service) { return metrics::Snapshot().calls_out[service].calls; };
+  const at::Tensor counted = at::arange(64, at::kLong), dense = at::arange(10, at::kLong);
+  uint64_t before = messages(ps::services::kPush);
+  ASSERT_TRUE(
+      client()
+          .Push({{"counts", counted, at::ones({64, 1})}, {"dense", dense, at::ones({10, 4})}})
+          .Wait(kTimeout)
+          .ok());
+  EXPECT_EQ(messages(ps::services::kPush) - before, 2u);
+  before = messages(ps::services::kPull);
+  auto rows = client().Pull({{"counts", counted, {}}, {"dense", dense, {}}}).Get(kTimeout);
+  EXPECT_EQ(messages(ps::services::kPull) - before, 2u);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_TRUE(at::allclose(rows[0], at::ones({64, 1}))) << rows[0];
+  EXPECT_TRUE(at::allclose(rows[1], client().Pull("dense", dense).Get(kTimeout))) << rows[1];
+  auto missing = client().Pull({{"counts", counted, {}}, {"nope", dense, {}}}).Wait(kTimeout);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(missing.status().message(), "'nope'")) << missing.status();
 }
 
 // Scenario: three trainers push a counting table's keys (repeats, shared
@@ -99,7 +127,7 @@ TEST_F(PsTest, ABoundedStalenessPullWaitsForTheSlowestAndNamesIt) {
   rpc::CallOptions short_call{absl::Seconds(3)};
   auto expired =
       rt().CallAsync(absl::StrCat("worker", shard + 1), ps::services::kPull,
-                     rpc::EncodeMessage(ps::PullRequest{"ssp", 1, shard, 2, key.clone()}),
+                     rpc::EncodeMessage(ps::PullRequest{{"ssp"}, 1, shard, {2}, {key.clone()}}),
                      short_call)
           .Wait(kTimeout);
   Future<at::Tensor> pull = client().Pull("ssp", key);
@@ -128,7 +156,7 @@ TEST_F(PsTest, PushesApplyOnceAndBadRequestsAreRefusedByName) {
     ++key;
   }
   at::Tensor keys = at::full({1}, key, at::kLong);
-  ps::PushRequest push{"counts", 1, 0, /*sequence=*/1000, 0, keys, at::ones({1, 1})};
+  ps::PushRequest push{{"counts"}, 1, 0, /*sequences=*/{1000}, {0}, {keys}, {at::ones({1, 1})}};
   ASSERT_TRUE(send(push).ok());
   ASSERT_TRUE(send(push).ok());
   EXPECT_EQ(client().Pull("counts", keys).Get(kTimeout)[0][0].item<float>(), 1);
@@ -136,30 +164,29 @@ TEST_F(PsTest, PushesApplyOnceAndBadRequestsAreRefusedByName) {
 
   ps::PushRequest stale = push;
   stale.epoch = 7;
-  stale.sequence = 1001;
+  stale.sequences = {1001};
   auto refused = send(stale);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(refused.status().message(), "epoch 7 reached epoch 1"))
       << refused.status();
   ps::PushRequest elsewhere = push;
-  elsewhere.sequence = 1002;
-  elsewhere.keys = at::full({1}, key + 1, at::kLong);
-  while (ps::ShardsOfKeys(Table("counts"), 2, elsewhere.keys)->item<int64_t>() == 0) {
-    elsewhere.keys += 1;
-  }
+  elsewhere.sequences = {1002};
+  at::Tensor other = at::full({1}, key + 1, at::kLong);
+  while (ps::ShardsOfKeys(Table("counts"), 2, other)->item<int64_t>() == 0) other += 1;
+  elsewhere.keys = {other};
   refused = send(elsewhere);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(refused.status().message(), "is not on shard 0"))
       << refused.status();
   ps::PushRequest misshapen = push;
-  misshapen.sequence = 1003;
-  misshapen.grads = at::ones({1, 3});
+  misshapen.sequences = {1003};
+  misshapen.grads = {at::ones({1, 3})};
   refused = send(misshapen);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(refused.status().message(), "shape [1, 1]")) << refused.status();
   ps::PushRequest float_keys = push;
-  float_keys.sequence = 1004;
-  float_keys.keys = at::ones({1});
+  float_keys.sequences = {1004};
+  float_keys.keys = {at::ones({1})};
   EXPECT_EQ(send(float_keys).status().code(), absl::StatusCode::kInvalidArgument);
   // None of them changed anything, and the server still serves.
   EXPECT_EQ(client().Pull("counts", keys).Get(kTimeout)[0][0].item<float>(), 1);
@@ -177,6 +204,29 @@ TEST_F(PsTest, ATrainerWithAnotherTableShapeIsRefused) {
   EXPECT_TRUE(absl::StrContains(refused.status().message(),
                                 "dense: dense 10 x 5 here but dense: dense 10 x 4 on the servers"))
       << refused.status();
+}
+
+// Scenario: a trainer joins a synchronous table after three clocks were
+// applied (only worker0 is counted from the start). It pulls the current
+// rows (3, the three clocks' pushes), then takes part in the next clock:
+// worker0's pull at clock 4 waits for it and sees the average of both
+// pushes (2 and 10) added once: 3 + 6.
+TEST_F(PsTest, ATrainerJoiningLaterPullsTheCurrentRowsAndTakesPartInTheNextClock) {
+  StartPs(2, 1, "late", "worker0");
+  at::Tensor key = at::full({1}, 5, at::kLong);
+  for (int clock = 0; clock < 3; ++clock) {
+    client().Push("sync", key, at::ones({1, 2})).Get(kTimeout);
+    client().Clock().Get(kTimeout);
+  }
+  EXPECT_TRUE(at::allclose(client().Pull("sync", key).Get(kTimeout), at::full({1, 2}, 3.0)));
+  ASSERT_TRUE(rt().store().Set("ps-test/join", "1").ok());
+  auto seen = rt().store().Get("ps-test/late/pulled", kTimeout);
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  EXPECT_EQ(*seen, "3 at clock 3");
+  client().Push("sync", key, at::full({1, 2}, 2.0)).Get(kTimeout);
+  client().Clock().Get(kTimeout);
+  at::Tensor row = client().Pull("sync", key).Get(kTimeout);
+  EXPECT_TRUE(at::allclose(row, at::full({1, 2}, 9.0))) << row;
 }
 
 // Scenario: a synchronous table's trainer is SIGKILLed before it ends its

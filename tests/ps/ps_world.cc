@@ -11,6 +11,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "ps/ps_server.h"
 #include "rpc/init.h"
 #include "tests/testing/test_functions.h"
@@ -32,10 +33,11 @@ std::vector<ps::TableOptions> TestTables() {
   return {counts, dense, sync, ssp};
 }
 
-ps::PsOptions TestPsOptions(int servers) {
+ps::PsOptions TestPsOptions(int servers, const std::string& trainers) {
   ps::PsOptions options;
   options.job = "ps-test";
   for (int s = 1; s <= servers; ++s) options.servers.push_back(absl::StrCat("worker", s));
+  if (!trainers.empty()) options.trainers = absl::StrSplit(trainers, ',');
   options.tables = TestTables();
   options.start_timeout = absl::Seconds(60);
   return options;
@@ -54,10 +56,37 @@ int Fail(const std::string& what, const absl::Status& status) {
   return 2;
 }
 
+// The late trainer's script: connects when the test says, pulls key 5 of
+// "sync" and says what it saw, then pushes 10 to it and ends its clock.
+int RunLateTrainer(rpc::Runtime& runtime, const ps::PsOptions& options) {
+  const absl::Duration timeout = absl::Seconds(60);
+  if (auto go = runtime.store().Get("ps-test/join", timeout); !go.ok()) {
+    return Fail("wait", go.status());
+  }
+  auto client = ps::PsClient::Connect(runtime, options);
+  if (!client.ok()) return Fail("connect", client.status());
+  const at::Tensor key = at::full({1}, 5, at::kLong);
+  auto pulled = (*client)->Pull("sync", key).Wait(timeout);
+  if (!pulled.ok()) return Fail("pull", pulled.status());
+  const std::string seen =
+      absl::StrCat((*pulled)[0][0].item<float>(), " at clock ", (*client)->clock("sync"));
+  if (auto ok = runtime.store().Set("ps-test/late/pulled", seen); !ok.ok()) {
+    return Fail("store", ok);
+  }
+  auto pushed = (*client)->Push("sync", key, at::full({1, 2}, 10.0F)).Wait(timeout);
+  if (!pushed.ok()) return Fail("push", pushed.status());
+  auto clocked = (*client)->Clock().Wait(timeout);
+  if (!clocked.ok()) return Fail("clock", clocked.status());
+  auto shutdown = runtime.TryShutdown();
+  return shutdown.ok() ? 0 : Fail("shutdown", shutdown);
+}
+
 // A trainer child's script (TESSERA_PS_SCRIPT): "count" pushes the counting
 // keys; "sync" pushes its rank to key 5 of "sync", says so in the store and
-// ends its clock when the test says; "idle" only connects.
+// ends its clock when the test says; "late", RunLateTrainer; "idle" only
+// connects.
 int RunTrainer(rpc::Runtime& runtime, const std::string& script, const ps::PsOptions& options) {
+  if (script == "late") return RunLateTrainer(runtime, options);
   auto client = ps::PsClient::Connect(runtime, options);
   if (!client.ok()) return Fail("connect", client.status());
   const int rank = runtime.self().rank;
@@ -108,7 +137,9 @@ TESSERA_WORKER_SCENARIO(ps_child) {
   auto runtime = rpc::TryInit(TestWorkerOptions(), MakeTestRegistry());
   if (!runtime.ok()) return Fail("init", runtime.status());
   const char* servers = std::getenv("TESSERA_PS_SERVERS");
-  const ps::PsOptions options = TestPsOptions(servers != nullptr ? std::atoi(servers) : 2);
+  const char* trainers = std::getenv("TESSERA_PS_TRAINERS");
+  const ps::PsOptions options = TestPsOptions(servers != nullptr ? std::atoi(servers) : 2,
+                                              trainers != nullptr ? trainers : "");
   const std::string& name = (*runtime)->self().name;
   for (const std::string& server : options.servers) {
     if (server != name) continue;
@@ -154,11 +185,13 @@ void PsWorld::ExpectCountsOfEveryPush() {
               servers_, static_cast<long long>(pushes));
 }
 
-void PsWorld::StartPs(int servers, int trainers, const std::string& script) {
+void PsWorld::StartPs(int servers, int trainers, const std::string& script,
+                      const std::string& counted) {
   servers_ = servers;
-  StartWorld(1 + servers + trainers,
-             {{"TESSERA_PS_SERVERS", std::to_string(servers)}, {"TESSERA_PS_SCRIPT", script}});
-  auto client = ps::PsClient::Connect(rt(), TestPsOptions(servers));
+  StartWorld(1 + servers + trainers, {{"TESSERA_PS_SERVERS", std::to_string(servers)},
+                                      {"TESSERA_PS_SCRIPT", script},
+                                      {"TESSERA_PS_TRAINERS", counted}});
+  auto client = ps::PsClient::Connect(rt(), TestPsOptions(servers, counted));
   ASSERT_TRUE(client.ok()) << client.status();
   client_ = *std::move(client);
 }

@@ -17,8 +17,9 @@ namespace tessera::testing {
 // gradient: a counting table), "dense" (10 x 4, SGD), "sync" (synchronous),
 // "ssp" (bounded staleness 1). The optimizers' math is row_store_test's.
 std::vector<ps::TableOptions> TestTables();
-// The options of a world of `servers` servers: worker1..worker<servers>.
-ps::PsOptions TestPsOptions(int servers = 2);
+// The options of a world of `servers` servers: worker1..worker<servers>;
+// `trainers`, comma-separated, those counted from the start (empty: all).
+ps::PsOptions TestPsOptions(int servers = 2, const std::string& trainers = "");
 // The keys trainer `rank` pushes in its `round`-th push of the counting script.
 at::Tensor CountingKeys(int rank, int round);
 inline constexpr int kCountingRounds = 40;
@@ -27,8 +28,10 @@ class PsWorld : public RpcWorld {
  protected:
   std::string ChildScenario() const override { return "ps_child"; }
   // Starts `servers` servers and `trainers` child trainers running `script`,
-  // then connects worker0 as a trainer.
-  void StartPs(int servers, int trainers, const std::string& script);
+  // then connects worker0 as a trainer. `counted`: PsOptions::trainers,
+  // comma-separated (empty: every worker that is not a server).
+  void StartPs(int servers, int trainers, const std::string& script,
+               const std::string& counted = "");
   ps::PsClient& client() { return *client_; }
   // worker0 pushes the counting keys too; once every child trainer says it
   // is done, every count of "counts" must equal the pushes made (by worker0
