@@ -13,13 +13,13 @@
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randperm.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "bench/call_rate.h"
 #include "bench/usage.h"
 #include "dist_optim/distributed_optimizer.h"
 #include "examples/hybrid_ddp_rpc/hybrid_model.h"
@@ -29,24 +29,12 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using tessera::examples::EmbeddingTable;
 constexpr int64_t kRows = tessera::examples::kVocabulary;
 constexpr int64_t kDim = tessera::examples::kEmbeddingDim;
 const absl::Duration kTimeout = absl::Seconds(60);
 
-// Runs `call` for about `seconds`; returns calls per second.
-template <typename Call>
-double Rate(double seconds, Call call) {
-  int64_t calls = 0;
-  const auto start = Clock::now();
-  double elapsed = 0;
-  while (elapsed < seconds) {
-    call(calls++);
-    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  }
-  return calls / elapsed;
-}
+using tessera::bench::CallRate;
 
 void Print(const char* how, int64_t batch, double lookups, double steps) {
   std::printf("%-4s %lld rows: lookup %.0f rows/s, lookup+update %.0f rows/s\n", how,
@@ -67,17 +55,17 @@ void Measure(tessera::Worker& worker, const tessera::ps::PsOptions& ps_options, 
     auto lookup = [&](int64_t i) {
       return table.RpcSync<at::Tensor>("lookup", ids[i % 3].unsqueeze(1));
     };
-    const double rref_lookups = Rate(seconds, lookup);
-    const double rref_steps = Rate(seconds, [&](int64_t i) {
+    const double rref_lookups = CallRate(seconds, lookup);
+    const double rref_steps = CallRate(seconds, [&](int64_t i) {
       tessera::dist_autograd::ContextGuard context(worker.autograd());
       worker.autograd().Backward(context.id(), {lookup(i).sum()});
       optimizer.Step(context.id());
     });
     Print("rref", batch, rref_lookups, rref_steps);
     const at::Tensor grads = at::ones({batch, kDim});
-    const double ps_lookups =
-        Rate(seconds, [&](int64_t i) { (void)client->Pull("table", ids[i % 3]).Get(kTimeout); });
-    const double ps_steps = Rate(seconds, [&](int64_t i) {
+    const double ps_lookups = CallRate(
+        seconds, [&](int64_t i) { (void)client->Pull("table", ids[i % 3]).Get(kTimeout); });
+    const double ps_steps = CallRate(seconds, [&](int64_t i) {
       (void)client->Pull("table", ids[i % 3]).Get(kTimeout);
       (void)client->Push("table", ids[i % 3], grads).Get(kTimeout);
     });

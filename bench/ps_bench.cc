@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/call_rate.h"
 #include "bench/usage.h"
 #include "ps/ps_client.h"
 #include "ps/ps_server.h"
@@ -41,18 +42,7 @@ double Arg(int argc, char** argv, const char* name, double fallback) {
   return fallback;
 }
 
-// Runs `call` for about `seconds`; returns calls per second.
-template <typename Call>
-double Rate(double seconds, Call call) {
-  int64_t calls = 0;
-  const auto start = Clock::now();
-  double elapsed = 0;
-  while (elapsed < seconds) {
-    call(calls++);
-    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  }
-  return calls / elapsed;
-}
+using tessera::bench::CallRate;
 
 int Measure(tessera::rpc::Runtime& runtime, const tessera::ps::PsOptions& options, int64_t dim,
             int64_t table_rows, double seconds) {
@@ -75,9 +65,9 @@ int Measure(tessera::rpc::Runtime& runtime, const tessera::ps::PsOptions& option
     std::vector<at::Tensor> keys;
     for (int i = 0; i < 16; ++i) keys.push_back(order.narrow(0, i * batch, batch));
     const at::Tensor grads = at::ones({batch, dim});
-    const double pulls =
-        Rate(seconds, [&](int64_t i) { (void)client->Pull("rows", keys[i % 16]).Get(timeout); });
-    const double pushes = Rate(
+    const double pulls = CallRate(
+        seconds, [&](int64_t i) { (void)client->Pull("rows", keys[i % 16]).Get(timeout); });
+    const double pushes = CallRate(
         seconds, [&](int64_t i) { (void)client->Push("rows", keys[i % 16], grads).Get(timeout); });
     for (const auto& [what, rate] :
          {std::pair<const char*, double>{"pull", pulls}, {"push", pushes}}) {
