@@ -20,7 +20,8 @@ int64_t Numel(c10::IntArrayRef shape) {
 TableOptions DenseTableFor(std::string name, c10::IntArrayRef shape, c10::IntArrayRef fan_in_shape,
                            uint64_t seed, int64_t row_width) {
   const int64_t numel = Numel(shape);
-  const int64_t fan_in = fan_in_shape.empty() ? 1 : Numel(fan_in_shape) / fan_in_shape[0];
+  const int64_t fan_in =
+      (fan_in_shape.empty() || fan_in_shape[0] == 0) ? 1 : Numel(fan_in_shape) / fan_in_shape[0];
   const double bound = 1 / std::sqrt(static_cast<double>(std::max<int64_t>(fan_in, 1)));
   const int64_t width = std::max<int64_t>(1, std::min(row_width, numel));
   TableOptions table = TableOptions::Dense(std::move(name), (numel + width - 1) / width, width);
