@@ -17,8 +17,8 @@
 namespace tessera::examples {
 
 struct DlrmShape {
-  int64_t fields = 4;   // categorical features, an embedding table each
-  int64_t dense = 8;    // real features
+  int64_t fields = 0;   // categorical features, an embedding table each: the data's
+  int64_t dense = 0;    // real features: the data's
   int64_t dim = 16;     // an embedding's width, and the bottom MLP's output
   int64_t hidden = 64;  // both MLPs' hidden width
 };

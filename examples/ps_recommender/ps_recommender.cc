@@ -52,10 +52,12 @@ ABSL_FLAG(std::string, consistency, "bounded",
 ABSL_FLAG(int64_t, staleness, 2, "τ of --consistency bounded");
 ABSL_FLAG(int64_t, samples, 400000, "training samples (all trainers together)");
 ABSL_FLAG(int64_t, test_samples, 50000, "test samples");
-ABSL_FLAG(int64_t, fields, 4, "categorical fields, an embedding table each");
-ABSL_FLAG(int64_t, vocabulary, 100000, "ids per field");
-ABSL_FLAG(double, zipf, 1.1, "the ids' Zipf exponent");
-ABSL_FLAG(int64_t, dim, 16, "an embedding's width");
+// The data's defaults are ClickDataOptions', the model's DlrmShape's.
+ABSL_FLAG(int64_t, fields, tessera::examples::ClickDataOptions{}.fields,
+          "categorical fields, an embedding table each");
+ABSL_FLAG(int64_t, vocabulary, tessera::examples::ClickDataOptions{}.vocabulary, "ids per field");
+ABSL_FLAG(double, zipf, tessera::examples::ClickDataOptions{}.zipf, "the ids' Zipf exponent");
+ABSL_FLAG(int64_t, dim, tessera::examples::DlrmShape{}.dim, "an embedding's width");
 ABSL_FLAG(int, threads, 1, "compute threads of each process");
 ABSL_FLAG(
     int, slow_trainer, -1,
@@ -72,7 +74,6 @@ namespace tessera::examples {
 namespace {
 
 constexpr absl::Duration kTimeout = absl::Minutes(5);
-constexpr int64_t kDenseFeatures = 8;
 // A table every trainer pulls once after training: synchronous, so the pull
 // waits until every trainer has ended its last step (a barrier), and every
 // trainer then evaluates the same final model.
@@ -301,7 +302,7 @@ int Run(const TrainingFlags& flags) {
   at::set_num_threads(absl::GetFlag(FLAGS_threads));
   DlrmShape shape;
   shape.fields = absl::GetFlag(FLAGS_fields);
-  shape.dense = kDenseFeatures;
+  shape.dense = ClickDataOptions{}.dense;
   shape.dim = absl::GetFlag(FLAGS_dim);
   Require(shape.fields >= 1 && shape.dim >= 1 && absl::GetFlag(FLAGS_vocabulary) >= 1,
           "--fields, --dim and --vocabulary must be >= 1");
