@@ -2,9 +2,7 @@
 
 #include <ATen/ops/empty.h>
 
-#include <vector>
-
-#include "ps/key_hash.h"
+#include "ps/key_slots.h"
 
 namespace tessera::ps {
 
@@ -17,21 +15,12 @@ Distinct DistinctKeys(const at::Tensor& keys) {
   at::Tensor unique = at::empty({n}, contiguous.options());
   int64_t* inverse = distinct.inverse.data_ptr<int64_t>();
   int64_t* first = unique.data_ptr<int64_t>();
-  // Open addressing over a power of two at least twice the keys: each slot
-  // holds the place in `first` of the key hashed there, or -1.
-  size_t capacity = 16;
-  while (capacity < 2 * static_cast<size_t>(n)) capacity *= 2;
-  std::vector<int64_t> table(capacity, -1);
-  const size_t mask = capacity - 1;
+  KeySlots places(n);  // a key -> its first place in `unique`
   int64_t count = 0;
   for (int64_t i = 0; i < n; ++i) {
-    size_t slot = MixKey(static_cast<uint64_t>(key[i])) & mask;
-    while (table[slot] >= 0 && first[table[slot]] != key[i]) slot = (slot + 1) & mask;
-    if (table[slot] < 0) {
-      table[slot] = count;
-      first[count++] = key[i];
-    }
-    inverse[i] = table[slot];
+    auto [place, made] = places.FindOrAdd(key[i], count);
+    if (made) first[count++] = key[i];
+    inverse[i] = place;
   }
   distinct.keys = unique.narrow(0, 0, count);
   return distinct;

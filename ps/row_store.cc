@@ -96,13 +96,13 @@ absl::StatusOr<at::Tensor> RowStore::Slots(const at::Tensor& keys) {
       slot[i] = key[i] - first_key_;
       continue;
     }
-    auto [it, made] = slot_of_.emplace(key[i], size_);
+    auto [found, made] = slot_of_.FindOrAdd(key[i], size_);
     if (made) {
       if (size_ == values_.size(0)) Reserve(2 * size_);
       Initialise(size_, key[i]);
       ++size_;
     }
-    slot[i] = it->second;
+    slot[i] = found;
   }
   return slots;
 }

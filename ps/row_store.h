@@ -12,9 +12,9 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
-#include <unordered_map>
 
 #include "absl/status/statusor.h"
+#include "ps/key_slots.h"
 #include "ps/row_optimizer.h"
 #include "ps/table_options.h"
 
@@ -53,7 +53,7 @@ class RowStore {
   int64_t size_ = 0;
   at::Tensor values_;  // [capacity, dim]
   RowOptimizer optimizer_;
-  std::unordered_map<int64_t, int64_t> slot_of_;  // sparse: key -> slot
+  KeySlots slot_of_;  // sparse: key -> slot
 };
 
 }  // namespace tessera::ps

@@ -14,11 +14,33 @@
 #include <torch/optim/adam.h>
 
 #include <cmath>
+#include <utility>
+#include <vector>
 
+#include "ps/key_slots.h"
 #include "ps/shard_map.h"
 
 namespace tessera::ps {
 namespace {
+
+// The key-to-slot table keeps every key's slot as it grows, for keys that
+// all share a shard's residue (as one shard's keys do), and gives a new key
+// the slot offered.
+TEST(RowStoreTest, KeySlotsKeepEverySlotThroughGrowth) {
+  KeySlots slots;
+  std::vector<int64_t> keys;
+  for (int64_t key = 0; keys.size() < 100000; ++key) {
+    if (MixKey(static_cast<uint64_t>(key)) % 4 == 1) keys.push_back(key);
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_EQ(slots.FindOrAdd(keys[i], static_cast<int64_t>(i)),
+              std::make_pair(static_cast<int64_t>(i), true));
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_EQ(slots.FindOrAdd(keys[i], -7), std::make_pair(static_cast<int64_t>(i), false));
+  }
+  EXPECT_EQ(slots.size(), 100000);
+}
 
 // A row is made from its key alone: the same on a shard of four as in a
 // table of one shard, and a sparse shard that grows past its first capacity
