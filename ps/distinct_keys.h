@@ -1,7 +1,8 @@
 // DistinctKeys: a call's keys made distinct, with where each key went — the
 // first step of every pull and push (ps/ps_client.h) and of a shard's
-// applying a push (ps/shard.h). One pass over an open-addressing table:
-// 11 us for 4,096 keys here, where at::_unique, which sorts, took 539 us.
+// applying a push (ps/shard.h). One pass over an open-addressing table
+// (ps/key_slots.h): 40 us for 4,096 keys drawn from a million here, where
+// at::_unique, which sorts, took 539 us.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -166,8 +166,7 @@ Future<std::monostate> PsClient::Push(const std::string& table, const at::Tensor
 }
 
 absl::StatusOr<at::Tensor> PsClient::Assemble(const std::string& table, const Split& split,
-                                              std::vector<at::Tensor> answers, int64_t dim,
-                                              int64_t asked) {
+                                              std::vector<at::Tensor> answers, int64_t dim) {
   for (size_t i = 0; i < answers.size(); ++i) {
     const at::Tensor& part = answers[i];
     if (!part.defined() || part.dim() != 2 || part.size(0) != split.keys[i].numel() ||
@@ -186,7 +185,7 @@ absl::StatusOr<at::Tensor> PsClient::Assemble(const std::string& table, const Sp
     for (size_t i = 0; i < answers.size(); ++i) rows.index_copy_(0, split.positions[i], answers[i]);
   }
   // Every key distinct: the distinct keys are the keys asked, in order.
-  return split.unique.numel() == asked ? rows : rows.index_select(0, split.inverse);
+  return split.unique.numel() == split.inverse.numel() ? rows : rows.index_select(0, split.inverse);
 }
 
 namespace {
@@ -213,7 +212,7 @@ Future<std::vector<at::Tensor>> PsClient::Pull(const std::vector<TableKeys>& par
   struct Plan {
     std::string table;
     Split split;
-    int64_t dim = 0, asked = 0;
+    int64_t dim = 0;
   };
   std::vector<Plan> plans;
   std::map<int64_t, PullRequest> messages;
@@ -233,8 +232,7 @@ Future<std::vector<at::Tensor>> PsClient::Pull(const std::vector<TableKeys>& par
         m.keys.push_back(split->keys[i]);
         pieces[s].push_back({p, i});
       }
-      plans.push_back(
-          {parts[p].table, *std::move(split), (*t)->options.dim, parts[p].keys.numel()});
+      plans.push_back({parts[p].table, *std::move(split), (*t)->options.dim});
     }
   }
   std::vector<int64_t> shards;
@@ -262,8 +260,8 @@ Future<std::vector<at::Tensor>> PsClient::Pull(const std::vector<TableKeys>& par
     }
     Rows rows;
     for (size_t p = 0; p < plans.size(); ++p) {
-      auto assembled = Assemble(plans[p].table, plans[p].split, std::move(by_part[p]), plans[p].dim,
-                                plans[p].asked);
+      auto assembled =
+          Assemble(plans[p].table, plans[p].split, std::move(by_part[p]), plans[p].dim);
       if (!assembled.ok()) return assembled.status();
       rows.push_back(*std::move(assembled));
     }

@@ -58,7 +58,7 @@ class PsClient {
   Future<at::Tensor> Pull(const std::string& table, const at::Tensor& keys);
   Future<std::monostate> Push(const std::string& table, const at::Tensor& keys,
                               const at::Tensor& grads);
-  // Several tables at once (each at most once): their rows, in order.
+  // Several tables at once: each part's rows, in order.
   Future<std::vector<at::Tensor>> Pull(const std::vector<TableKeys>& parts);
   Future<std::monostate> Push(const std::vector<TableKeys>& parts);
   // The push, then a pull of the same keys once every shard took it.
@@ -89,10 +89,10 @@ class PsClient {
   PsClient(rpc::Runtime& runtime, const PsOptions& options, rpc::CallOptions call, ShardMap map);
   absl::Status Hello();
   absl::StatusOr<Split> SplitKeys(const Table& table, const at::Tensor& keys) const;
-  // A table's rows for the keys asked, from its shards' answers (by split).
+  // A table's rows for the keys asked (split.inverse's), from its shards'
+  // answers (by split).
   static absl::StatusOr<at::Tensor> Assemble(const std::string& table, const Split& split,
-                                             std::vector<at::Tensor> answers, int64_t dim,
-                                             int64_t asked);
+                                             std::vector<at::Tensor> answers, int64_t dim);
   // The message of type M to `shard`'s server, its answer as R.
   template <typename R, typename M>
   Future<R> Send(int64_t shard, const M& message) const;

@@ -34,7 +34,7 @@ struct HelloRequest {
 };
 
 // Several tables' parts of one call, in one message per shard: part i is
-// about tables[i] (each table at most once).
+// about tables[i].
 //
 // The rows of distinct keys[i] (int64, 1-D) of tables[i], as of clocks[i]:
 // answers [keys[i], dim] for each part, in order.

@@ -142,8 +142,9 @@ TEST_F(PsTest, ABoundedStalenessPullWaitsForTheSlowestAndNamesIt) {
 
 // Scenario: a push sent again with its sequence (a retry after a lost
 // answer) is acknowledged and not applied twice; a request routed by
-// another epoch, with keys of another shard, or of the wrong types is
-// refused with its reason, and the server goes on serving.
+// another epoch, with keys of another shard, of the wrong types, or with
+// fields of unequal lengths is refused with its reason, and the server
+// goes on serving.
 TEST_F(PsTest, PushesApplyOnceAndBadRequestsAreRefusedByName) {
   StartPs(2, 0, "idle");
   auto send = [&](const ps::PushRequest& push) {
@@ -188,6 +189,19 @@ TEST_F(PsTest, PushesApplyOnceAndBadRequestsAreRefusedByName) {
   float_keys.sequences = {1004};
   float_keys.keys = {at::ones({1})};
   EXPECT_EQ(send(float_keys).status().code(), absl::StatusCode::kInvalidArgument);
+  // A message whose fields disagree on how many tables it is about.
+  ps::PushRequest uneven = push;
+  uneven.sequences = {1005, 1006};
+  refused = send(uneven);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "of 1 tables with a field of 2 parts"))
+      << refused.status();
+  auto uneven_pull =
+      rt().CallAsync("worker1", ps::services::kPull,
+                     rpc::EncodeMessage(ps::PullRequest{{"counts"}, 1, 0, {}, {keys}}))
+          .Wait(kTimeout);
+  EXPECT_EQ(uneven_pull.status().code(), absl::StatusCode::kInvalidArgument)
+      << uneven_pull.status();
   // None of them changed anything, and the server still serves.
   EXPECT_EQ(client().Pull("counts", keys).Get(kTimeout)[0][0].item<float>(), 1);
 }
