@@ -2,9 +2,10 @@
 // second, and their bytes, against S servers, for batches of 1 to 4,096
 // distinct keys of a sparse table of 64-float rows (256 B a row). Run under
 // tessera-run with S + 1 workers: ranks 0..S-1 serve ("ps0".."ps<S-1>"),
-// the last rank measures. --rows sets the table's size (the 10 M rows x 64
-// of issue 52: 2.56 GB of rows over the servers). Prints how long making
-// the rows took, then one line per phase and batch:
+// the last rank measures. --backups sets each shard's backups (ps::PsOptions,
+// 1 by default; 0, the servers before replication). --rows sets the table's size (the 10 M rows x
+// 64 of issue 52: 2.56 GB of rows over the servers). Prints how long making the rows took, then one
+// line per phase and batch:
 //   pull 1024 rows: 812345 rows/s, 208.0 MB/s (104.0 MB/s per server), 1.26 ms a call
 // bench/compare_ps.sh runs it at 1, 2 and 4 servers, same-host and over TCP,
 // beside the 64 MiB echo of bench/rpc_bench (the transport's bandwidth).
@@ -12,6 +13,7 @@
 #include <ATen/ops/arange.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randperm.h>
+#include <ATen/ops/zeros.h>
 
 #include <algorithm>
 #include <chrono>
@@ -49,11 +51,13 @@ int Measure(tessera::rpc::Runtime& runtime, const tessera::ps::PsOptions& option
   auto client = tessera::ValueOrThrow(tessera::ps::PsClient::Connect(runtime, options));
   const absl::Duration timeout = absl::Seconds(60);
   const int servers = static_cast<int>(options.servers.size());
-  // Every row exists before the clock starts: made by first pulls.
+  // Every row exists before the clock starts: made by first pushes (of
+  // zeros: SGD leaves the rows as they start).
   const auto fill_start = Clock::now();
   for (int64_t first = 0; first < table_rows; first += kFillBatch) {
     const int64_t n = std::min(kFillBatch, table_rows - first);
-    (void)client->Pull("rows", at::arange(first, first + n, at::kLong)).Get(timeout);
+    (void)client->Push("rows", at::arange(first, first + n, at::kLong), at::zeros({n, dim}))
+        .Get(timeout);
   }
   const double fill = std::chrono::duration<double>(Clock::now() - fill_start).count();
   std::printf("made %lld rows of %lld floats in %.1f s: %.0f rows/s\n",
@@ -84,7 +88,7 @@ int Measure(tessera::rpc::Runtime& runtime, const tessera::ps::PsOptions& option
 
 constexpr char kUsage[] =
     "usage: tessera-run --standalone --nproc_per_node S+1 ps_bench [--seconds S] [--dim D]\n"
-    "         [--rows R]\n"
+    "         [--rows R] [--backups K]\n"
     "Rows pulled and pushed per second against S parameter servers (ps/), batches of 1 to\n"
     "4096 keys of a sparse table of R rows (65536; made first, and timed);\n"
     "bench/compare_ps.sh runs it beside the transport's echo, and with 10 M rows.\n";
@@ -109,6 +113,7 @@ int main(int argc, char** argv) {
   tessera::ps::TableOptions rows = tessera::ps::TableOptions::Sparse("rows", dim);
   rows.optimizer = tessera::ps::OptimizerOptions::Sgd(0.01);
   ps.tables = {rows};
+  ps.backups = static_cast<int>(Arg(argc, argv, "--backups", ps.backups));
   int status = 0;
   if (server) {
     auto shards = tessera::ValueOrThrow(tessera::ps::PsServer::Start(*runtime, ps));

@@ -33,6 +33,8 @@ class KeySlots {
     ++size_;
     return {next, true};
   }
+  // The slot of `key`, or -1.
+  int64_t Find(int64_t key) const { return entries_[IndexOf(key)].slot; }
   int64_t size() const { return size_; }
 
  private:
@@ -49,12 +51,13 @@ class KeySlots {
   // The entry of `key`, or the empty one where it would go. The hash's high
   // bits pick the start: a shard's keys share MixKey's low bits modulo the
   // shard count (ps/shard_map.h).
-  Entry& Probe(int64_t key) {
+  size_t IndexOf(int64_t key) const {
     const size_t mask = entries_.size() - 1;
     size_t at = static_cast<size_t>(MixKey(static_cast<uint64_t>(key)) >> shift_) & mask;
     while (entries_[at].slot >= 0 && entries_[at].key != key) at = (at + 1) & mask;
-    return entries_[at];
+    return at;
   }
+  Entry& Probe(int64_t key) { return entries_[IndexOf(key)]; }
   void Rehash(size_t capacity) {
     std::vector<Entry> old = std::move(entries_);
     entries_.assign(capacity, Entry{});

@@ -51,12 +51,16 @@ std::string TablesOf(const M& message) {
 
 PsClient::PsClient(rpc::Runtime& runtime, const PsOptions& options, rpc::CallOptions call,
                    ShardMap map)
-    : runtime_(runtime), call_(call), map_(std::move(map)) {
+    : runtime_(runtime),
+      call_(call),
+      shards_(map.shards()),
+      router_(
+          ShardRouter::Make(runtime, options.job, std::move(map), options.failure_timeout / 20)) {
   MutexLock lock(&mu_);
   for (const TableOptions& table : options.tables) {
     Table& t = tables_[table.name];
     t.options = table;
-    t.sequences.assign(map_.shards(), 0);
+    t.sequences.assign(shards_, 0);
   }
 }
 
@@ -72,22 +76,27 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(rpc::Runtime& runtim
 
 template <typename R, typename M>
 Future<R> PsClient::Send(int64_t shard, const M& message) const {
-  const std::string server = map_.servers[shard];
-  Future<c10::IValue> raw =
-      runtime_.CallAsync(server, M::kService, rpc::EncodeMessage(message), call_);
-  return raw.Then([server, tables = TablesOf(message),
+  const absl::Time deadline = absl::Now() + runtime_.EffectiveTimeout(call_);
+  Future<c10::IValue> raw = router_->Call(
+      shard, M::kService,
+      [message](int64_t epoch) {
+        M stamped = message;
+        stamped.epoch = epoch;
+        return rpc::EncodeMessage(std::move(stamped));
+      },
+      deadline);
+  return raw.Then([tables = TablesOf(message),
                    shard](const absl::StatusOr<c10::IValue>& value) -> absl::StatusOr<R> {
     if (!value.ok()) {
       return absl::Status(value.status().code(),
-                          absl::StrCat(tables, " shard ", shard, " on parameter server '", server,
-                                       "': ", value.status().message()));
+                          absl::StrCat(tables, " ", value.status().message()));
     }
     if constexpr (std::is_same_v<R, std::monostate>) {
       return std::monostate{};
     } else {
       std::optional<R> typed = rpc::ValueTraits<R>::FromIValue(*value);
       if (!typed.has_value()) {
-        return absl::InternalError(absl::StrCat("parameter server '", server, "' answered ",
+        return absl::InternalError(absl::StrCat(tables, " shard ", shard, ": answered ",
                                                 M::kService, " with ", value->tagKind()));
       }
       return *std::move(typed);
@@ -100,17 +109,17 @@ absl::Status PsClient::Hello() {
   MutexLock lock(&mu_);
   for (auto& [name, table] : tables_) {
     std::vector<int64_t> starts;
-    for (int64_t s = 0; s < map_.shards(); ++s) {
-      auto start = Await(Send<int64_t>(s, HelloRequest{name, map_.epoch, s}), timeout);
+    for (int64_t s = 0; s < shards_; ++s) {
+      auto start = Await(Send<int64_t>(s, HelloRequest{name, 0, s}), timeout);
       if (!start.ok()) return start.status();
       starts.push_back(*start);
     }
     // Where the furthest shard started this trainer: the others follow.
     table.clock = *std::max_element(starts.begin(), starts.end());
-    for (int64_t s = 0; s < map_.shards(); ++s) {
+    for (int64_t s = 0; s < shards_; ++s) {
       if (starts[s] == table.clock) continue;
-      auto moved = Await(
-          Send<std::monostate>(s, ClockRequest{{name}, map_.epoch, s, {table.clock}}), timeout);
+      auto moved =
+          Await(Send<std::monostate>(s, ClockRequest{{name}, 0, s, {table.clock}}), timeout);
       if (!moved.ok()) return moved.status();
     }
   }
@@ -137,9 +146,9 @@ absl::StatusOr<PsClient::Split> PsClient::SplitKeys(const Table& table,
   Distinct distinct = DistinctKeys(keys);
   split.unique = distinct.keys;
   split.inverse = distinct.inverse;
-  auto shard_of = ShardsOfKeys(table.options, map_.shards(), split.unique);
+  auto shard_of = ShardsOfKeys(table.options, shards_, split.unique);
   if (!shard_of.ok()) return shard_of.status();
-  for (int64_t s = 0; s < map_.shards(); ++s) {
+  for (int64_t s = 0; s < shards_; ++s) {
     at::Tensor positions = shard_of->eq(s).nonzero().squeeze(1);
     if (positions.numel() == 0) continue;
     split.shards.push_back(s);
@@ -196,11 +205,11 @@ struct Piece {
   size_t part = 0, piece = 0;
 };
 
-// The message to `shard` of a call of several tables, made on first use.
+// The message to `shard` of a call of several tables, made on first use
+// (its epoch is the router's, when it is sent).
 template <typename M>
-M& MessageFor(std::map<int64_t, M>& messages, int64_t shard, int64_t epoch) {
+M& MessageFor(std::map<int64_t, M>& messages, int64_t shard) {
   M& m = messages[shard];
-  m.epoch = epoch;
   m.shard = shard;
   return m;
 }
@@ -226,7 +235,7 @@ Future<std::vector<at::Tensor>> PsClient::Pull(const std::vector<TableKeys>& par
       if (!split.ok()) return Future<Rows>::Ready(split.status());
       for (size_t i = 0; i < split->shards.size(); ++i) {
         const int64_t s = split->shards[i];
-        PullRequest& m = MessageFor(messages, s, map_.epoch);
+        PullRequest& m = MessageFor(messages, s);
         m.tables.push_back(parts[p].table);
         m.clocks.push_back((*t)->clock);
         m.keys.push_back(split->keys[i]);
@@ -299,7 +308,7 @@ Future<std::monostate> PsClient::Push(const std::vector<TableKeys>& parts) {
       }
       for (size_t i = 0; i < split.shards.size(); ++i) {
         const int64_t s = split.shards[i];
-        PushRequest& m = MessageFor(messages, s, map_.epoch);
+        PushRequest& m = MessageFor(messages, s);
         m.tables.push_back(parts[p].table);
         m.sequences.push_back(table->sequences[s]++);
         m.clocks.push_back(table->clock);
@@ -336,7 +345,7 @@ Future<std::monostate> PsClient::Clock() {
   std::vector<Future<std::monostate>> pushes;
   {
     MutexLock lock(&mu_);
-    ClockRequest every{{}, map_.epoch, 0, {}};
+    ClockRequest every{{}, 0, 0, {}};
     for (auto& [name, table] : tables_) {
       ++table.clock;
       // An asynchronous table's pulls wait for no clock: nothing to tell.
@@ -345,7 +354,7 @@ Future<std::monostate> PsClient::Clock() {
       every.clocks.push_back(table.clock);
     }
     // One message per shard, for every table.
-    for (int64_t s = 0; !every.tables.empty() && s < map_.shards(); ++s) {
+    for (int64_t s = 0; !every.tables.empty() && s < shards_; ++s) {
       every.shard = s;
       messages.emplace_back(s, every);
     }
@@ -375,8 +384,8 @@ int64_t PsClient::clock(const std::string& table) const {
 
 Future<std::vector<std::vector<int64_t>>> PsClient::Stats(const std::string& table) {
   std::vector<Future<std::vector<int64_t>>> parts;
-  for (int64_t s = 0; s < map_.shards(); ++s) {
-    parts.push_back(Send<std::vector<int64_t>>(s, StatsRequest{table, map_.epoch, s}));
+  for (int64_t s = 0; s < shards_; ++s) {
+    parts.push_back(Send<std::vector<int64_t>>(s, StatsRequest{table, 0, s}));
   }
   return WhenAllOk(parts).Then([parts](const absl::StatusOr<bool>& all)
                                    -> absl::StatusOr<std::vector<std::vector<int64_t>>> {

@@ -14,7 +14,9 @@
 // and a push's gradients of a repeated key are summed. Pull and Push return
 // futures and never throw; a server that fails the call (a dead server, a
 // refused request) fails the future with its error, naming the server and
-// the table. Consistency: Note [Parameter-server consistency], ps/shard.h.
+// the table. A call whose shard fails over is sent to the new primary
+// (ps/shard_router.h). Consistency: Note [Parameter-server consistency],
+// ps/shard.h.
 // Clock() ends this trainer's step for every table.
 //
 // Thread-safety: thread-safe. Pushes and pulls may overlap; a pull is not
@@ -35,6 +37,7 @@
 #include "common/mutex.h"
 #include "ps/ps_options.h"
 #include "ps/shard_map.h"
+#include "ps/shard_router.h"
 #include "rpc/call_options.h"
 #include "rpc/runtime.h"
 
@@ -69,7 +72,8 @@ class PsClient {
   // push's error); completes when every shard knows.
   Future<std::monostate> Clock();
   int64_t clock(const std::string& table) const;
-  const ShardMap& shard_map() const { return map_; }
+  // The shard map as this trainer last read it.
+  ShardMap shard_map() const { return router_->map(); }
   // Each shard's {rows, pushes applied, duplicates, clock} (ShardStats).
   Future<std::vector<std::vector<int64_t>>> Stats(const std::string& table);
 
@@ -100,7 +104,8 @@ class PsClient {
 
   rpc::Runtime& runtime_;
   const rpc::CallOptions call_;
-  const ShardMap map_;
+  const int64_t shards_;
+  const std::shared_ptr<ShardRouter> router_;
   mutable Mutex mu_;
   std::map<std::string, Table> tables_ ABSL_GUARDED_BY(mu_);
   // Pushes since the last Clock(): it ends the clock once they are taken.

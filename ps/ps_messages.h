@@ -20,6 +20,9 @@ inline constexpr char kPull[] = "tessera.ps.pull";
 inline constexpr char kPush[] = "tessera.ps.push";
 inline constexpr char kClock[] = "tessera.ps.clock";
 inline constexpr char kStats[] = "tessera.ps.stats";
+inline constexpr char kReplicate[] = "tessera.ps.replicate";
+inline constexpr char kHeartbeat[] = "tessera.ps.heartbeat";
+inline constexpr char kDigest[] = "tessera.ps.digest";
 }  // namespace services
 
 // A trainer starts on a shard: answers the clock it starts at.
@@ -90,6 +93,58 @@ struct StatsRequest {
   int64_t epoch = 0;
   int64_t shard = 0;
   auto Fields() { return std::tie(table, epoch, shard); }
+};
+
+// Between a shard's replicas (Note [Parameter-server replication],
+// ps/ps_server.h): the changes its primary made, change i being lsns[i] of
+// the shard (ps/op_log.h), of tables[i], of kind kinds[i] (ShardOp::Kind)
+// for the trainer (ranks[i], incarnations[i]); a push's sequences[i],
+// clocks[i], keys[i] and grads[i] (empty tensors for the other kinds).
+// `base`: the last change the primary made before it became primary; a
+// backup whose own last differs diverged from it, and refuses. Answered,
+// once the backup applied them all, with the backup's last change.
+struct ReplicateRequest {
+  static constexpr const char* kService = services::kReplicate;
+  static constexpr bool kCarriesUserValues = false;
+  using Response = int64_t;
+  int64_t epoch = 0;
+  int64_t shard = 0;
+  int64_t base = 0;
+  std::vector<std::string> tables;
+  std::vector<int64_t> lsns, kinds, ranks, incarnations, sequences, clocks;
+  std::vector<at::Tensor> keys, grads;
+  auto Fields() {
+    return std::tie(epoch, shard, base, tables, lsns, kinds, ranks, incarnations, sequences, clocks,
+                    keys, grads);
+  }
+};
+
+// A primary to each backup while trainers use it (PsOptions::
+// failure_timeout): it is primary of `shard` at `epoch` (`base` as in
+// ReplicateRequest); `idle`: no trainer used it for a while, and it falls
+// silent until one does. A backup that answers vouches that it takes no
+// part in another primary for now (the primary's lease), and says its
+// last change.
+struct HeartbeatRequest {
+  static constexpr const char* kService = services::kHeartbeat;
+  static constexpr bool kCarriesUserValues = false;
+  using Response = int64_t;
+  int64_t epoch = 0;
+  int64_t shard = 0;
+  int64_t base = 0;
+  bool idle = false;
+  auto Fields() { return std::tie(epoch, shard, base, idle); }
+};
+
+// Any replica of `shard`, primary or not: {changes made (its last lsn),
+// Shard::Digest of `table`, rows}. For tests and tools comparing replicas.
+struct DigestRequest {
+  static constexpr const char* kService = services::kDigest;
+  static constexpr bool kCarriesUserValues = false;
+  using Response = std::vector<int64_t>;
+  std::string table;
+  int64_t shard = 0;
+  auto Fields() { return std::tie(table, shard); }
 };
 
 }  // namespace tessera::ps

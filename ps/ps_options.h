@@ -22,6 +22,18 @@ struct PsOptions {
   std::vector<TableOptions> tables;
   // How long a trainer waits for the servers' shard map.
   absl::Duration start_timeout = absl::Seconds(120);
+  // Backups of every shard (Note [Parameter-server replication],
+  // ps/ps_server.h): each change is applied on them before it is
+  // acknowledged, and one takes over when its primary fails. At most the
+  // servers but one; on other hosts than the primary's where there are.
+  int backups = 1;
+  // A replica silent this long is taken for failed: a backup whose primary
+  // said nothing for this long takes its place; a primary whose backup
+  // answered nothing for this long goes on without it. A primary heartbeats
+  // its backups every twentieth of it and answers pulls only while each
+  // answered within a fifth (its lease). A process that dies is noticed at
+  // once (its connections reset), and its shards move after the lease.
+  absl::Duration failure_timeout = absl::Seconds(3);
 };
 
 }  // namespace tessera::ps

@@ -7,50 +7,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
 #include "ps/ps_messages.h"
-#include "ps/shard_map.h"
+#include "ps/server_state.h"
 #include "rpc/internal_service.h"
 #include "rpc/membership.h"
 
 namespace tessera::ps {
-
-struct PsServer::State {
-  rpc::Runtime* runtime = nullptr;
-  ShardMap map;
-  int64_t index = 0;                                     // the shard this server holds
-  std::map<std::string, std::shared_ptr<Shard>> shards;  // by table
-
-  // This server's shard for a request routed by `epoch` to `shard`, or why not.
-  absl::StatusOr<std::shared_ptr<Shard>> Route(const std::string& table, int64_t epoch,
-                                               int64_t shard) const {
-    if (epoch != map.epoch) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "parameter server '", runtime->self().name, "': a request routed by shard map epoch ",
-          epoch, " reached epoch ", map.epoch, " (refetch the shard map)"));
-    }
-    auto it = shards.find(table);
-    if (it == shards.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("parameter server '", runtime->self().name, "' has no table '", table, "'"));
-    }
-    if (shard != index) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parameter server '", runtime->self().name, "' holds shard ", index, " of '",
-                       table, "', not shard ", shard,
-                       shard >= 0 && shard < map.shards()
-                           ? absl::StrCat(" (that is on '", map.servers[shard], "')")
-                           : std::string()));
-    }
-    return it->second;
-  }
-  // Who sent the call: its rank and, from the runtime, its incarnation.
-  Sender From(const rpc::CallContext& ctx) const {
-    Sender sender{ctx.caller_rank, 0};
-    if (auto info = runtime->membership().Find(ctx.caller_rank))
-      sender.incarnation = info->incarnation;
-    return sender;
-  }
-};
 
 namespace {
 
@@ -88,79 +52,160 @@ absl::Status PartsAgree(size_t tables, std::initializer_list<size_t> fields) {
   return absl::OkStatus();
 }
 
-void Serve(const std::shared_ptr<PsServer::State>& state) {
-  rpc::Registry& registry = state->runtime->registry();
-  rpc::Serve<HelloRequest>(
-      registry, [state](rpc::CallContext& ctx, HelloRequest m) -> absl::StatusOr<int64_t> {
-        auto shard = state->Route(m.table, m.epoch, m.shard);
-        if (!shard.ok()) return shard.status();
-        return (*shard)->Hello(state->From(ctx));
+using Void = std::monostate;
+
+// Answers `status` once the changes are on every backup: a request is
+// acknowledged only then, whether it succeeded or failed part-way (what it
+// changed before failing is kept, and must be everywhere too).
+Future<Void> Acknowledged(const std::shared_ptr<PsServer::State>& state, int64_t shard,
+                          Changes changes, absl::Status status) {
+  if (changes.wait == 0) {
+    return Future<Void>::Ready(status.ok() ? absl::StatusOr<Void>(Void{}) : status);
+  }
+  return state->Replicate(shard, std::move(changes.message), changes.wait)
+      .Then([status](const absl::StatusOr<Void>& replicated) -> absl::StatusOr<Void> {
+        if (!replicated.ok()) return replicated.status();
+        if (!status.ok()) return status;
+        return Void{};
       });
+}
+
+// The trainers' changes: hello, push, clock.
+void ServeChanges(const std::shared_ptr<PsServer::State>& state) {
+  rpc::Registry& registry = state->runtime->registry();
+  rpc::Serve<HelloRequest>(registry, [state](rpc::CallContext& ctx, HelloRequest m) {
+    auto shard = state->RouteToPrimary(m.table, m.epoch, m.shard);
+    if (!shard.ok()) return Future<int64_t>::Ready(shard.status());
+    const Sender from = state->From(ctx);
+    int64_t start = 0;
+    auto logged = (*shard)->Hello(from, &start);
+    if (!logged.ok()) return Future<int64_t>::Ready(logged.status());
+    Changes changes;
+    changes.Add(m.table, *logged, ShardOp{ShardOp::Kind::kHello, from, 0, 0, {}, {}});
+    return Acknowledged(state, m.shard, std::move(changes), absl::OkStatus())
+        .Then([start](const absl::StatusOr<Void>& done) -> absl::StatusOr<int64_t> {
+          if (!done.ok()) return done.status();
+          return start;
+        });
+  });
+  rpc::Serve<PushRequest>(registry, [state](rpc::CallContext& ctx, PushRequest m) {
+    if (auto ok = PartsAgree(m.tables.size(),
+                             {m.sequences.size(), m.clocks.size(), m.keys.size(), m.grads.size()});
+        !ok.ok()) {
+      return Future<Void>::Ready(ok);
+    }
+    std::vector<std::shared_ptr<Shard>> shards;
+    for (const std::string& table : m.tables) {
+      auto shard = state->RouteToPrimary(table, m.epoch, m.shard);
+      if (!shard.ok()) return Future<Void>::Ready(shard.status());
+      shards.push_back(*std::move(shard));
+    }
+    const Sender from = state->From(ctx);
+    Changes changes;
+    absl::Status status;
+    for (size_t i = 0; i < shards.size() && status.ok(); ++i) {
+      ShardOp op{ShardOp::Kind::kPush, from, m.sequences[i], m.clocks[i], m.keys[i], m.grads[i]};
+      auto logged = shards[i]->Push(from, op.sequence, op.clock, op.keys, op.grads);
+      if (logged.ok()) {
+        changes.Add(m.tables[i], *logged, op);
+      } else {
+        status = logged.status();
+      }
+    }
+    return Acknowledged(state, m.shard, std::move(changes), status);
+  });
+  rpc::Serve<ClockRequest>(registry, [state](rpc::CallContext& ctx, ClockRequest m) {
+    if (auto ok = PartsAgree(m.tables.size(), {m.clocks.size()}); !ok.ok()) {
+      return Future<Void>::Ready(ok);
+    }
+    const Sender from = state->From(ctx);
+    Changes changes;
+    absl::Status status;
+    for (size_t i = 0; i < m.tables.size() && status.ok(); ++i) {
+      auto shard = state->RouteToPrimary(m.tables[i], m.epoch, m.shard);
+      if (!shard.ok()) {
+        status = shard.status();
+        break;
+      }
+      auto logged = (*shard)->Clock(from, m.clocks[i]);
+      if (logged.ok()) {
+        changes.Add(m.tables[i], *logged,
+                    ShardOp{ShardOp::Kind::kClock, from, 0, m.clocks[i], {}, {}});
+      } else {
+        status = logged.status();
+      }
+    }
+    return Acknowledged(state, m.shard, std::move(changes), status);
+  });
+}
+
+// The trainers' reads: pulls, a shard's stats.
+void ServeReads(const std::shared_ptr<PsServer::State>& state) {
+  rpc::Registry& registry = state->runtime->registry();
   rpc::Serve<PullRequest>(registry, [state](rpc::CallContext& ctx, PullRequest m) {
     using Rows = std::vector<at::Tensor>;
     if (auto ok = PartsAgree(m.tables.size(), {m.clocks.size(), m.keys.size()}); !ok.ok()) {
       return Future<Rows>::Ready(ok);
     }
-    std::vector<Future<at::Tensor>> parts;
-    for (size_t i = 0; i < m.tables.size(); ++i) {
-      auto shard = state->Route(m.tables[i], m.epoch, m.shard);
-      if (!shard.ok()) return Future<Rows>::Ready(shard.status());
-      parts.push_back((*shard)->Pull(state->From(ctx), m.clocks[i], m.keys[i], ctx.deadline));
-    }
-    return WhenAllOk(parts).Then([parts](const absl::StatusOr<bool>& all) -> absl::StatusOr<Rows> {
-      if (!all.ok()) return all.status();
-      Rows rows;
-      for (const auto& part : parts) rows.push_back(*part.Wait(absl::ZeroDuration()));
-      return rows;
-    });
-  });
-  rpc::Serve<PushRequest>(registry, [state](rpc::CallContext& ctx, PushRequest m) -> absl::Status {
-    if (auto ok = PartsAgree(m.tables.size(),
-                             {m.sequences.size(), m.clocks.size(), m.keys.size(), m.grads.size()});
-        !ok.ok()) {
-      return ok;
-    }
     std::vector<std::shared_ptr<Shard>> shards;
     for (const std::string& table : m.tables) {
-      auto shard = state->Route(table, m.epoch, m.shard);
-      if (!shard.ok()) return shard.status();
+      auto shard = state->RouteToPrimary(table, m.epoch, m.shard);
+      if (!shard.ok()) return Future<Rows>::Ready(shard.status());
       shards.push_back(*std::move(shard));
     }
-    for (size_t i = 0; i < shards.size(); ++i) {
-      auto ok =
-          shards[i]->Push(state->From(ctx), m.sequences[i], m.clocks[i], m.keys[i], m.grads[i]);
-      if (!ok.ok()) return ok;
-    }
-    return absl::OkStatus();
+    // Only a primary whose backups vouch for it now answers (its lease):
+    // one that was cut off or paused, and replaced, must not.
+    const Sender from = state->From(ctx);
+    const absl::Time deadline = ctx.deadline;
+    return state->Leased(m.shard).Then(
+        [shards, m, from, deadline](const absl::StatusOr<Void>& leased) {
+          if (!leased.ok()) return Future<Rows>::Ready(leased.status());
+          std::vector<Future<at::Tensor>> parts;
+          for (size_t i = 0; i < shards.size(); ++i) {
+            parts.push_back(shards[i]->Pull(from, m.clocks[i], m.keys[i], deadline));
+          }
+          return WhenAllOk(parts).Then(
+              [parts](const absl::StatusOr<bool>& all) -> absl::StatusOr<Rows> {
+                if (!all.ok()) return all.status();
+                Rows rows;
+                for (const auto& part : parts) rows.push_back(*part.Wait(absl::ZeroDuration()));
+                return rows;
+              });
+        });
   });
-  rpc::Serve<ClockRequest>(
-      registry, [state](rpc::CallContext& ctx, ClockRequest m) -> absl::Status {
-        if (auto ok = PartsAgree(m.tables.size(), {m.clocks.size()}); !ok.ok()) return ok;
-        for (size_t i = 0; i < m.tables.size(); ++i) {
-          auto shard = state->Route(m.tables[i], m.epoch, m.shard);
-          if (!shard.ok()) return shard.status();
-          if (auto ok = (*shard)->Clock(state->From(ctx), m.clocks[i]); !ok.ok()) return ok;
-        }
-        return absl::OkStatus();
-      });
   rpc::Serve<StatsRequest>(
       registry, [state](rpc::CallContext&, StatsRequest m) -> absl::StatusOr<std::vector<int64_t>> {
-        auto shard = state->Route(m.table, m.epoch, m.shard);
+        auto shard = state->RouteToPrimary(m.table, m.epoch, m.shard);
         if (!shard.ok()) return shard.status();
         const ShardStats stats = (*shard)->Stats();
         return std::vector<int64_t>{stats.rows, stats.pushes_applied, stats.duplicates,
                                     stats.clock};
       });
-  std::weak_ptr<PsServer::State> weak = state;
-  state->runtime->membership().Subscribe([weak](const rpc::MembershipEvent& event) {
-    if (event.kind != rpc::MembershipEventKind::kFailed &&
-        event.kind != rpc::MembershipEventKind::kLeft) {
-      return;
-    }
-    if (auto self = weak.lock()) {
-      for (auto& [table, shard] : self->shards) shard->TrainerGone(event.rank, event.incarnation);
-    }
+}
+
+void ServeReplicas(const std::shared_ptr<PsServer::State>& state) {
+  rpc::Registry& registry = state->runtime->registry();
+  rpc::Serve<ReplicateRequest>(registry, [state](rpc::CallContext& ctx, ReplicateRequest m) {
+    const int64_t shard = m.shard;
+    return state->Follow(ctx, std::move(m))
+        .Then([state, shard](const absl::StatusOr<Void>& applied) -> absl::StatusOr<int64_t> {
+          if (!applied.ok()) return applied.status();
+          return state->LastChange(shard);
+        });
   });
+  rpc::Serve<HeartbeatRequest>(
+      registry, [state](rpc::CallContext& ctx, HeartbeatRequest m) -> absl::StatusOr<int64_t> {
+        int64_t last = 0;
+        if (auto ok = state->Heard(ctx, m.epoch, m.shard, m.base, m.idle, &last); !ok.ok()) {
+          return ok;
+        }
+        return last;
+      });
+  rpc::Serve<DigestRequest>(
+      registry,
+      [state](rpc::CallContext&, DigestRequest m) -> absl::StatusOr<std::vector<int64_t>> {
+        return state->Digest(m.table, m.shard);
+      });
 }
 
 }  // namespace
@@ -172,31 +217,41 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(rpc::Runtime& runtime,
     return absl::InvalidArgumentError(
         absl::StrCat("worker '", runtime.self().name, "' is not one of the parameter servers"));
   }
+  if (options.backups < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a parameter server with ", options.backups, " backups"));
+  }
   auto trainers = TrainerRanks(runtime, options);
   if (!trainers.ok()) return trainers.status();
-  ShardMap proposed;
-  proposed.servers = options.servers;
+  std::vector<std::string> hosts;
+  for (const std::string& server : options.servers) {
+    auto info = runtime.membership().Find(server);
+    if (!info.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter server: no server named '", server, "' in the job"));
+    }
+    hosts.push_back(HostOf(*info));
+  }
+  ShardMap proposed = InitialShardMap(options.servers, hosts, options.backups);
   for (const TableOptions& table : options.tables) proposed.shapes[table.name] = table.Shape();
   auto map = PublishShardMap(runtime.store(), options.job, proposed);
   if (!map.ok()) return map.status();
 
-  auto state = std::make_shared<State>();
-  state->runtime = &runtime;
-  state->map = *map;
-  state->index = mine - options.servers.begin();
-  for (const TableOptions& table : options.tables) {
-    state->shards[table.name] =
-        std::make_shared<Shard>(table, state->index, map->shards(), *trainers, &runtime.timer());
-  }
-  Serve(state);
+  auto state = std::make_shared<State>(runtime, options);
+  state->Hold(*map, *trainers);
+  ServeChanges(state);
+  ServeReads(state);
+  ServeReplicas(state);
+  state->Watch();
   return std::unique_ptr<PsServer>(new PsServer(std::move(state)));
 }
 
 std::shared_ptr<Shard> PsServer::shard(const std::string& table) const {
-  auto it = state_->shards.find(table);
-  return it == state_->shards.end() ? nullptr : it->second;
+  return state_->PrimaryShard(table);
 }
 
-int64_t PsServer::epoch() const { return state_->map.epoch; }
+int64_t PsServer::epoch() const { return state_->Map().epoch; }
+
+ShardMap PsServer::shard_map() const { return state_->Map(); }
 
 }  // namespace tessera::ps

@@ -16,6 +16,52 @@
 // Trainers that fail or leave (the runtime's membership) stop holding the
 // clocks back (Note [Parameter-server consistency], ps/shard.h).
 //
+// Note [Parameter-server replication]: every shard has a primary and
+// PsOptions::backups backups (ShardMap::replicas, ps/shard_map.h). Only the
+// primary serves trainers. Each change it makes to the shard — a push
+// taken, a trainer's clock, hello or end — is numbered (ps/op_log.h) and
+// sent to every backup, which makes the same changes in the same order
+// (Shard::Replay): replicas hold the same bits. A request is acknowledged
+// only once every backup in the map applied its changes (a push sent
+// again, a duplicate, once every backup has everything made before it).
+// Hence no acknowledged push is lost while one replica of its shard lives.
+//
+// Failover: a backup takes its primary out of the map — by compare-and-set
+// on the map in the store (ChangeShardMap), so of two servers changing the
+// map one wins and the other sees the result — when the primary's
+// connection broke (after the primary's lease, below) or when it said
+// nothing for failure_timeout while trainers used it; a primary takes out a
+// backup that answered nothing for as long. The first backup becomes the
+// primary. Trainers' calls fail over with it (ps/shard_router.h) and carry
+// the same sequences, so what the old primary had applied and replicated
+// is acknowledged as a duplicate and nothing is applied twice; what it had
+// applied and not replicated was never acknowledged, and the new primary
+// applies it once. A backup's changes that were still waiting for an
+// earlier one the old primary never sent are dropped: no trainer was told
+// they were taken.
+//
+// Fencing: a primary that was cut off or paused, and replaced, must not
+// act as one. Its changes cannot be acknowledged: its backups refuse its
+// messages (the map no longer names it), and it learns the map from their
+// refusal, from the store (read every heartbeat) or from trainers' newer
+// epochs; from then on it refuses every request as the shard's primary,
+// naming itself, the epoch and the new primary (Aborted: route again).
+// Reads are fenced by a lease: a primary answers pulls only while every
+// backup answered a message it sent within failure_timeout / 5, and a
+// backup takes over only after its primary has been silent for longer
+// (failure_timeout), or after that lease from the last message it had when
+// the primary's connection broke — so by the time a new primary serves,
+// the old one's lease has ended.
+//
+// A primary heartbeats its backups only while trainers use it, then tells
+// them it goes idle and falls silent (they then do not take its silence for
+// failure): a job whose trainers finished goes quiet, as the runtime's
+// graceful shutdown needs. With more than one backup, the backup promoted
+// checks with each other backup that they made the same changes (`base`);
+// one that did not is taken out. A shard whose every replica was lost
+// answers Unavailable; a restarted server holds nothing (it does not
+// rejoin as a backup: not built yet).
+//
 // Thread-safety: thread-safe.
 #pragma once
 
@@ -25,6 +71,7 @@
 #include "absl/status/statusor.h"
 #include "ps/ps_options.h"
 #include "ps/shard.h"
+#include "ps/shard_map.h"
 #include "rpc/runtime.h"
 
 namespace tessera::ps {
@@ -36,9 +83,11 @@ class PsServer {
   static absl::StatusOr<std::unique_ptr<PsServer>> Start(rpc::Runtime& runtime,
                                                          const PsOptions& options);
 
-  // This worker's shard of `table`, or nullptr (for tests and checkpoints).
+  // The shard of `table` this server is primary of, or nullptr (for tests
+  // and checkpoints).
   std::shared_ptr<Shard> shard(const std::string& table) const;
   int64_t epoch() const;
+  ShardMap shard_map() const;
 
   struct State;
 

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "ps/key_hash.h"
+
 namespace tessera::ps {
 
 namespace {
@@ -101,6 +103,15 @@ void RowOptimizer::Apply(at::Tensor& values, const at::Tensor& slots, const at::
       return;
     }
   }
+}
+
+uint64_t RowOptimizer::Digest(uint64_t hash, int64_t rows) const {
+  for (const at::Tensor* state : {&accumulator_, &m_, &v_, &steps_}) {
+    if (!state->defined()) continue;
+    const at::Tensor held = state->narrow(0, 0, rows).contiguous();
+    hash = HashBytes(hash, held.data_ptr(), held.numel() * held.element_size());
+  }
+  return hash;
 }
 
 }  // namespace tessera::ps

@@ -21,6 +21,8 @@ class RowOptimizer {
   void Reserve(int64_t capacity);
   // values[slots] moves against grads ([n, dim]); `slots` are distinct.
   void Apply(at::Tensor& values, const at::Tensor& slots, const at::Tensor& grads);
+  // `hash` extended by the state of the first `rows` rows.
+  uint64_t Digest(uint64_t hash, int64_t rows) const;
 
  private:
   OptimizerOptions options_;

@@ -1,9 +1,11 @@
 #include "ps/row_store.h"
 
+#include <ATen/TensorOperators.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -21,7 +23,9 @@ RowStore::RowStore(TableOptions table, int64_t shard, int64_t shards)
     auto [first, end] = DenseRange(table_.rows, shards_, shard_);
     first_key_ = first;
     Reserve(end - first);
-    for (int64_t key = first; key < end; ++key) Initialise(key - first, key);
+    for (int64_t key = first; key < end; ++key) {
+      Initialise(key, values_.data_ptr<float>() + (key - first) * table_.dim);
+    }
     size_ = end - first;
   } else {
     Reserve(1024);
@@ -36,8 +40,7 @@ void RowStore::Reserve(int64_t capacity) {
   optimizer_.Reserve(capacity);
 }
 
-void RowStore::Initialise(int64_t slot, int64_t key) {
-  float* row = values_.data_ptr<float>() + slot * table_.dim;
+void RowStore::Initialise(int64_t key, float* row) const {
   const Initializer& init = table_.init;
   for (int64_t j = 0; j < table_.dim; ++j) {
     const uint64_t k = static_cast<uint64_t>(key), c = static_cast<uint64_t>(j);
@@ -99,7 +102,7 @@ absl::StatusOr<at::Tensor> RowStore::Slots(const at::Tensor& keys) {
     auto [found, made] = slot_of_.FindOrAdd(key[i], size_);
     if (made) {
       if (size_ == values_.size(0)) Reserve(2 * size_);
-      Initialise(size_, key[i]);
+      Initialise(key[i], values_.data_ptr<float>() + size_ * table_.dim);
       ++size_;
     }
     slot[i] = found;
@@ -107,12 +110,37 @@ absl::StatusOr<at::Tensor> RowStore::Slots(const at::Tensor& keys) {
   return slots;
 }
 
-at::Tensor RowStore::Read(const at::Tensor& slots) const { return values_.index_select(0, slots); }
+at::Tensor RowStore::Read(const at::Tensor& keys) const {
+  at::Tensor contiguous = keys.contiguous();
+  const int64_t n = contiguous.numel(), dim = table_.dim;
+  if (table_.kind == TableKind::kDense) {
+    return values_.index_select(0, contiguous - first_key_);
+  }
+  at::Tensor rows = at::empty({n, dim}, values_.options());
+  const int64_t* key = contiguous.data_ptr<int64_t>();
+  const float* values = values_.data_ptr<float>();
+  float* out = rows.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t slot = slot_of_.Find(key[i]);
+    if (slot < 0) {
+      Initialise(key[i], out + i * dim);
+    } else {
+      std::memcpy(out + i * dim, values + slot * dim, dim * sizeof(float));
+    }
+  }
+  return rows;
+}
 
 void RowStore::Apply(const at::Tensor& slots, const at::Tensor& grads) {
   optimizer_.Apply(values_, slots, grads);
 }
 
 at::Tensor RowStore::Values() const { return values_.narrow(0, 0, size_).clone(); }
+
+uint64_t RowStore::Digest() const {
+  uint64_t hash = HashBytes(static_cast<uint64_t>(size_), values_.data_ptr<float>(),
+                            size_ * table_.dim * sizeof(float));
+  return optimizer_.Digest(hash, size_);
+}
 
 }  // namespace tessera::ps

@@ -30,8 +30,9 @@ class RowStore {
   // The same check, making nothing: every key is this shard's, and `keys`
   // is a 1-D int64 tensor (InvalidArgument naming the first that is not).
   absl::Status Check(const at::Tensor& keys) const;
-  // A copy of the rows at `slots`: [n, dim].
-  at::Tensor Read(const at::Tensor& slots) const;
+  // The rows of `keys` (checked: Check), [n, dim]: a sparse key never
+  // pushed reads as its initial value, and is not made.
+  at::Tensor Read(const at::Tensor& keys) const;
   // The optimizer's step on the rows at `slots` (distinct) for `grads`.
   void Apply(const at::Tensor& slots, const at::Tensor& grads);
   // Rows held (made, for a sparse shard).
@@ -39,12 +40,14 @@ class RowStore {
   // Every row held, by key order (dense) or slot order (sparse): for tests
   // and checkpoints.
   at::Tensor Values() const;
+  // A hash of the rows held, their order and their optimizer state.
+  uint64_t Digest() const;
 
  private:
   // Whether `key` belongs to this shard.
   bool Holds(int64_t key) const;
-  // Makes the row of `key` at slot `slot`.
-  void Initialise(int64_t slot, int64_t key);
+  // Writes the initial row of `key` to `row`.
+  void Initialise(int64_t key, float* row) const;
   void Reserve(int64_t capacity);
 
   const TableOptions table_;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ps/distinct_keys.h"
+#include "ps/key_hash.h"
 
 namespace tessera::ps {
 
@@ -22,6 +23,11 @@ namespace {
 // a broken or hostile client.
 constexpr int64_t kMaxClockAdvance = 1 << 16;
 
+uint64_t HashTensor(uint64_t hash, const at::Tensor& t) {
+  at::Tensor contiguous = t.contiguous();
+  return HashBytes(hash, contiguous.data_ptr(), contiguous.numel() * contiguous.element_size());
+}
+
 bool Synchronous(const TableOptions& table) {
   return table.consistency.kind == Consistency::Kind::kSynchronous;
 }
@@ -29,8 +35,12 @@ bool Synchronous(const TableOptions& table) {
 }  // namespace
 
 Shard::Shard(TableOptions table, int64_t index, int64_t shards, std::vector<int> trainers,
-             DeadlineTimer* timer)
-    : table_(std::move(table)), index_(index), timer_(timer), rows_(table_, index, shards) {
+             std::shared_ptr<OpLog> log, DeadlineTimer* timer)
+    : table_(std::move(table)),
+      index_(index),
+      log_(std::move(log)),
+      timer_(timer),
+      rows_(table_, index, shards) {
   for (int rank : trainers) trainers_[rank] = Trainer{};
 }
 
@@ -55,36 +65,31 @@ absl::Status Shard::CheckSender(const Sender& from) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> Shard::Hello(const Sender& from) {
-  Ready ready;
-  int64_t start = 0;
-  {
-    MutexLock lock(&mu_);
-    auto it = trainers_.find(from.rank);
-    if (it != trainers_.end() && it->second.incarnation > from.incarnation) {
-      return CheckSender(from);
-    }
-    if (it == trainers_.end() || it->second.incarnation < from.incarnation || !it->second.live) {
-      // New, or a new incarnation: its pushes are new, and it starts with
-      // the current rows — synchronous, at the first clock not applied (it
-      // takes part in it); otherwise where the furthest live trainer is, so
-      // as not to hold the others back.
-      Trainer fresh;
-      fresh.incarnation = from.incarnation;
-      if (Synchronous(table_)) {
-        fresh.clock = applied_clock_;
-      } else {
-        for (const auto& [rank, t] : trainers_) {
-          if (rank != from.rank && t.live) fresh.clock = std::max(fresh.clock, t.clock);
-        }
-      }
-      trainers_[from.rank] = fresh;
-    }
-    start = trainers_[from.rank].clock;
-    AdvanceLocked(&ready);
+absl::StatusOr<bool> Shard::HelloLocked(const Sender& from, int64_t* start) {
+  auto it = trainers_.find(from.rank);
+  if (it != trainers_.end() && it->second.incarnation > from.incarnation) {
+    return CheckSender(from);  // refused: a newer incarnation replaced it
   }
-  for (auto& [promise, result] : ready) promise.Set(std::move(result));
-  return start;
+  bool changed = false;
+  if (it == trainers_.end() || it->second.incarnation < from.incarnation || !it->second.live) {
+    // New, or a new incarnation: its pushes are new, and it starts with
+    // the current rows — synchronous, at the first clock not applied (it
+    // takes part in it); otherwise where the furthest live trainer is, so
+    // as not to hold the others back.
+    Trainer fresh;
+    fresh.incarnation = from.incarnation;
+    if (Synchronous(table_)) {
+      fresh.clock = applied_clock_;
+    } else {
+      for (const auto& [rank, t] : trainers_) {
+        if (rank != from.rank && t.live) fresh.clock = std::max(fresh.clock, t.clock);
+      }
+    }
+    trainers_[from.rank] = fresh;
+    changed = true;
+  }
+  *start = trainers_[from.rank].clock;
+  return changed;
 }
 
 bool Shard::SeenBefore(Trainer& trainer, int64_t sequence) {
@@ -125,67 +130,129 @@ absl::Status Shard::CheckRows(const at::Tensor& keys, const at::Tensor& grads) c
   return rows_.Check(keys);
 }
 
-absl::Status Shard::Push(const Sender& from, int64_t sequence, int64_t clock,
-                         const at::Tensor& keys, const at::Tensor& grads) {
-  MutexLock lock(&mu_);
+absl::StatusOr<bool> Shard::PushLocked(const ShardOp& op) {
+  const Sender& from = op.from;
   if (auto ok = CheckSender(from); !ok.ok()) return ok;
   Trainer& trainer = trainers_[from.rank];
-  if (clock < 0 || clock > trainer.clock + kMaxClockAdvance) {
+  if (op.clock < 0 || op.clock > trainer.clock + kMaxClockAdvance) {
     return absl::InvalidArgumentError(absl::StrCat("table '", table_.name, "' shard ", index_,
-                                                   ": a push of clock ", clock, " from rank ",
+                                                   ": a push of clock ", op.clock, " from rank ",
                                                    from.rank, " at clock ", trainer.clock));
   }
-  if (Synchronous(table_) && clock < applied_clock_) {
+  if (Synchronous(table_) && op.clock < applied_clock_) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "table '", table_.name, "' shard ", index_, ": a push of clock ", clock, " from rank ",
+        "table '", table_.name, "' shard ", index_, ": a push of clock ", op.clock, " from rank ",
         from.rank, " came after clocks below ", applied_clock_, " were applied"));
   }
   // Checked before anything changes: a push is taken whole or not at all.
-  if (auto ok = CheckRows(keys, grads); !ok.ok()) return ok;
-  if (SeenBefore(trainer, sequence)) {
+  if (auto ok = CheckRows(op.keys, op.grads); !ok.ok()) return ok;
+  if (SeenBefore(trainer, op.sequence)) {
     ++stats_.duplicates;
-    return absl::OkStatus();
+    return false;
   }
   ++stats_.pushes_applied;
   if (Synchronous(table_)) {
-    Aggregate& aggregate = aggregates_[clock];
-    aggregate.keys.push_back(keys);
-    aggregate.grads.push_back(grads);
+    Aggregate& aggregate = aggregates_[op.clock];
+    aggregate.keys.push_back(op.keys);
+    aggregate.grads.push_back(op.grads);
     aggregate.pushers.insert(from.rank);
-    return absl::OkStatus();
+    return true;
   }
-  return ApplySummed(keys, grads, 1);
+  if (auto ok = ApplySummed(op.keys, op.grads, 1); !ok.ok()) return ok;
+  return true;
 }
 
-absl::Status Shard::Clock(const Sender& from, int64_t clock) {
+absl::StatusOr<bool> Shard::ClockLocked(const Sender& from, int64_t clock) {
+  if (auto ok = CheckSender(from); !ok.ok()) return ok;
+  Trainer& trainer = trainers_[from.rank];
+  if (clock > trainer.clock + kMaxClockAdvance) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", table_.name, "' shard ", index_, ": rank ", from.rank, " moved its clock from ",
+        trainer.clock, " to ", clock, ", more than ", kMaxClockAdvance, " at once"));
+  }
+  if (clock <= trainer.clock) return false;
+  trainer.clock = clock;
+  return true;
+}
+
+bool Shard::GoneLocked(int rank, int64_t incarnation) {
+  auto it = trainers_.find(rank);
+  if (it == trainers_.end() || !it->second.live || it->second.incarnation > incarnation) {
+    return false;
+  }
+  it->second.live = false;
+  return true;
+}
+
+absl::StatusOr<bool> Shard::MakeLocked(const ShardOp& op, int64_t* start, Ready* ready) {
+  absl::StatusOr<bool> made = false;
+  switch (op.kind) {
+    case ShardOp::Kind::kPush:
+      return PushLocked(op);
+    case ShardOp::Kind::kHello:
+      made = HelloLocked(op.from, start);
+      break;
+    case ShardOp::Kind::kClock:
+      made = ClockLocked(op.from, op.clock);
+      break;
+    case ShardOp::Kind::kGone:
+      made = GoneLocked(op.from.rank, op.from.incarnation);
+      break;
+  }
+  // What a trainer's clock, hello or end allows: clocks applied, pulls freed.
+  if (made.ok()) AdvanceLocked(ready);
+  return made;
+}
+
+absl::StatusOr<Logged> Shard::Make(const ShardOp& op, int64_t* start) {
   Ready ready;
+  absl::StatusOr<Logged> logged;
   {
     MutexLock lock(&mu_);
-    if (auto ok = CheckSender(from); !ok.ok()) return ok;
-    Trainer& trainer = trainers_[from.rank];
-    if (clock > trainer.clock + kMaxClockAdvance) {
-      return absl::InvalidArgumentError(absl::StrCat("table '", table_.name, "' shard ", index_,
-                                                     ": rank ", from.rank, " moved its clock from ",
-                                                     trainer.clock, " to ", clock, ", more than ",
-                                                     kMaxClockAdvance, " at once"));
+    int64_t unused = 0;
+    auto made = MakeLocked(op, start != nullptr ? start : &unused, &ready);
+    if (!made.ok()) {
+      logged = made.status();
+    } else if (*made) {
+      logged = Logged{log_->Next(), true};
+    } else {
+      logged = Logged{log_->last(), false};
     }
-    trainer.clock = std::max(trainer.clock, clock);
-    AdvanceLocked(&ready);
   }
   for (auto& [promise, result] : ready) promise.Set(std::move(result));
-  return absl::OkStatus();
+  return logged;
 }
 
-void Shard::TrainerGone(int rank, int64_t incarnation) {
-  Ready ready;
-  {
-    MutexLock lock(&mu_);
-    auto it = trainers_.find(rank);
-    if (it == trainers_.end() || !it->second.live || it->second.incarnation > incarnation) return;
-    it->second.live = false;
-    AdvanceLocked(&ready);
+absl::StatusOr<Logged> Shard::Push(const Sender& from, int64_t sequence, int64_t clock,
+                                   const at::Tensor& keys, const at::Tensor& grads) {
+  return Make(ShardOp{ShardOp::Kind::kPush, from, sequence, clock, keys, grads}, nullptr);
+}
+
+absl::StatusOr<Logged> Shard::Clock(const Sender& from, int64_t clock) {
+  return Make(ShardOp{ShardOp::Kind::kClock, from, 0, clock, {}, {}}, nullptr);
+}
+
+absl::StatusOr<Logged> Shard::Hello(const Sender& from, int64_t* start) {
+  return Make(ShardOp{ShardOp::Kind::kHello, from, 0, 0, {}, {}}, start);
+}
+
+Logged Shard::TrainerGone(int rank, int64_t incarnation) {
+  auto logged =
+      Make(ShardOp{ShardOp::Kind::kGone, Sender{rank, incarnation}, 0, 0, {}, {}}, nullptr);
+  return logged.ok() ? *logged : Logged{};
+}
+
+absl::Status Shard::Replay(const ShardOp& op) {
+  Ready ready;  // none: a backup serves no pulls
+  MutexLock lock(&mu_);
+  int64_t start = 0;
+  auto made = MakeLocked(op, &start, &ready);
+  if (!made.ok()) {
+    return absl::InternalError(absl::StrCat(
+        "table '", table_.name, "' shard ", index_,
+        ": a backup could not repeat its primary's change: ", made.status().message()));
   }
-  for (auto& [promise, result] : ready) promise.Set(std::move(result));
+  return absl::OkStatus();
 }
 
 int64_t Shard::SlowestLocked() const {
@@ -237,7 +304,7 @@ void Shard::AdvanceLocked(Ready* ready) {
   auto keep = std::stable_partition(waiters_.begin(), waiters_.end(),
                                     [&](const Waiter& w) { return w.clock > readable; });
   for (auto it = keep; it != waiters_.end(); ++it) {
-    ready->emplace_back(it->rows, rows_.Read(it->slots));
+    ready->emplace_back(it->rows, rows_.Read(it->keys));
   }
   waiters_.erase(keep, waiters_.end());
 }
@@ -246,11 +313,10 @@ Future<at::Tensor> Shard::Pull(const Sender& from, int64_t clock, const at::Tens
                                absl::Time deadline) {
   MutexLock lock(&mu_);
   if (auto ok = CheckSender(from); !ok.ok()) return Future<at::Tensor>::Ready(ok);
-  auto slots = rows_.Slots(keys);
-  if (!slots.ok()) return Future<at::Tensor>::Ready(slots.status());
+  if (auto ok = rows_.Check(keys); !ok.ok()) return Future<at::Tensor>::Ready(ok);
   // A pull may read at the clock it was made at, or a later one.
-  if (clock <= ReadableLocked()) return Future<at::Tensor>::Ready(rows_.Read(*slots));
-  Waiter waiter{clock, *slots, Promise<at::Tensor>(), next_waiter_++};
+  if (clock <= ReadableLocked()) return Future<at::Tensor>::Ready(rows_.Read(keys));
+  Waiter waiter{clock, keys, Promise<at::Tensor>(), next_waiter_++};
   Future<at::Tensor> rows = waiter.rows.GetFuture();
   const uint64_t id = waiter.id;
   waiters_.push_back(std::move(waiter));
@@ -301,6 +367,28 @@ ShardStats Shard::Stats() const {
   stats.rows = rows_.size();
   stats.clock = Synchronous(table_) ? applied_clock_ : std::max<int64_t>(0, SlowestLocked());
   return stats;
+}
+
+uint64_t Shard::Digest() const {
+  MutexLock lock(&mu_);
+  uint64_t hash = rows_.Digest();
+  auto mix = [&hash](int64_t value) { hash = MixKey(hash ^ static_cast<uint64_t>(value)); };
+  mix(applied_clock_);
+  for (const auto& [rank, t] : trainers_) {
+    for (int64_t v : {static_cast<int64_t>(rank), t.incarnation, t.clock,
+                      static_cast<int64_t>(t.live), t.sequences_below}) {
+      mix(v);
+    }
+    for (int64_t sequence : t.sequences_above) mix(sequence);
+  }
+  for (const auto& [clock, aggregate] : aggregates_) {
+    mix(clock);
+    for (int rank : aggregate.pushers) mix(rank);
+    for (const auto& tensors : {aggregate.keys, aggregate.grads}) {
+      for (const at::Tensor& t : tensors) hash = HashTensor(hash, t);
+    }
+  }
+  return hash;
 }
 
 at::Tensor Shard::Values() const {

@@ -30,6 +30,13 @@
 // incarnation than one the shard has seen is refused. A push is applied
 // whole or not at all: it is checked before anything changes.
 //
+// Replication: a shard's primary numbers each change it makes (OpLog,
+// ps/op_log.h) and its backups Replay the same changes in the same order:
+// a change is a function of the shard's state and the change alone, so
+// every replica holds the same bits (Digest). Pulls change nothing — a
+// sparse row never pushed is read as its initial value, not made — so only
+// the primary serves them.
+//
 // Thread-safety: thread-safe; pulls that must wait complete later, from
 // whichever call or timer releases them, never under the shard's lock.
 #pragma once
@@ -48,6 +55,7 @@
 #include "common/deadline_timer.h"
 #include "common/future.h"
 #include "common/mutex.h"
+#include "ps/op_log.h"
 #include "ps/row_store.h"
 #include "ps/table_options.h"
 
@@ -59,6 +67,25 @@ struct Sender {
   int64_t incarnation = 0;
 };
 
+// A change to a shard, as its primary made it and its backups repeat it.
+struct ShardOp {
+  enum class Kind : int64_t { kHello = 0, kPush = 1, kClock = 2, kGone = 3 };
+  Kind kind = Kind::kPush;
+  Sender from;
+  int64_t sequence = 0;  // kPush
+  int64_t clock = 0;     // kPush, kClock
+  at::Tensor keys, grads;
+};
+
+// What a change on the primary waits for before it is answered: every
+// backup has applied change `lsn`. `is_new`: the change is this one, to be
+// sent to the backups; otherwise it was made before (a push sent again) or
+// changed nothing, and `lsn` is the last change made, which covers it.
+struct Logged {
+  int64_t lsn = 0;
+  bool is_new = false;
+};
+
 struct ShardStats {
   int64_t rows = 0;
   int64_t pushes_applied = 0;  // taken (sync: into an aggregate), each once
@@ -68,27 +95,37 @@ struct ShardStats {
 
 class Shard : public std::enable_shared_from_this<Shard> {
  public:
-  // `trainers`: the ranks whose clocks count from the start. Made with
-  // std::make_shared: a waiting pull's deadline holds a weak reference.
+  // `trainers`: the ranks whose clocks count from the start; `log`, the
+  // numbering of the changes to this shard's every table on this replica.
+  // Made with std::make_shared: a waiting pull's deadline holds a weak
+  // reference.
   Shard(TableOptions table, int64_t index, int64_t shards, std::vector<int> trainers,
-        DeadlineTimer* timer);
+        std::shared_ptr<OpLog> log, DeadlineTimer* timer);
 
   // The rows of `keys` as of `clock` (Note [Parameter-server consistency]),
   // waiting at most until `deadline`.
   Future<at::Tensor> Pull(const Sender& from, int64_t clock, const at::Tensor& keys,
                           absl::Time deadline);
+  // The changes, on the primary.
   // Takes `grads` ([n, dim]) for `keys` (Note [Exactly-once pushes]).
-  absl::Status Push(const Sender& from, int64_t sequence, int64_t clock, const at::Tensor& keys,
-                    const at::Tensor& grads);
+  absl::StatusOr<Logged> Push(const Sender& from, int64_t sequence, int64_t clock,
+                              const at::Tensor& keys, const at::Tensor& grads);
   // The trainer is at `clock` now: it ended every clock before.
-  absl::Status Clock(const Sender& from, int64_t clock);
-  // A trainer (new, restarted) starts here: returns the clock it starts at.
-  absl::StatusOr<int64_t> Hello(const Sender& from);
+  absl::StatusOr<Logged> Clock(const Sender& from, int64_t clock);
+  // A trainer (new, restarted) starts here: sets `start` to the clock it
+  // starts at.
+  absl::StatusOr<Logged> Hello(const Sender& from, int64_t* start);
   // Incarnation `incarnation` of the trainer failed or left: it no longer
   // holds the clocks back (a newer incarnation that said hello already is
   // not touched: the notice of the old one's end may come after it).
-  void TrainerGone(int rank, int64_t incarnation);
+  Logged TrainerGone(int rank, int64_t incarnation);
+  // On a backup: makes `op` as the primary made it (OpLog::Follow orders them).
+  absl::Status Replay(const ShardOp& op);
 
+  // A hash of everything the changes made (rows, optimizer state, trainers'
+  // clocks and sequences, aggregates): equal on replicas that made the same
+  // changes.
+  uint64_t Digest() const;
   ShardStats Stats() const;
   // Every row this shard holds (RowStore::Values).
   at::Tensor Values() const;
@@ -108,13 +145,25 @@ class Shard : public std::enable_shared_from_this<Shard> {
   };
   struct Waiter {
     int64_t clock;
-    at::Tensor slots;
+    at::Tensor keys;
     Promise<at::Tensor> rows;
     uint64_t id;
   };
   using Ready = std::vector<std::pair<Promise<at::Tensor>, absl::StatusOr<at::Tensor>>>;
 
   absl::Status CheckSender(const Sender& from) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The changes themselves, on any replica: whether `op` changed anything.
+  absl::StatusOr<bool> MakeLocked(const ShardOp& op, int64_t* start, Ready* ready)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<bool> HelloLocked(const Sender& from, int64_t* start)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<bool> PushLocked(const ShardOp& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<bool> ClockLocked(const Sender& from, int64_t clock)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool GoneLocked(int rank, int64_t incarnation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // On the primary: makes `op`, numbers it if it changed anything, and
+  // frees the pulls it allows.
+  absl::StatusOr<Logged> Make(const ShardOp& op, int64_t* start) ABSL_LOCKS_EXCLUDED(mu_);
   // InvalidArgument unless `grads` is [keys, dim] of floats and every key is this shard's.
   absl::Status CheckRows(const at::Tensor& keys, const at::Tensor& grads) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -137,6 +186,7 @@ class Shard : public std::enable_shared_from_this<Shard> {
 
   const TableOptions table_;
   const int64_t index_;
+  const std::shared_ptr<OpLog> log_;
   DeadlineTimer* const timer_;
   mutable Mutex mu_;
   RowStore rows_ ABSL_GUARDED_BY(mu_);

@@ -2,6 +2,8 @@
 
 #include <ATen/ops/empty.h>
 
+#include <algorithm>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -15,10 +17,23 @@ std::string TableOptions::Shape() const {
                                    : absl::StrCat(name, ": sparse x ", dim);
 }
 
-// One line per field: "epoch 1", "servers ps0,ps1", "table <shape>"...
+const std::string& ShardMap::primary(int64_t shard) const {
+  static const std::string* const kNone = new std::string();
+  return replicas[shard].empty() ? *kNone : replicas[shard][0];
+}
+
+bool ShardMap::HoldsReplica(int64_t shard, const std::string& server) const {
+  return std::find(replicas[shard].begin(), replicas[shard].end(), server) != replicas[shard].end();
+}
+
+// One line per field: "epoch 1", "servers ps0,ps1", "table <shape>"...,
+// "shard <since> ps0,ps1" per shard, in order.
 std::string ShardMap::Encode() const {
   std::string text = absl::StrCat("epoch ", epoch, "\nservers ", absl::StrJoin(servers, ","));
   for (const auto& [name, shape] : shapes) absl::StrAppend(&text, "\ntable ", shape);
+  for (size_t s = 0; s < replicas.size(); ++s) {
+    absl::StrAppend(&text, "\nshard ", since[s], " ", absl::StrJoin(replicas[s], ","));
+  }
   return text;
 }
 
@@ -33,6 +48,19 @@ absl::StatusOr<ShardMap> ShardMap::Decode(const std::string& text) {
       map.servers = absl::StrSplit(field.second, ',');
       continue;
     }
+    if (field.first == "shard") {
+      std::pair<absl::string_view, absl::string_view> shard =
+          absl::StrSplit(field.second, absl::MaxSplits(' ', 1));
+      int64_t since = 0;
+      if (!absl::SimpleAtoi(shard.first, &since)) {
+        return absl::InvalidArgumentError(absl::StrCat("shard map: unreadable line '", line, "'"));
+      }
+      map.since.push_back(since);
+      map.replicas.push_back(shard.second.empty()
+                                 ? std::vector<std::string>{}
+                                 : std::vector<std::string>(absl::StrSplit(shard.second, ',')));
+      continue;
+    }
     if (field.first == "table") {
       std::string shape(field.second);
       map.shapes[shape.substr(0, shape.find(':'))] = shape;
@@ -40,11 +68,53 @@ absl::StatusOr<ShardMap> ShardMap::Decode(const std::string& text) {
     }
     return absl::InvalidArgumentError(absl::StrCat("shard map: unreadable line '", line, "'"));
   }
-  if (map.epoch <= 0 || map.servers.empty()) {
+  if (map.epoch <= 0 || map.servers.empty() || map.replicas.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("shard map without epoch or servers: '", text, "'"));
   }
   return map;
+}
+
+ShardMap InitialShardMap(const std::vector<std::string>& servers,
+                         const std::vector<std::string>& hosts, int backups) {
+  ShardMap map;
+  map.servers = servers;
+  const int64_t n = static_cast<int64_t>(servers.size());
+  auto host = [&](int64_t i) { return hosts.empty() ? std::string() : hosts[i]; };
+  for (int64_t s = 0; s < n; ++s) {
+    std::vector<std::string> replicas = {servers[s]};
+    // The servers after the primary, in order: another host's first, so a
+    // lost machine leaves every shard a replica when the job has several.
+    std::vector<int64_t> after;
+    for (int64_t d = 1; d < n; ++d) {
+      if (host((s + d) % n) != host(s)) after.push_back((s + d) % n);
+    }
+    for (int64_t d = 1; d < n; ++d) {
+      if (host((s + d) % n) == host(s)) after.push_back((s + d) % n);
+    }
+    for (int64_t i = 0; i < backups && i < static_cast<int64_t>(after.size()); ++i) {
+      replicas.push_back(servers[after[i]]);
+    }
+    map.replicas.push_back(std::move(replicas));
+    map.since.push_back(map.epoch);
+  }
+  return map;
+}
+
+std::optional<ShardMap> WithoutServer(const ShardMap& map, const std::string& server) {
+  ShardMap next = map;
+  ++next.epoch;
+  bool held = false;
+  for (int64_t s = 0; s < next.shards(); ++s) {
+    auto& replicas = next.replicas[s];
+    auto it = std::find(replicas.begin(), replicas.end(), server);
+    if (it == replicas.end()) continue;
+    replicas.erase(it);
+    next.since[s] = next.epoch;
+    held = true;
+  }
+  if (!held) return std::nullopt;
+  return next;
 }
 
 std::pair<int64_t, int64_t> DenseRange(int64_t rows, int64_t shards, int64_t shard) {
@@ -104,6 +174,31 @@ absl::StatusOr<ShardMap> PublishShardMap(store::StoreClient& store, const std::s
   if (!recorded.ok()) return recorded.status();
   if (auto same = SameMap(*recorded, proposed); !same.ok()) return same;
   return recorded;
+}
+
+absl::StatusOr<ShardMap> ChangeShardMap(
+    store::StoreClient& store, const std::string& job,
+    const std::function<std::optional<ShardMap>(const ShardMap&)>& change) {
+  auto text = store.Get(ShardMapKey(job), absl::ZeroDuration());
+  if (!text.ok()) return text.status();
+  for (;;) {
+    auto recorded = ShardMap::Decode(*text);
+    if (!recorded.ok()) return recorded.status();
+    std::optional<ShardMap> next = change(*recorded);
+    if (!next.has_value()) return recorded;
+    auto now = store.CompareSet(ShardMapKey(job), *text, next->Encode());
+    if (!now.ok()) return now.status();
+    // The store answers the value after: ours when it took (or when
+    // another server made the very same change).
+    if (*now == next->Encode()) return *std::move(next);
+    text = *std::move(now);  // another server changed it first: apply to theirs
+  }
+}
+
+absl::StatusOr<ShardMap> CurrentShardMap(store::StoreClient& store, const std::string& job) {
+  auto text = store.Get(ShardMapKey(job), absl::ZeroDuration());
+  if (!text.ok()) return text.status();
+  return ShardMap::Decode(*text);
 }
 
 absl::StatusOr<ShardMap> ReadShardMap(store::StoreClient& store, const std::string& job,

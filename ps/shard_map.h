@@ -1,5 +1,6 @@
-// ShardMap: where every table's shards live — shard i of each table on
-// servers[i] — with an epoch, in the store (Note [Shard map]).
+// ShardMap: where every table's shards live — shard i of each table on its
+// replicas, the primary first — with an epoch, in the store (Note [Shard
+// map]).
 //
 // Note [Shard map]: the servers of a job propose the same map (their names,
 // in the job's order, and each table's shape) by compare-and-set on one key,
@@ -8,13 +9,24 @@
 // shapes against the servers', and caches it; every request carries the
 // epoch it was routed by, and a server refuses another epoch's request with
 // FailedPrecondition naming both, so a trainer can never act on a map that
-// changed under it (failover raises the epoch: the next issue).
+// changed under it.
+//
+// Every later change — a primary's backup made primary, a server taken out
+// of every shard it held (Note [Parameter-server failover],
+// ps/ps_server.h) — is a function of the recorded map, written by
+// compare-and-set from that map's text (ChangeShardMap): of two servers
+// that change the same map, one wins, and the other applies its change to
+// the winner's map or finds it done. The epoch rises by one per change, and
+// each shard records the epoch its replicas last changed at (`since`), so a
+// change to one shard does not turn away requests to the others.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,13 +40,29 @@ namespace tessera::ps {
 
 struct ShardMap {
   int64_t epoch = 1;
-  std::vector<std::string> servers;           // shard i of every table: servers[i]
+  std::vector<std::string> servers;           // the job's servers, in order
   std::map<std::string, std::string> shapes;  // table name -> TableOptions::Shape()
+  // Shard i of every table: on replicas[i], replicas[i][0] its primary (none
+  // left: the shard lost every replica); since[i], the epoch they were set at.
+  std::vector<std::vector<std::string>> replicas;
+  std::vector<int64_t> since;
 
-  int64_t shards() const { return static_cast<int64_t>(servers.size()); }
+  int64_t shards() const { return static_cast<int64_t>(replicas.size()); }
+  // Shard s's primary, or "" when it lost every replica.
+  const std::string& primary(int64_t shard) const;
+  bool HoldsReplica(int64_t shard, const std::string& server) const;
   std::string Encode() const;
   static absl::StatusOr<ShardMap> Decode(const std::string& text);
 };
+
+// The first map of `servers`: shard i's primary is servers[i], its
+// `backups` backups the servers after it in order, those on another host
+// than the primary first (`hosts`: each server's host; empty: one host).
+ShardMap InitialShardMap(const std::vector<std::string>& servers,
+                         const std::vector<std::string>& hosts, int backups);
+// `map` without `server` in any shard (a shard it was primary of has its
+// first backup as primary), at the next epoch; nullopt if it held nothing.
+std::optional<ShardMap> WithoutServer(const ShardMap& map, const std::string& server);
 
 // The rows [first, second) of a dense table's shard.
 std::pair<int64_t, int64_t> DenseRange(int64_t rows, int64_t shards, int64_t shard);
@@ -51,6 +79,14 @@ absl::StatusOr<ShardMap> PublishShardMap(store::StoreClient& store, const std::s
                                          const ShardMap& proposed);
 // Waits up to `timeout` for the job's map; FailedPrecondition when one of
 // `tables` has another shape there than here, or is not there.
+// Changes the job's recorded map by `change` — nullopt: nothing to change,
+// the recorded map is answered — by compare-and-set, applying `change` to
+// whichever map is recorded, until it takes. Returns the map recorded after.
+absl::StatusOr<ShardMap> ChangeShardMap(
+    store::StoreClient& store, const std::string& job,
+    const std::function<std::optional<ShardMap>(const ShardMap&)>& change);
+// The recorded map now, without waiting.
+absl::StatusOr<ShardMap> CurrentShardMap(store::StoreClient& store, const std::string& job);
 absl::StatusOr<ShardMap> ReadShardMap(store::StoreClient& store, const std::string& job,
                                       const std::vector<TableOptions>& tables,
                                       absl::Duration timeout);

@@ -30,6 +30,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "common/future.h"
@@ -44,7 +45,7 @@ namespace tessera::rpc {
 namespace service_internal {
 
 // What a handler's return type answers: T for T, StatusOr<T>, Future<T>;
-// void for void and Status.
+// void for void, Status and Future<std::monostate> (None on the wire).
 template <typename R>
 struct Answer {
   using Type = R;
@@ -60,6 +61,10 @@ struct Answer<absl::StatusOr<T>> {
 template <typename T>
 struct Answer<Future<T>> {
   using Type = T;
+};
+template <>
+struct Answer<Future<std::monostate>> {
+  using Type = void;
 };
 
 // Binds a handler of M to a callable with M's fields as parameters, which

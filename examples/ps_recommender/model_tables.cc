@@ -37,7 +37,8 @@ class Local : public ModelTables {
     std::vector<at::Tensor> rows;
     for (const ps::TableKeys& part : parts) {
       ps::RowStore& store = stores_.at(part.table);
-      rows.push_back(store.Read(ValueOrThrow(store.Slots(part.keys))));
+      ThrowIfError(store.Check(part.keys));
+      rows.push_back(store.Read(part.keys));
     }
     return Future<std::vector<at::Tensor>>::Ready(std::move(rows));
   }

@@ -59,6 +59,8 @@ ABSL_FLAG(int64_t, vocabulary, tessera::examples::ClickDataOptions{}.vocabulary,
 ABSL_FLAG(double, zipf, tessera::examples::ClickDataOptions{}.zipf, "the ids' Zipf exponent");
 ABSL_FLAG(int64_t, dim, tessera::examples::DlrmShape{}.dim, "an embedding's width");
 ABSL_FLAG(int, threads, 1, "compute threads of each process");
+ABSL_FLAG(int, backups, tessera::ps::PsOptions{}.backups,
+          "backups of every shard, on other servers (0: no replication)");
 ABSL_FLAG(
     int, slow_trainer, -1,
     "a trainer (0-based) that runs --slowdown times slower, as on a slower machine; -1: none");
@@ -319,11 +321,15 @@ int Run(const TrainingFlags& flags) {
   const int trainers = options.world_size - servers;
   options.name =
       server ? absl::StrCat("ps", options.rank) : absl::StrCat("trainer", options.rank - servers);
+  // tessera-run --elastic_roles server lets the job run on without a server
+  // that failed: its shards' backups take over.
+  if (server) options.role = "server";
   auto worker = Worker::Start(options);
   ps::PsOptions ps_options;
   ps_options.job = "dlrm";
   for (int s = 0; s < servers; ++s) ps_options.servers.push_back(absl::StrCat("ps", s));
   ps_options.tables = tables;
+  ps_options.backups = absl::GetFlag(FLAGS_backups);
   if (server) {
     auto shards = ValueOrThrow(ps::PsServer::Start(worker->rpc(), ps_options));
     std::printf("[%s] serving its shard of %zu tables to %d trainers\n", worker->name().c_str(),

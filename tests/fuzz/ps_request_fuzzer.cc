@@ -3,7 +3,9 @@
 // any type and shape, any keys, clocks and sequences — in any order, from
 // any rank and incarnation. Each input drives fresh shards of a sparse and a
 // dense table, synchronous, bounded and asynchronous; whatever came, a
-// proper request is served after it. (The bytes before the fields — the
+// proper request is served after it. Each shard has a backup that replays
+// every change the shard made (Shard::Replay): it must take each, and end
+// with the same digest. (The bytes before the fields — the
 // envelope and the values — are codec_fuzzer's.)
 // Input: a sequence of ops, each [op byte][rank byte][pieces...].
 #include <ATen/ops/arange.h>
@@ -21,7 +23,9 @@
 
 namespace {
 
+using tessera::ps::Logged;
 using tessera::ps::Shard;
+using tessera::ps::ShardOp;
 
 int64_t Number(std::string_view piece) {
   int64_t value = 0;
@@ -62,20 +66,27 @@ std::vector<tessera::ps::TableOptions> Tables() {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  std::vector<std::shared_ptr<Shard>> shards;
+  std::vector<std::shared_ptr<Shard>> shards, backups;
   for (const auto& table : Tables()) {
-    shards.push_back(std::make_shared<Shard>(table, 0, 2, std::vector<int>{1, 2}, nullptr));
+    for (auto* replicas : {&shards, &backups}) {
+      replicas->push_back(std::make_shared<Shard>(table, 0, 2, std::vector<int>{1, 2},
+                                                  std::make_shared<tessera::ps::OpLog>(), nullptr));
+    }
   }
   tessera::fuzz::Pieces input(data, size);
   while (!input.empty()) {
     const std::string_view head = input.Next();
     if (head.size() < 3) break;
-    Shard& shard = *shards[static_cast<uint8_t>(head[0]) % shards.size()];
+    const size_t which = static_cast<uint8_t>(head[0]) % shards.size();
+    Shard& shard = *shards[which];
     const tessera::ps::Sender from{static_cast<uint8_t>(head[1]) % 4,
                                    static_cast<uint8_t>(head[2]) % 3};
+    ShardOp op{ShardOp::Kind::kHello, from, 0, 0, {}, {}};
+    absl::StatusOr<Logged> logged = Logged{};
+    int64_t start = 0;
     switch ((static_cast<uint8_t>(head[0]) / 3) % 5) {
       case 0:
-        (void)shard.Hello(from);
+        logged = shard.Hello(from, &start);
         break;
       case 1: {
         const int64_t clock = Number(input.Next());
@@ -83,24 +94,36 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       }
       case 2: {
-        const int64_t sequence = Number(input.Next()), clock = Number(input.Next());
-        const at::Tensor keys = TensorFrom(input.Next());
-        (void)shard.Push(from, sequence, clock, keys, TensorFrom(input.Next()));
+        op.kind = ShardOp::Kind::kPush;
+        op.sequence = Number(input.Next());
+        op.clock = Number(input.Next());
+        op.keys = TensorFrom(input.Next());
+        op.grads = TensorFrom(input.Next());
+        logged = shard.Push(from, op.sequence, op.clock, op.keys, op.grads);
         break;
       }
       case 3:
-        (void)shard.Clock(from, Number(input.Next()));
+        op.kind = ShardOp::Kind::kClock;
+        op.clock = Number(input.Next());
+        logged = shard.Clock(from, op.clock);
         break;
       default:
-        shard.TrainerGone(from.rank, from.incarnation);
+        op.kind = ShardOp::Kind::kGone;
+        logged = shard.TrainerGone(from.rank, from.incarnation);
         break;
     }
+    // A change the shard made, its backup makes too.
+    if (logged.ok() && logged->is_new && !backups[which]->Replay(op).ok()) std::abort();
+  }
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (shards[i]->Digest() != backups[i]->Digest()) std::abort();
   }
   // Whatever came, the shards serve a proper request: a new trainer's
   // hello, then a pull at clock 0 (never waits) of keys shard 0 holds.
   for (auto& shard : shards) {
     const tessera::ps::Sender fresh{3, 100};
-    if (!shard->Hello(fresh).ok()) std::abort();
+    int64_t start = 0;
+    if (!shard->Hello(fresh, &start).ok()) std::abort();
     const at::Tensor candidates = at::arange(16, at::kLong);
     const at::Tensor mine = candidates.index_select(
         0, tessera::ps::ShardsOfKeys(shard->table(), 2, candidates)->eq(0).nonzero().squeeze(1));

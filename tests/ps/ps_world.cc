@@ -12,8 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "ps/ps_messages.h"
 #include "ps/ps_server.h"
 #include "rpc/init.h"
+#include "rpc/internal_service.h"
 #include "tests/testing/test_functions.h"
 
 namespace tessera::testing {
@@ -33,13 +35,14 @@ std::vector<ps::TableOptions> TestTables() {
   return {counts, dense, sync, ssp};
 }
 
-ps::PsOptions TestPsOptions(int servers, const std::string& trainers) {
+ps::PsOptions TestPsOptions(int servers, const std::string& trainers, int backups) {
   ps::PsOptions options;
   options.job = "ps-test";
   for (int s = 1; s <= servers; ++s) options.servers.push_back(absl::StrCat("worker", s));
   if (!trainers.empty()) options.trainers = absl::StrSplit(trainers, ',');
   options.tables = TestTables();
   options.start_timeout = absl::Seconds(60);
+  options.backups = backups;
   return options;
 }
 
@@ -96,6 +99,9 @@ int RunTrainer(rpc::Runtime& runtime, const std::string& script, const ps::PsOpt
       at::Tensor keys = CountingKeys(rank, round);
       auto pushed = (*client)->Push("counts", keys, at::ones({keys.numel(), 1})).Wait(timeout);
       if (!pushed.ok()) return Fail("push", pushed.status());
+      // How far it got, for tests that fail a server mid-way.
+      auto ok = runtime.store().Set(absl::StrCat("ps-test/round/", rank), std::to_string(round));
+      if (!ok.ok()) return Fail("store", ok);
     }
     if (auto ok = runtime.store().Set(absl::StrCat("ps-test/pushed/", rank), "1"); !ok.ok()) {
       return Fail("store", ok);
@@ -138,8 +144,10 @@ TESSERA_WORKER_SCENARIO(ps_child) {
   if (!runtime.ok()) return Fail("init", runtime.status());
   const char* servers = std::getenv("TESSERA_PS_SERVERS");
   const char* trainers = std::getenv("TESSERA_PS_TRAINERS");
+  const char* backups = std::getenv("TESSERA_PS_BACKUPS");
   const ps::PsOptions options = TestPsOptions(servers != nullptr ? std::atoi(servers) : 2,
-                                              trainers != nullptr ? trainers : "");
+                                              trainers != nullptr ? trainers : "",
+                                              backups != nullptr ? std::atoi(backups) : 1);
   const std::string& name = (*runtime)->self().name;
   for (const std::string& server : options.servers) {
     if (server != name) continue;
@@ -151,7 +159,7 @@ TESSERA_WORKER_SCENARIO(ps_child) {
   return RunTrainer(**runtime, script != nullptr ? script : "idle", options);
 }
 
-void PsWorld::ExpectCountsOfEveryPush() {
+void PsWorld::ExpectCountsOfEveryPush(bool sent_again) {
   const absl::Duration timeout = absl::Seconds(120);
   std::vector<int> trainers = {0};
   for (int rank = servers_ + 1; rank <= static_cast<int>(children_.size()); ++rank) {
@@ -180,18 +188,46 @@ void PsWorld::ExpectCountsOfEveryPush() {
     pushes += shard[1];
     duplicates += shard[2];
   }
-  EXPECT_EQ(duplicates, 0);
-  std::printf("%zu trainers, %d servers: %lld pushes applied, every count right\n", trainers.size(),
-              servers_, static_cast<long long>(pushes));
+  if (!sent_again) {
+    EXPECT_EQ(duplicates, 0);
+  }
+  std::printf(
+      "%zu trainers, %d servers: %lld pushes applied (%lld sent again), every count right\n",
+      trainers.size(), servers_, static_cast<long long>(pushes),
+      static_cast<long long>(duplicates));
+}
+
+void PsWorld::AwaitRound(int rank, int round) {
+  for (;;) {  // each Get waits for the key to exist; the rounds only grow
+    auto got = rt().store().Get(absl::StrCat("ps-test/round/", rank), absl::Seconds(120));
+    ASSERT_TRUE(got.ok()) << got.status();
+    if (std::stoi(*got) >= round) return;
+  }
+}
+
+std::vector<std::vector<int64_t>> PsWorld::Digests(const std::string& table, int64_t shard) {
+  std::vector<std::vector<int64_t>> digests;
+  const ps::ShardMap map = client().shard_map();
+  for (const std::string& replica : map.replicas[shard]) {
+    auto answer = rt().CallAsync(replica, ps::services::kDigest,
+                                 rpc::EncodeMessage(ps::DigestRequest{table, shard}))
+                      .Wait(absl::Seconds(60));
+    EXPECT_TRUE(answer.ok()) << answer.status();
+    if (!answer.ok()) continue;
+    digests.push_back(answer->toIntVector());
+  }
+  return digests;
 }
 
 void PsWorld::StartPs(int servers, int trainers, const std::string& script,
-                      const std::string& counted) {
+                      const std::string& counted, int backups) {
   servers_ = servers;
+  backups_ = backups;
   StartWorld(1 + servers + trainers, {{"TESSERA_PS_SERVERS", std::to_string(servers)},
                                       {"TESSERA_PS_SCRIPT", script},
-                                      {"TESSERA_PS_TRAINERS", counted}});
-  auto client = ps::PsClient::Connect(rt(), TestPsOptions(servers, counted));
+                                      {"TESSERA_PS_TRAINERS", counted},
+                                      {"TESSERA_PS_BACKUPS", std::to_string(backups)}});
+  auto client = ps::PsClient::Connect(rt(), TestPsOptions(servers, counted, backups));
   ASSERT_TRUE(client.ok()) << client.status();
   client_ = *std::move(client);
 }

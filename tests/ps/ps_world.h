@@ -18,8 +18,9 @@ namespace tessera::testing {
 // "ssp" (bounded staleness 1). The optimizers' math is row_store_test's.
 std::vector<ps::TableOptions> TestTables();
 // The options of a world of `servers` servers: worker1..worker<servers>;
-// `trainers`, comma-separated, those counted from the start (empty: all).
-ps::PsOptions TestPsOptions(int servers = 2, const std::string& trainers = "");
+// `trainers`, comma-separated, those counted from the start (empty: all);
+// `backups` of each shard.
+ps::PsOptions TestPsOptions(int servers = 2, const std::string& trainers = "", int backups = 1);
 // The keys trainer `rank` pushes in its `round`-th push of the counting script.
 at::Tensor CountingKeys(int rank, int round);
 inline constexpr int kCountingRounds = 40;
@@ -29,17 +30,25 @@ class PsWorld : public RpcWorld {
   std::string ChildScenario() const override { return "ps_child"; }
   // Starts `servers` servers and `trainers` child trainers running `script`,
   // then connects worker0 as a trainer. `counted`: PsOptions::trainers,
-  // comma-separated (empty: every worker that is not a server).
+  // comma-separated (empty: every worker that is not a server); `backups`
+  // of each shard.
   void StartPs(int servers, int trainers, const std::string& script,
-               const std::string& counted = "");
+               const std::string& counted = "", int backups = 1);
   ps::PsClient& client() { return *client_; }
   // worker0 pushes the counting keys too; once every child trainer says it
   // is done, every count of "counts" must equal the pushes made (by worker0
-  // and the children running "count"), and no push may be a duplicate.
-  void ExpectCountsOfEveryPush();
+  // and the children running "count"), and no push may be a duplicate
+  // unless pushes were `sent_again` (to a new primary after a failover).
+  void ExpectCountsOfEveryPush(bool sent_again = false);
+  // Waits until child trainer `rank` running "count" acknowledged `round`.
+  void AwaitRound(int rank, int round);
+  // Each replica's {changes made, digest, rows} of `table`'s `shard`
+  // (ps::DigestRequest), in the shard map's order.
+  std::vector<std::vector<int64_t>> Digests(const std::string& table, int64_t shard);
 
   std::unique_ptr<ps::PsClient> client_;
   int servers_ = 0;
+  int backups_ = 1;
 };
 
 }  // namespace tessera::testing

@@ -1,0 +1,124 @@
+// How long a replicated parameter server's shard is unavailable when its
+// primary fails (Note [Parameter-server replication], ps/ps_server.h):
+// from the fault to the first push acknowledged after it, seen by a trainer
+// pushing one row to each shard as fast as it can. Ranks 0..S-1 serve
+// ("ps0"..; role "server"), the last rank pushes, then, after --warmup
+// pushes, faults ps0 itself — --fault kill: SIGKILL (its connections reset
+// at once); --fault stop: SIGSTOP, continued once measured (a process or
+// machine that falls silent: nothing resets, its backup waits out the
+// failure timeout) — and times the gap. Prints:
+//   fault kill: 612.3 ms from the fault to the next push acknowledged (pushes took 0.21 ms)
+// bench/ps_failover.sh runs it under tessera-run, ps0 restarted alone.
+//   tessera-run --standalone --nproc_per_node 3 --elastic_roles server
+//     --max_restarts 1 ps_failover_bench --fault kill [--failure_timeout 3]
+#include <ATen/ops/ones.h>
+#include <ATen/ops/tensor.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/usage.h"
+#include "ps/ps_client.h"
+#include "ps/ps_server.h"
+#include "rpc/init.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const char* Arg(int argc, char** argv, const char* name, const char* fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  }
+  return fallback;
+}
+
+// Keys 0.. until one lands on each shard: a push of them touches every shard.
+at::Tensor KeysOnEveryShard(const tessera::ps::TableOptions& table, int64_t shards) {
+  std::vector<int64_t> keys;
+  std::vector<bool> covered(shards, false);
+  for (int64_t key = 0; std::count(covered.begin(), covered.end(), true) < shards; ++key) {
+    const int64_t shard =
+        tessera::ps::ShardsOfKeys(table, shards, at::tensor({key}))->item<int64_t>();
+    if (!covered[shard]) keys.push_back(key);
+    covered[shard] = true;
+  }
+  return at::tensor(keys);
+}
+
+int Measure(tessera::rpc::Runtime& runtime, const tessera::ps::PsOptions& options,
+            const std::string& fault, int warmup) {
+  auto client = tessera::ValueOrThrow(tessera::ps::PsClient::Connect(runtime, options));
+  const at::Tensor keys = KeysOnEveryShard(options.tables[0], options.servers.size());
+  const at::Tensor grads = at::ones({keys.numel(), 1});
+  const absl::Duration timeout = absl::Seconds(120);
+  const auto started = Clock::now();
+  for (int i = 0; i < warmup; ++i) client->Push("counts", keys, grads).Get(timeout);
+  const double push_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - started).count() / warmup;
+  const pid_t pid =
+      std::stoi(tessera::ValueOrThrow(runtime.store().Get("bench/failover/pid/ps0", timeout)));
+  const auto faulted = Clock::now();
+  if (::kill(pid, fault == "kill" ? SIGKILL : SIGSTOP) != 0) {
+    std::perror("ps_failover_bench: kill");
+    return 1;
+  }
+  client->Push("counts", keys, grads).Get(timeout);
+  const double gap = std::chrono::duration<double, std::milli>(Clock::now() - faulted).count();
+  if (fault == "stop") ::kill(pid, SIGCONT);  // a zombie that wakes: fenced
+  std::printf(
+      "fault %s: %.1f ms from the fault to the next push acknowledged (pushes took "
+      "%.2f ms; shard map epoch %lld)\n",
+      fault.c_str(), gap, push_ms, static_cast<long long>(client->shard_map().epoch));
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+constexpr char kUsage[] =
+    "usage: tessera-run --standalone --nproc_per_node S+1 --elastic_roles server\n"
+    "         --max_restarts 1 ps_failover_bench [--fault kill|stop] [--warmup N]\n"
+    "         [--failure_timeout SECONDS]\n"
+    "The time from ps0's fault (SIGKILL or SIGSTOP) to the next push acknowledged, seen\n"
+    "by a trainer pushing one row to each of S replicated shards; bench/ps_failover.sh.\n";
+
+int main(int argc, char** argv) {
+  tessera::bench::ExitOnHelp(argc, argv, kUsage);
+  const std::string fault = Arg(argc, argv, "--fault", "kill");
+  const int warmup = std::atoi(Arg(argc, argv, "--warmup", "200"));
+  if ((fault != "kill" && fault != "stop") || warmup < 1) {
+    std::fprintf(stderr, "ps_failover_bench: --fault kill|stop, --warmup >= 1\n");
+    return 2;
+  }
+  auto options = tessera::rpc::RpcOptions::FromEnv();
+  const int servers = options.world_size - 1;
+  const bool server = options.rank < servers;
+  options.name = server ? absl::StrCat("ps", options.rank) : "trainer";
+  if (server) options.role = "server";
+  auto runtime = tessera::rpc::Init(options, tessera::rpc::Registry());
+  tessera::ps::PsOptions ps;
+  ps.job = "bench";
+  for (int s = 0; s < servers; ++s) ps.servers.push_back(absl::StrCat("ps", s));
+  tessera::ps::TableOptions counts = tessera::ps::TableOptions::Sparse("counts", 1);
+  ps.tables = {counts};
+  ps.failure_timeout = absl::Seconds(std::atof(Arg(argc, argv, "--failure_timeout", "3")));
+  if (server) {
+    auto shards = tessera::ValueOrThrow(tessera::ps::PsServer::Start(*runtime, ps));
+    tessera::ThrowIfError(runtime->store().Set(absl::StrCat("bench/failover/pid/", options.name),
+                                               std::to_string(::getpid())));
+    runtime->Shutdown();
+    return 0;
+  }
+  const int status = Measure(*runtime, ps, fault, warmup);
+  runtime->Shutdown();
+  return status;
+}

@@ -1,0 +1,308 @@
+// PsServer::State's messages between a shard's replicas (Note
+// [Parameter-server replication], ps/ps_server.h): the primary's changes
+// and heartbeats to its backups and what it learns from their answers, the
+// backups' side of both, and the failure detection that drives failover.
+// The roles and routing are in ps/server_state.cc.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "ps/server_state.h"
+#include "rpc/internal_service.h"
+
+namespace tessera::ps {
+
+namespace {
+
+using Void = std::monostate;
+
+// Whether a backup's refusal says this server's view of the map is old.
+bool RouteAgain(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kAborted ||
+         status.code() == absl::StatusCode::kPermissionDenied;
+}
+
+}  // namespace
+
+Future<Void> PsServer::State::Replicate(int64_t shard, ReplicateRequest message, int64_t wait) {
+  std::vector<std::string> backups;
+  std::shared_ptr<OpLog> log;
+  {
+    MutexLock lock(&mu_);
+    auto it = replicas_.find(shard);
+    if (it == replicas_.end()) {
+      return Future<Void>::Ready(absl::InternalError("replicating a shard not held"));
+    }
+    message.epoch = map_.epoch;
+    message.shard = shard;
+    message.base = it->second.base;
+    backups = it->second.backups;
+    log = it->second.log;
+  }
+  Future<Void> done = log->Replicated(wait);
+  for (const std::string& backup : backups) {
+    const absl::Time sent = absl::Now();
+    std::weak_ptr<State> weak = weak_from_this();
+    runtime
+        ->CallAsync(backup, ReplicateRequest::kService, rpc::EncodeMessage(message),
+                    rpc::CallOptions(options.failure_timeout))
+        .OnReady([weak, shard, backup, sent, log](const absl::StatusOr<c10::IValue>& answer) {
+          auto self = weak.lock();
+          if (!self) return;
+          if (answer.ok() && answer->isInt()) log->Confirm(backup, answer->toInt());
+          self->Answered(shard, backup, sent, answer.status());
+        });
+  }
+  return done;
+}
+
+void PsServer::State::SendHeartbeats(int64_t shard, bool idle) {
+  HeartbeatRequest message;
+  std::vector<std::string> backups;
+  std::shared_ptr<OpLog> log;
+  {
+    MutexLock lock(&mu_);
+    auto it = replicas_.find(shard);
+    if (it == replicas_.end() || it->second.role != ReplicaRole::kPrimary) return;
+    message = HeartbeatRequest{map_.epoch, shard, it->second.base, idle};
+    // One heartbeat at a time to each: a silent backup is not sent more.
+    for (const std::string& backup : it->second.backups) {
+      if (it->second.beating.insert(backup).second) backups.push_back(backup);
+    }
+    log = it->second.log;
+  }
+  for (const std::string& backup : backups) {
+    const absl::Time sent = absl::Now();
+    std::weak_ptr<State> weak = weak_from_this();
+    runtime
+        ->CallAsync(backup, HeartbeatRequest::kService, rpc::EncodeMessage(message),
+                    rpc::CallOptions(options.failure_timeout))
+        .OnReady([weak, shard, backup, sent, log](const absl::StatusOr<c10::IValue>& answer) {
+          auto self = weak.lock();
+          if (!self) return;
+          if (answer.ok() && answer->isInt()) log->Confirm(backup, answer->toInt());
+          {
+            MutexLock lock(&self->mu_);
+            if (auto it = self->replicas_.find(shard); it != self->replicas_.end()) {
+              it->second.beating.erase(backup);
+            }
+          }
+          self->Answered(shard, backup, sent, answer.status());
+        });
+  }
+}
+
+void PsServer::State::Answered(int64_t shard, const std::string& backup, absl::Time sent,
+                               const absl::Status& answer) {
+  Replica::LeaseWaits leased;
+  bool remove = false;
+  {
+    MutexLock lock(&mu_);
+    auto it = replicas_.find(shard);
+    if (it == replicas_.end() || it->second.role != ReplicaRole::kPrimary) return;
+    Replica& r = it->second;
+    absl::Time& answered = r.answered[backup];
+    if (answer.ok()) {
+      answered = std::max(answered, sent);
+      if (absl::Now() < r.LeaseEnd(lease)) leased.swap(r.lease_waits);
+    } else if (!RouteAgain(answer)) {
+      // Diverged (FailedPrecondition), or silent past the failure timeout.
+      remove = answer.code() == absl::StatusCode::kFailedPrecondition ||
+               absl::Now() - answered > options.failure_timeout;
+    }
+  }
+  ReleaseLeaseWaits(leased, absl::OkStatus());
+  if (answer.ok()) return;
+  ThreadPool* pool = runtime->live_executor();
+  if (pool == nullptr) return;
+  std::weak_ptr<State> weak = weak_from_this();
+  if (RouteAgain(answer)) {
+    pool->Post([weak] {
+      if (auto self = weak.lock()) self->Refresh();
+    });
+  } else if (remove) {
+    const std::string why =
+        absl::StrCat("did not answer as a backup of shard ", shard, ": ", answer.message());
+    pool->Post([weak, backup, why] {
+      if (auto self = weak.lock()) self->Remove(backup, why);
+    });
+  }
+}
+
+absl::StatusOr<Replica*> PsServer::State::FromPrimaryLocked(const std::string& caller,
+                                                            int64_t epoch, int64_t shard) {
+  auto it = replicas_.find(shard);
+  if (it == replicas_.end() || it->second.role != ReplicaRole::kBackup) {
+    return absl::AbortedError(absl::StrCat("parameter server '", self,
+                                           "' is not a backup of shard ", shard,
+                                           " at shard map epoch ", map_.epoch));
+  }
+  Replica& r = it->second;
+  if (epoch < r.since || caller != r.primary) {
+    // A primary that was cut off or paused, and replaced: fenced.
+    return absl::AbortedError(absl::StrCat("'", caller, "' is not the primary of shard ", shard,
+                                           ": shard map epoch ", map_.epoch, " made '", r.primary,
+                                           "' its primary; '", self, "' refuses the changes of '",
+                                           caller, "' (epoch ", epoch, ")"));
+  }
+  return &r;
+}
+
+absl::Status PsServer::State::Heard(const rpc::CallContext& ctx, int64_t epoch, int64_t shard,
+                                    int64_t base, bool idle, int64_t* last) {
+  if (epoch > Map().epoch) Refresh();
+  MutexLock lock(&mu_);
+  auto r = FromPrimaryLocked(NameOf(ctx.caller_rank), epoch, shard);
+  if (!r.ok()) return r.status();
+  if ((*r)->verified_since < (*r)->since) {
+    if ((*r)->log->last() != base) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("parameter server '", self, "' made ", (*r)->log->last(),
+                       " changes to shard ", shard, ", its new primary ", base, ": diverged"));
+    }
+    (*r)->verified_since = (*r)->since;
+  }
+  (*r)->heard = absl::Now();
+  (*r)->primary_idle = idle;
+  *last = (*r)->log->last();
+  return absl::OkStatus();
+}
+
+Future<Void> PsServer::State::Follow(const rpc::CallContext& ctx, ReplicateRequest m) {
+  const size_t n = m.tables.size();
+  for (size_t size : {m.lsns.size(), m.kinds.size(), m.ranks.size(), m.incarnations.size(),
+                      m.sequences.size(), m.clocks.size(), m.keys.size(), m.grads.size()}) {
+    if (size != n) {
+      return Future<Void>::Ready(absl::InvalidArgumentError(
+          absl::StrCat("a replication message of ", n, " changes with a field of ", size)));
+    }
+  }
+  int64_t last = 0;
+  if (auto heard = Heard(ctx, m.epoch, m.shard, m.base, false, &last); !heard.ok()) {
+    return Future<Void>::Ready(heard);
+  }
+  std::vector<std::function<absl::Status()>> changes;
+  std::shared_ptr<OpLog> log;
+  int64_t term = 0;
+  {
+    MutexLock lock(&mu_);
+    auto r = FromPrimaryLocked(NameOf(ctx.caller_rank), m.epoch, m.shard);
+    if (!r.ok()) return Future<Void>::Ready(r.status());
+    for (size_t i = 0; i < n; ++i) {
+      auto t = (*r)->tables.find(m.tables[i]);
+      if (t == (*r)->tables.end() || m.kinds[i] < 0 || m.kinds[i] > 3) {
+        return Future<Void>::Ready(absl::InvalidArgumentError(absl::StrCat(
+            "a replication message of table '", m.tables[i], "' and kind ", m.kinds[i])));
+      }
+      ShardOp op{static_cast<ShardOp::Kind>(m.kinds[i]),
+                 Sender{static_cast<int>(m.ranks[i]), m.incarnations[i]},
+                 m.sequences[i],
+                 m.clocks[i],
+                 m.keys[i],
+                 m.grads[i]};
+      std::shared_ptr<Shard> shard = t->second;
+      changes.push_back([shard, op] { return shard->Replay(op); });
+    }
+    log = (*r)->log;
+    term = (*r)->since;
+  }
+  // Outside the lock (the changes complete futures inline); the log itself
+  // refuses them should this replica have been promoted meanwhile.
+  std::vector<Future<Void>> applied;
+  for (size_t i = 0; i < n; ++i) applied.push_back(log->Follow(term, m.lsns[i], changes[i]));
+  return WhenAllOk(applied).Then([](const absl::StatusOr<bool>& all) -> absl::StatusOr<Void> {
+    if (!all.ok()) return all.status();
+    return Void{};
+  });
+}
+
+absl::StatusOr<std::vector<int64_t>> PsServer::State::Digest(const std::string& table,
+                                                             int64_t shard) const {
+  MutexLock lock(&mu_);
+  auto it = replicas_.find(shard);
+  if (it == replicas_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("parameter server '", self, "' holds no replica of shard ", shard));
+  }
+  auto t = it->second.tables.find(table);
+  if (t == it->second.tables.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("parameter server '", self, "' has no table '", table, "'"));
+  }
+  return std::vector<int64_t>{it->second.log->last(), static_cast<int64_t>(t->second->Digest()),
+                              t->second->Stats().rows};
+}
+
+int64_t PsServer::State::LastChange(int64_t shard) const {
+  MutexLock lock(&mu_);
+  auto it = replicas_.find(shard);
+  return it == replicas_.end() ? 0 : it->second.log->last();
+}
+
+void PsServer::State::Tick() {
+  if (runtime->live_executor() == nullptr) return;
+  Refresh();
+  std::vector<std::pair<int64_t, bool>> heartbeats;     // shard, idle
+  std::vector<std::pair<std::string, int64_t>> silent;  // primary, shard
+  {
+    MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    for (auto& [s, r] : replicas_) {
+      if (r.role == ReplicaRole::kPrimary && !r.backups.empty()) {
+        const bool busy = now < r.busy_until;
+        if (busy || !r.told_idle) heartbeats.emplace_back(s, !busy);
+        r.told_idle = !busy;
+      }
+      if (r.role == ReplicaRole::kBackup && !r.primary_idle &&
+          now - r.heard > options.failure_timeout) {
+        silent.emplace_back(r.primary, s);
+      }
+    }
+  }
+  for (const auto& [shard, idle] : heartbeats) SendHeartbeats(shard, idle);
+  for (const auto& [primary, shard] : silent) {
+    Remove(primary, absl::StrCat("said nothing as the primary of shard ", shard, " for ",
+                                 absl::FormatDuration(options.failure_timeout)));
+  }
+  ScheduleTick();
+}
+
+void PsServer::State::ScheduleTick() {
+  std::weak_ptr<State> weak = weak_from_this();
+  runtime->timer().Schedule(absl::Now() + heartbeat, [weak] {
+    auto self = weak.lock();
+    if (!self) return;
+    if (ThreadPool* pool = self->runtime->live_executor()) pool->Post([self] { self->Tick(); });
+  });
+}
+
+void PsServer::State::ServerFailed(const std::string& server) {
+  absl::Time when = absl::Now();
+  bool concerned = false;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [s, r] : replicas_) {
+      if (r.role == ReplicaRole::kBackup && r.primary == server) {
+        // Its lease, if it lives on cut off, ends first.
+        concerned = true;
+        when = std::max(when, r.heard + lease);
+      }
+      if (r.role == ReplicaRole::kPrimary &&
+          std::find(r.backups.begin(), r.backups.end(), server) != r.backups.end()) {
+        concerned = true;
+      }
+    }
+  }
+  if (!concerned) return;
+  std::weak_ptr<State> weak = weak_from_this();
+  runtime->timer().Schedule(when, [weak, server] {
+    auto self = weak.lock();
+    if (!self) return;
+    if (ThreadPool* pool = self->runtime->live_executor()) {
+      pool->Post([self, server] { self->Remove(server, "failed (its connection broke)"); });
+    }
+  });
+}
+
+}  // namespace tessera::ps

@@ -1,0 +1,112 @@
+// PsServer::State: a parameter server's replicas and its part in keeping
+// them — routing trainers' requests to the primary, sending each change to
+// the backups, heartbeats and leases, failover (Note [Parameter-server
+// replication], ps/ps_server.h). The services (ps/ps_server.cc) call it.
+// Its roles and routing are in ps/server_state.cc; its messages to and
+// from the other replicas in ps/server_replication.cc.
+//
+// Thread-safety: thread-safe. Store calls (the shard map) are made on the
+// runtime's pool, never under the lock and never on a transport or timer
+// thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/future.h"
+#include "common/mutex.h"
+#include "ps/ps_messages.h"
+#include "ps/ps_options.h"
+#include "ps/ps_server.h"
+#include "ps/replica.h"
+#include "ps/shard_map.h"
+#include "rpc/call_context.h"
+#include "rpc/runtime.h"
+
+namespace tessera::ps {
+
+// Where a worker runs: its address without the port.
+std::string HostOf(const rpc::WorkerInfo& worker);
+
+// The changes a request made on a shard, to be sent to its backups, and
+// the last one it waits for (Logged, ps/shard.h).
+struct Changes {
+  ReplicateRequest message;
+  int64_t wait = 0;
+  void Add(const std::string& table, const Logged& logged, const ShardOp& op);
+};
+
+struct PsServer::State : std::enable_shared_from_this<PsServer::State> {
+  State(rpc::Runtime& runtime, PsOptions options);
+
+  // Makes the replicas `map` gives this server, with `trainers` counted.
+  void Hold(const ShardMap& map, const std::vector<int>& trainers);
+  // Starts the heartbeats and the watch on the servers' membership.
+  void Watch();
+
+  // --- trainers' requests ---
+  // This server's part of `table` for a request routed by `epoch` to
+  // `shard`, if it is that shard's primary; else why not (Aborted: route
+  // again by the current map).
+  absl::StatusOr<std::shared_ptr<Shard>> RouteToPrimary(const std::string& table, int64_t epoch,
+                                                        int64_t shard);
+  // Completes when this primary of `shard` holds a lease: every backup
+  // answered within the lease; Aborted once it is no longer primary.
+  Future<std::monostate> Leased(int64_t shard);
+  // Sends the changes in `message` to `shard`'s backups; completes when
+  // every backup applied the changes up to `wait`.
+  Future<std::monostate> Replicate(int64_t shard, ReplicateRequest message, int64_t wait);
+  // Who sent the call: its rank and, from the runtime, its incarnation.
+  Sender From(const rpc::CallContext& ctx) const;
+
+  // --- a backup's side ---
+  Future<std::monostate> Follow(const rpc::CallContext& ctx, ReplicateRequest message);
+  // A heartbeat (or a replication message) from the caller as `shard`'s
+  // primary: sets `last` to this replica's last change.
+  absl::Status Heard(const rpc::CallContext& ctx, int64_t epoch, int64_t shard, int64_t base,
+                     bool idle, int64_t* last);
+  absl::StatusOr<std::vector<int64_t>> Digest(const std::string& table, int64_t shard) const;
+  // This replica's last change to `shard`.
+  int64_t LastChange(int64_t shard) const;
+
+  ShardMap Map() const;
+  std::shared_ptr<Shard> PrimaryShard(const std::string& table) const;
+
+  rpc::Runtime* const runtime;
+  const PsOptions options;
+  const std::string self;
+  const absl::Duration lease, heartbeat;
+
+ private:
+  struct RoleChanges;
+  // Takes `next` if it is newer: each replica's role follows it.
+  void Adopt(const ShardMap& next) ABSL_LOCKS_EXCLUDED(mu_);
+  // `r` takes its role in `next`; what is left to do after the lock, to `after`.
+  void TakeRoleLocked(Replica& r, const ShardMap& next, absl::Time now, RoleChanges* after)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads the recorded map (on the pool: a store call).
+  void Refresh();
+  // Takes `server` out of every shard, unless this server no longer holds
+  // any (it would be the one cut off).
+  void Remove(const std::string& server, const std::string& why);
+  // A backup's checks of a message from `caller` as `shard`'s primary at `epoch`.
+  absl::StatusOr<Replica*> FromPrimaryLocked(const std::string& caller, int64_t epoch,
+                                             int64_t shard) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What the primary learns from a backup's answer to a message sent at `sent`.
+  void Answered(int64_t shard, const std::string& backup, absl::Time sent,
+                const absl::Status& answer);
+  void SendHeartbeats(int64_t shard, bool idle = false);
+  void Tick();
+  void ScheduleTick();
+  void ServerFailed(const std::string& server);
+  void TrainerGone(int rank, int64_t incarnation);
+  std::string NameOf(int rank) const;
+
+  mutable Mutex mu_;
+  ShardMap map_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, Replica> replicas_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tessera::ps

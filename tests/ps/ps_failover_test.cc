@@ -1,0 +1,110 @@
+// Replicated parameter-server shards across real processes (Note
+// [Parameter-server replication], ps/ps_server.h): two servers, each the
+// primary of one shard and the backup of the other, two child trainers and
+// the test process pushing a counting table. Replicas hold the same bits;
+// a primary SIGKILLed or paused mid-push is replaced by its backup, the
+// trainers' calls follow it, every acknowledged push is counted once, and a
+// paused primary that wakes is refused by name.
+#include <ATen/ops/arange.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/ones.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "ps/ps_messages.h"
+#include "rpc/internal_service.h"
+#include "tests/ps/ps_world.h"
+
+namespace tessera::testing {
+namespace {
+
+constexpr absl::Duration kTimeout = absl::Seconds(120);
+// The child processes: worker1 and worker2 serve, worker3 and worker4 train.
+constexpr int kWorker1 = 0, kFirstTrainer = 3;
+
+// A key of "counts" that shard 0 holds.
+at::Tensor KeyOfShard0() {
+  ps::TableOptions counts = TestTables()[0];
+  for (int64_t key = 0;; ++key) {
+    at::Tensor keys = at::full({1}, key, at::kLong);
+    if (ps::ShardsOfKeys(counts, 2, keys)->item<int64_t>() == 0) return keys;
+  }
+}
+
+class PsFailoverTest : public PsWorld {};
+
+// Scenario: trainers push to every table, synchronous ones included. Each
+// shard's primary and backup made the same changes, and hold the same bits.
+TEST_F(PsFailoverTest, EveryReplicaOfEveryShardHoldsTheSameBits) {
+  StartPs(2, 2, "count");
+  const at::Tensor keys = at::arange(10, at::kLong);
+  for (int step = 0; step < 5; ++step) {
+    client().Push("dense", keys, at::ones({10, 4})).Get(kTimeout);
+    client().Push("sync", keys, at::ones({10, 2})).Get(kTimeout);
+    client().Push("ssp", keys, at::ones({10, 1})).Get(kTimeout);
+    client().Clock().Get(kTimeout);
+  }
+  ExpectCountsOfEveryPush();
+  for (const ps::TableOptions& table : TestTables()) {
+    for (int64_t shard = 0; shard < 2; ++shard) {
+      const auto digests = Digests(table.name, shard);
+      ASSERT_EQ(digests.size(), 2u);
+      EXPECT_GT(digests[0][0], 0) << "no change made";
+      EXPECT_EQ(digests[0][0], digests[1][0]) << table.name << " shard " << shard << ": changes";
+      EXPECT_EQ(digests[0][1], digests[1][1]) << table.name << " shard " << shard << ": digests";
+      EXPECT_EQ(digests[0][2], digests[1][2]) << table.name << " shard " << shard << ": rows";
+    }
+  }
+}
+
+// Scenario: shard 0's primary is SIGKILLed while the trainers push. Its
+// backup takes over; the trainers' calls in flight go to it; every push
+// made is counted once, and no trainer failed.
+TEST_F(PsFailoverTest, AKilledPrimaryLosesNoAcknowledgedPushAndAppliesNoneTwice) {
+  expect_clean_exit_ = false;
+  StartPs(2, 2, "count");
+  AwaitRound(kFirstTrainer, 10);
+  children_[kWorker1]->Kill();
+  ASSERT_NE(children_[kWorker1]->Wait(kTimeout), -1);
+  ExpectCountsOfEveryPush(/*sent_again=*/true);
+  const ps::ShardMap map = client().shard_map();
+  EXPECT_EQ(map.replicas[0], std::vector<std::string>{"worker2"}) << map.Encode();
+  EXPECT_EQ(map.replicas[1], std::vector<std::string>{"worker2"}) << map.Encode();
+}
+
+// Scenario: shard 0's primary is paused (SIGSTOP) past the failure timeout
+// while the trainers push, and continued once its backup took over. The
+// trainers never notice but as time; the woken primary refuses to serve
+// as shard 0's primary, naming itself, the epoch and the new primary.
+TEST_F(PsFailoverTest, APausedPrimaryIsReplacedAndFencedWhenItWakes) {
+  expect_clean_exit_ = false;
+  StartPs(2, 2, "count");
+  AwaitRound(kFirstTrainer, 10);
+  const pid_t paused = children_[kWorker1]->pid();
+  ASSERT_EQ(::kill(paused, SIGSTOP), 0);
+  // Served once shard 0 moved: the client follows the shard map.
+  const at::Tensor key = KeyOfShard0();
+  client().Pull("counts", key).Get(kTimeout);
+  const ps::ShardMap map = client().shard_map();
+  ASSERT_EQ(map.primary(0), "worker2") << map.Encode();
+  ASSERT_EQ(::kill(paused, SIGCONT), 0);
+
+  const ps::PullRequest stale{{"counts"}, /*epoch=*/1, /*shard=*/0, {0}, {key}};
+  auto refused =
+      rt().CallAsync("worker1", ps::services::kPull, rpc::EncodeMessage(stale)).Wait(kTimeout);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kAborted) << refused.status();
+  for (const std::string& named : {std::string("parameter server 'worker1'"),
+                                   absl::StrCat("epoch ", map.epoch), std::string("'worker2'")}) {
+    EXPECT_TRUE(absl::StrContains(refused.status().message(), named)) << refused.status();
+  }
+  ExpectCountsOfEveryPush(/*sent_again=*/true);
+}
+
+}  // namespace
+}  // namespace tessera::testing
