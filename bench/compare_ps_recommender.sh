@@ -19,12 +19,8 @@ trap 'rm -rf "$data"' EXIT
 bazel-bin/bench/click_data_writer "$data"
 export TESSERA_JOB_SECRET="bench-$$-$RANDOM"
 program=bazel-bin/examples/ps_recommender/ps_recommender
-# "samples/s AUC" of a job's output: trainers' samples/s summed, trainer0's AUC.
-summary() {
-  awk '/trained [0-9]+ samples in/ { for (i = 1; i <= NF; i++) if ($(i + 1) ~ /^samples\/s/) rate += $i }
-       /test AUC/ && !auc { for (i = 1; i <= NF; i++) if ($i == "AUC") auc = $(i + 1) }
-       END { printf "%.0f samples/s, AUC %s\n", rate, auc }'
-}
+summary_awk="$(pwd)/bench/recommender_summary.awk"
+summary() { awk -f "$summary_awk"; }
 for ((run = 1; run <= RUNS; run++)); do
   for threads in 1 2; do
     echo "run $run, one process, $threads threads: $($program --servers 0 --threads $threads \

@@ -42,19 +42,32 @@ Future<Void> PsServer::State::Replicate(int64_t shard, ReplicateRequest message,
   }
   Future<Void> done = log->Replicated(wait);
   for (const std::string& backup : backups) {
-    const absl::Time sent = absl::Now();
-    std::weak_ptr<State> weak = weak_from_this();
-    runtime
-        ->CallAsync(backup, ReplicateRequest::kService, rpc::EncodeMessage(message),
-                    rpc::CallOptions(options.failure_timeout))
-        .OnReady([weak, shard, backup, sent, log](const absl::StatusOr<c10::IValue>& answer) {
-          auto self = weak.lock();
-          if (!self) return;
-          if (answer.ok() && answer->isInt()) log->Confirm(backup, answer->toInt());
-          self->Answered(shard, backup, sent, answer.status());
-        });
+    SendToBackup(shard, backup, ReplicateRequest::kService, rpc::EncodeMessage(message), log,
+                 /*heartbeat=*/false);
   }
   return done;
+}
+
+void PsServer::State::SendToBackup(int64_t shard, const std::string& backup, const char* service,
+                                   std::vector<c10::IValue> message,
+                                   const std::shared_ptr<OpLog>& log, bool heartbeat) {
+  const absl::Time sent = absl::Now();
+  std::weak_ptr<State> weak = weak_from_this();
+  runtime->CallAsync(backup, service, std::move(message), rpc::CallOptions(options.failure_timeout))
+      .OnReady(
+          [weak, shard, backup, sent, log, heartbeat](const absl::StatusOr<c10::IValue>& answer) {
+            auto self = weak.lock();
+            if (!self) return;
+            // Either answer says how far the backup got.
+            if (answer.ok() && answer->isInt()) log->Confirm(backup, answer->toInt());
+            if (heartbeat) {
+              MutexLock lock(&self->mu_);
+              if (auto it = self->replicas_.find(shard); it != self->replicas_.end()) {
+                it->second.beating.erase(backup);
+              }
+            }
+            self->Answered(shard, backup, sent, answer.status());
+          });
 }
 
 void PsServer::State::SendHeartbeats(int64_t shard, bool idle) {
@@ -73,23 +86,8 @@ void PsServer::State::SendHeartbeats(int64_t shard, bool idle) {
     log = it->second.log;
   }
   for (const std::string& backup : backups) {
-    const absl::Time sent = absl::Now();
-    std::weak_ptr<State> weak = weak_from_this();
-    runtime
-        ->CallAsync(backup, HeartbeatRequest::kService, rpc::EncodeMessage(message),
-                    rpc::CallOptions(options.failure_timeout))
-        .OnReady([weak, shard, backup, sent, log](const absl::StatusOr<c10::IValue>& answer) {
-          auto self = weak.lock();
-          if (!self) return;
-          if (answer.ok() && answer->isInt()) log->Confirm(backup, answer->toInt());
-          {
-            MutexLock lock(&self->mu_);
-            if (auto it = self->replicas_.find(shard); it != self->replicas_.end()) {
-              it->second.beating.erase(backup);
-            }
-          }
-          self->Answered(shard, backup, sent, answer.status());
-        });
+    SendToBackup(shard, backup, HeartbeatRequest::kService, rpc::EncodeMessage(message), log,
+                 /*heartbeat=*/true);
   }
 }
 
@@ -122,10 +120,13 @@ void PsServer::State::Answered(int64_t shard, const std::string& backup, absl::T
       if (auto self = weak.lock()) self->Refresh();
     });
   } else if (remove) {
-    const std::string why =
-        absl::StrCat("did not answer as a backup of shard ", shard, ": ", answer.message());
-    pool->Post([weak, backup, why] {
-      if (auto self = weak.lock()) self->Remove(backup, why);
+    // A backup that diverged on this shard leaves this shard alone; one
+    // that is silent is taken for failed.
+    const bool diverged = answer.code() == absl::StatusCode::kFailedPrecondition;
+    const std::string why = absl::StrCat(diverged ? "diverged" : "did not answer",
+                                         " as a backup of shard ", shard, ": ", answer.message());
+    pool->Post([weak, backup, why, shard, diverged] {
+      if (auto self = weak.lock()) self->Remove(backup, why, diverged ? shard : -1);
     });
   }
 }

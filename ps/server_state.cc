@@ -155,6 +155,9 @@ void PsServer::State::TakeRoleLocked(Replica& r, const ShardMap& next, absl::Tim
   if (role == ReplicaRole::kBackup && (r.role != ReplicaRole::kBackup || r.primary != primary)) {
     r.heard = now;
     r.primary_idle = false;
+  } else if (role == ReplicaRole::kBackup) {
+    // The same primary, other replicas changed: nothing to check again.
+    r.verified_since = next.since[s];
   }
   r.role = role;
   r.since = next.since[s];
@@ -201,7 +204,7 @@ void PsServer::State::Adopt(const ShardMap& next) {
   }
 }
 
-void PsServer::State::Remove(const std::string& server, const std::string& why) {
+void PsServer::State::Remove(const std::string& server, const std::string& why, int64_t shard) {
   const std::string& me = self;
   bool took = false;  // whether this server's change is the one recorded
   auto changed = ChangeShardMap(runtime->store(), options.job,
@@ -209,7 +212,7 @@ void PsServer::State::Remove(const std::string& server, const std::string& why) 
                                   took = false;
                                   for (int64_t s = 0; s < m.shards(); ++s) {
                                     if (!m.HoldsReplica(s, me)) continue;
-                                    std::optional<ShardMap> next = WithoutServer(m, server);
+                                    std::optional<ShardMap> next = WithoutServer(m, server, shard);
                                     took = next.has_value();
                                     return next;
                                   }
@@ -222,7 +225,9 @@ void PsServer::State::Remove(const std::string& server, const std::string& why) 
   }
   if (took) {
     TESSERA_LOG(WARNING) << "parameter server '" << self << "': '" << server << "' " << why
-                         << "; shard map epoch " << changed->epoch << " holds it nowhere";
+                         << "; shard map epoch " << changed->epoch << " holds it in "
+                         << (shard < 0 ? std::string("no shard")
+                                       : absl::StrCat("no shard ", shard));
   }
   Adopt(*changed);
 }

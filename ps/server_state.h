@@ -88,9 +88,9 @@ struct PsServer::State : std::enable_shared_from_this<PsServer::State> {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads the recorded map (on the pool: a store call).
   void Refresh();
-  // Takes `server` out of every shard, unless this server no longer holds
-  // any (it would be the one cut off).
-  void Remove(const std::string& server, const std::string& why);
+  // Takes `server` out of every shard (or of `shard` alone), unless this
+  // server no longer holds any (it would be the one cut off).
+  void Remove(const std::string& server, const std::string& why, int64_t shard = -1);
   // A backup's checks of a message from `caller` as `shard`'s primary at `epoch`.
   absl::StatusOr<Replica*> FromPrimaryLocked(const std::string& caller, int64_t epoch,
                                              int64_t shard) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -98,6 +98,11 @@ struct PsServer::State : std::enable_shared_from_this<PsServer::State> {
   void Answered(int64_t shard, const std::string& backup, absl::Time sent,
                 const absl::Status& answer);
   void SendHeartbeats(int64_t shard, bool idle = false);
+  // Sends `message` as `service` to `backup` of `shard`; its answer
+  // confirms the changes the backup made (`log`) and goes to Answered.
+  void SendToBackup(int64_t shard, const std::string& backup, const char* service,
+                    std::vector<c10::IValue> message, const std::shared_ptr<OpLog>& log,
+                    bool heartbeat);
   void Tick();
   void ScheduleTick();
   void ServerFailed(const std::string& server);

@@ -101,11 +101,13 @@ ShardMap InitialShardMap(const std::vector<std::string>& servers,
   return map;
 }
 
-std::optional<ShardMap> WithoutServer(const ShardMap& map, const std::string& server) {
+std::optional<ShardMap> WithoutServer(const ShardMap& map, const std::string& server,
+                                      int64_t shard) {
   ShardMap next = map;
   ++next.epoch;
   bool held = false;
   for (int64_t s = 0; s < next.shards(); ++s) {
+    if (shard >= 0 && s != shard) continue;
     auto& replicas = next.replicas[s];
     auto it = std::find(replicas.begin(), replicas.end(), server);
     if (it == replicas.end()) continue;

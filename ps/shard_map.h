@@ -62,7 +62,9 @@ ShardMap InitialShardMap(const std::vector<std::string>& servers,
                          const std::vector<std::string>& hosts, int backups);
 // `map` without `server` in any shard (a shard it was primary of has its
 // first backup as primary), at the next epoch; nullopt if it held nothing.
-std::optional<ShardMap> WithoutServer(const ShardMap& map, const std::string& server);
+// With `shard` >= 0, without it in that shard alone.
+std::optional<ShardMap> WithoutServer(const ShardMap& map, const std::string& server,
+                                      int64_t shard = -1);
 
 // The rows [first, second) of a dense table's shard.
 std::pair<int64_t, int64_t> DenseRange(int64_t rows, int64_t shards, int64_t shard);
