@@ -132,6 +132,9 @@ void PsServer::State::TakeRoleLocked(Replica& r, const ShardMap& next, absl::Tim
     backups.assign(next.replicas[s].begin() + 1, next.replicas[s].end());
   }
   if (r.role == ReplicaRole::kPrimary && role != ReplicaRole::kPrimary) {
+    TESSERA_LOG(WARNING) << "parameter server '" << self << "' is no longer the primary of shard "
+                         << s << ": shard map epoch " << next.epoch << " made '" << primary
+                         << "' its primary";
     after->deposed.push_back(
         {r.log, std::move(r.lease_waits),
          absl::AbortedError(
