@@ -107,6 +107,7 @@ int Run(const TrainingFlags& flags) {
   const bool server = options.rank < servers;
   options.name =
       server ? absl::StrCat("ps", options.rank) : absl::StrCat("trainer", options.rank - servers);
+  if (server) options.role = "server";  // for tessera-run --elastic_roles server
   auto worker = Worker::Start(options);
   std::vector<at::Tensor> params = InitCnn(flags.seed);
   ps::PsOptions ps_options;
