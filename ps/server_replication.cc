@@ -23,6 +23,13 @@ bool RouteAgain(const absl::Status& status) {
          status.code() == absl::StatusCode::kPermissionDenied;
 }
 
+// Whether a backup's answer is no answer: it, or the way to it, failed.
+bool Silent(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable ||
+         status.code() == absl::StatusCode::kDeadlineExceeded ||
+         status.code() == absl::StatusCode::kCancelled;
+}
+
 }  // namespace
 
 Future<Void> PsServer::State::Replicate(int64_t shard, ReplicateRequest message, int64_t wait) {
@@ -105,9 +112,9 @@ void PsServer::State::Answered(int64_t shard, const std::string& backup, absl::T
       answered = std::max(answered, sent);
       if (absl::Now() < r.LeaseEnd(lease)) leased.swap(r.lease_waits);
     } else if (!RouteAgain(answer)) {
-      // Diverged (FailedPrecondition), or silent past the failure timeout.
-      remove = answer.code() == absl::StatusCode::kFailedPrecondition ||
-               absl::Now() - answered > options.failure_timeout;
+      // Silent past the failure timeout, or any refusal but a routing one:
+      // a backup that did not take a change its primary made diverged.
+      remove = !Silent(answer) || absl::Now() - answered > options.failure_timeout;
     }
   }
   ReleaseLeaseWaits(leased, absl::OkStatus());
@@ -122,7 +129,7 @@ void PsServer::State::Answered(int64_t shard, const std::string& backup, absl::T
   } else if (remove) {
     // A backup that diverged on this shard leaves this shard alone; one
     // that is silent is taken for failed.
-    const bool diverged = answer.code() == absl::StatusCode::kFailedPrecondition;
+    const bool diverged = !Silent(answer);
     const std::string why = absl::StrCat(diverged ? "diverged" : "did not answer",
                                          " as a backup of shard ", shard, ": ", answer.message());
     pool->Post([weak, backup, why, shard, diverged] {

@@ -248,9 +248,10 @@ absl::Status Shard::Replay(const ShardOp& op) {
   int64_t start = 0;
   auto made = MakeLocked(op, &start, &ready);
   if (!made.ok()) {
-    return absl::InternalError(absl::StrCat(
+    // The primary made it, from the same state: this replica diverged.
+    return absl::FailedPreconditionError(absl::StrCat(
         "table '", table_.name, "' shard ", index_,
-        ": a backup could not repeat its primary's change: ", made.status().message()));
+        ": a backup could not repeat its primary's change (diverged): ", made.status().message()));
   }
   return absl::OkStatus();
 }
