@@ -1,9 +1,10 @@
 // Replica: this server's copy of one shard — every table's part of it, the
 // numbering of their changes — and what it knows of its role in the shard
 // map (Note [Parameter-server replication], ps/ps_server.h). Plain state:
-// its server (ps/ps_server.cc) guards it and acts on it.
+// its server (PsServer::State, ps/server_state.h) guards it and acts on it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
