@@ -119,7 +119,7 @@ void PsServer::State::Answered(int64_t shard, const std::string& backup, absl::T
   }
   ReleaseLeaseWaits(leased, absl::OkStatus());
   if (answer.ok()) return;
-  ThreadPool* pool = runtime->live_executor();
+  ThreadPool* pool = runtime->closing() ? nullptr : runtime->live_executor();
   if (pool == nullptr) return;
   std::weak_ptr<State> weak = weak_from_this();
   if (RouteAgain(answer)) {
@@ -249,7 +249,7 @@ int64_t PsServer::State::LastChange(int64_t shard) const {
 }
 
 void PsServer::State::Tick() {
-  if (runtime->live_executor() == nullptr) return;
+  if (runtime->closing() || runtime->live_executor() == nullptr) return;
   Refresh();
   std::vector<std::pair<int64_t, bool>> heartbeats;     // shard, idle
   std::vector<std::pair<std::string, int64_t>> silent;  // primary, shard
@@ -281,7 +281,8 @@ void PsServer::State::ScheduleTick() {
   runtime->timer().Schedule(absl::Now() + heartbeat, [weak] {
     auto self = weak.lock();
     if (!self) return;
-    if (ThreadPool* pool = self->runtime->live_executor()) pool->Post([self] { self->Tick(); });
+    if (ThreadPool* pool = (self->runtime->closing() ? nullptr : self->runtime->live_executor()))
+      pool->Post([self] { self->Tick(); });
   });
 }
 
@@ -307,7 +308,7 @@ void PsServer::State::ServerFailed(const std::string& server) {
   runtime->timer().Schedule(when, [weak, server] {
     auto self = weak.lock();
     if (!self) return;
-    if (ThreadPool* pool = self->runtime->live_executor()) {
+    if (ThreadPool* pool = (self->runtime->closing() ? nullptr : self->runtime->live_executor())) {
       pool->Post([self, server] { self->Remove(server, "failed (its connection broke)"); });
     }
   });
