@@ -250,7 +250,7 @@ std::shared_ptr<Shard> PsServer::shard(const std::string& table) const {
   return state_->PrimaryShard(table);
 }
 
-int64_t PsServer::epoch() const { return state_->Map().epoch; }
+int64_t PsServer::epoch() const { return state_->Epoch(); }
 
 ShardMap PsServer::shard_map() const { return state_->Map(); }
 

@@ -159,7 +159,7 @@ absl::StatusOr<Replica*> PsServer::State::FromPrimaryLocked(const std::string& c
 
 absl::Status PsServer::State::Heard(const rpc::CallContext& ctx, int64_t epoch, int64_t shard,
                                     int64_t base, bool idle, int64_t* last) {
-  if (epoch > Map().epoch) Refresh();
+  if (epoch > Epoch()) Refresh();
   MutexLock lock(&mu_);
   auto r = FromPrimaryLocked(NameOf(ctx.caller_rank), epoch, shard);
   if (!r.ok()) return r.status();

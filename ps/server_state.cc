@@ -73,6 +73,11 @@ void PsServer::State::Hold(const ShardMap& map, const std::vector<int>& trainers
   }
 }
 
+int64_t PsServer::State::Epoch() const {
+  MutexLock lock(&mu_);
+  return map_.epoch;
+}
+
 ShardMap PsServer::State::Map() const {
   MutexLock lock(&mu_);
   return map_;
@@ -240,7 +245,7 @@ void PsServer::State::Remove(const std::string& server, const std::string& why, 
 absl::StatusOr<std::shared_ptr<Shard>> PsServer::State::RouteToPrimary(const std::string& table,
                                                                        int64_t epoch,
                                                                        int64_t shard) {
-  if (epoch > Map().epoch) Refresh();
+  if (epoch > Epoch()) Refresh();
   MutexLock lock(&mu_);
   if (shard < 0 || shard >= map_.shards()) {
     return absl::InvalidArgumentError(absl::StrCat("parameter server '", self, "': no shard ",

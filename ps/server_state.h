@@ -72,6 +72,8 @@ struct PsServer::State : std::enable_shared_from_this<PsServer::State> {
   int64_t LastChange(int64_t shard) const;
 
   ShardMap Map() const;
+  // The map's epoch, without copying the map (every request asks it).
+  int64_t Epoch() const;
   std::shared_ptr<Shard> PrimaryShard(const std::string& table) const;
 
   rpc::Runtime* const runtime;
