@@ -54,6 +54,20 @@ absl::Status PartsAgree(size_t tables, std::initializer_list<size_t> fields) {
 
 using Void = std::monostate;
 
+// This primary's part of each of `tables` for a request routed by `epoch`
+// to `shard`, or the first reason it has none.
+absl::StatusOr<std::vector<std::shared_ptr<Shard>>> RouteAll(PsServer::State& state,
+                                                             const std::vector<std::string>& tables,
+                                                             int64_t epoch, int64_t shard) {
+  std::vector<std::shared_ptr<Shard>> shards;
+  for (const std::string& table : tables) {
+    auto routed = state.RouteToPrimary(table, epoch, shard);
+    if (!routed.ok()) return routed.status();
+    shards.push_back(*std::move(routed));
+  }
+  return shards;
+}
+
 // Answers `status` once the changes are on every backup: a request is
 // acknowledged only then, whether it succeeded or failed part-way (what it
 // changed before failing is kept, and must be everywhere too).
@@ -94,12 +108,9 @@ void ServeChanges(const std::shared_ptr<PsServer::State>& state) {
         !ok.ok()) {
       return Future<Void>::Ready(ok);
     }
-    std::vector<std::shared_ptr<Shard>> shards;
-    for (const std::string& table : m.tables) {
-      auto shard = state->RouteToPrimary(table, m.epoch, m.shard);
-      if (!shard.ok()) return Future<Void>::Ready(shard.status());
-      shards.push_back(*std::move(shard));
-    }
+    auto routed = RouteAll(*state, m.tables, m.epoch, m.shard);
+    if (!routed.ok()) return Future<Void>::Ready(routed.status());
+    const std::vector<std::shared_ptr<Shard>> shards = *std::move(routed);
     const Sender from = state->From(ctx);
     Changes changes;
     absl::Status status;
@@ -147,12 +158,9 @@ void ServeReads(const std::shared_ptr<PsServer::State>& state) {
     if (auto ok = PartsAgree(m.tables.size(), {m.clocks.size(), m.keys.size()}); !ok.ok()) {
       return Future<Rows>::Ready(ok);
     }
-    std::vector<std::shared_ptr<Shard>> shards;
-    for (const std::string& table : m.tables) {
-      auto shard = state->RouteToPrimary(table, m.epoch, m.shard);
-      if (!shard.ok()) return Future<Rows>::Ready(shard.status());
-      shards.push_back(*std::move(shard));
-    }
+    auto routed = RouteAll(*state, m.tables, m.epoch, m.shard);
+    if (!routed.ok()) return Future<Rows>::Ready(routed.status());
+    const std::vector<std::shared_ptr<Shard>> shards = *std::move(routed);
     // Only a primary whose backups vouch for it now answers (its lease):
     // one that was cut off or paused, and replaced, must not.
     const Sender from = state->From(ctx);
