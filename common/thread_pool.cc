@@ -49,7 +49,9 @@ ThreadPool::ThreadPool(int num_threads, std::string name, int max_threads, absl:
   for (int i = 0; i < num_threads; ++i) StartThread();
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { Shutdown(); }
+
+void ThreadPool::Shutdown() {
   std::vector<std::thread> threads;
   stop_polling_.store(true);
   {

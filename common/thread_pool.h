@@ -14,8 +14,11 @@
 // have been arriving that fast (Note [Pool threads spin, then sleep]).
 //
 // Thread-safety: Post() may be called from any thread, including pool threads.
-// The destructor drains queued work and joins the threads; it must not be
-// called from a pool thread.
+// Shutdown() (and the destructor) drains queued work and joins the threads;
+// it must not be called from a pool thread. A task posted after Shutdown()
+// returned is never run (it is destroyed with the pool), so an owner whose
+// other threads may still post (timers, transports) shuts the pool down
+// first and destroys it only once those threads are gone.
 #pragma once
 
 #include <atomic>
@@ -45,6 +48,8 @@ class ThreadPool final : public Executor, private BlockingObserver {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   void Post(std::function<void()> task) override;
+  // Drains queued work and joins the threads; idempotent.
+  void Shutdown();
 
   // True when called from one of this pool's threads.
   bool InPool() const;
@@ -89,7 +94,7 @@ class ThreadPool final : public Executor, private BlockingObserver {
   int64_t polls_ ABSL_GUARDED_BY(mu_) = 0;
   // tasks_.size(), read without the lock by a polling thread.
   std::atomic<size_t> queued_{0};
-  std::atomic<bool> stop_polling_{false};  // set by the destructor
+  std::atomic<bool> stop_polling_{false};  // set by Shutdown
   // When the pool last ran out of tasks (0: a task arrived since).
   int64_t ran_out_at_ns_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);

@@ -149,13 +149,12 @@ void ShardRouter::Failed(const std::shared_ptr<Routed>& call, uint64_t attempt,
       self->runtime_.timer().Schedule(absl::Now() + self->poll_, [weak, again]() {
         auto self = weak.lock();
         if (!self) return;
-        if (ThreadPool* pool =
-                (self->runtime_.closing() ? nullptr : self->runtime_.live_executor()))
+        if (ThreadPool* pool = self->runtime_.live_executor())
           pool->Post([again] { again(again); });
       });
     }
   };
-  if (ThreadPool* pool = runtime_.closing() ? nullptr : runtime_.live_executor()) {
+  if (ThreadPool* pool = runtime_.live_executor()) {
     pool->Post([check] { check(check); });
   } else {
     call->result.Set(Annotated(status, call->shard, server));
@@ -176,7 +175,7 @@ void ShardRouter::SchedulePoll() {
   runtime_.timer().Schedule(absl::Now() + poll_, [weak] {
     auto self = weak.lock();
     if (!self) return;
-    if (ThreadPool* pool = (self->runtime_.closing() ? nullptr : self->runtime_.live_executor())) {
+    if (ThreadPool* pool = self->runtime_.live_executor()) {
       pool->Post([self] { self->Poll(); });
     } else {
       MutexLock lock(&self->mu_);

@@ -190,7 +190,14 @@ absl::Status Runtime::MeetWorkers() {
   return absl::OkStatus();
 }
 
-Runtime::~Runtime() { TryShutdown(/*graceful=*/false).IgnoreError(); }
+Runtime::~Runtime() {
+  TryShutdown(/*graceful=*/false).IgnoreError();
+  // The threads that may post to the pool go first (the transport's, then
+  // the timer's), and only then the pool they post to.
+  agent_.reset();
+  timer_.reset();
+  pool_.reset();
+}
 
 std::optional<WorkerInfo> Runtime::FindWorker(const std::string& name) const {
   return membership_.Find(name);

@@ -189,9 +189,6 @@ class Runtime : public TypedCalls<Runtime> {
   // The pool while it runs (and drains, at shutdown); null once it is gone:
   // for continuations that may fire after a shutdown (timers, late peers).
   ThreadPool* live_executor() const { return pool(); }
-  // Whether shutdown has begun closing: timer callbacks must post nothing
-  // more to the pool, which is being drained.
-  bool closing() const { return shutting_down_.load(); }
   DeadlineTimer& timer() { return *timer_; }
   store::StoreClient& store() { return *store_client_; }
   const Registry& registry() const { return registry_; }
@@ -302,10 +299,12 @@ class Runtime : public TypedCalls<Runtime> {
   std::unique_ptr<store::StoreClient> store_client_;
   std::unique_ptr<DeadlineTimer> timer_;
   std::unique_ptr<ThreadPool> pool_;  // owner only: read the pool through pool()
-  // pool_.get() from Init until the pool has drained in TryShutdown, then
+  // pool_.get() from Start until the pool has drained in TryShutdown, then
   // null. Pool tasks (handlers, callbacks, membership events) post more work
-  // while the drain runs; pool_ itself is cleared by reset() before the
-  // drain starts, so reading it there is a data race (and a null pool).
+  // while the drain runs. The pool object itself lives until the destructor,
+  // after the timer's and the transport's threads are gone, so one that read
+  // this just before it was cleared still posts to a live pool (its task is
+  // dropped, unrun).
   std::atomic<ThreadPool*> live_pool_{nullptr};
   ThreadPool* pool() const { return live_pool_.load(std::memory_order_acquire); }
   std::unique_ptr<RpcAgent> agent_;

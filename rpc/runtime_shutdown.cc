@@ -125,7 +125,10 @@ absl::Status Runtime::TryShutdown(bool graceful) {
                                        "' shut down before the call completed"));
   }
   PrintMetrics();
-  pool_.reset();  // drains queued callbacks (they may still post), joins threads
+  // Drains queued callbacks (they may still post) and joins the threads. The
+  // pool object lives on until the destructor: a timer callback that read
+  // live_pool_ just before it was cleared may still post to it.
+  if (pool_ != nullptr) pool_->Shutdown();
   live_pool_.store(nullptr, std::memory_order_release);
   for (const auto& extension : extensions_) extension->OnClosed();
   if (store_server_ != nullptr) store_server_->Shutdown();
