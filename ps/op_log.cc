@@ -113,7 +113,7 @@ void OpLog::Drain() {
     Pending next;
     {
       MutexLock lock(&mu_);
-      if (pending_.empty() || pending_.begin()->first != last_ + 1) return;
+      if (held_ || pending_.empty() || pending_.begin()->first != last_ + 1) return;
       next = std::move(pending_.begin()->second);
       pending_.erase(pending_.begin());
       ++last_;  // taken: a repeat of it is answered at once
@@ -137,6 +137,27 @@ void OpLog::Promote(const absl::Status& status) {
     term_ = INT64_MAX;
   }
   Complete(ready);
+}
+
+void OpLog::Hold() {
+  MutexLock lock(&mu_);
+  held_ = true;
+}
+
+void OpLog::StartAt(int64_t lsn) {
+  Ready ready;
+  {
+    MutexLock order(&apply_mu_);
+    MutexLock lock(&mu_);
+    last_ = std::max(last_, lsn);
+    while (!pending_.empty() && pending_.begin()->first <= last_) {
+      ready.emplace_back(std::move(pending_.begin()->second.done), absl::OkStatus());
+      pending_.erase(pending_.begin());
+    }
+    held_ = false;
+  }
+  Complete(ready);
+  Drain();
 }
 
 }  // namespace tessera::ps

@@ -58,6 +58,14 @@ class OpLog {
   // follows no other primary from now on.
   void Promote(const absl::Status& status);
 
+  // --- a new backup (re-replication) ---
+  // Holds back every change from now on until StartAt: changes forwarded
+  // before a snapshot is installed must not be applied to an empty replica.
+  void Hold();
+  // The snapshot installed holds every change up to `lsn`: those waiting
+  // up to it complete at once, the others apply in order from lsn + 1.
+  void StartAt(int64_t lsn);
+
  private:
   struct Pending {
     std::function<absl::Status()> apply;
@@ -78,6 +86,7 @@ class OpLog {
   int64_t last_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status failed_ ABSL_GUARDED_BY(mu_);                       // FailWaits's, until Promote
   int64_t term_ ABSL_GUARDED_BY(mu_) = 0;                          // the newest primary followed
+  bool held_ ABSL_GUARDED_BY(mu_) = false;                         // Hold, until StartAt
   std::map<std::string, int64_t> confirmed_ ABSL_GUARDED_BY(mu_);  // by backup
   std::multimap<int64_t, Promise<std::monostate>> waits_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);  // a backup's, by lsn

@@ -12,6 +12,8 @@
 #include <tuple>
 #include <vector>
 
+#include "ps/shard_snapshot.h"
+
 namespace tessera::ps {
 
 namespace services {
@@ -23,6 +25,8 @@ inline constexpr char kStats[] = "tessera.ps.stats";
 inline constexpr char kReplicate[] = "tessera.ps.replicate";
 inline constexpr char kHeartbeat[] = "tessera.ps.heartbeat";
 inline constexpr char kDigest[] = "tessera.ps.digest";
+inline constexpr char kJoin[] = "tessera.ps.join";
+inline constexpr char kInstall[] = "tessera.ps.install";
 }  // namespace services
 
 // A trainer starts on a shard: answers the clock it starts at.
@@ -145,6 +149,42 @@ struct DigestRequest {
   std::string table;
   int64_t shard = 0;
   auto Fields() { return std::tie(table, shard); }
+};
+
+// A server to `shard`'s primary (re-replication, Note [Parameter-server
+// replication]): make me a backup. The primary sends it every table's
+// snapshot (InstallRequest) and, from before the first, every change it
+// makes; once it holds them all, the primary adds it to the shard map.
+// Answered then.
+struct JoinRequest {
+  static constexpr const char* kService = services::kJoin;
+  static constexpr bool kCarriesUserValues = false;
+  using Response = void;
+  int64_t epoch = 0;
+  int64_t shard = 0;
+  auto Fields() { return std::tie(epoch, shard); }
+};
+
+// A primary to a server joining `shard` (JoinRequest): `table`'s shard as
+// of change `cut` (Shard::Snapshot); `start`, the last change made before
+// the primary began sending the joiner its changes (no table's cut is
+// before it). Answered with the joiner's last change.
+struct InstallRequest {
+  static constexpr const char* kService = services::kInstall;
+  static constexpr bool kCarriesUserValues = false;
+  using Response = int64_t;
+  int64_t epoch = 0;
+  int64_t shard = 0;
+  int64_t start = 0;
+  int64_t cut = 0;
+  std::string table;
+  ShardSnapshot snapshot;
+  auto Fields() {
+    ShardSnapshot& s = snapshot;
+    return std::tie(epoch, shard, start, cut, table, s.keys, s.values, s.optimizer, s.trainers,
+                    s.sequences_above, s.counters, s.aggregates, s.aggregate_pushers,
+                    s.aggregate_keys, s.aggregate_grads);
+  }
 };
 
 }  // namespace tessera::ps

@@ -209,6 +209,11 @@ void ServeReplicas(const std::shared_ptr<PsServer::State>& state) {
         }
         return last;
       });
+  rpc::Serve<JoinRequest>(
+      registry, [state](rpc::CallContext& ctx, JoinRequest m) { return state->AddBackup(ctx, m); });
+  rpc::Serve<InstallRequest>(registry, [state](rpc::CallContext& ctx, InstallRequest m) {
+    return state->Install(ctx, m);
+  });
   rpc::Serve<DigestRequest>(
       registry,
       [state](rpc::CallContext&, DigestRequest m) -> absl::StatusOr<std::vector<int64_t>> {

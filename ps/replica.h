@@ -22,7 +22,9 @@
 
 namespace tessera::ps {
 
-enum class ReplicaRole { kPrimary, kBackup, kNone };
+// kJoining: becoming a backup (JoinRequest, ps/ps_messages.h): it follows
+// the primary's changes but the shard map does not name it yet.
+enum class ReplicaRole { kPrimary, kBackup, kJoining, kNone };
 
 struct Replica {
   using LeaseWaits = std::vector<Promise<std::monostate>>;
@@ -42,6 +44,8 @@ struct Replica {
   // graceful shutdown to agree that nothing is in flight).
   std::map<std::string, absl::Time> answered;
   std::set<std::string> beating;  // backups with a heartbeat in flight
+  // Servers joining as backups: sent every change, waited for by none.
+  std::set<std::string> joining;
   LeaseWaits lease_waits;
   absl::Time busy_until = absl::InfinitePast();
   bool told_idle = true;
@@ -54,6 +58,8 @@ struct Replica {
   absl::Time heard = absl::InfinitePast();
   bool primary_idle = true;
   int64_t verified_since = 0;
+  // As a joiner: the tables installed so far (InstallRequest).
+  std::set<std::string> installed;
 
   // Until when the primary may answer pulls: every backup answered a
   // message sent within `lease` before it. Unbounded without backups.

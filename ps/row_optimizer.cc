@@ -2,11 +2,13 @@
 
 #include <ATen/ops/cat.h>
 #include <ATen/ops/zeros.h>
+#include <c10/util/StringUtil.h>
 
 #include <cmath>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "ps/key_hash.h"
 
 namespace tessera::ps {
@@ -112,6 +114,41 @@ uint64_t RowOptimizer::Digest(uint64_t hash, int64_t rows) const {
     hash = HashBytes(hash, held.data_ptr(), held.numel() * held.element_size());
   }
   return hash;
+}
+
+std::vector<at::Tensor> RowOptimizer::State(int64_t rows) const {
+  std::vector<at::Tensor> state;
+  for (const at::Tensor* held : {&accumulator_, &m_, &v_, &steps_}) {
+    if (held->defined()) state.push_back(held->narrow(0, 0, rows).clone());
+  }
+  return state;
+}
+
+absl::Status RowOptimizer::Restore(const std::vector<at::Tensor>& state, int64_t rows) {
+  size_t next = 0;
+  for (at::Tensor* held : {&accumulator_, &m_, &v_, &steps_}) {
+    if (!held->defined()) continue;
+    if (next == state.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("an optimizer state of ", state.size(), " tensors: too few"));
+    }
+    const at::Tensor& from = state[next++];
+    std::vector<int64_t> shape = held->sizes().vec();
+    shape[0] = rows;
+    if (!from.defined() || from.scalar_type() != held->scalar_type() ||
+        from.sizes().vec() != shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer state ", next - 1, " is ", from.defined() ? from.toString() : "undefined",
+          " of shape ", from.defined() ? c10::str(from.sizes()) : "none", ", not ",
+          c10::str(at::IntArrayRef(shape)), " of ", c10::toString(held->scalar_type())));
+    }
+    held->narrow(0, 0, rows).copy_(from);
+  }
+  if (next != state.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("an optimizer state of ", state.size(), " tensors, not ", next));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace tessera::ps

@@ -8,7 +8,9 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "ps/table_options.h"
 
 namespace tessera::ps {
@@ -23,6 +25,11 @@ class RowOptimizer {
   void Apply(at::Tensor& values, const at::Tensor& slots, const at::Tensor& grads);
   // `hash` extended by the state of the first `rows` rows.
   uint64_t Digest(uint64_t hash, int64_t rows) const;
+  // A copy of the state of the first `rows` rows (for a snapshot), and back:
+  // Restore sets the first rows' state from State's form (room reserved),
+  // InvalidArgument naming what does not fit.
+  std::vector<at::Tensor> State(int64_t rows) const;
+  absl::Status Restore(const std::vector<at::Tensor>& state, int64_t rows);
 
  private:
   OptimizerOptions options_;

@@ -3,7 +3,9 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
+#include <c10/util/StringUtil.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -141,6 +143,62 @@ uint64_t RowStore::Digest() const {
   uint64_t hash = HashBytes(static_cast<uint64_t>(size_), values_.data_ptr<float>(),
                             size_ * table_.dim * sizeof(float));
   return optimizer_.Digest(hash, size_);
+}
+
+void RowStore::Snapshot(ShardSnapshot* snapshot) const {
+  snapshot->values = Values();
+  snapshot->optimizer = optimizer_.State(size_);
+  if (table_.kind == TableKind::kDense) {
+    snapshot->keys = at::empty({0}, at::kLong);
+    return;
+  }
+  snapshot->keys = at::empty({size_}, at::kLong);
+  int64_t* key_of = snapshot->keys.data_ptr<int64_t>();
+  slot_of_.ForEach([key_of](int64_t key, int64_t slot) { key_of[slot] = key; });
+}
+
+absl::Status RowStore::Restore(const ShardSnapshot& snapshot) {
+  const at::Tensor& values = snapshot.values;
+  const bool dense = table_.kind == TableKind::kDense;
+  const int64_t rows = values.defined() && values.dim() == 2 ? values.size(0) : -1;
+  if (rows < 0 || values.scalar_type() != at::kFloat || values.size(1) != table_.dim ||
+      (dense && rows != size_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a snapshot of table '", table_.name, "' shard ", shard_, " with rows ",
+        values.defined()
+            ? absl::StrCat(c10::str(values.sizes()), " of ", c10::toString(values.scalar_type()))
+            : "undefined",
+        ": expected [", dense ? absl::StrCat(size_) : "n", ", ", table_.dim, "] floats"));
+  }
+  KeySlots slots;
+  if (!dense) {
+    if (auto ok = Check(snapshot.keys); !ok.ok()) return ok;
+    if (snapshot.keys.numel() != rows) {
+      return absl::InvalidArgumentError(absl::StrCat("a snapshot of table '", table_.name,
+                                                     "' with ", snapshot.keys.numel(), " keys for ",
+                                                     rows, " rows"));
+    }
+    slots = KeySlots(rows);
+    const at::Tensor keys = snapshot.keys.contiguous();
+    for (int64_t i = 0; i < rows; ++i) {
+      if (!slots.FindOrAdd(keys.data_ptr<int64_t>()[i], i).second) {
+        return absl::InvalidArgumentError(absl::StrCat("a snapshot of table '", table_.name,
+                                                       "' holds key ", keys.data_ptr<int64_t>()[i],
+                                                       " twice"));
+      }
+    }
+    Reserve(std::max<int64_t>(rows, values_.size(0)));
+  }
+  if (auto ok = optimizer_.Restore(snapshot.optimizer, rows); !ok.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a snapshot of table '", table_.name, "' shard ", shard_, ": ", ok.message()));
+  }
+  if (!dense) {
+    slot_of_ = std::move(slots);
+    size_ = rows;
+  }
+  values_.narrow(0, 0, rows).copy_(values);
+  return absl::OkStatus();
 }
 
 }  // namespace tessera::ps

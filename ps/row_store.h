@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "ps/key_slots.h"
 #include "ps/row_optimizer.h"
+#include "ps/shard_snapshot.h"
 #include "ps/table_options.h"
 
 namespace tessera::ps {
@@ -42,6 +43,14 @@ class RowStore {
   at::Tensor Values() const;
   // A hash of the rows held, their order and their optimizer state.
   uint64_t Digest() const;
+  // Copies the rows held, their keys and their optimizer state into
+  // `snapshot` (ps/shard_snapshot.h).
+  void Snapshot(ShardSnapshot* snapshot) const;
+  // Holds `snapshot`'s rows, in its order: on a store that made no row yet
+  // (a new replica). InvalidArgument when they are not this shard's (a key
+  // another shard holds, or twice, a shape or type wrong): the store may
+  // then hold part of them, and its replica is dropped.
+  absl::Status Restore(const ShardSnapshot& snapshot);
 
  private:
   // Whether `key` belongs to this shard.

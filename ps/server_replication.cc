@@ -45,6 +45,11 @@ Future<Void> PsServer::State::Replicate(int64_t shard, ReplicateRequest message,
     message.shard = shard;
     message.base = it->second.base;
     backups = it->second.backups;
+    for (const std::string& joiner : it->second.joining) {
+      if (std::find(backups.begin(), backups.end(), joiner) == backups.end()) {
+        backups.push_back(joiner);
+      }
+    }
     log = it->second.log;
   }
   Future<Void> done = log->Replicated(wait);
@@ -107,6 +112,11 @@ void PsServer::State::Answered(int64_t shard, const std::string& backup, absl::T
     auto it = replicas_.find(shard);
     if (it == replicas_.end() || it->second.role != ReplicaRole::kPrimary) return;
     Replica& r = it->second;
+    if (std::find(r.backups.begin(), r.backups.end(), backup) == r.backups.end()) {
+      // A joiner: one that fails no longer joins (AddBackup says so).
+      if (!answer.ok()) r.joining.erase(backup);
+      return;
+    }
     absl::Time& answered = r.answered[backup];
     if (answer.ok()) {
       answered = std::max(answered, sent);
@@ -119,7 +129,7 @@ void PsServer::State::Answered(int64_t shard, const std::string& backup, absl::T
   }
   ReleaseLeaseWaits(leased, absl::OkStatus());
   if (answer.ok()) return;
-  ThreadPool* pool = runtime->closing() ? nullptr : runtime->live_executor();
+  ThreadPool* pool = runtime->live_executor();
   if (pool == nullptr) return;
   std::weak_ptr<State> weak = weak_from_this();
   if (RouteAgain(answer)) {
@@ -141,7 +151,8 @@ void PsServer::State::Answered(int64_t shard, const std::string& backup, absl::T
 absl::StatusOr<Replica*> PsServer::State::FromPrimaryLocked(const std::string& caller,
                                                             int64_t epoch, int64_t shard) {
   auto it = replicas_.find(shard);
-  if (it == replicas_.end() || it->second.role != ReplicaRole::kBackup) {
+  if (it == replicas_.end() ||
+      (it->second.role != ReplicaRole::kBackup && it->second.role != ReplicaRole::kJoining)) {
     return absl::AbortedError(absl::StrCat("parameter server '", self,
                                            "' is not a backup of shard ", shard,
                                            " at shard map epoch ", map_.epoch));
@@ -210,7 +221,7 @@ Future<Void> PsServer::State::Follow(const rpc::CallContext& ctx, ReplicateReque
                  m.keys[i],
                  m.grads[i]};
       std::shared_ptr<Shard> shard = t->second;
-      changes.push_back([shard, op] { return shard->Replay(op); });
+      changes.push_back([shard, op, lsn = m.lsns[i]] { return shard->Replay(op, lsn); });
     }
     log = (*r)->log;
     term = (*r)->since;
@@ -249,7 +260,7 @@ int64_t PsServer::State::LastChange(int64_t shard) const {
 }
 
 void PsServer::State::Tick() {
-  if (runtime->closing() || runtime->live_executor() == nullptr) return;
+  if (runtime->live_executor() == nullptr) return;
   Refresh();
   std::vector<std::pair<int64_t, bool>> heartbeats;     // shard, idle
   std::vector<std::pair<std::string, int64_t>> silent;  // primary, shard
@@ -273,6 +284,7 @@ void PsServer::State::Tick() {
     Remove(primary, absl::StrCat("said nothing as the primary of shard ", shard, " for ",
                                  absl::FormatDuration(options.failure_timeout)));
   }
+  Rejoin();
   ScheduleTick();
 }
 
@@ -281,8 +293,7 @@ void PsServer::State::ScheduleTick() {
   runtime->timer().Schedule(absl::Now() + heartbeat, [weak] {
     auto self = weak.lock();
     if (!self) return;
-    if (ThreadPool* pool = (self->runtime->closing() ? nullptr : self->runtime->live_executor()))
-      pool->Post([self] { self->Tick(); });
+    if (ThreadPool* pool = self->runtime->live_executor()) pool->Post([self] { self->Tick(); });
   });
 }
 
@@ -308,7 +319,7 @@ void PsServer::State::ServerFailed(const std::string& server) {
   runtime->timer().Schedule(when, [weak, server] {
     auto self = weak.lock();
     if (!self) return;
-    if (ThreadPool* pool = (self->runtime->closing() ? nullptr : self->runtime->live_executor())) {
+    if (ThreadPool* pool = self->runtime->live_executor()) {
       pool->Post([self, server] { self->Remove(server, "failed (its connection broke)"); });
     }
   });

@@ -51,7 +51,26 @@ void PsServer::State::Hold(const ShardMap& map, const std::vector<int>& trainers
   map_ = map;
   // A restarted server holds nothing: its shards moved to their backups,
   // or will; it must not take up a role with empty rows.
-  if (runtime->self().incarnation > 0) return;
+  if (runtime->self().incarnation > 0) {
+    // Its name in the map is its last incarnation's: taken out (once that
+    // one's lease, should it live on cut off, has ended), it joins anew.
+    bool named = false;
+    for (int64_t s = 0; s < map.shards(); ++s) named = named || map.HoldsReplica(s, self);
+    if (named) {
+      std::weak_ptr<State> weak = weak_from_this();
+      runtime->timer().Schedule(absl::Now() + lease, [weak] {
+        auto self = weak.lock();
+        ThreadPool* pool = self ? self->runtime->live_executor() : nullptr;
+        if (pool == nullptr) return;
+        pool->Post([self] {
+          self->Remove(self->self,
+                       absl::StrCat("restarted (incarnation ", self->runtime->self().incarnation,
+                                    "), holding nothing"));
+        });
+      });
+    }
+    return;
+  }
   const absl::Time now = absl::Now();
   for (int64_t s = 0; s < map.shards(); ++s) {
     const ReplicaRole role = RoleIn(map, s, self);
@@ -132,6 +151,11 @@ void PsServer::State::TakeRoleLocked(Replica& r, const ShardMap& next, absl::Tim
   const int64_t s = r.index;
   const ReplicaRole role = RoleIn(next, s, self);
   const std::string& primary = next.primary(s);
+  if (r.role == ReplicaRole::kJoining && role == ReplicaRole::kNone) {
+    // Not named until its primary adds it; a new primary never will.
+    if (primary != r.primary) r.role = ReplicaRole::kNone;
+    return;
+  }
   std::vector<std::string> backups;
   if (role != ReplicaRole::kNone) {
     backups.assign(next.replicas[s].begin() + 1, next.replicas[s].end());
@@ -172,6 +196,8 @@ void PsServer::State::TakeRoleLocked(Replica& r, const ShardMap& next, absl::Tim
   r.primary = primary;
   r.backups = std::move(backups);
   if (role == ReplicaRole::kPrimary) {
+    // A backup just added answered its primary (it installed the shard).
+    for (const std::string& backup : r.backups) r.answered.try_emplace(backup, now);
     after->primaries.emplace_back(r.log, r.backups);
     if (now < r.LeaseEnd(lease)) {
       for (auto& wait : r.lease_waits) after->leased.push_back(std::move(wait));

@@ -3,7 +3,8 @@
 // the backups, heartbeats and leases, failover (Note [Parameter-server
 // replication], ps/ps_server.h). The services (ps/ps_server.cc) call it.
 // Its roles and routing are in ps/server_state.cc; its messages to and
-// from the other replicas in ps/server_replication.cc.
+// from the other replicas in ps/server_replication.cc; servers joining a
+// shard as new backups in ps/server_join.cc.
 //
 // Thread-safety: thread-safe. Store calls (the shard map) are made on the
 // runtime's pool, never under the lock and never on a transport or timer
@@ -71,6 +72,14 @@ struct PsServer::State : std::enable_shared_from_this<PsServer::State> {
   // This replica's last change to `shard`.
   int64_t LastChange(int64_t shard) const;
 
+  // --- re-replication (ps/server_join.cc) ---
+  // As `shard`'s primary: makes the caller a backup of it (JoinRequest);
+  // completes once the shard map names it.
+  Future<std::monostate> AddBackup(const rpc::CallContext& ctx, const JoinRequest& m);
+  // As a joiner: holds one table's snapshot (InstallRequest); answers this
+  // replica's last change.
+  absl::StatusOr<int64_t> Install(const rpc::CallContext& ctx, const InstallRequest& m);
+
   ShardMap Map() const;
   // The map's epoch, without copying the map (every request asks it).
   int64_t Epoch() const;
@@ -108,12 +117,23 @@ struct PsServer::State : std::enable_shared_from_this<PsServer::State> {
   void Tick();
   void ScheduleTick();
   void ServerFailed(const std::string& server);
+  // Drops the replicas the map no longer names this server in, then asks
+  // to join a shard short of backups whose first choice this server is.
+  void Rejoin();
+  std::vector<std::shared_ptr<OpLog>> DropReplicasLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The shard this server should join now, or -1.
+  int64_t ShardToJoinLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The primary's last step of AddBackup: `joiner` holds every table.
+  void RecordBackup(int64_t shard, const std::string& joiner, int64_t last,
+                    Promise<std::monostate> done);
   void TrainerGone(int rank, int64_t incarnation);
   std::string NameOf(int rank) const;
 
   mutable Mutex mu_;
   ShardMap map_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, Replica> replicas_ ABSL_GUARDED_BY(mu_);
+  // No join is asked before then (one failed: it waits a failure timeout).
+  absl::Time join_after_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace tessera::ps

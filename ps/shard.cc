@@ -242,9 +242,10 @@ Logged Shard::TrainerGone(int rank, int64_t incarnation) {
   return logged.ok() ? *logged : Logged{};
 }
 
-absl::Status Shard::Replay(const ShardOp& op) {
+absl::Status Shard::Replay(const ShardOp& op, int64_t lsn) {
   Ready ready;  // none: a backup serves no pulls
   MutexLock lock(&mu_);
+  if (lsn <= restored_through_) return absl::OkStatus();  // in the snapshot
   int64_t start = 0;
   auto made = MakeLocked(op, &start, &ready);
   if (!made.ok()) {

@@ -57,6 +57,7 @@
 #include "common/mutex.h"
 #include "ps/op_log.h"
 #include "ps/row_store.h"
+#include "ps/shard_snapshot.h"
 #include "ps/table_options.h"
 
 namespace tessera::ps {
@@ -119,8 +120,18 @@ class Shard : public std::enable_shared_from_this<Shard> {
   // holds the clocks back (a newer incarnation that said hello already is
   // not touched: the notice of the old one's end may come after it).
   Logged TrainerGone(int rank, int64_t incarnation);
-  // On a backup: makes `op` as the primary made it (OpLog::Follow orders them).
-  absl::Status Replay(const ShardOp& op);
+  // On a backup: makes `op`, change `lsn` of the replica, as the primary
+  // made it (OpLog::Follow orders them); one a snapshot held is skipped.
+  absl::Status Replay(const ShardOp& op, int64_t lsn);
+
+  // A copy of everything this shard holds (ps/shard_snapshot.h), and `cut`:
+  // the last change to its replica (OpLog) when the copy was taken. Every
+  // change of this table numbered up to `cut` is in the copy, none after.
+  ShardSnapshot Snapshot(int64_t* cut) const;
+  // On a new replica, before any change: holds `snapshot`, taken at `cut`,
+  // and Replay skips the changes numbered up to it. InvalidArgument when it
+  // is not a snapshot of this table's shard (the replica is then dropped).
+  absl::Status Restore(const ShardSnapshot& snapshot, int64_t cut);
 
   // A hash of everything the changes made (rows, optimizer state, trainers'
   // clocks and sequences, aggregates): equal on replicas that made the same
@@ -196,6 +207,7 @@ class Shard : public std::enable_shared_from_this<Shard> {
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 0;
   ShardStats stats_ ABSL_GUARDED_BY(mu_);
+  int64_t restored_through_ ABSL_GUARDED_BY(mu_) = 0;  // Restore's cut
 };
 
 }  // namespace tessera::ps

@@ -119,6 +119,18 @@ std::optional<ShardMap> WithoutServer(const ShardMap& map, const std::string& se
   return next;
 }
 
+std::optional<ShardMap> WithBackup(const ShardMap& map, int64_t shard, const std::string& primary,
+                                   const std::string& server, size_t replicas) {
+  if (shard < 0 || shard >= map.shards() || map.primary(shard) != primary ||
+      map.HoldsReplica(shard, server) || map.replicas[shard].size() >= replicas) {
+    return std::nullopt;
+  }
+  ShardMap next = map;
+  ++next.epoch;
+  next.replicas[shard].push_back(server);
+  return next;
+}
+
 std::pair<int64_t, int64_t> DenseRange(int64_t rows, int64_t shards, int64_t shard) {
   return {rows * shard / shards, rows * (shard + 1) / shards};
 }

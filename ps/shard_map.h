@@ -66,6 +66,13 @@ ShardMap InitialShardMap(const std::vector<std::string>& servers,
 std::optional<ShardMap> WithoutServer(const ShardMap& map, const std::string& server,
                                       int64_t shard = -1);
 
+// `map` with `server` a backup of `shard`, at the next epoch (the shard's
+// `since` unchanged: its primary serves on); nullopt unless `primary` is
+// still its primary, `server` holds none of it and it has fewer than
+// `replicas` replicas.
+std::optional<ShardMap> WithBackup(const ShardMap& map, int64_t shard, const std::string& primary,
+                                   const std::string& server, size_t replicas);
+
 // The rows [first, second) of a dense table's shard.
 std::pair<int64_t, int64_t> DenseRange(int64_t rows, int64_t shards, int64_t shard);
 // The shard of each key (int64, 1-D), as an int64 tensor; InvalidArgument for

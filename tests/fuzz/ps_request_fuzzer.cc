@@ -113,7 +113,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
     }
     // A change the shard made, its backup makes too.
-    if (logged.ok() && logged->is_new && !backups[which]->Replay(op).ok()) std::abort();
+    if (logged.ok() && logged->is_new && !backups[which]->Replay(op, logged->lsn).ok())
+      std::abort();
   }
   for (size_t i = 0; i < shards.size(); ++i) {
     if (shards[i]->Digest() != backups[i]->Digest()) std::abort();

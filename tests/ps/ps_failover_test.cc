@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -80,7 +81,8 @@ TEST_F(PsFailoverTest, AKilledPrimaryLosesNoAcknowledgedPushAndAppliesNoneTwice)
 // Scenario: shard 0's primary is paused (SIGSTOP) past the failure timeout
 // while the trainers push, and continued once its backup took over. The
 // trainers never notice but as time; the woken primary refuses to serve
-// as shard 0's primary, naming itself, the epoch and the new primary.
+// as shard 0's primary, naming itself, the epoch and the new primary (and
+// then joins the shards anew as a backup).
 TEST_F(PsFailoverTest, APausedPrimaryIsReplacedAndFencedWhenItWakes) {
   expect_clean_exit_ = false;
   StartPs(2, 2, "count");
@@ -105,11 +107,55 @@ TEST_F(PsFailoverTest, APausedPrimaryIsReplacedAndFencedWhenItWakes) {
       rt().CallAsync("worker1", ps::services::kPull, rpc::EncodeMessage(stale)).Wait(kTimeout);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kAborted) << refused.status();
-  for (const std::string& named : {std::string("parameter server 'worker1'"),
-                                   absl::StrCat("epoch ", map.epoch), std::string("'worker2'")}) {
+  for (const std::string& named :
+       {std::string("parameter server 'worker1'"), std::string("'worker2'")}) {
     EXPECT_TRUE(absl::StrContains(refused.status().message(), named)) << refused.status();
   }
+  // The epoch it names: the map that replaced it, or a later one (woken,
+  // it drops its replicas and may have joined anew as a backup).
+  const std::string message(refused.status().message());
+  const size_t at = message.find("epoch ");
+  ASSERT_NE(at, std::string::npos) << message;
+  EXPECT_GE(std::atoll(message.c_str() + at + 6), map.epoch) << message;
   ExpectCountsOfEveryPush(/*sent_again=*/true);
+  AwaitShardMap([](const ps::ShardMap& m) {
+    return m.HoldsReplica(0, "worker1") && m.HoldsReplica(1, "worker1");
+  });
+  ExpectReplicasAgree();
+}
+
+// Scenario: shard 0's primary is SIGKILLed while the trainers push, and
+// restarted (as its launcher would) once its backup took over. The new
+// incarnation holds nothing; it joins both shards as their backup — a copy
+// of each table, then the changes made meanwhile — while worker0 goes on
+// pushing. Then every replica of every shard holds the same bits, and every
+// push is counted once.
+TEST_F(PsFailoverTest, ARestartedServerJoinsAsABackupWhileTrainersPush) {
+  expect_clean_exit_ = false;
+  StartPs(2, 2, "count");
+  AwaitRound(kFirstTrainer, 10);
+  children_[kWorker1]->Kill();
+  ASSERT_NE(children_[kWorker1]->Wait(kTimeout), -1);
+  AwaitShardMap([](const ps::ShardMap& m) { return m.primary(0) == "worker2"; });
+  RestartServer(1);
+  const at::Tensor keys = at::arange(10, at::kLong);
+  auto rejoined = [](const ps::ShardMap& m) {
+    return m.HoldsReplica(0, "worker1") && m.HoldsReplica(1, "worker1");
+  };
+  int pushes = 0;
+  for (; !rejoined(AwaitShardMap([](const ps::ShardMap&) { return true; })); ++pushes) {
+    ASSERT_TRUE(client().Push("dense", keys, at::ones({10, 4})).Wait(kTimeout).ok());
+    ASSERT_LT(pushes, 100000) << "worker1 never joined";
+  }
+  for (int i = 0; i < 5; ++i) {  // after the join: these reach the new backup as changes
+    ASSERT_TRUE(client().Push("dense", keys, at::ones({10, 4})).Wait(kTimeout).ok());
+  }
+  std::printf("worker0 pushed %d times while worker1 joined\n", pushes);
+  ExpectCountsOfEveryPush(/*sent_again=*/true);
+  const ps::ShardMap map = AwaitShardMap(rejoined);
+  EXPECT_EQ(map.replicas[0], (std::vector<std::string>{"worker2", "worker1"})) << map.Encode();
+  EXPECT_EQ(map.replicas[1], (std::vector<std::string>{"worker2", "worker1"})) << map.Encode();
+  ExpectReplicasAgree();
 }
 
 // Scenario: three servers, two backups a shard; shard 0's primary is

@@ -207,7 +207,7 @@ void PsWorld::AwaitRound(int rank, int round) {
 
 std::vector<std::vector<int64_t>> PsWorld::Digests(const std::string& table, int64_t shard) {
   std::vector<std::vector<int64_t>> digests;
-  const ps::ShardMap map = client().shard_map();
+  const ps::ShardMap map = AwaitShardMap([](const ps::ShardMap&) { return true; });
   for (const std::string& replica : map.replicas[shard]) {
     auto answer = rt().CallAsync(replica, ps::services::kDigest,
                                  rpc::EncodeMessage(ps::DigestRequest{table, shard}))
@@ -223,13 +223,46 @@ void PsWorld::StartPs(int servers, int trainers, const std::string& script,
                       const std::string& counted, int backups) {
   servers_ = servers;
   backups_ = backups;
-  StartWorld(1 + servers + trainers, {{"TESSERA_PS_SERVERS", std::to_string(servers)},
-                                      {"TESSERA_PS_SCRIPT", script},
-                                      {"TESSERA_PS_TRAINERS", counted},
-                                      {"TESSERA_PS_BACKUPS", std::to_string(backups)}});
+  child_env_ = {{"TESSERA_PS_SERVERS", std::to_string(servers)},
+                {"TESSERA_PS_SCRIPT", script},
+                {"TESSERA_PS_TRAINERS", counted},
+                {"TESSERA_PS_BACKUPS", std::to_string(backups)}};
+  StartWorld(1 + servers + trainers, child_env_);
   auto client = ps::PsClient::Connect(rt(), TestPsOptions(servers, counted, backups));
   ASSERT_TRUE(client.ok()) << client.status();
   client_ = *std::move(client);
+}
+
+void PsWorld::RestartServer(int rank) {
+  auto env = WorkerEnv(rank, static_cast<int>(children_.size()) + 1, store_port());
+  for (const auto& [key, value] : child_env_) env[key] = value;
+  env["TESSERA_JOIN"] = "rejoin";
+  children_[rank - 1] = std::make_unique<WorkerProcess>(ChildScenario(), env);
+}
+
+ps::ShardMap PsWorld::AwaitShardMap(const std::function<bool(const ps::ShardMap&)>& done) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  for (;;) {
+    auto map = ps::CurrentShardMap(rt().store(), TestPsOptions().job);
+    EXPECT_TRUE(map.ok()) << map.status();
+    if (!map.ok() || done(*map) || absl::Now() > deadline) return map.ok() ? *map : ps::ShardMap{};
+    absl::SleepFor(absl::Milliseconds(20));  // a poll: the store has no watch
+  }
+}
+
+void PsWorld::ExpectReplicasAgree() {
+  const ps::ShardMap map = AwaitShardMap([](const ps::ShardMap&) { return true; });
+  for (const ps::TableOptions& table : TestTables()) {
+    for (int64_t shard = 0; shard < map.shards(); ++shard) {
+      const auto digests = Digests(table.name, shard);
+      ASSERT_EQ(digests.size(), map.replicas[shard].size());
+      for (const auto& digest : digests) {
+        EXPECT_EQ(digest[0], digests[0][0]) << table.name << " shard " << shard << ": changes";
+        EXPECT_EQ(digest[1], digests[0][1]) << table.name << " shard " << shard << ": digests";
+        EXPECT_EQ(digest[2], digests[0][2]) << table.name << " shard " << shard << ": rows";
+      }
+    }
+  }
 }
 
 }  // namespace tessera::testing

@@ -4,6 +4,8 @@
 // Every process declares TestTables().
 #pragma once
 
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,11 +44,21 @@ class PsWorld : public RpcWorld {
   void ExpectCountsOfEveryPush(bool sent_again = false);
   // Waits until child trainer `rank` running "count" acknowledged `round`.
   void AwaitRound(int rank, int round);
+  // Starts a new incarnation of server `rank` (1..servers), whose last
+  // one exited, as its launcher would.
+  void RestartServer(int rank);
+  // The job's shard map in the store once `done` holds for it (read again
+  // until then, up to the test's timeout).
+  ps::ShardMap AwaitShardMap(const std::function<bool(const ps::ShardMap&)>& done);
+  // Expects every replica of every table's every shard to have made the
+  // same changes and hold the same bits (Digests).
+  void ExpectReplicasAgree();
   // Each replica's {changes made, digest, rows} of `table`'s `shard`
   // (ps::DigestRequest), in the shard map's order.
   std::vector<std::vector<int64_t>> Digests(const std::string& table, int64_t shard);
 
   std::unique_ptr<ps::PsClient> client_;
+  std::map<std::string, std::string> child_env_;
   int servers_ = 0;
   int backups_ = 1;
 };

@@ -1,0 +1,312 @@
+// PsServer::State's re-replication (Note [Parameter-server replication],
+// ps/ps_server.h): a server joins a shard short of backups — copy, catch
+// up, serve — while the shard's primary goes on serving trainers.
+//
+//   joiner                                  primary
+//   JoinRequest ─────────────────────────▶  joining += joiner; start = last change
+//                                           every change from now on is sent to it too
+//                ◀───────────────────────── InstallRequest per table (Snapshot at its cut)
+//   Restore each; once all are held,
+//   follow from start + 1 (skipping, per
+//   table, what its snapshot holds)  ─────▶ the joiner's last change
+//                                           shard map += joiner (compare-and-set)
+//                ◀───────────────────────── JoinRequest answered
+//
+// The joiner's log holds back the changes that arrive before the snapshots
+// (OpLog::Hold); a change numbered after `start` reached it, because the
+// primary reads the joiners under the same lock after numbering it. A
+// table's snapshot holds exactly its changes up to its cut (Shard::Snapshot
+// reads the number under the table's lock, where changes are numbered), so
+// every change is made once on the joiner: in a snapshot or replayed. The
+// primary waits for nobody's confirmation until the map names the joiner;
+// then for its, like any backup's.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "ps/server_state.h"
+#include "rpc/internal_service.h"
+#include "rpc/membership.h"
+
+namespace tessera::ps {
+
+namespace {
+
+using Void = std::monostate;
+
+// A join copies a shard's every row: a 1 GiB shard takes seconds, not the
+// failure timeout, on a loaded machine.
+constexpr absl::Duration kJoinTimeout = absl::Minutes(5);
+
+}  // namespace
+
+// --- the joiner ---
+
+std::vector<std::shared_ptr<OpLog>> PsServer::State::DropReplicasLocked() {
+  std::vector<std::shared_ptr<OpLog>> dropped;
+  for (auto it = replicas_.begin(); it != replicas_.end();) {
+    if (it->second.role != ReplicaRole::kNone) {
+      ++it;
+      continue;
+    }
+    TESSERA_LOG(INFO) << "parameter server '" << self << "' drops its replica of shard "
+                      << it->first << " (shard map epoch " << map_.epoch
+                      << " no longer names it there)";
+    dropped.push_back(it->second.log);
+    it = replicas_.erase(it);
+  }
+  return dropped;
+}
+
+int64_t PsServer::State::ShardToJoinLocked() const {
+  if (absl::Now() < join_after_) return -1;
+  for (const auto& [s, r] : replicas_) {
+    if (r.role == ReplicaRole::kJoining) return -1;  // one at a time
+  }
+  // The servers that may join, as this server sees them: live ones.
+  std::map<std::string, std::string> live;  // name -> host
+  for (const rpc::Member& member : runtime->membership().Members()) {
+    if (member.state == rpc::MemberState::kLive) live[member.info.name] = HostOf(member.info);
+  }
+  const size_t wanted = 1 + static_cast<size_t>(options.backups);
+  const auto& servers = options.servers;
+  for (int64_t s = 0; s < map_.shards(); ++s) {
+    const std::vector<std::string>& replicas = map_.replicas[s];
+    if (replicas.empty() || replicas.size() >= wanted || replicas_.count(s) > 0 ||
+        map_.HoldsReplica(s, self)) {
+      continue;  // lost (a checkpoint's to restore), full, or this server's already
+    }
+    // The first choices: live servers that hold none of it, those on
+    // another host than its primary first, then in order after it.
+    const std::string primary_host = live.count(replicas[0]) ? live[replicas[0]] : "";
+    const size_t first = std::find(servers.begin(), servers.end(), replicas[0]) - servers.begin();
+    std::vector<std::pair<bool, std::string>> choices;  // same host as the primary, name
+    for (size_t i = 1; i <= servers.size(); ++i) {
+      const std::string& server = servers[(first + i) % servers.size()];
+      auto host = live.find(server);
+      if (host == live.end() || map_.HoldsReplica(s, server)) continue;
+      choices.emplace_back(host->second == primary_host, server);
+    }
+    std::stable_sort(choices.begin(), choices.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    const size_t missing = wanted - replicas.size();
+    for (size_t i = 0; i < choices.size() && i < missing; ++i) {
+      if (choices[i].second == self) return s;
+    }
+  }
+  return -1;
+}
+
+void PsServer::State::Rejoin() {
+  std::vector<std::shared_ptr<OpLog>> dropped;
+  JoinRequest request;
+  std::string primary;
+  {
+    MutexLock lock(&mu_);
+    dropped = DropReplicasLocked();
+    const int64_t s = ShardToJoinLocked();
+    if (s >= 0) {
+      Replica& r = replicas_[s];
+      r.index = s;
+      r.role = ReplicaRole::kJoining;
+      r.since = map_.since[s];
+      r.verified_since = r.since;  // its snapshot is the primary's own state
+      r.primary = primary = map_.primary(s);
+      r.log->Hold();
+      for (const TableOptions& table : options.tables) {
+        r.tables[table.name] = std::make_shared<Shard>(table, s, map_.shards(), std::vector<int>{},
+                                                       r.log, &runtime->timer());
+      }
+      request = JoinRequest{map_.epoch, s};
+    }
+  }
+  // What a dropped replica still waited for will never come.
+  for (const auto& log : dropped) log->Promote(absl::AbortedError("the replica was dropped"));
+  if (primary.empty()) return;
+  TESSERA_LOG(INFO) << "parameter server '" << self << "' joins shard " << request.shard
+                    << " as a backup of '" << primary << "' (shard map epoch " << request.epoch
+                    << ")";
+  const absl::Time began = absl::Now();
+  std::weak_ptr<State> weak = weak_from_this();
+  const int64_t shard = request.shard;
+  runtime
+      ->CallAsync(primary, JoinRequest::kService, rpc::EncodeMessage(request),
+                  rpc::CallOptions(kJoinTimeout))
+      .OnReady([weak, shard, primary, began](const absl::StatusOr<c10::IValue>& answer) {
+        auto self = weak.lock();
+        if (!self) return;
+        if (answer.ok()) {
+          TESSERA_LOG(INFO) << "parameter server '" << self->self << "' is a backup of shard "
+                            << shard << " after copying it for "
+                            << absl::FormatDuration(absl::Now() - began);
+        } else {
+          TESSERA_LOG(WARNING) << "parameter server '" << self->self << "' could not join shard "
+                               << shard << " as a backup of '" << primary
+                               << "': " << answer.status();
+          MutexLock lock(&self->mu_);
+          self->join_after_ = absl::Now() + self->options.failure_timeout;
+          if (auto it = self->replicas_.find(shard);
+              it != self->replicas_.end() && it->second.role == ReplicaRole::kJoining) {
+            it->second.role = ReplicaRole::kNone;  // dropped at the next tick
+          }
+        }
+        if (ThreadPool* pool = self->runtime->live_executor()) {
+          pool->Post([self] { self->Refresh(); });
+        }
+      });
+}
+
+absl::StatusOr<int64_t> PsServer::State::Install(const rpc::CallContext& ctx,
+                                                 const InstallRequest& m) {
+  std::shared_ptr<Shard> shard;
+  std::shared_ptr<OpLog> log;
+  {
+    MutexLock lock(&mu_);
+    auto it = replicas_.find(m.shard);
+    const std::string caller = NameOf(ctx.caller_rank);
+    if (it == replicas_.end() || it->second.role != ReplicaRole::kJoining ||
+        it->second.primary != caller) {
+      return absl::AbortedError(absl::StrCat("parameter server '", self, "' is not joining shard ",
+                                             m.shard, " of '", caller, "' (shard map epoch ",
+                                             map_.epoch, ")"));
+    }
+    auto t = it->second.tables.find(m.table);
+    if (t == it->second.tables.end() || it->second.installed.count(m.table) > 0 ||
+        m.cut < m.start) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter server '", self, "': a snapshot of table '", m.table, "' shard ",
+                       m.shard, " at change ", m.cut, " (from ", m.start,
+                       "): no such table, held already, or cut early"));
+    }
+    shard = t->second;
+    log = it->second.log;
+  }
+  // Outside the lock: a large shard takes a while to copy in.
+  if (auto ok = shard->Restore(m.snapshot, m.cut); !ok.ok()) return ok;
+  bool all = false;
+  {
+    MutexLock lock(&mu_);
+    auto it = replicas_.find(m.shard);
+    if (it == replicas_.end() || it->second.log != log) {
+      return absl::AbortedError(
+          absl::StrCat("parameter server '", self, "' stopped joining shard ", m.shard));
+    }
+    it->second.installed.insert(m.table);
+    all = it->second.installed.size() == it->second.tables.size();
+  }
+  if (all) log->StartAt(m.start);
+  return log->last();
+}
+
+// --- the primary ---
+
+Future<Void> PsServer::State::AddBackup(const rpc::CallContext& ctx, const JoinRequest& m) {
+  const std::string joiner = NameOf(ctx.caller_rank);
+  if (std::find(options.servers.begin(), options.servers.end(), joiner) == options.servers.end()) {
+    return Future<Void>::Ready(absl::PermissionDeniedError(
+        absl::StrCat("parameter server '", self, "': '", joiner, "' is not a server of the job")));
+  }
+  InstallRequest base;
+  std::map<std::string, std::shared_ptr<Shard>> tables;
+  {
+    MutexLock lock(&mu_);
+    auto it = replicas_.find(m.shard);
+    if (it == replicas_.end() || it->second.role != ReplicaRole::kPrimary) {
+      return Future<Void>::Ready(absl::AbortedError(
+          absl::StrCat("parameter server '", self, "' is not the primary of shard ", m.shard,
+                       " at shard map epoch ", map_.epoch)));
+    }
+    if (map_.HoldsReplica(m.shard, joiner) ||
+        map_.replicas[m.shard].size() >= 1 + static_cast<size_t>(options.backups)) {
+      return Future<Void>::Ready(absl::FailedPreconditionError(
+          absl::StrCat("parameter server '", self, "': shard ", m.shard, " needs no backup '",
+                       joiner, "' at shard map epoch ", map_.epoch)));
+    }
+    // From here on every change is sent to the joiner too (Replicate).
+    it->second.joining.insert(joiner);
+    base.epoch = map_.epoch;
+    base.shard = m.shard;
+    base.start = it->second.log->last();
+    tables = it->second.tables;
+  }
+  std::vector<Future<c10::IValue>> installs;
+  int64_t bytes = 0;
+  for (const auto& [name, shard] : tables) {
+    InstallRequest install = base;
+    install.table = name;
+    install.snapshot = shard->Snapshot(&install.cut);
+    bytes += install.snapshot.bytes();
+    installs.push_back(runtime->CallAsync(joiner, InstallRequest::kService,
+                                          rpc::EncodeMessage(std::move(install)),
+                                          rpc::CallOptions(kJoinTimeout)));
+  }
+  TESSERA_LOG(INFO) << "parameter server '" << self << "' copies shard " << m.shard << " (" << bytes
+                    << " bytes, from change " << base.start << ") to '" << joiner << "'";
+  Promise<Void> done;
+  Future<Void> joined = done.GetFuture();
+  std::weak_ptr<State> weak = weak_from_this();
+  const int64_t shard = m.shard;
+  WhenAllOk(installs).OnReady(
+      [weak, installs, shard, joiner, done](const absl::StatusOr<bool>& all) mutable {
+        auto self = weak.lock();
+        if (!self) return;
+        int64_t last = 0;
+        for (const auto& install : installs) {
+          auto answer = install.Wait(absl::ZeroDuration());
+          if (answer.ok() && answer->isInt()) last = std::max(last, answer->toInt());
+        }
+        ThreadPool* pool = self->runtime->live_executor();
+        if (!all.ok() || pool == nullptr) {
+          {
+            MutexLock lock(&self->mu_);
+            if (auto it = self->replicas_.find(shard); it != self->replicas_.end()) {
+              it->second.joining.erase(joiner);
+            }
+          }
+          done.Set(all.ok() ? absl::CancelledError("the server is shutting down") : all.status());
+          return;
+        }
+        // The map is changed in the store: on the pool.
+        pool->Post([self, shard, joiner, last, done]() mutable {
+          self->RecordBackup(shard, joiner, last, std::move(done));
+        });
+      });
+  return joined;
+}
+
+void PsServer::State::RecordBackup(int64_t shard, const std::string& joiner, int64_t last,
+                                   Promise<Void> done) {
+  const size_t wanted = 1 + static_cast<size_t>(options.backups);
+  auto changed = ChangeShardMap(runtime->store(), options.job, [&](const ShardMap& m) {
+    return WithBackup(m, shard, self, joiner, wanted);
+  });
+  if (changed.ok()) Adopt(*changed);
+  std::shared_ptr<OpLog> log;
+  {
+    MutexLock lock(&mu_);
+    auto it = replicas_.find(shard);
+    if (it != replicas_.end()) {
+      it->second.joining.erase(joiner);
+      if (it->second.role == ReplicaRole::kPrimary) log = it->second.log;
+    }
+  }
+  if (!changed.ok()) {
+    done.Set(Annotate(changed.status(), absl::StrCat("parameter server '", self, "' adding '",
+                                                     joiner, "' to shard ", shard)));
+    return;
+  }
+  if (log == nullptr || !changed->HoldsReplica(shard, joiner)) {
+    done.Set(absl::AbortedError(absl::StrCat("parameter server '", self, "' could not add '",
+                                             joiner, "' to shard ", shard, ": shard map epoch ",
+                                             changed->epoch, " changed it otherwise")));
+    return;
+  }
+  log->Confirm(joiner, last);  // outside the lock: releases waits
+  TESSERA_LOG(INFO) << "parameter server '" << self << "': '" << joiner << "' is a backup of shard "
+                    << shard << " from shard map epoch " << changed->epoch;
+  done.Set(Void{});
+}
+
+}  // namespace tessera::ps

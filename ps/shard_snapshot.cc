@@ -1,0 +1,122 @@
+// Shard::Snapshot and Shard::Restore: a shard to and from its ShardSnapshot
+// (ps/shard_snapshot.h). Restore checks every count and shape first — a
+// snapshot comes over the network — and names what does not fit.
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "ps/shard.h"
+
+namespace tessera::ps {
+
+ShardSnapshot Shard::Snapshot(int64_t* cut) const {
+  MutexLock lock(&mu_);
+  // Changes are numbered under this lock (Make), so this is exactly the
+  // last one whose effect on this table the copy holds.
+  *cut = log_->last();
+  ShardSnapshot snapshot;
+  rows_.Snapshot(&snapshot);
+  for (const auto& [rank, t] : trainers_) {
+    snapshot.trainers.insert(snapshot.trainers.end(),
+                             {rank, t.incarnation, t.clock, static_cast<int64_t>(t.live),
+                              t.sequences_below, static_cast<int64_t>(t.sequences_above.size())});
+    snapshot.sequences_above.insert(snapshot.sequences_above.end(), t.sequences_above.begin(),
+                                    t.sequences_above.end());
+  }
+  snapshot.counters = {applied_clock_, stats_.pushes_applied, stats_.duplicates};
+  for (const auto& [clock, aggregate] : aggregates_) {
+    snapshot.aggregates.insert(snapshot.aggregates.end(),
+                               {clock, static_cast<int64_t>(aggregate.keys.size()),
+                                static_cast<int64_t>(aggregate.pushers.size())});
+    snapshot.aggregate_pushers.insert(snapshot.aggregate_pushers.end(), aggregate.pushers.begin(),
+                                      aggregate.pushers.end());
+    snapshot.aggregate_keys.insert(snapshot.aggregate_keys.end(), aggregate.keys.begin(),
+                                   aggregate.keys.end());
+    snapshot.aggregate_grads.insert(snapshot.aggregate_grads.end(), aggregate.grads.begin(),
+                                    aggregate.grads.end());
+  }
+  return snapshot;
+}
+
+namespace {
+
+// Takes `n` items from a list of `size` at `*next`; false if there are not so many.
+bool Take(int64_t n, size_t size, size_t* next) {
+  if (n < 0 || static_cast<size_t>(n) > size - *next) return false;
+  *next += static_cast<size_t>(n);
+  return true;
+}
+
+}  // namespace
+
+absl::Status Shard::Restore(const ShardSnapshot& snapshot, int64_t cut) {
+  const std::string what = absl::StrCat("a snapshot of table '", table_.name, "' shard ", index_);
+  auto invalid = [&what](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", why));
+  };
+  constexpr size_t kFields = ShardSnapshot::kTrainerFields;
+  if (snapshot.trainers.size() % kFields != 0 || snapshot.counters.size() != 3 ||
+      snapshot.aggregates.size() % 3 != 0 ||
+      snapshot.aggregate_keys.size() != snapshot.aggregate_grads.size()) {
+    return invalid("its lists' lengths do not fit together");
+  }
+  std::map<int, Trainer> trainers;
+  size_t next = 0;
+  for (size_t i = 0; i < snapshot.trainers.size(); i += kFields) {
+    const int64_t* f = snapshot.trainers.data() + i;
+    Trainer& t = trainers[static_cast<int>(f[0])];
+    t.incarnation = f[1];
+    t.clock = f[2];
+    t.live = f[3] != 0;
+    t.sequences_below = f[4];
+    const size_t first = next;
+    if (!Take(f[5], snapshot.sequences_above.size(), &next)) {
+      return invalid(absl::StrCat("trainer ", f[0], " holds more sequences than it carries"));
+    }
+    t.sequences_above.insert(snapshot.sequences_above.begin() + first,
+                             snapshot.sequences_above.begin() + next);
+  }
+  std::map<int64_t, Aggregate> aggregates;
+  size_t pushes = 0, pushers = 0;
+  for (size_t i = 0; i < snapshot.aggregates.size(); i += 3) {
+    Aggregate& aggregate = aggregates[snapshot.aggregates[i]];
+    const size_t first_push = pushes, first_pusher = pushers;
+    if (!Take(snapshot.aggregates[i + 1], snapshot.aggregate_keys.size(), &pushes) ||
+        !Take(snapshot.aggregates[i + 2], snapshot.aggregate_pushers.size(), &pushers)) {
+      return invalid(absl::StrCat("the aggregate of clock ", snapshot.aggregates[i],
+                                  " holds more than it carries"));
+    }
+    for (size_t p = first_push; p < pushes; ++p) {
+      aggregate.keys.push_back(snapshot.aggregate_keys[p]);
+      aggregate.grads.push_back(snapshot.aggregate_grads[p]);
+    }
+    for (size_t p = first_pusher; p < pushers; ++p) {
+      aggregate.pushers.insert(static_cast<int>(snapshot.aggregate_pushers[p]));
+    }
+  }
+  if (next != snapshot.sequences_above.size() || pushes != snapshot.aggregate_keys.size() ||
+      pushers != snapshot.aggregate_pushers.size()) {
+    return invalid("it carries more than its counts say");
+  }
+  MutexLock lock(&mu_);
+  if (log_->last() != 0 || restored_through_ != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": restored onto a replica that made changes already"));
+  }
+  for (const auto& [clock, aggregate] : aggregates) {
+    for (size_t p = 0; p < aggregate.keys.size(); ++p) {
+      if (auto ok = CheckRows(aggregate.keys[p], aggregate.grads[p]); !ok.ok()) {
+        return invalid(absl::StrCat("the aggregate of clock ", clock, ": ", ok.message()));
+      }
+    }
+  }
+  if (auto ok = rows_.Restore(snapshot); !ok.ok()) return ok;
+  trainers_ = std::move(trainers);
+  aggregates_ = std::move(aggregates);
+  applied_clock_ = snapshot.counters[0];
+  stats_.pushes_applied = snapshot.counters[1];
+  stats_.duplicates = snapshot.counters[2];
+  restored_through_ = cut;
+  return absl::OkStatus();
+}
+
+}  // namespace tessera::ps

@@ -1,0 +1,50 @@
+// ShardSnapshot: everything one table's shard holds — its rows and their
+// optimizer state, its trainers' clocks and the sequences they pushed, the
+// synchronous aggregates not yet applied, its counters — as tensors and
+// integer lists, for a message or a file. A shard restored from it
+// (Shard::Restore) holds the same bits (the same Shard::Digest) as the one
+// it was taken of (Shard::Snapshot).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace tessera::ps {
+
+struct ShardSnapshot {
+  // Sparse: the key of each row, by slot; dense: empty (its range's keys).
+  at::Tensor keys;
+  at::Tensor values;                  // [rows, dim] floats
+  std::vector<at::Tensor> optimizer;  // RowOptimizer::State of the rows
+  // Per trainer: rank, incarnation, clock, live, sequences_below, and how
+  // many of `sequences_above` are its own (theirs follow in trainer order).
+  static constexpr size_t kTrainerFields = 6;
+  std::vector<int64_t> trainers;
+  std::vector<int64_t> sequences_above;
+  // applied_clock, pushes applied, duplicates.
+  std::vector<int64_t> counters;
+  // Per synchronous aggregate: its clock, how many pushes it holds (their
+  // keys and grads follow in `aggregate_keys`, `aggregate_grads`), how many
+  // trainers pushed in it (their ranks follow in `aggregate_pushers`).
+  std::vector<int64_t> aggregates;
+  std::vector<int64_t> aggregate_pushers;
+  std::vector<at::Tensor> aggregate_keys, aggregate_grads;
+
+  // The bytes of its tensors (for logs and measurements).
+  int64_t bytes() const {
+    int64_t n = 0;
+    auto add = [&n](const at::Tensor& t) {
+      if (t.defined()) n += static_cast<int64_t>(t.numel() * t.element_size());
+    };
+    add(keys);
+    add(values);
+    for (const auto* list : {&optimizer, &aggregate_keys, &aggregate_grads}) {
+      for (const at::Tensor& t : *list) add(t);
+    }
+    return n;
+  }
+};
+
+}  // namespace tessera::ps
