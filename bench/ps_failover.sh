@@ -5,6 +5,10 @@
 #    (connections reset: the backup waits out the old primary's lease,
 #    failure_timeout / 5) and SIGSTOP (silence, as a lost machine's: the
 #    backup waits out failure_timeout, 3 s);
+#  - after the SIGKILL, ps0's restart rejoining every shard as a backup
+#    (re-replication: a copy of each shard, then the changes made
+#    meanwhile) while the trainer pushes on; and the same with 2 GiB of
+#    rows (1 GiB a shard) filled in first (FILL_GIB=0 skips it);
 #  - the recommender's training throughput with each shard's 1 backup
 #    against none (examples/ps_recommender, 2 servers + 2 trainers, async
 #    and sync), like with like: same samples, same processes.
@@ -13,6 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-3}
+FILL_GIB=${FILL_GIB:-2}
 bazel build //bench:ps_failover_bench //examples/ps_recommender //launcher:tessera-run >/dev/null 2>&1
 export TESSERA_JOB_SECRET="bench-$$-$RANDOM"
 run=bazel-bin/launcher/tessera-run
@@ -22,8 +27,13 @@ summary() { awk -f "$summary_awk"; }
 for ((r = 1; r <= RUNS; r++)); do
   for fault in kill stop; do
     echo "run $r, $($run --standalone --nproc_per_node 3 --elastic_roles server --max_restarts 1 \
-      bazel-bin/bench/ps_failover_bench --fault $fault 2>&1 | grep -o 'fault .*')"
+      bazel-bin/bench/ps_failover_bench --fault $fault 2>&1 | grep -o 'fault .*\|re-repl.*')"
   done
+  if [[ $FILL_GIB != 0 ]]; then
+    echo "run $r, $($run --standalone --nproc_per_node 3 --elastic_roles server --max_restarts 1 \
+      bazel-bin/bench/ps_failover_bench --fault kill --fill_gib "$FILL_GIB" 2>&1 |
+      grep -o 're-repl.*')"
+  fi
   for mode in async sync; do
     for backups in 0 1; do
       echo "run $r, recommender $mode, $backups backups: $($run --standalone --nproc_per_node 4 \

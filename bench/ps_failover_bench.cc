@@ -8,11 +8,18 @@
 // machine that falls silent: nothing resets, its backup waits out the
 // failure timeout) — and times the gap. Prints:
 //   fault kill: 612.3 ms from the fault to the next push acknowledged (pushes took 0.21 ms)
+// After a SIGKILL, tessera-run restarts ps0, which joins every shard as a
+// backup again (re-replication) while the trainer pushes on; with
+// --fill_gib G the shards first hold G GiB of 64-float rows in all:
+//   re-replicated 2 shards (2 GiB of rows): 5123.4 ms from ps0's restart to
+//   every shard's replicas back; 900 pushes meanwhile, the slowest 310.2 ms
 // bench/ps_failover.sh runs it under tessera-run, ps0 restarted alone.
 //   tessera-run --standalone --nproc_per_node 3 --elastic_roles server
 //     --max_restarts 1 ps_failover_bench --fault kill [--failure_timeout 3]
+#include <ATen/ops/arange.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -28,6 +35,7 @@
 #include "bench/usage.h"
 #include "ps/ps_client.h"
 #include "ps/ps_server.h"
+#include "ps/shard_map.h"
 #include "rpc/init.h"
 
 namespace {
@@ -54,12 +62,64 @@ at::Tensor KeysOnEveryShard(const tessera::ps::TableOptions& table, int64_t shar
   return at::tensor(keys);
 }
 
+double MillisSince(Clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
+}
+
+// Pushes `gib` GiB of zero rows of "rows" (64 floats each) over the shards.
+void Fill(tessera::ps::PsClient& client, double gib) {
+  constexpr int64_t kBatch = 1 << 16;
+  const auto rows = static_cast<int64_t>(gib * (1LL << 30) / (64 * sizeof(float)));
+  const at::Tensor zeros = at::zeros({kBatch, 64});
+  for (int64_t first = 0; first < rows; first += kBatch) {
+    client.Push("rows", at::arange(first, first + kBatch, at::kLong), zeros)
+        .Get(absl::Seconds(120));
+  }
+}
+
+// After a SIGKILL: tessera-run restarts ps0, which joins every shard as a
+// backup again (re-replication) while this trainer goes on pushing. Prints
+// the time from the new incarnation's PsServer start to every shard holding
+// all its replicas, and the slowest push meanwhile (how long training
+// paused for the copy).
+int AwaitRejoined(tessera::rpc::Runtime& runtime, tessera::ps::PsClient& client,
+                  const tessera::ps::PsOptions& options, const at::Tensor& keys,
+                  const at::Tensor& grads) {
+  const size_t replicas = 1 + static_cast<size_t>(options.backups);
+  double slowest_ms = 0;
+  int pushes = 0;
+  for (;;) {
+    const auto pushed = Clock::now();
+    client.Push("counts", keys, grads).Get(absl::Seconds(120));
+    slowest_ms = std::max(slowest_ms, MillisSince(pushed));
+    ++pushes;
+    auto map = tessera::ValueOrThrow(tessera::ps::CurrentShardMap(runtime.store(), options.job));
+    bool full = true;
+    for (const auto& shard : map.replicas) full = full && shard.size() == replicas;
+    if (full) break;
+  }
+  const auto joined_at = absl::Now();
+  const absl::Time started = absl::FromUnixMicros(std::stoll(tessera::ValueOrThrow(
+      runtime.store().Get("bench/failover/restarted/ps0", absl::Seconds(120)))));
+  std::printf(
+      "re-replicated %d shards (%s): %.1f ms from ps0's restart to every shard's replicas "
+      "back; %d pushes meanwhile, the slowest %.1f ms\n",
+      static_cast<int>(options.servers.size()),
+      tessera::ValueOrThrow(runtime.store().Get("bench/failover/filled", absl::Seconds(1))).c_str(),
+      absl::ToDoubleMilliseconds(joined_at - started), pushes, slowest_ms);
+  std::fflush(stdout);
+  return 0;
+}
+
 int Measure(tessera::rpc::Runtime& runtime, const tessera::ps::PsOptions& options,
-            const std::string& fault, int warmup) {
+            const std::string& fault, int warmup, double fill_gib) {
   auto client = tessera::ValueOrThrow(tessera::ps::PsClient::Connect(runtime, options));
   const at::Tensor keys = KeysOnEveryShard(options.tables[0], options.servers.size());
   const at::Tensor grads = at::ones({keys.numel(), 1});
   const absl::Duration timeout = absl::Seconds(120);
+  Fill(*client, fill_gib);
+  tessera::ThrowIfError(
+      runtime.store().Set("bench/failover/filled", absl::StrCat(fill_gib, " GiB of rows")));
   const auto started = Clock::now();
   for (int i = 0; i < warmup; ++i) client->Push("counts", keys, grads).Get(timeout);
   const double push_ms =
@@ -79,7 +139,7 @@ int Measure(tessera::rpc::Runtime& runtime, const tessera::ps::PsOptions& option
       "%.2f ms; shard map epoch %lld)\n",
       fault.c_str(), gap, push_ms, static_cast<long long>(client->shard_map().epoch));
   std::fflush(stdout);
-  return 0;
+  return fault == "kill" ? AwaitRejoined(runtime, *client, options, keys, grads) : 0;
 }
 
 }  // namespace
@@ -87,9 +147,11 @@ int Measure(tessera::rpc::Runtime& runtime, const tessera::ps::PsOptions& option
 constexpr char kUsage[] =
     "usage: tessera-run --standalone --nproc_per_node S+1 --elastic_roles server\n"
     "         --max_restarts 1 ps_failover_bench [--fault kill|stop] [--warmup N]\n"
-    "         [--failure_timeout SECONDS]\n"
+    "         [--failure_timeout SECONDS] [--fill_gib G]\n"
     "The time from ps0's fault (SIGKILL or SIGSTOP) to the next push acknowledged, seen\n"
-    "by a trainer pushing one row to each of S replicated shards; bench/ps_failover.sh.\n";
+    "by a trainer pushing one row to each of S replicated shards; after a SIGKILL, the\n"
+    "time for ps0's restart to rejoin every shard, G GiB of rows filled in first;\n"
+    "bench/ps_failover.sh.\n";
 
 int main(int argc, char** argv) {
   tessera::bench::ExitOnHelp(argc, argv, kUsage);
@@ -109,16 +171,22 @@ int main(int argc, char** argv) {
   ps.job = "bench";
   for (int s = 0; s < servers; ++s) ps.servers.push_back(absl::StrCat("ps", s));
   tessera::ps::TableOptions counts = tessera::ps::TableOptions::Sparse("counts", 1);
-  ps.tables = {counts};
+  ps.tables = {counts, tessera::ps::TableOptions::Sparse("rows", 64)};
   ps.failure_timeout = absl::Seconds(std::atof(Arg(argc, argv, "--failure_timeout", "3")));
   if (server) {
     auto shards = tessera::ValueOrThrow(tessera::ps::PsServer::Start(*runtime, ps));
     tessera::ThrowIfError(runtime->store().Set(absl::StrCat("bench/failover/pid/", options.name),
                                                std::to_string(::getpid())));
+    if (runtime->self().incarnation > 0) {  // restarted: when it began to rejoin
+      tessera::ThrowIfError(
+          runtime->store().Set(absl::StrCat("bench/failover/restarted/", options.name),
+                               std::to_string(absl::ToUnixMicros(absl::Now()))));
+    }
     runtime->Shutdown();
     return 0;
   }
-  const int status = Measure(*runtime, ps, fault, warmup);
+  const int status =
+      Measure(*runtime, ps, fault, warmup, std::atof(Arg(argc, argv, "--fill_gib", "0")));
   runtime->Shutdown();
   return status;
 }

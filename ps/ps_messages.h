@@ -106,7 +106,9 @@ struct StatsRequest {
 // clocks[i], keys[i] and grads[i] (empty tensors for the other kinds).
 // `base`: the last change the primary made before it became primary; a
 // backup whose own last differs diverged from it, and refuses. Answered,
-// once the backup applied them all, with the backup's last change.
+// once the backup applied them all, with the backup's last change. A
+// message sent again is routed anew: `epoch` stays its first field
+// (PsServer::State::SendAgain).
 struct ReplicateRequest {
   static constexpr const char* kService = services::kReplicate;
   static constexpr bool kCarriesUserValues = false;
@@ -165,10 +167,14 @@ struct JoinRequest {
   auto Fields() { return std::tie(epoch, shard); }
 };
 
-// A primary to a server joining `shard` (JoinRequest): `table`'s shard as
-// of change `cut` (Shard::Snapshot); `start`, the last change made before
-// the primary began sending the joiner its changes (no table's cut is
-// before it). Answered with the joiner's last change.
+// A primary to a server joining `shard` (JoinRequest): part of `table`'s
+// shard as of change `cut` (Shard::Snapshot) — its rows from `first_row`
+// (ShardSnapshot::Rows), or, `last`, the rest (ShardSnapshot::WithoutRows);
+// parts of at most 64 MiB, one at a time, so that a large shard neither
+// fills the queue to the joiner nor holds up the changes sent beside it.
+// `start`: the last change made before the primary began sending the
+// joiner its changes (no table's cut is before it). Answered with the
+// joiner's last change.
 struct InstallRequest {
   static constexpr const char* kService = services::kInstall;
   static constexpr bool kCarriesUserValues = false;
@@ -178,11 +184,13 @@ struct InstallRequest {
   int64_t start = 0;
   int64_t cut = 0;
   std::string table;
+  int64_t first_row = 0;
+  bool last = false;
   ShardSnapshot snapshot;
   auto Fields() {
     ShardSnapshot& s = snapshot;
-    return std::tie(epoch, shard, start, cut, table, s.keys, s.values, s.optimizer, s.trainers,
-                    s.sequences_above, s.counters, s.aggregates, s.aggregate_pushers,
+    return std::tie(epoch, shard, start, cut, table, first_row, last, s.keys, s.values, s.optimizer,
+                    s.trainers, s.sequences_above, s.counters, s.aggregates, s.aggregate_pushers,
                     s.aggregate_keys, s.aggregate_grads);
   }
 };

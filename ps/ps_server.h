@@ -59,8 +59,21 @@
 // graceful shutdown needs. With more than one backup, the backup promoted
 // checks with each other backup that they made the same changes (`base`);
 // one that did not is taken out. A shard whose every replica was lost
-// answers Unavailable; a restarted server holds nothing (it does not
-// rejoin as a backup: not built yet).
+// answers Unavailable.
+//
+// Re-replication (ps/server_join.cc): a shard with fewer than 1 + backups
+// replicas is joined by a live server that holds none of it — the first
+// choice, by host and order, of every server's same reckoning — while its
+// primary serves on. The primary notes its last change, sends the joiner
+// every change from then on, then each table's snapshot (ShardSnapshot,
+// taken under the table's lock: exactly its changes up to its own cut);
+// the joiner holds the changes back until it holds every table, then makes
+// those no snapshot holds, in order. Only then does the primary add it to
+// the map (compare-and-set), and from then on wait for it. A restarted
+// server holds nothing: it takes its old name out of the map (after the
+// lease its last incarnation may still hold) and joins anew; a server the
+// map dropped from a shard (a replaced primary that woke, a backup that
+// diverged or was silent) drops its replica and joins anew.
 //
 // Thread-safety: thread-safe.
 #pragma once

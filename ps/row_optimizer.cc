@@ -124,7 +124,8 @@ std::vector<at::Tensor> RowOptimizer::State(int64_t rows) const {
   return state;
 }
 
-absl::Status RowOptimizer::Restore(const std::vector<at::Tensor>& state, int64_t rows) {
+absl::Status RowOptimizer::Restore(const std::vector<at::Tensor>& state, int64_t first,
+                                   int64_t rows) {
   size_t next = 0;
   for (at::Tensor* held : {&accumulator_, &m_, &v_, &steps_}) {
     if (!held->defined()) continue;
@@ -142,7 +143,7 @@ absl::Status RowOptimizer::Restore(const std::vector<at::Tensor>& state, int64_t
           " of shape ", from.defined() ? c10::str(from.sizes()) : "none", ", not ",
           c10::str(at::IntArrayRef(shape)), " of ", c10::toString(held->scalar_type())));
     }
-    held->narrow(0, 0, rows).copy_(from);
+    held->narrow(0, first, rows).copy_(from);
   }
   if (next != state.size()) {
     return absl::InvalidArgumentError(

@@ -26,10 +26,10 @@ class RowOptimizer {
   // `hash` extended by the state of the first `rows` rows.
   uint64_t Digest(uint64_t hash, int64_t rows) const;
   // A copy of the state of the first `rows` rows (for a snapshot), and back:
-  // Restore sets the first rows' state from State's form (room reserved),
-  // InvalidArgument naming what does not fit.
+  // Restore sets rows first..first+rows-1 from State's form (room
+  // reserved), InvalidArgument naming what does not fit.
   std::vector<at::Tensor> State(int64_t rows) const;
-  absl::Status Restore(const std::vector<at::Tensor>& state, int64_t rows);
+  absl::Status Restore(const std::vector<at::Tensor>& state, int64_t first, int64_t rows);
 
  private:
   OptimizerOptions options_;

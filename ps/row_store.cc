@@ -157,47 +157,44 @@ void RowStore::Snapshot(ShardSnapshot* snapshot) const {
   slot_of_.ForEach([key_of](int64_t key, int64_t slot) { key_of[slot] = key; });
 }
 
-absl::Status RowStore::Restore(const ShardSnapshot& snapshot) {
+absl::Status RowStore::Restore(const ShardSnapshot& snapshot, int64_t first_row) {
   const at::Tensor& values = snapshot.values;
   const bool dense = table_.kind == TableKind::kDense;
   const int64_t rows = values.defined() && values.dim() == 2 ? values.size(0) : -1;
-  if (rows < 0 || values.scalar_type() != at::kFloat || values.size(1) != table_.dim ||
-      (dense && rows != size_)) {
+  const std::string what = absl::StrCat("a snapshot of table '", table_.name, "' shard ", shard_);
+  if (rows < 0 || values.scalar_type() != at::kFloat || values.size(1) != table_.dim) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "a snapshot of table '", table_.name, "' shard ", shard_, " with rows ",
+        what, " with rows ",
         values.defined()
             ? absl::StrCat(c10::str(values.sizes()), " of ", c10::toString(values.scalar_type()))
             : "undefined",
-        ": expected [", dense ? absl::StrCat(size_) : "n", ", ", table_.dim, "] floats"));
+        ": expected [n, ", table_.dim, "] floats"));
   }
-  KeySlots slots;
+  if (first_row < 0 || (dense && first_row + rows > size_) || (!dense && first_row != size_)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": rows ", first_row, "..",
+                                                   first_row + rows - 1, " after ", size_,
+                                                   dense ? " of a dense range" : " rows held"));
+  }
   if (!dense) {
     if (auto ok = Check(snapshot.keys); !ok.ok()) return ok;
     if (snapshot.keys.numel() != rows) {
-      return absl::InvalidArgumentError(absl::StrCat("a snapshot of table '", table_.name,
-                                                     "' with ", snapshot.keys.numel(), " keys for ",
-                                                     rows, " rows"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " with ", snapshot.keys.numel(), " keys for ", rows, " rows"));
     }
-    slots = KeySlots(rows);
     const at::Tensor keys = snapshot.keys.contiguous();
+    const int64_t* key = keys.data_ptr<int64_t>();
     for (int64_t i = 0; i < rows; ++i) {
-      if (!slots.FindOrAdd(keys.data_ptr<int64_t>()[i], i).second) {
-        return absl::InvalidArgumentError(absl::StrCat("a snapshot of table '", table_.name,
-                                                       "' holds key ", keys.data_ptr<int64_t>()[i],
-                                                       " twice"));
+      if (!slot_of_.FindOrAdd(key[i], first_row + i).second) {
+        return absl::InvalidArgumentError(absl::StrCat(what, " holds key ", key[i], " twice"));
       }
     }
-    Reserve(std::max<int64_t>(rows, values_.size(0)));
+    Reserve(std::max(first_row + rows, values_.size(0)));
+    size_ = first_row + rows;
   }
-  if (auto ok = optimizer_.Restore(snapshot.optimizer, rows); !ok.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a snapshot of table '", table_.name, "' shard ", shard_, ": ", ok.message()));
+  if (auto ok = optimizer_.Restore(snapshot.optimizer, first_row, rows); !ok.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", ok.message()));
   }
-  if (!dense) {
-    slot_of_ = std::move(slots);
-    size_ = rows;
-  }
-  values_.narrow(0, 0, rows).copy_(values);
+  values_.narrow(0, first_row, rows).copy_(values);
   return absl::OkStatus();
 }
 

@@ -46,11 +46,12 @@ class RowStore {
   // Copies the rows held, their keys and their optimizer state into
   // `snapshot` (ps/shard_snapshot.h).
   void Snapshot(ShardSnapshot* snapshot) const;
-  // Holds `snapshot`'s rows, in its order: on a store that made no row yet
-  // (a new replica). InvalidArgument when they are not this shard's (a key
-  // another shard holds, or twice, a shape or type wrong): the store may
-  // then hold part of them, and its replica is dropped.
-  absl::Status Restore(const ShardSnapshot& snapshot);
+  // Holds `snapshot`'s rows, in its order, as rows first_row.. of the
+  // snapshot they are part of (ShardSnapshot::Rows): on a new replica, the
+  // parts in order. InvalidArgument when they are not this shard's (a key
+  // another shard holds, or twice, a shape or type wrong, a part out of
+  // order): the store may then hold part of them, and its replica is dropped.
+  absl::Status Restore(const ShardSnapshot& snapshot, int64_t first_row);
 
  private:
   // Whether `key` belongs to this shard.

@@ -39,6 +39,60 @@ using Void = std::monostate;
 // A join copies a shard's every row: a 1 GiB shard takes seconds, not the
 // failure timeout, on a loaded machine.
 constexpr absl::Duration kJoinTimeout = absl::Minutes(5);
+// The rows of one InstallRequest: a 1 GiB shard goes in 16 parts.
+constexpr int64_t kPartBytes = 64 << 20;
+
+// Sends a joiner every table's snapshot (taken already), part after part,
+// each once the last was answered; completes with the joiner's last change.
+struct Installer : std::enable_shared_from_this<Installer> {
+  rpc::Runtime* runtime = nullptr;
+  std::string joiner;
+  std::vector<InstallRequest> tables;  // each with its whole snapshot
+  size_t table = 0;
+  int64_t first_row = 0;
+  Promise<int64_t> done;
+
+  Future<int64_t> Send() {
+    Future<int64_t> result = done.GetFuture();
+    Next(0);
+    return result;
+  }
+  void Next(int64_t last) {
+    if (table == tables.size()) {
+      done.Set(last);
+      return;
+    }
+    const InstallRequest& whole = tables[table];
+    const ShardSnapshot& snapshot = whole.snapshot;
+    const int64_t rows = snapshot.rows();
+    const int64_t row_bytes = std::max<int64_t>(1, snapshot.bytes() / std::max<int64_t>(1, rows));
+    InstallRequest part = whole;  // its fields; the snapshot's tensors are shared, not copied
+    part.first_row = first_row;
+    if (first_row < rows) {
+      const int64_t n = std::min(rows - first_row, std::max<int64_t>(1, kPartBytes / row_bytes));
+      part.snapshot = snapshot.Rows(first_row, n);
+      first_row += n;
+    } else {
+      part.snapshot = snapshot.WithoutRows();
+      part.last = true;
+      ++table;
+      first_row = 0;
+    }
+    auto self = shared_from_this();
+    runtime
+        ->CallAsync(joiner, InstallRequest::kService, rpc::EncodeMessage(std::move(part)),
+                    rpc::CallOptions(kJoinTimeout))
+        .OnReady([self](const absl::StatusOr<c10::IValue>& answer) {
+          if (!answer.ok()) {
+            self->done.Set(answer.status());
+          } else if (!answer->isInt()) {
+            self->done.Set(absl::InternalError("a joiner answered an install with no change"));
+          } else {
+            self->Next(answer->toInt());
+          }
+        });
+  }
+};
 
 }  // namespace
 
@@ -184,7 +238,8 @@ absl::StatusOr<int64_t> PsServer::State::Install(const rpc::CallContext& ctx,
     log = it->second.log;
   }
   // Outside the lock: a large shard takes a while to copy in.
-  if (auto ok = shard->Restore(m.snapshot, m.cut); !ok.ok()) return ok;
+  if (auto ok = shard->Restore(m.snapshot, m.first_row, m.last, m.cut); !ok.ok()) return ok;
+  if (!m.last) return log->last();
   bool all = false;
   {
     MutexLock lock(&mu_);
@@ -231,49 +286,42 @@ Future<Void> PsServer::State::AddBackup(const rpc::CallContext& ctx, const JoinR
     base.start = it->second.log->last();
     tables = it->second.tables;
   }
-  std::vector<Future<c10::IValue>> installs;
+  auto sender = std::make_shared<Installer>();
+  sender->runtime = runtime;
+  sender->joiner = joiner;
   int64_t bytes = 0;
   for (const auto& [name, shard] : tables) {
     InstallRequest install = base;
     install.table = name;
     install.snapshot = shard->Snapshot(&install.cut);
     bytes += install.snapshot.bytes();
-    installs.push_back(runtime->CallAsync(joiner, InstallRequest::kService,
-                                          rpc::EncodeMessage(std::move(install)),
-                                          rpc::CallOptions(kJoinTimeout)));
+    sender->tables.push_back(std::move(install));
   }
   TESSERA_LOG(INFO) << "parameter server '" << self << "' copies shard " << m.shard << " (" << bytes
                     << " bytes, from change " << base.start << ") to '" << joiner << "'";
-  Promise<Void> done;
-  Future<Void> joined = done.GetFuture();
   std::weak_ptr<State> weak = weak_from_this();
   const int64_t shard = m.shard;
-  WhenAllOk(installs).OnReady(
-      [weak, installs, shard, joiner, done](const absl::StatusOr<bool>& all) mutable {
-        auto self = weak.lock();
-        if (!self) return;
-        int64_t last = 0;
-        for (const auto& install : installs) {
-          auto answer = install.Wait(absl::ZeroDuration());
-          if (answer.ok() && answer->isInt()) last = std::max(last, answer->toInt());
+  return sender->Send().Then([weak, shard, joiner](const absl::StatusOr<int64_t>& last) {
+    auto self = weak.lock();
+    ThreadPool* pool = self ? self->runtime->live_executor() : nullptr;
+    if (!last.ok() || pool == nullptr) {
+      if (self) {
+        MutexLock lock(&self->mu_);
+        if (auto it = self->replicas_.find(shard); it != self->replicas_.end()) {
+          it->second.joining.erase(joiner);
         }
-        ThreadPool* pool = self->runtime->live_executor();
-        if (!all.ok() || pool == nullptr) {
-          {
-            MutexLock lock(&self->mu_);
-            if (auto it = self->replicas_.find(shard); it != self->replicas_.end()) {
-              it->second.joining.erase(joiner);
-            }
-          }
-          done.Set(all.ok() ? absl::CancelledError("the server is shutting down") : all.status());
-          return;
-        }
-        // The map is changed in the store: on the pool.
-        pool->Post([self, shard, joiner, last, done]() mutable {
-          self->RecordBackup(shard, joiner, last, std::move(done));
-        });
-      });
-  return joined;
+      }
+      return Future<Void>::Ready(last.ok() ? absl::CancelledError("the server is shutting down")
+                                           : last.status());
+    }
+    // The map is changed in the store: on the pool.
+    Promise<Void> done;
+    Future<Void> joined = done.GetFuture();
+    pool->Post([self, shard, joiner, last = *last, done]() mutable {
+      self->RecordBackup(shard, joiner, last, std::move(done));
+    });
+    return joined;
+  });
 }
 
 void PsServer::State::RecordBackup(int64_t shard, const std::string& joiner, int64_t last,

@@ -23,9 +23,11 @@ bool RouteAgain(const absl::Status& status) {
          status.code() == absl::StatusCode::kPermissionDenied;
 }
 
-// Whether a backup's answer is no answer: it, or the way to it, failed.
+// Whether a backup's answer is no answer: it, or the way to it, failed or
+// is slower than the changes (a full queue to it: ResourceExhausted).
 bool Silent(const absl::Status& status) {
   return status.code() == absl::StatusCode::kUnavailable ||
+         status.code() == absl::StatusCode::kResourceExhausted ||
          status.code() == absl::StatusCode::kDeadlineExceeded ||
          status.code() == absl::StatusCode::kCancelled;
 }
@@ -65,21 +67,63 @@ void PsServer::State::SendToBackup(int64_t shard, const std::string& backup, con
                                    const std::shared_ptr<OpLog>& log, bool heartbeat) {
   const absl::Time sent = absl::Now();
   std::weak_ptr<State> weak = weak_from_this();
+  // Changes are kept to be sent again (IValues share their tensors).
+  std::vector<c10::IValue> again = heartbeat ? std::vector<c10::IValue>{} : message;
   runtime->CallAsync(backup, service, std::move(message), rpc::CallOptions(options.failure_timeout))
-      .OnReady(
-          [weak, shard, backup, sent, log, heartbeat](const absl::StatusOr<c10::IValue>& answer) {
-            auto self = weak.lock();
-            if (!self) return;
-            // Either answer says how far the backup got.
-            if (answer.ok() && answer->isInt()) log->Confirm(backup, answer->toInt());
-            if (heartbeat) {
-              MutexLock lock(&self->mu_);
-              if (auto it = self->replicas_.find(shard); it != self->replicas_.end()) {
-                it->second.beating.erase(backup);
-              }
-            }
-            self->Answered(shard, backup, sent, answer.status());
-          });
+      .OnReady([weak, shard, backup, service, sent, log, heartbeat,
+                again](const absl::StatusOr<c10::IValue>& answer) mutable {
+        auto self = weak.lock();
+        if (!self) return;
+        // Either answer says how far the backup got.
+        if (answer.ok() && answer->isInt()) log->Confirm(backup, answer->toInt());
+        if (heartbeat) {
+          MutexLock lock(&self->mu_);
+          if (auto it = self->replicas_.find(shard); it != self->replicas_.end()) {
+            it->second.beating.erase(backup);
+          }
+        }
+        self->Answered(shard, backup, sent, answer.status());
+        if (!heartbeat && Silent(answer.status())) {
+          self->SendAgain(shard, backup, service, std::move(again), log);
+        }
+      });
+}
+
+// A change a backup did not confirm may not have reached it (a queue full,
+// a deadline passed on the way, a connection reset): without it, every
+// later change would wait on the backup for the gap. Sent again, after a
+// heartbeat's pause, until the backup confirms it (a repeat is answered at
+// once: OpLog::Follow) or leaves the shard, or this server stops leading it.
+void PsServer::State::SendAgain(int64_t shard, const std::string& backup, const char* service,
+                                std::vector<c10::IValue> message,
+                                const std::shared_ptr<OpLog>& log) {
+  {
+    MutexLock lock(&mu_);
+    auto it = replicas_.find(shard);
+    if (it == replicas_.end() || it->second.role != ReplicaRole::kPrimary ||
+        it->second.log != log) {
+      return;
+    }
+    const Replica& r = it->second;
+    if (std::find(r.backups.begin(), r.backups.end(), backup) == r.backups.end() &&
+        r.joining.count(backup) == 0) {
+      return;
+    }
+    // Routed by today's map (ReplicateRequest's first field): the backup
+    // turns away an epoch older than its shard's replicas.
+    message[0] = c10::IValue(map_.epoch);
+  }
+  std::weak_ptr<State> weak = weak_from_this();
+  runtime->timer().Schedule(absl::Now() + heartbeat,
+                            [weak, shard, backup, service, message, log]() mutable {
+                              auto self = weak.lock();
+                              ThreadPool* pool = self ? self->runtime->live_executor() : nullptr;
+                              if (pool == nullptr) return;
+                              pool->Post([self, shard, backup, service, message, log]() mutable {
+                                self->SendToBackup(shard, backup, service, std::move(message), log,
+                                                   /*heartbeat=*/false);
+                              });
+                            });
 }
 
 void PsServer::State::SendHeartbeats(int64_t shard, bool idle) {
@@ -113,9 +157,7 @@ void PsServer::State::Answered(int64_t shard, const std::string& backup, absl::T
     if (it == replicas_.end() || it->second.role != ReplicaRole::kPrimary) return;
     Replica& r = it->second;
     if (std::find(r.backups.begin(), r.backups.end(), backup) == r.backups.end()) {
-      // A joiner: one that fails no longer joins (AddBackup says so).
-      if (!answer.ok()) r.joining.erase(backup);
-      return;
+      return;  // a joiner: its install's failure ends its join (AddBackup)
     }
     absl::Time& answered = r.answered[backup];
     if (answer.ok()) {

@@ -114,6 +114,9 @@ struct PsServer::State : std::enable_shared_from_this<PsServer::State> {
   void SendToBackup(int64_t shard, const std::string& backup, const char* service,
                     std::vector<c10::IValue> message, const std::shared_ptr<OpLog>& log,
                     bool heartbeat);
+  // Sends `message`, changes `backup` did not confirm, again.
+  void SendAgain(int64_t shard, const std::string& backup, const char* service,
+                 std::vector<c10::IValue> message, const std::shared_ptr<OpLog>& log);
   void Tick();
   void ScheduleTick();
   void ServerFailed(const std::string& server);

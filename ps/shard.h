@@ -129,9 +129,15 @@ class Shard : public std::enable_shared_from_this<Shard> {
   // change of this table numbered up to `cut` is in the copy, none after.
   ShardSnapshot Snapshot(int64_t* cut) const;
   // On a new replica, before any change: holds `snapshot`, taken at `cut`,
-  // and Replay skips the changes numbered up to it. InvalidArgument when it
-  // is not a snapshot of this table's shard (the replica is then dropped).
-  absl::Status Restore(const ShardSnapshot& snapshot, int64_t cut);
+  // and Replay skips the changes numbered up to it. In parts: each part's
+  // rows go at `first_row` (ShardSnapshot::Rows, in order); the `last`
+  // part carries the rest (ShardSnapshot::WithoutRows) and the cut.
+  // InvalidArgument when it is not a snapshot of this table's shard (the
+  // replica is then dropped).
+  absl::Status Restore(const ShardSnapshot& snapshot, int64_t cut) {
+    return Restore(snapshot, 0, /*last=*/true, cut);
+  }
+  absl::Status Restore(const ShardSnapshot& part, int64_t first_row, bool last, int64_t cut);
 
   // A hash of everything the changes made (rows, optimizer state, trainers'
   // clocks and sequences, aggregates): equal on replicas that made the same

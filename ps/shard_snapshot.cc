@@ -48,13 +48,15 @@ bool Take(int64_t n, size_t size, size_t* next) {
 
 }  // namespace
 
-absl::Status Shard::Restore(const ShardSnapshot& snapshot, int64_t cut) {
+absl::Status Shard::Restore(const ShardSnapshot& snapshot, int64_t first_row, bool last,
+                            int64_t cut) {
   const std::string what = absl::StrCat("a snapshot of table '", table_.name, "' shard ", index_);
   auto invalid = [&what](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", why));
   };
   constexpr size_t kFields = ShardSnapshot::kTrainerFields;
-  if (snapshot.trainers.size() % kFields != 0 || snapshot.counters.size() != 3 ||
+  if (snapshot.trainers.size() % kFields != 0 ||
+      (last ? snapshot.counters.size() != 3 : !snapshot.counters.empty()) ||
       snapshot.aggregates.size() % 3 != 0 ||
       snapshot.aggregate_keys.size() != snapshot.aggregate_grads.size()) {
     return invalid("its lists' lengths do not fit together");
@@ -102,6 +104,8 @@ absl::Status Shard::Restore(const ShardSnapshot& snapshot, int64_t cut) {
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": restored onto a replica that made changes already"));
   }
+  if (auto ok = rows_.Restore(snapshot, first_row); !ok.ok()) return ok;
+  if (!last) return absl::OkStatus();
   for (const auto& [clock, aggregate] : aggregates) {
     for (size_t p = 0; p < aggregate.keys.size(); ++p) {
       if (auto ok = CheckRows(aggregate.keys[p], aggregate.grads[p]); !ok.ok()) {
@@ -109,7 +113,6 @@ absl::Status Shard::Restore(const ShardSnapshot& snapshot, int64_t cut) {
       }
     }
   }
-  if (auto ok = rows_.Restore(snapshot); !ok.ok()) return ok;
   trainers_ = std::move(trainers);
   aggregates_ = std::move(aggregates);
   applied_clock_ = snapshot.counters[0];

@@ -32,6 +32,29 @@ struct ShardSnapshot {
   std::vector<int64_t> aggregate_pushers;
   std::vector<at::Tensor> aggregate_keys, aggregate_grads;
 
+  // Rows [first, first + n) alone (views, no copy), the other lists empty:
+  // a large shard travels in parts (Shard::Restore puts them together).
+  ShardSnapshot Rows(int64_t first, int64_t n) const {
+    ShardSnapshot part;
+    part.keys = keys.numel() > 0 ? keys.narrow(0, first, n) : keys;
+    part.values = values.narrow(0, first, n);
+    for (const at::Tensor& state : optimizer) part.optimizer.push_back(state.narrow(0, first, n));
+    return part;
+  }
+  // The same without rows: what Rows leaves out.
+  ShardSnapshot WithoutRows() const {
+    ShardSnapshot rest = Rows(0, 0);
+    rest.trainers = trainers;
+    rest.sequences_above = sequences_above;
+    rest.counters = counters;
+    rest.aggregates = aggregates;
+    rest.aggregate_pushers = aggregate_pushers;
+    rest.aggregate_keys = aggregate_keys;
+    rest.aggregate_grads = aggregate_grads;
+    return rest;
+  }
+  int64_t rows() const { return values.defined() ? values.size(0) : 0; }
+
   // The bytes of its tensors (for logs and measurements).
   int64_t bytes() const {
     int64_t n = 0;
