@@ -246,6 +246,7 @@ Future<Void> PsServer::State::Follow(const rpc::CallContext& ctx, ReplicateReque
   std::vector<std::function<absl::Status()>> changes;
   std::shared_ptr<OpLog> log;
   int64_t term = 0;
+  bool joining = false;
   {
     MutexLock lock(&mu_);
     auto r = FromPrimaryLocked(NameOf(ctx.caller_rank), m.epoch, m.shard);
@@ -267,11 +268,16 @@ Future<Void> PsServer::State::Follow(const rpc::CallContext& ctx, ReplicateReque
     }
     log = (*r)->log;
     term = (*r)->since;
+    joining = (*r)->role == ReplicaRole::kJoining;
   }
   // Outside the lock (the changes complete futures inline); the log itself
   // refuses them should this replica have been promoted meanwhile.
   std::vector<Future<Void>> applied;
   for (size_t i = 0; i < n; ++i) applied.push_back(log->Follow(term, m.lsns[i], changes[i]));
+  // A joiner holds changes back until it holds the snapshots, and its
+  // primary waits for none of its answers: taken is enough (an open call
+  // per change held would fill its queue during a long copy).
+  if (joining) return Future<Void>::Ready(Void{});
   return WhenAllOk(applied).Then([](const absl::StatusOr<bool>& all) -> absl::StatusOr<Void> {
     if (!all.ok()) return all.status();
     return Void{};
