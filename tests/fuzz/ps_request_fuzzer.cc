@@ -5,7 +5,9 @@
 // dense table, synchronous, bounded and asynchronous; whatever came, a
 // proper request is served after it. Each shard has a backup that replays
 // every change the shard made (Shard::Replay): it must take each, and end
-// with the same digest. (The bytes before the fields — the
+// with the same digest — and a fresh replica restored from its snapshot
+// too. Snapshots of any fields (what a joiner's InstallRequest carries) are
+// refused or restored, never a crash. (The bytes before the fields — the
 // envelope and the values — are codec_fuzzer's.)
 // Input: a sequence of ops, each [op byte][rank byte][pieces...].
 #include <ATen/ops/arange.h>
@@ -63,6 +65,47 @@ std::vector<tessera::ps::TableOptions> Tables() {
   return {sync, bounded, hogwild};
 }
 
+std::shared_ptr<Shard> Fresh(const tessera::ps::TableOptions& table) {
+  return std::make_shared<Shard>(table, 0, 2, std::vector<int>{},
+                                 std::make_shared<tessera::ps::OpLog>(), nullptr);
+}
+
+// A piece as int64s (what is left over a multiple of 8 bytes is dropped).
+std::vector<int64_t> Ints(std::string_view piece) {
+  std::vector<int64_t> ints(piece.size() / sizeof(int64_t));
+  if (!ints.empty()) std::memcpy(ints.data(), piece.data(), ints.size() * sizeof(int64_t));
+  return ints;
+}
+
+// A snapshot as a joiner could be sent one (InstallRequest): any tensors,
+// any counts.
+tessera::ps::ShardSnapshot SnapshotFrom(tessera::fuzz::Pieces& input) {
+  tessera::ps::ShardSnapshot s;
+  s.keys = TensorFrom(input.Next());
+  s.values = TensorFrom(input.Next());
+  const int states = input.Next().size() % 4;
+  for (int i = 0; i < states; ++i) s.optimizer.push_back(TensorFrom(input.Next()));
+  s.trainers = Ints(input.Next());
+  s.sequences_above = Ints(input.Next());
+  s.counters = Ints(input.Next());
+  s.aggregates = Ints(input.Next());
+  s.aggregate_pushers = Ints(input.Next());
+  const int pushes = input.Next().size() % 3;
+  for (int i = 0; i < pushes; ++i) {
+    s.aggregate_keys.push_back(TensorFrom(input.Next()));
+    s.aggregate_grads.push_back(TensorFrom(input.Next()));
+  }
+  return s;
+}
+
+// Restored on a fresh replica, `shard`'s snapshot holds its bits.
+void ExpectSnapshotRoundTrips(const Shard& shard) {
+  int64_t cut = 0;
+  const tessera::ps::ShardSnapshot snapshot = shard.Snapshot(&cut);
+  auto copy = Fresh(shard.table());
+  if (!copy->Restore(snapshot, cut).ok() || copy->Digest() != shard.Digest()) std::abort();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -84,7 +127,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ShardOp op{ShardOp::Kind::kHello, from, 0, 0, {}, {}};
     absl::StatusOr<Logged> logged = Logged{};
     int64_t start = 0;
-    switch ((static_cast<uint8_t>(head[0]) / 3) % 5) {
+    const int kind = (static_cast<uint8_t>(head[0]) / 3) % 6;
+    if (kind == 5) {
+      // A snapshot of a hostile or broken sender: refused, or restored and
+      // then a snapshot like any other.
+      auto joiner = Fresh(shard.table());
+      const bool last = (head[1] & 1) != 0;
+      if (joiner->Restore(SnapshotFrom(input), 0, last, Number(input.Next())).ok()) {
+        ExpectSnapshotRoundTrips(*joiner);
+      }
+      continue;
+    }
+    switch (kind) {
       case 0:
         logged = shard.Hello(from, &start);
         break;
@@ -118,6 +172,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   for (size_t i = 0; i < shards.size(); ++i) {
     if (shards[i]->Digest() != backups[i]->Digest()) std::abort();
+    ExpectSnapshotRoundTrips(*shards[i]);
   }
   // Whatever came, the shards serve a proper request: a new trainer's
   // hello, then a pull at clock 0 (never waits) of keys shard 0 holds.
