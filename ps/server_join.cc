@@ -192,9 +192,10 @@ void PsServer::State::Rejoin() {
         auto self = weak.lock();
         if (!self) return;
         if (answer.ok()) {
-          TESSERA_LOG(INFO) << "parameter server '" << self->self << "' is a backup of shard "
-                            << shard << " after copying it for "
-                            << absl::FormatDuration(absl::Now() - began);
+          // A role taken, as "is the primary of" is: said at WARNING, where users look.
+          TESSERA_LOG(WARNING) << "parameter server '" << self->self << "' is a backup of shard "
+                               << shard << " after copying it for "
+                               << absl::FormatDuration(absl::Now() - began);
         } else {
           TESSERA_LOG(WARNING) << "parameter server '" << self->self << "' could not join shard "
                                << shard << " as a backup of '" << primary
