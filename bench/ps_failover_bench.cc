@@ -12,7 +12,8 @@
 // backup again (re-replication) while the trainer pushes on; with
 // --fill_gib G the shards first hold G GiB of 64-float rows in all:
 //   re-replicated 2 shards (2 GiB of rows): 5123.4 ms from ps0's restart to
-//   every shard's replicas back; 900 pushes meanwhile, the slowest 310.2 ms
+//   every shard's replicas back; 900 steps meanwhile (a push to each
+//   table), the slowest 310.2 ms
 // bench/ps_failover.sh runs it under tessera-run, ps0 restarted alone.
 //   tessera-run --standalone --nproc_per_node 3 --elastic_roles server
 //     --max_restarts 1 ps_failover_bench --fault kill [--failure_timeout 3]
@@ -80,17 +81,22 @@ void Fill(tessera::ps::PsClient& client, double gib) {
 // After a SIGKILL: tessera-run restarts ps0, which joins every shard as a
 // backup again (re-replication) while this trainer goes on pushing. Prints
 // the time from the new incarnation's PsServer start to every shard holding
-// all its replicas, and the slowest push meanwhile (how long training
-// paused for the copy).
+// all its replicas, and the slowest step meanwhile — a push to each table,
+// the one being copied included (how long training paused for the copy).
 int AwaitRejoined(tessera::rpc::Runtime& runtime, tessera::ps::PsClient& client,
                   const tessera::ps::PsOptions& options, const at::Tensor& keys,
                   const at::Tensor& grads) {
   const size_t replicas = 1 + static_cast<size_t>(options.backups);
+  // A row of the table being copied too: its push waits while the shard's
+  // snapshot is taken under the table's lock.
+  const at::Tensor row_keys = KeysOnEveryShard(options.tables[1], options.servers.size());
+  const at::Tensor row_grads = at::zeros({row_keys.numel(), 64});
   double slowest_ms = 0;
   int pushes = 0;
   for (;;) {
     const auto pushed = Clock::now();
     client.Push("counts", keys, grads).Get(absl::Seconds(120));
+    client.Push("rows", row_keys, row_grads).Get(absl::Seconds(120));
     slowest_ms = std::max(slowest_ms, MillisSince(pushed));
     ++pushes;
     auto map = tessera::ValueOrThrow(tessera::ps::CurrentShardMap(runtime.store(), options.job));
@@ -103,7 +109,7 @@ int AwaitRejoined(tessera::rpc::Runtime& runtime, tessera::ps::PsClient& client,
       runtime.store().Get("bench/failover/restarted/ps0", absl::Seconds(120)))));
   std::printf(
       "re-replicated %d shards (%s): %.1f ms from ps0's restart to every shard's replicas "
-      "back; %d pushes meanwhile, the slowest %.1f ms\n",
+      "back; %d steps meanwhile (a push to each table), the slowest %.1f ms\n",
       static_cast<int>(options.servers.size()),
       tessera::ValueOrThrow(runtime.store().Get("bench/failover/filled", absl::Seconds(1))).c_str(),
       absl::ToDoubleMilliseconds(joined_at - started), pushes, slowest_ms);
