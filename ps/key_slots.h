@@ -36,13 +36,6 @@ class KeySlots {
   // The slot of `key`, or -1.
   int64_t Find(int64_t key) const { return entries_[IndexOf(key)].slot; }
   int64_t size() const { return size_; }
-  // Calls fn(key, slot) for every key held, in no particular order.
-  template <typename Fn>
-  void ForEach(Fn fn) const {
-    for (const Entry& entry : entries_) {
-      if (entry.slot >= 0) fn(entry.key, entry.slot);
-    }
-  }
 
  private:
   struct Entry {

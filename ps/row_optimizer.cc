@@ -1,6 +1,7 @@
 #include "ps/row_optimizer.h"
 
 #include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/StringUtil.h>
 
@@ -116,12 +117,22 @@ uint64_t RowOptimizer::Digest(uint64_t hash, int64_t rows) const {
   return hash;
 }
 
-std::vector<at::Tensor> RowOptimizer::State(int64_t rows) const {
+std::vector<at::Tensor> RowOptimizer::EmptyState(int64_t rows) const {
   std::vector<at::Tensor> state;
   for (const at::Tensor* held : {&accumulator_, &m_, &v_, &steps_}) {
-    if (held->defined()) state.push_back(held->narrow(0, 0, rows).clone());
+    if (!held->defined()) continue;
+    std::vector<int64_t> shape = held->sizes().vec();
+    shape[0] = rows;
+    state.push_back(at::empty(shape, held->options()));
   }
   return state;
+}
+
+void RowOptimizer::CopyState(int64_t first, int64_t n, std::vector<at::Tensor>& into) const {
+  size_t next = 0;
+  for (const at::Tensor* held : {&accumulator_, &m_, &v_, &steps_}) {
+    if (held->defined()) into[next++].narrow(0, first, n).copy_(held->narrow(0, first, n));
+  }
 }
 
 absl::Status RowOptimizer::Restore(const std::vector<at::Tensor>& state, int64_t first,

@@ -25,10 +25,11 @@ class RowOptimizer {
   void Apply(at::Tensor& values, const at::Tensor& slots, const at::Tensor& grads);
   // `hash` extended by the state of the first `rows` rows.
   uint64_t Digest(uint64_t hash, int64_t rows) const;
-  // A copy of the state of the first `rows` rows (for a snapshot), and back:
-  // Restore sets rows first..first+rows-1 from State's form (room
-  // reserved), InvalidArgument naming what does not fit.
-  std::vector<at::Tensor> State(int64_t rows) const;
+  // Room for the state of `rows` rows (for a snapshot), and rows
+  // first..first+n-1 of it copied there; Restore sets rows first..first+rows-1
+  // from that form (room reserved), InvalidArgument naming what does not fit.
+  std::vector<at::Tensor> EmptyState(int64_t rows) const;
+  void CopyState(int64_t first, int64_t n, std::vector<at::Tensor>& into) const;
   absl::Status Restore(const std::vector<at::Tensor>& state, int64_t first, int64_t rows);
 
  private:

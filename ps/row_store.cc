@@ -103,6 +103,7 @@ absl::StatusOr<at::Tensor> RowStore::Slots(const at::Tensor& keys) {
     }
     auto [found, made] = slot_of_.FindOrAdd(key[i], size_);
     if (made) {
+      key_of_.push_back(key[i]);
       if (size_ == values_.size(0)) Reserve(2 * size_);
       Initialise(key[i], values_.data_ptr<float>() + size_ * table_.dim);
       ++size_;
@@ -134,6 +135,18 @@ at::Tensor RowStore::Read(const at::Tensor& keys) const {
 }
 
 void RowStore::Apply(const at::Tensor& slots, const at::Tensor& grads) {
+  if (copying_ != nullptr) {
+    // Copy-on-write: a row the snapshot has not copied yet goes first.
+    const at::Tensor contiguous = slots.contiguous();
+    const int64_t* slot = contiguous.data_ptr<int64_t>();
+    for (int64_t i = 0; i < contiguous.numel(); ++i) {
+      const int64_t s = slot[i];
+      if (s >= copy_next_ && s < copy_rows_ && !copied_[s]) {
+        CopyRows(s, 1);
+        copied_[s] = true;
+      }
+    }
+  }
   optimizer_.Apply(values_, slots, grads);
 }
 
@@ -145,16 +158,44 @@ uint64_t RowStore::Digest() const {
   return optimizer_.Digest(hash, size_);
 }
 
-void RowStore::Snapshot(ShardSnapshot* snapshot) const {
-  snapshot->values = Values();
-  snapshot->optimizer = optimizer_.State(size_);
+void RowStore::BeginSnapshot(ShardSnapshot* snapshot) {
+  copying_ = snapshot;
+  copy_rows_ = size_;
+  copy_next_ = 0;
+  copied_.assign(size_, false);
+  snapshot->values = at::empty({size_, table_.dim}, values_.options());
+  snapshot->optimizer = optimizer_.EmptyState(size_);
   if (table_.kind == TableKind::kDense) {
     snapshot->keys = at::empty({0}, at::kLong);
-    return;
+  } else {
+    snapshot->keys = at::empty({size_}, at::kLong);
+    std::memcpy(snapshot->keys.data_ptr<int64_t>(), key_of_.data(), size_ * sizeof(int64_t));
   }
-  snapshot->keys = at::empty({size_}, at::kLong);
-  int64_t* key_of = snapshot->keys.data_ptr<int64_t>();
-  slot_of_.ForEach([key_of](int64_t key, int64_t slot) { key_of[slot] = key; });
+}
+
+bool RowStore::ContinueSnapshot(int64_t rows) {
+  const int64_t end = std::min(copy_rows_, copy_next_ + rows);
+  // Runs of rows not copied yet (a row changed meanwhile was, as it was).
+  for (int64_t first = copy_next_; first < end;) {
+    if (copied_[first]) {
+      ++first;
+      continue;
+    }
+    int64_t last = first;
+    while (last < end && !copied_[last]) ++last;
+    CopyRows(first, last - first);
+    first = last;
+  }
+  copy_next_ = end;
+  if (copy_next_ < copy_rows_) return false;
+  copying_ = nullptr;
+  copied_.clear();
+  return true;
+}
+
+void RowStore::CopyRows(int64_t first, int64_t n) {
+  copying_->values.narrow(0, first, n).copy_(values_.narrow(0, first, n));
+  optimizer_.CopyState(first, n, copying_->optimizer);
 }
 
 absl::Status RowStore::Restore(const ShardSnapshot& snapshot, int64_t first_row) {
@@ -187,6 +228,7 @@ absl::Status RowStore::Restore(const ShardSnapshot& snapshot, int64_t first_row)
       if (!slot_of_.FindOrAdd(key[i], first_row + i).second) {
         return absl::InvalidArgumentError(absl::StrCat(what, " holds key ", key[i], " twice"));
       }
+      key_of_.push_back(key[i]);
     }
     Reserve(std::max(first_row + rows, values_.size(0)));
     size_ = first_row + rows;

@@ -12,6 +12,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "ps/key_slots.h"
@@ -43,9 +44,15 @@ class RowStore {
   at::Tensor Values() const;
   // A hash of the rows held, their order and their optimizer state.
   uint64_t Digest() const;
-  // Copies the rows held, their keys and their optimizer state into
-  // `snapshot` (ps/shard_snapshot.h).
-  void Snapshot(ShardSnapshot* snapshot) const;
+  // A copy of the rows held now, their keys and their optimizer state, in
+  // `snapshot` (ps/shard_snapshot.h), taken while changes go on: Begin
+  // makes room and notes the rows; Continue copies up to `rows` more (the
+  // caller releases its lock in between, so pushes are not held up for a
+  // whole large shard), true once every row is copied; a row changed
+  // meanwhile is copied first, as it was (copy-on-write, in Apply). One
+  // snapshot at a time; `snapshot` must live until Continue says done.
+  void BeginSnapshot(ShardSnapshot* snapshot);
+  bool ContinueSnapshot(int64_t rows);
   // Holds `snapshot`'s rows, in its order, as rows first_row.. of the
   // snapshot they are part of (ShardSnapshot::Rows): on a new replica, the
   // parts in order. InvalidArgument when they are not this shard's (a key
@@ -59,6 +66,8 @@ class RowStore {
   // Writes the initial row of `key` to `row`.
   void Initialise(int64_t key, float* row) const;
   void Reserve(int64_t capacity);
+  // Copies rows first..first+n-1 into the snapshot being taken.
+  void CopyRows(int64_t first, int64_t n);
 
   const TableOptions table_;
   const int64_t shard_, shards_;
@@ -67,6 +76,12 @@ class RowStore {
   at::Tensor values_;  // [capacity, dim]
   RowOptimizer optimizer_;
   KeySlots slot_of_;  // sparse: key -> slot
+  std::vector<int64_t> key_of_;  // sparse: slot -> key
+  // The snapshot being taken (BeginSnapshot), of the first copy_rows_
+  // rows: those below copy_next_ are copied, and those marked in copied_.
+  ShardSnapshot* copying_ = nullptr;
+  int64_t copy_rows_ = 0, copy_next_ = 0;
+  std::vector<bool> copied_;
 };
 
 }  // namespace tessera::ps

@@ -127,7 +127,9 @@ class Shard : public std::enable_shared_from_this<Shard> {
   // A copy of everything this shard holds (ps/shard_snapshot.h), and `cut`:
   // the last change to its replica (OpLog) when the copy was taken. Every
   // change of this table numbered up to `cut` is in the copy, none after.
-  ShardSnapshot Snapshot(int64_t* cut) const;
+  // Taken a few MiB at a time, the lock released in between: pushes go
+  // on meanwhile (RowStore::BeginSnapshot's copy-on-write).
+  ShardSnapshot Snapshot(int64_t* cut);
   // On a new replica, before any change: holds `snapshot`, taken at `cut`,
   // and Replay skips the changes numbered up to it. In parts: each part's
   // rows go at `first_row` (ShardSnapshot::Rows, in order); the `last`
@@ -214,6 +216,7 @@ class Shard : public std::enable_shared_from_this<Shard> {
   uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 0;
   ShardStats stats_ ABSL_GUARDED_BY(mu_);
   int64_t restored_through_ ABSL_GUARDED_BY(mu_) = 0;  // Restore's cut
+  Mutex snapshot_mu_ ABSL_ACQUIRED_BEFORE(mu_);        // one Snapshot at a time
 };
 
 }  // namespace tessera::ps

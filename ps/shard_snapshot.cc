@@ -4,17 +4,27 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "ps/shard.h"
 
 namespace tessera::ps {
 
-ShardSnapshot Shard::Snapshot(int64_t* cut) const {
+namespace {
+
+// Rows copied under the lock at a time: a few MiB (4 at 64 floats a row).
+constexpr int64_t kRowsPerLock = 16384;
+constexpr absl::Duration kPauseBetweenParts = absl::Microseconds(200);
+
+}  // namespace
+
+ShardSnapshot Shard::Snapshot(int64_t* cut) {
+  MutexLock one(&snapshot_mu_);
+  ShardSnapshot snapshot;
   MutexLock lock(&mu_);
   // Changes are numbered under this lock (Make), so this is exactly the
   // last one whose effect on this table the copy holds.
   *cut = log_->last();
-  ShardSnapshot snapshot;
-  rows_.Snapshot(&snapshot);
+  rows_.BeginSnapshot(&snapshot);
   for (const auto& [rank, t] : trainers_) {
     snapshot.trainers.insert(snapshot.trainers.end(),
                              {rank, t.incarnation, t.clock, static_cast<int64_t>(t.live),
@@ -33,6 +43,15 @@ ShardSnapshot Shard::Snapshot(int64_t* cut) const {
                                    aggregate.keys.end());
     snapshot.aggregate_grads.insert(snapshot.aggregate_grads.end(), aggregate.grads.begin(),
                                     aggregate.grads.end());
+  }
+  while (!rows_.ContinueSnapshot(kRowsPerLock)) {
+    // Pushes go on between the parts (copy-on-write). A thread woken for
+    // the lock needs tens of µs to run; taken again at once (or after a
+    // yield), the lock never reaches it (measured: no push got in during a
+    // 100,000-row snapshot). A pause per part — 64 a GiB — lets it in.
+    mu_.Unlock();
+    absl::SleepFor(kPauseBetweenParts);
+    mu_.Lock();
   }
   return snapshot;
 }
