@@ -66,7 +66,8 @@
 // choice, by host and order, of every server's same reckoning — while its
 // primary serves on. The primary notes its last change, sends the joiner
 // every change from then on, then each table's snapshot (ShardSnapshot,
-// taken under the table's lock: exactly its changes up to its own cut);
+// exactly its changes up to its own cut, read under the table's lock;
+// copy-on-write, so pushes go on while it is taken);
 // the joiner holds the changes back until it holds every table, then makes
 // those no snapshot holds, in order. Only then does the primary add it to
 // the map (compare-and-set), and from then on wait for it. A restarted
