@@ -211,7 +211,8 @@ absl::Status RowStore::Restore(const ShardSnapshot& snapshot, int64_t first_row)
             : "undefined",
         ": expected [n, ", table_.dim, "] floats"));
   }
-  if (first_row < 0 || (dense && first_row + rows > size_) || (!dense && first_row != size_)) {
+  if (first_row < 0 || first_row > size_ || (dense && rows > size_ - first_row) ||
+      (!dense && first_row != size_)) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": rows ", first_row, "..",
                                                    first_row + rows - 1, " after ", size_,
                                                    dense ? " of a dense range" : " rows held"));
