@@ -203,6 +203,9 @@ TEST(ShardSnapshotTest, ASnapshotTakenWhilePushesGoOnIsTheShardAtItsCut) {
   int64_t cut = 0;
   const ShardSnapshot snapshot = primary.tables[0]->Snapshot(&cut);
   const int during_snapshot = pushes.load();
+  // A few after it too: there are pushes after the cut to replay, however
+  // the threads were scheduled.
+  while (pushes.load() < during_snapshot + 5) std::this_thread::yield();
   stop = true;
   pusher.join();
   ASSERT_TRUE(copy.tables[0]->Restore(snapshot, cut).ok());
