@@ -1,8 +1,9 @@
 // RowStore: the rows of one shard of a table, and their optimizer's state.
 //
 // A dense shard holds its range of keys from the start; a sparse shard makes
-// a row the first time a key is pulled or pushed. A row starts from its key
-// alone (Initializer, ps/table_options.h), so it is the same whichever server
+// a row the first time a key is pushed (a pull of a key never pushed reads
+// its initial value and makes nothing). A row starts from its key alone
+// (Initializer, ps/table_options.h), so it is the same whichever server
 // makes it. Rows live in one [capacity, dim] float tensor, addressed by slot;
 // a sparse shard doubles the tensor when it fills.
 //
