@@ -245,7 +245,11 @@ ps::ShardMap PsWorld::AwaitShardMap(const std::function<bool(const ps::ShardMap&
   for (;;) {
     auto map = ps::CurrentShardMap(rt().store(), TestPsOptions().job);
     EXPECT_TRUE(map.ok()) << map.status();
-    if (!map.ok() || done(*map) || absl::Now() > deadline) return map.ok() ? *map : ps::ShardMap{};
+    if (!map.ok() || done(*map)) return map.ok() ? *map : ps::ShardMap{};
+    if (absl::Now() > deadline) {
+      ADD_FAILURE() << "the shard map never got as the test waited for it:\n" << map->Encode();
+      return *map;
+    }
     absl::SleepFor(absl::Milliseconds(20));  // a poll: the store has no watch
   }
 }

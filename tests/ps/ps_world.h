@@ -48,7 +48,7 @@ class PsWorld : public RpcWorld {
   // one exited, as its launcher would.
   void RestartServer(int rank);
   // The job's shard map in the store once `done` holds for it (read again
-  // until then, up to the test's timeout).
+  // until then; a failure of the test if it does not within 120 s).
   ps::ShardMap AwaitShardMap(const std::function<bool(const ps::ShardMap&)>& done);
   // Expects every replica of every table's every shard to have made the
   // same changes and hold the same bits (Digests).
