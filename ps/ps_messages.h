@@ -157,7 +157,8 @@ struct DigestRequest {
 // replication]): make me a backup. The primary sends it every table's
 // snapshot (InstallRequest) and, from before the first, every change it
 // makes; once it holds them all, the primary adds it to the shard map.
-// Answered then.
+// Answered once the copy began: the joiner judges it by the parts that
+// come, not as a whole (a shard of any size may join).
 struct JoinRequest {
   static constexpr const char* kService = services::kJoin;
   static constexpr bool kCarriesUserValues = false;

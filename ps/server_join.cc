@@ -36,8 +36,11 @@ namespace {
 
 using Void = std::monostate;
 
-// A join copies a shard's every row: a 1 GiB shard takes seconds, not the
-// failure timeout, on a loaded machine.
+// A part of a snapshot (64 MiB) takes well under a second to send and
+// restore, but a loaded machine may take far longer than the failure
+// timeout: the deadline of each part, and how long a joiner waits for the
+// next word from its primary before it gives the join up. Progress, not the
+// whole copy, is timed: a shard of any size can join.
 constexpr absl::Duration kJoinTimeout = absl::Minutes(5);
 // The rows of one InstallRequest: a 1 GiB shard goes in 16 parts.
 constexpr int64_t kPartBytes = 64 << 20;
@@ -154,6 +157,19 @@ int64_t PsServer::State::ShardToJoinLocked() const {
 }
 
 void PsServer::State::Rejoin() {
+  std::vector<int64_t> stalled;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [s, r] : replicas_) {
+      if (r.role == ReplicaRole::kJoining && absl::Now() - r.heard > kJoinTimeout) {
+        stalled.push_back(s);
+      }
+    }
+  }
+  for (int64_t s : stalled) {
+    GiveUpJoin(s, absl::StrCat("gives up joining shard ", s, ": its primary said nothing for ",
+                               absl::FormatDuration(kJoinTimeout)));
+  }
   std::vector<std::shared_ptr<OpLog>> dropped;
   JoinRequest request;
   std::string primary;
@@ -168,6 +184,7 @@ void PsServer::State::Rejoin() {
       r.since = map_.since[s];
       r.verified_since = r.since;  // its snapshot is the primary's own state
       r.primary = primary = map_.primary(s);
+      r.heard = absl::Now();  // each part, each change from the primary, renews it
       r.log->Hold();
       for (const TableOptions& table : options.tables) {
         r.tables[table.name] = std::make_shared<Shard>(table, s, map_.shards(), std::vector<int>{},
@@ -182,35 +199,29 @@ void PsServer::State::Rejoin() {
   TESSERA_LOG(INFO) << "parameter server '" << self << "' joins shard " << request.shard
                     << " as a backup of '" << primary << "' (shard map epoch " << request.epoch
                     << ")";
-  const absl::Time began = absl::Now();
   std::weak_ptr<State> weak = weak_from_this();
   const int64_t shard = request.shard;
+  // Answered once the primary began copying: the map names this server a
+  // backup when the copy is done (TakeRoleLocked).
   runtime
       ->CallAsync(primary, JoinRequest::kService, rpc::EncodeMessage(request),
                   rpc::CallOptions(kJoinTimeout))
-      .OnReady([weak, shard, primary, began](const absl::StatusOr<c10::IValue>& answer) {
+      .OnReady([weak, shard, primary](const absl::StatusOr<c10::IValue>& answer) {
         auto self = weak.lock();
-        if (!self) return;
-        if (answer.ok()) {
-          // A role taken, as "is the primary of" is: said at WARNING, where users look.
-          TESSERA_LOG(WARNING) << "parameter server '" << self->self << "' is a backup of shard "
-                               << shard << " after copying it for "
-                               << absl::FormatDuration(absl::Now() - began);
-        } else {
-          TESSERA_LOG(WARNING) << "parameter server '" << self->self << "' could not join shard "
-                               << shard << " as a backup of '" << primary
-                               << "': " << answer.status();
-          MutexLock lock(&self->mu_);
-          self->join_after_ = absl::Now() + self->options.failure_timeout;
-          if (auto it = self->replicas_.find(shard);
-              it != self->replicas_.end() && it->second.role == ReplicaRole::kJoining) {
-            it->second.role = ReplicaRole::kNone;  // dropped at the next tick
-          }
-        }
-        if (ThreadPool* pool = self->runtime->live_executor()) {
-          pool->Post([self] { self->Refresh(); });
-        }
+        if (!self || answer.ok()) return;
+        self->GiveUpJoin(shard, absl::StrCat("could not join shard ", shard, " as a backup of '",
+                                             primary, "': ", answer.status().ToString()));
       });
+}
+
+void PsServer::State::GiveUpJoin(int64_t shard, const std::string& why) {
+  TESSERA_LOG(WARNING) << "parameter server '" << self << "' " << why;
+  MutexLock lock(&mu_);
+  join_after_ = absl::Now() + options.failure_timeout;
+  if (auto it = replicas_.find(shard);
+      it != replicas_.end() && it->second.role == ReplicaRole::kJoining) {
+    it->second.role = ReplicaRole::kNone;  // dropped at the next tick
+  }
 }
 
 absl::StatusOr<int64_t> PsServer::State::Install(const rpc::CallContext& ctx,
@@ -227,6 +238,7 @@ absl::StatusOr<int64_t> PsServer::State::Install(const rpc::CallContext& ctx,
                                              m.shard, " of '", caller, "' (shard map epoch ",
                                              map_.epoch, ")"));
     }
+    it->second.heard = absl::Now();
     auto t = it->second.tables.find(m.table);
     if (t == it->second.tables.end() || it->second.installed.count(m.table) > 0 ||
         m.cut < m.start) {
@@ -302,31 +314,28 @@ Future<Void> PsServer::State::AddBackup(const rpc::CallContext& ctx, const JoinR
                     << " bytes, from change " << base.start << ") to '" << joiner << "'";
   std::weak_ptr<State> weak = weak_from_this();
   const int64_t shard = m.shard;
-  return sender->Send().Then([weak, shard, joiner](const absl::StatusOr<int64_t>& last) {
+  sender->Send().OnReady([weak, shard, joiner](const absl::StatusOr<int64_t>& last) {
     auto self = weak.lock();
     ThreadPool* pool = self ? self->runtime->live_executor() : nullptr;
     if (!last.ok() || pool == nullptr) {
-      if (self) {
-        MutexLock lock(&self->mu_);
-        if (auto it = self->replicas_.find(shard); it != self->replicas_.end()) {
-          it->second.joining.erase(joiner);
-        }
+      if (!self) return;
+      TESSERA_LOG(WARNING) << "parameter server '" << self->self << "' could not copy shard "
+                           << shard << " to '" << joiner << "': "
+                           << (last.ok() ? absl::CancelledError("shutting down") : last.status());
+      MutexLock lock(&self->mu_);
+      if (auto it = self->replicas_.find(shard); it != self->replicas_.end()) {
+        it->second.joining.erase(joiner);
       }
-      return Future<Void>::Ready(last.ok() ? absl::CancelledError("the server is shutting down")
-                                           : last.status());
+      return;
     }
     // The map is changed in the store: on the pool.
-    Promise<Void> done;
-    Future<Void> joined = done.GetFuture();
-    pool->Post([self, shard, joiner, last = *last, done]() mutable {
-      self->RecordBackup(shard, joiner, last, std::move(done));
-    });
-    return joined;
+    pool->Post([self, shard, joiner, last = *last] { self->RecordBackup(shard, joiner, last); });
   });
+  // Answered now: the joiner times the copy by its parts, not as a whole.
+  return Future<Void>::Ready(Void{});
 }
 
-void PsServer::State::RecordBackup(int64_t shard, const std::string& joiner, int64_t last,
-                                   Promise<Void> done) {
+void PsServer::State::RecordBackup(int64_t shard, const std::string& joiner, int64_t last) {
   const size_t wanted = 1 + static_cast<size_t>(options.backups);
   auto changed = ChangeShardMap(runtime->store(), options.job, [&](const ShardMap& m) {
     return WithBackup(m, shard, self, joiner, wanted);
@@ -341,21 +350,18 @@ void PsServer::State::RecordBackup(int64_t shard, const std::string& joiner, int
       if (it->second.role == ReplicaRole::kPrimary) log = it->second.log;
     }
   }
-  if (!changed.ok()) {
-    done.Set(Annotate(changed.status(), absl::StrCat("parameter server '", self, "' adding '",
-                                                     joiner, "' to shard ", shard)));
-    return;
-  }
-  if (log == nullptr || !changed->HoldsReplica(shard, joiner)) {
-    done.Set(absl::AbortedError(absl::StrCat("parameter server '", self, "' could not add '",
-                                             joiner, "' to shard ", shard, ": shard map epoch ",
-                                             changed->epoch, " changed it otherwise")));
+  if (!changed.ok() || log == nullptr || !changed->HoldsReplica(shard, joiner)) {
+    // The joiner, hearing nothing more, gives the join up (Rejoin).
+    TESSERA_LOG(WARNING) << "parameter server '" << self << "' could not add '" << joiner
+                         << "' to shard " << shard << ": "
+                         << (changed.ok() ? absl::StrCat("shard map epoch ", changed->epoch,
+                                                         " changed it otherwise")
+                                          : changed.status().ToString());
     return;
   }
   log->Confirm(joiner, last);  // outside the lock: releases waits
   TESSERA_LOG(INFO) << "parameter server '" << self << "': '" << joiner << "' is a backup of shard "
                     << shard << " from shard map epoch " << changed->epoch;
-  done.Set(Void{});
 }
 
 }  // namespace tessera::ps

@@ -184,6 +184,11 @@ void PsServer::State::TakeRoleLocked(Replica& r, const ShardMap& next, absl::Tim
                          << " from shard map epoch " << next.epoch << " (" << r.log->last()
                          << " changes made)";
   }
+  if (r.role == ReplicaRole::kJoining && role == ReplicaRole::kBackup) {
+    // A role taken, as "is the primary of" is: said at WARNING, where users look.
+    TESSERA_LOG(WARNING) << "parameter server '" << self << "' is a backup of shard " << s
+                         << " from shard map epoch " << next.epoch << " (it copied the shard)";
+  }
   if (role == ReplicaRole::kBackup && (r.role != ReplicaRole::kBackup || r.primary != primary)) {
     r.heard = now;
     r.primary_idle = false;

@@ -73,8 +73,8 @@ struct PsServer::State : std::enable_shared_from_this<PsServer::State> {
   int64_t LastChange(int64_t shard) const;
 
   // --- re-replication (ps/server_join.cc) ---
-  // As `shard`'s primary: makes the caller a backup of it (JoinRequest);
-  // completes once the shard map names it.
+  // As `shard`'s primary: starts making the caller a backup of it
+  // (JoinRequest): the map names it once it holds the shard.
   Future<std::monostate> AddBackup(const rpc::CallContext& ctx, const JoinRequest& m);
   // As a joiner: holds one table's snapshot (InstallRequest); answers this
   // replica's last change.
@@ -127,8 +127,9 @@ struct PsServer::State : std::enable_shared_from_this<PsServer::State> {
   // The shard this server should join now, or -1.
   int64_t ShardToJoinLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The primary's last step of AddBackup: `joiner` holds every table.
-  void RecordBackup(int64_t shard, const std::string& joiner, int64_t last,
-                    Promise<std::monostate> done);
+  void RecordBackup(int64_t shard, const std::string& joiner, int64_t last);
+  // A joiner gives its join of `shard` up (its replica is dropped next tick).
+  void GiveUpJoin(int64_t shard, const std::string& why);
   void TrainerGone(int rank, int64_t incarnation);
   std::string NameOf(int rank) const;
 
