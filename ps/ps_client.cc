@@ -348,8 +348,8 @@ Future<std::monostate> PsClient::Clock() {
     ClockRequest every{{}, 0, 0, {}};
     for (auto& [name, table] : tables_) {
       ++table.clock;
-      // An asynchronous table's pulls wait for no clock: nothing to tell.
-      if (table.options.consistency.kind == Consistency::Kind::kAsynchronous) continue;
+      // An asynchronous table's pulls wait for no clock, but its
+      // checkpoints' cuts do (Note [Sharded checkpoints]).
       every.tables.push_back(name);
       every.clocks.push_back(table.clock);
     }
@@ -374,6 +374,71 @@ Future<std::monostate> PsClient::Clock() {
           return std::monostate{};
         });
   });
+}
+
+Future<int64_t> PsClient::Checkpoint(absl::Duration within) {
+  const absl::Time deadline = absl::Now() + within;
+  std::vector<std::string> tables;
+  int64_t clock = 0;
+  {
+    MutexLock lock(&mu_);
+    // After this trainer's current clock: it may have pushed in it.
+    for (const auto& [name, table] : tables_) {
+      tables.push_back(name);
+      clock = std::max(clock, table.clock + 1);
+    }
+  }
+  return AgreeOnCut(tables, clock, 0)
+      .Then([this, tables, deadline](const absl::StatusOr<int64_t>& cut) {
+        if (!cut.ok()) return Future<int64_t>::Ready(cut.status());
+        return AwaitSaved(tables, *cut, deadline);
+      });
+}
+
+Future<int64_t> PsClient::AgreeOnCut(std::vector<std::string> tables, int64_t clock,
+                                     int round) const {
+  // Each round moves the cut past pushes of trainers running ahead; they
+  // cannot outrun it for long.
+  constexpr int kRounds = 8;
+  std::vector<Future<std::vector<int64_t>>> parts;
+  for (int64_t s = 0; s < shards_; ++s) {
+    parts.push_back(Send<std::vector<int64_t>>(s, CutRequest{tables, 0, s, clock}));
+  }
+  return WhenAllOk(parts).Then(
+      [this, parts, tables, clock, round](const absl::StatusOr<bool>& all) -> Future<int64_t> {
+        if (!all.ok()) return Future<int64_t>::Ready(all.status());
+        int64_t latest = clock;
+        for (const auto& part : parts) {
+          const absl::StatusOr<std::vector<int64_t>> agreed = part.Wait(absl::ZeroDuration());
+          for (int64_t at : *agreed) latest = std::max(latest, at);
+        }
+        if (latest == clock) return Future<int64_t>::Ready(clock);
+        if (round + 1 == kRounds) {
+          return Future<int64_t>::Ready(absl::AbortedError(absl::StrCat(
+              "parameter-server checkpoint: the shards did not agree on a clock to cut at in ",
+              kRounds, " rounds (the last asked ", clock, ", a shard answered ", latest, ")")));
+        }
+        return AgreeOnCut(tables, latest, round + 1);
+      });
+}
+
+Future<int64_t> PsClient::AwaitSaved(std::vector<std::string> tables, int64_t clock,
+                                     absl::Time deadline) const {
+  std::vector<Future<std::monostate>> parts;
+  for (int64_t s = 0; s < shards_; ++s) {
+    parts.push_back(Send<std::monostate>(s, SavedRequest{tables, 0, s, clock}));
+  }
+  return WhenAllOk(parts).Then(
+      [this, tables, clock, deadline](const absl::StatusOr<bool>& all) -> Future<int64_t> {
+        if (all.ok()) return Future<int64_t>::Ready(clock);
+        // A cut waits for the slowest trainer: time, not failure, until the deadline.
+        if (all.status().code() == absl::StatusCode::kDeadlineExceeded && absl::Now() < deadline) {
+          return AwaitSaved(tables, clock, deadline);
+        }
+        return Future<int64_t>::Ready(
+            absl::Status(all.status().code(), absl::StrCat("parameter-server checkpoint at clock ",
+                                                           clock, ": ", all.status().message())));
+      });
 }
 
 int64_t PsClient::clock(const std::string& table) const {

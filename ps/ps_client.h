@@ -71,6 +71,14 @@ class PsClient {
   // since the last Clock() was taken (or failed: then it fails with that
   // push's error); completes when every shard knows.
   Future<std::monostate> Clock();
+  // A checkpoint of every table at one clock (Note [Sharded checkpoints],
+  // ps/shard_cut.cc), written by the servers under PsOptions::
+  // checkpoint_dir: completes with its clock c once every shard wrote it.
+  // That is once every live trainer ended clock c − 1, this one included:
+  // go on training, and wait for it later (at the latest, `within` after
+  // the call; each shard is asked until then). FailedPrecondition when the
+  // servers have no checkpoint_dir.
+  Future<int64_t> Checkpoint(absl::Duration within = absl::Minutes(10));
   int64_t clock(const std::string& table) const;
   // The shard map as this trainer last read it.
   ShardMap shard_map() const { return router_->map(); }
@@ -101,6 +109,13 @@ class PsClient {
   template <typename R, typename M>
   Future<R> Send(int64_t shard, const M& message) const;
   absl::StatusOr<Table*> Find(const std::string& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checkpoint's steps: every shard agrees to cut `tables` at one clock
+  // (from `clock`, asked again at the latest any answered); then each
+  // shard wrote it (asked again while the cut waits for trainers, until
+  // `deadline`).
+  Future<int64_t> AgreeOnCut(std::vector<std::string> tables, int64_t clock, int round) const;
+  Future<int64_t> AwaitSaved(std::vector<std::string> tables, int64_t clock,
+                             absl::Time deadline) const;
 
   rpc::Runtime& runtime_;
   const rpc::CallOptions call_;

@@ -27,6 +27,8 @@ inline constexpr char kHeartbeat[] = "tessera.ps.heartbeat";
 inline constexpr char kDigest[] = "tessera.ps.digest";
 inline constexpr char kJoin[] = "tessera.ps.join";
 inline constexpr char kInstall[] = "tessera.ps.install";
+inline constexpr char kCut[] = "tessera.ps.cut";
+inline constexpr char kSaved[] = "tessera.ps.saved";
 }  // namespace services
 
 // A trainer starts on a shard: answers the clock it starts at.
@@ -97,6 +99,33 @@ struct StatsRequest {
   int64_t epoch = 0;
   int64_t shard = 0;
   auto Fields() { return std::tie(table, epoch, shard); }
+};
+
+// A checkpoint (Note [Sharded checkpoints], ps/shard_cut.cc): cut every
+// one of `tables` at `clock`. Answers, for each, the clock its shard agreed
+// to cut at (Shard::Cut): the trainer asks again at the latest until all agree.
+struct CutRequest {
+  static constexpr const char* kService = services::kCut;
+  static constexpr bool kCarriesUserValues = false;
+  using Response = std::vector<int64_t>;
+  std::vector<std::string> tables;
+  int64_t epoch = 0;
+  int64_t shard = 0;
+  int64_t clock = 0;
+  auto Fields() { return std::tie(tables, epoch, shard, clock); }
+};
+
+// Completes once this shard of every one of `tables` wrote its checkpoint
+// at `clock` (Shard::Saved).
+struct SavedRequest {
+  static constexpr const char* kService = services::kSaved;
+  static constexpr bool kCarriesUserValues = false;
+  using Response = void;
+  std::vector<std::string> tables;
+  int64_t epoch = 0;
+  int64_t shard = 0;
+  int64_t clock = 0;
+  auto Fields() { return std::tie(tables, epoch, shard, clock); }
 };
 
 // Between a shard's replicas (Note [Parameter-server replication],

@@ -34,6 +34,11 @@ struct PsOptions {
   // answered within a fifth (its lease). A process that dies is noticed at
   // once (its connections reset), and its shards move after the lease.
   absl::Duration failure_timeout = absl::Seconds(3);
+  // Where the servers write checkpoints (PsClient::Checkpoint; Note
+  // [Sharded checkpoints], ps/shard_cut.cc; the files: ps/checkpoint_files.h),
+  // and whence a job's servers, started anew, resume: from the latest
+  // complete checkpoint there, onto any number of servers. Empty: none.
+  std::string checkpoint_dir;
 };
 
 }  // namespace tessera::ps

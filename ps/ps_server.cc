@@ -252,9 +252,15 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(rpc::Runtime& runtime,
 
   auto state = std::make_shared<State>(runtime, options);
   state->Hold(*map, *trainers);
+  // A job started anew resumes from its last checkpoint; a restarted
+  // server (incarnation > 0) copies its shards from their live replicas.
+  if (runtime.self().incarnation == 0) {
+    if (auto resumed = state->Resume(); !resumed.ok()) return resumed;
+  }
   ServeChanges(state);
   ServeReads(state);
   ServeReplicas(state);
+  ServeCheckpoints(state);
   state->Watch();
   return std::unique_ptr<PsServer>(new PsServer(std::move(state)));
 }

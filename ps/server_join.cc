@@ -187,8 +187,7 @@ void PsServer::State::Rejoin() {
       r.heard = absl::Now();  // each part, each change from the primary, renews it
       r.log->Hold();
       for (const TableOptions& table : options.tables) {
-        r.tables[table.name] = std::make_shared<Shard>(table, s, map_.shards(), std::vector<int>{},
-                                                       r.log, &runtime->timer());
+        r.tables[table.name] = MakeShard(table, s, map_.shards(), {}, r.log);
       }
       request = JoinRequest{map_.epoch, s};
     }

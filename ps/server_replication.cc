@@ -253,7 +253,7 @@ Future<Void> PsServer::State::Follow(const rpc::CallContext& ctx, ReplicateReque
     if (!r.ok()) return Future<Void>::Ready(r.status());
     for (size_t i = 0; i < n; ++i) {
       auto t = (*r)->tables.find(m.tables[i]);
-      if (t == (*r)->tables.end() || m.kinds[i] < 0 || m.kinds[i] > 3) {
+      if (t == (*r)->tables.end() || m.kinds[i] < 0 || m.kinds[i] > ShardOp::kLastKind) {
         return Future<Void>::Ready(absl::InvalidArgumentError(absl::StrCat(
             "a replication message of table '", m.tables[i], "' and kind ", m.kinds[i])));
       }

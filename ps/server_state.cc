@@ -83,8 +83,7 @@ void PsServer::State::Hold(const ShardMap& map, const std::vector<int>& trainers
     r.primary = map.primary(s);
     r.backups.assign(map.replicas[s].begin() + 1, map.replicas[s].end());
     for (const TableOptions& table : options.tables) {
-      r.tables[table.name] =
-          std::make_shared<Shard>(table, s, map.shards(), trainers, r.log, &runtime->timer());
+      r.tables[table.name] = MakeShard(table, s, map.shards(), trainers, r.log);
     }
     r.log->SetBackups(r.backups);
     for (const std::string& backup : r.backups) r.answered[backup] = now;
@@ -144,6 +143,8 @@ struct PsServer::State::RoleChanges {
   std::vector<std::pair<std::shared_ptr<OpLog>, std::vector<std::string>>> primaries;
   std::vector<std::shared_ptr<OpLog>> promoted;
   Replica::LeaseWaits leased;
+  // Checkpoint cuts a promoted backup holds: {shard, table, clock}.
+  std::vector<std::tuple<int64_t, std::string, int64_t>> held_cuts;
 };
 
 void PsServer::State::TakeRoleLocked(Replica& r, const ShardMap& next, absl::Time now,
@@ -176,6 +177,10 @@ void PsServer::State::TakeRoleLocked(Replica& r, const ShardMap& next, absl::Tim
   }
   if (r.role != ReplicaRole::kPrimary && role == ReplicaRole::kPrimary) {
     after->promoted.push_back(r.log);
+    for (const auto& [name, shard] : r.tables) {
+      if (const int64_t cut = shard->HeldCut(); cut >= 0)
+        after->held_cuts.emplace_back(s, name, cut);
+    }
     r.base = r.log->last();
     r.answered.clear();
     for (const std::string& backup : backups) r.answered[backup] = now;
@@ -231,6 +236,16 @@ void PsServer::State::Adopt(const ShardMap& next) {
   }
   for (auto& [log, backups] : after.primaries) log->SetBackups(backups);
   ReleaseLeaseWaits(after.leased, absl::OkStatus());
+  // Its old primary reached these cuts and did not release them: taken
+  // here (on the pool: a copy and a file).
+  if (ThreadPool* pool = after.held_cuts.empty() ? nullptr : runtime->live_executor()) {
+    std::weak_ptr<State> weak = weak_from_this();
+    for (auto& [shard, table, cut] : after.held_cuts) {
+      pool->Post([weak, shard = shard, table = table, cut = cut] {
+        if (auto self = weak.lock()) self->TakeCut(shard, table, cut);
+      });
+    }
+  }
   if (after.promoted.empty()) return;
   // Trainers the old primary had not yet reported gone.
   for (const rpc::Member& member : runtime->membership().Members()) {

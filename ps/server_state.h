@@ -39,6 +39,9 @@ struct Changes {
   void Add(const std::string& table, const Logged& logged, const ShardOp& op);
 };
 
+// Serves CutRequest and SavedRequest (ps/server_checkpoint.cc).
+void ServeCheckpoints(const std::shared_ptr<PsServer::State>& state);
+
 struct PsServer::State : std::enable_shared_from_this<PsServer::State> {
   State(rpc::Runtime& runtime, PsOptions options);
 
@@ -79,6 +82,18 @@ struct PsServer::State : std::enable_shared_from_this<PsServer::State> {
   // As a joiner: holds one table's snapshot (InstallRequest); answers this
   // replica's last change.
   absl::StatusOr<int64_t> Install(const rpc::CallContext& ctx, const InstallRequest& m);
+
+  // --- checkpoints (ps/server_checkpoint.cc) ---
+  // A new shard of `table`: once a cut is reached on it as primary, this
+  // server takes the cut (TakeCut).
+  std::shared_ptr<Shard> MakeShard(const TableOptions& table, int64_t shard, int64_t shards,
+                                   std::vector<int> trainers, std::shared_ptr<OpLog> log);
+  // At the job's start, before serving: every replica held resumes from
+  // the latest complete checkpoint under options.checkpoint_dir, if any.
+  absl::Status Resume();
+  // As `shard`'s primary: copies `table`'s rows at its held cut `clock`,
+  // writes them, then releases the cut (Note [Sharded checkpoints]).
+  void TakeCut(int64_t shard, const std::string& table, int64_t clock);
 
   ShardMap Map() const;
   // The map's epoch, without copying the map (every request asks it).

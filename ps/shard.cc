@@ -151,11 +151,18 @@ absl::StatusOr<bool> Shard::PushLocked(const ShardOp& op) {
     return false;
   }
   ++stats_.pushes_applied;
+  last_push_clock_ = std::max(last_push_clock_, op.clock);
   if (Synchronous(table_)) {
     Aggregate& aggregate = aggregates_[op.clock];
     aggregate.keys.push_back(op.keys);
     aggregate.grads.push_back(op.grads);
     aggregate.pushers.insert(from.rank);
+    return true;
+  }
+  if (cut_ >= 0 && op.clock >= cut_) {
+    // Past a checkpoint's cut: applied once the cut is released.
+    held_keys_.push_back(op.keys);
+    held_grads_.push_back(op.grads);
     return true;
   }
   if (auto ok = ApplySummed(op.keys, op.grads, 1); !ok.ok()) return ok;
@@ -184,13 +191,19 @@ bool Shard::GoneLocked(int rank, int64_t incarnation) {
   return true;
 }
 
-absl::StatusOr<bool> Shard::MakeLocked(const ShardOp& op, int64_t* start, Ready* ready) {
+absl::StatusOr<bool> Shard::MakeLocked(const ShardOp& op, int64_t* answer, Ready* ready) {
   absl::StatusOr<bool> made = false;
   switch (op.kind) {
     case ShardOp::Kind::kPush:
       return PushLocked(op);
     case ShardOp::Kind::kHello:
-      made = HelloLocked(op.from, start);
+      made = HelloLocked(op.from, answer);
+      break;
+    case ShardOp::Kind::kCut:
+      made = CutLocked(op.clock, answer);
+      break;
+    case ShardOp::Kind::kRelease:
+      made = ReleaseLocked(op.clock, op.sequence != 0);
       break;
     case ShardOp::Kind::kClock:
       made = ClockLocked(op.from, op.clock);
@@ -204,13 +217,16 @@ absl::StatusOr<bool> Shard::MakeLocked(const ShardOp& op, int64_t* start, Ready*
   return made;
 }
 
-absl::StatusOr<Logged> Shard::Make(const ShardOp& op, int64_t* start) {
+absl::StatusOr<Logged> Shard::Make(const ShardOp& op, int64_t* answer) {
   Ready ready;
   absl::StatusOr<Logged> logged;
+  std::function<void(int64_t)> reached;
+  int64_t cut = -1;
+  std::vector<std::pair<Promise<std::monostate>, absl::Status>> saved;
   {
     MutexLock lock(&mu_);
     int64_t unused = 0;
-    auto made = MakeLocked(op, start != nullptr ? start : &unused, &ready);
+    auto made = MakeLocked(op, answer != nullptr ? answer : &unused, &ready);
     if (!made.ok()) {
       logged = made.status();
     } else if (*made) {
@@ -218,8 +234,22 @@ absl::StatusOr<Logged> Shard::Make(const ShardOp& op, int64_t* start) {
     } else {
       logged = Logged{log_->last(), false};
     }
+    if (cut_news_) {
+      cut_news_ = false;
+      reached = on_cut_;
+      cut = cut_;
+    }
+    saved.swap(saved_ready_);
   }
   for (auto& [promise, result] : ready) promise.Set(std::move(result));
+  for (auto& [promise, result] : saved) {
+    if (result.ok()) {
+      promise.Set(std::monostate{});
+    } else {
+      promise.Set(result);
+    }
+  }
+  if (reached) reached(cut);
   return logged;
 }
 
@@ -246,8 +276,10 @@ absl::Status Shard::Replay(const ShardOp& op, int64_t lsn) {
   Ready ready;  // none: a backup serves no pulls
   MutexLock lock(&mu_);
   if (lsn <= restored_through_) return absl::OkStatus();  // in the snapshot
-  int64_t start = 0;
-  auto made = MakeLocked(op, &start, &ready);
+  int64_t answer = 0;
+  auto made = MakeLocked(op, &answer, &ready);
+  cut_news_ = false;     // a backup takes no checkpoint (a promoted one: HeldCut)
+  saved_ready_.clear();  // and is asked for none
   if (!made.ok()) {
     // The primary made it, from the same state: this replica diverged.
     return absl::FailedPreconditionError(absl::StrCat(
@@ -277,9 +309,11 @@ int64_t Shard::ReadableLocked() const {
 void Shard::ApplyClocksLocked() {
   // With no live trainer, what was taken is applied all the same.
   const int64_t slowest = SlowestLocked();
-  const int64_t target = slowest >= 0          ? slowest
-                         : aggregates_.empty() ? applied_clock_
-                                               : aggregates_.rbegin()->first + 1;
+  int64_t target = slowest >= 0          ? slowest
+                   : aggregates_.empty() ? applied_clock_
+                                         : aggregates_.rbegin()->first + 1;
+  // Not past a checkpoint's cut until it is released.
+  if (cut_ >= 0) target = std::min(target, std::max(cut_, applied_clock_));
   while (applied_clock_ < target) {
     // Clocks nobody pushed in are passed over at once, however many.
     auto it = aggregates_.lower_bound(applied_clock_);
@@ -302,6 +336,7 @@ void Shard::ApplyClocksLocked() {
 
 void Shard::AdvanceLocked(Ready* ready) {
   if (Synchronous(table_)) ApplyClocksLocked();
+  CheckCutLocked();
   const int64_t readable = ReadableLocked();
   auto keep = std::stable_partition(waiters_.begin(), waiters_.end(),
                                     [&](const Waiter& w) { return w.clock > readable; });
@@ -375,7 +410,13 @@ uint64_t Shard::Digest() const {
   MutexLock lock(&mu_);
   uint64_t hash = rows_.Digest();
   auto mix = [&hash](int64_t value) { hash = MixKey(hash ^ static_cast<uint64_t>(value)); };
-  mix(applied_clock_);
+  for (int64_t v : {applied_clock_, last_push_clock_, cut_, static_cast<int64_t>(cut_held_),
+                    saved_clock_, failed_clock_}) {
+    mix(v);
+  }
+  for (const auto& tensors : {held_keys_, held_grads_}) {
+    for (const at::Tensor& t : tensors) hash = HashTensor(hash, t);
+  }
   for (const auto& [rank, t] : trainers_) {
     for (int64_t v : {static_cast<int64_t>(rank), t.incarnation, t.clock,
                       static_cast<int64_t>(t.live), t.sequences_below}) {

@@ -44,6 +44,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -70,11 +71,21 @@ struct Sender {
 
 // A change to a shard, as its primary made it and its backups repeat it.
 struct ShardOp {
-  enum class Kind : int64_t { kHello = 0, kPush = 1, kClock = 2, kGone = 3 };
+  // kCut, kRelease: a checkpoint's cut at `clock` (Note [Sharded
+  // checkpoints], ps/shard_cut.cc).
+  enum class Kind : int64_t {
+    kHello = 0,
+    kPush = 1,
+    kClock = 2,
+    kGone = 3,
+    kCut = 4,
+    kRelease = 5
+  };
+  static constexpr int64_t kLastKind = static_cast<int64_t>(Kind::kRelease);
   Kind kind = Kind::kPush;
   Sender from;
   int64_t sequence = 0;  // kPush
-  int64_t clock = 0;     // kPush, kClock
+  int64_t clock = 0;     // kPush, kClock, kCut, kRelease
   at::Tensor keys, grads;
 };
 
@@ -120,6 +131,29 @@ class Shard : public std::enable_shared_from_this<Shard> {
   // holds the clocks back (a newer incarnation that said hello already is
   // not touched: the notice of the old one's end may come after it).
   Logged TrainerGone(int rank, int64_t incarnation);
+  // A checkpoint's cut (Note [Sharded checkpoints], ps/shard_cut.cc): the
+  // rows as the changes of every clock below `clock` left them, and no
+  // later ones. Sets `agreed` to the clock this shard cuts at: `clock`, or
+  // the earliest it still can if it applied a later clock's changes
+  // already, or a pending cut's if that is later (a cut only moves later).
+  // FailedPrecondition while another clock's cut is held.
+  absl::StatusOr<Logged> Cut(int64_t clock, int64_t* agreed);
+  // The clock of the cut reached and held on this replica — its rows are
+  // the cut's, later changes are held back — or -1.
+  int64_t HeldCut() const;
+  // Ends the cut at `clock`: applies what it held back. `written`: whether
+  // the primary wrote the cut's copy first.
+  absl::StatusOr<Logged> Release(int64_t clock, bool written);
+  // Completes once a cut at `clock` or later was written; fails if the one
+  // at `clock` could not be (the primary's log says why).
+  Future<std::monostate> Saved(int64_t clock);
+  // A new shard that holds a checkpoint's rows (ps/checkpoint_files.h)
+  // starts at its clock: its trainers there, clocks below applied.
+  void ResumeAt(int64_t clock);
+  // `reached` runs, outside the lock, when a change made on this replica
+  // as primary reaches a cut (a promoted backup asks HeldCut instead).
+  void OnCutReached(std::function<void(int64_t clock)> reached);
+
   // On a backup: makes `op`, change `lsn` of the replica, as the primary
   // made it (OpLog::Follow orders them); one a snapshot held is skipped.
   absl::Status Replay(const ShardOp& op, int64_t lsn);
@@ -172,7 +206,8 @@ class Shard : public std::enable_shared_from_this<Shard> {
 
   absl::Status CheckSender(const Sender& from) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The changes themselves, on any replica: whether `op` changed anything.
-  absl::StatusOr<bool> MakeLocked(const ShardOp& op, int64_t* start, Ready* ready)
+  // `answer`: a hello's start clock, a cut's agreed clock.
+  absl::StatusOr<bool> MakeLocked(const ShardOp& op, int64_t* answer, Ready* ready)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<bool> HelloLocked(const Sender& from, int64_t* start)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -180,9 +215,14 @@ class Shard : public std::enable_shared_from_this<Shard> {
   absl::StatusOr<bool> ClockLocked(const Sender& from, int64_t clock)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool GoneLocked(int rank, int64_t incarnation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<bool> CutLocked(int64_t clock, int64_t* agreed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ReleaseLocked(int64_t clock, bool written) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status NotWritten(int64_t clock) const;
+  // Whether the pending cut is reached now: then it is held.
+  void CheckCutLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // On the primary: makes `op`, numbers it if it changed anything, and
-  // frees the pulls it allows.
-  absl::StatusOr<Logged> Make(const ShardOp& op, int64_t* start) ABSL_LOCKS_EXCLUDED(mu_);
+  // frees the pulls it allows (and tells of a cut it reached).
+  absl::StatusOr<Logged> Make(const ShardOp& op, int64_t* answer) ABSL_LOCKS_EXCLUDED(mu_);
   // InvalidArgument unless `grads` is [keys, dim] of floats and every key is this shard's.
   absl::Status CheckRows(const at::Tensor& keys, const at::Tensor& grads) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -216,6 +256,24 @@ class Shard : public std::enable_shared_from_this<Shard> {
   uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 0;
   ShardStats stats_ ABSL_GUARDED_BY(mu_);
   int64_t restored_through_ ABSL_GUARDED_BY(mu_) = 0;  // Restore's cut
+  // The checkpoint's cut: its clock (-1: none), whether reached (held), the
+  // pushes of clocks at or past it held back meanwhile (not synchronous:
+  // a synchronous table's later clocks wait as aggregates), in order; the
+  // latest clock of a push taken. Replicated state: in the digest and the
+  // snapshot.
+  int64_t cut_ ABSL_GUARDED_BY(mu_) = -1;
+  bool cut_held_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<at::Tensor> held_keys_ ABSL_GUARDED_BY(mu_), held_grads_ ABSL_GUARDED_BY(mu_);
+  int64_t last_push_clock_ ABSL_GUARDED_BY(mu_) = -1;
+  // The latest cut written, and the latest that could not be.
+  int64_t saved_clock_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t failed_clock_ ABSL_GUARDED_BY(mu_) = -1;
+  // Set when a change reaches the cut; Make then runs on_cut_ after the lock.
+  bool cut_news_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void(int64_t)> on_cut_ ABSL_GUARDED_BY(mu_);
+  // Saved() calls waiting, by clock; completed by Make after the lock.
+  std::vector<std::pair<int64_t, Promise<std::monostate>>> saved_waits_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<Promise<std::monostate>, absl::Status>> saved_ready_ ABSL_GUARDED_BY(mu_);
   Mutex snapshot_mu_ ABSL_ACQUIRED_BEFORE(mu_);        // one Snapshot at a time
 };
 

@@ -32,7 +32,17 @@ ShardSnapshot Shard::Snapshot(int64_t* cut) {
     snapshot.sequences_above.insert(snapshot.sequences_above.end(), t.sequences_above.begin(),
                                     t.sequences_above.end());
   }
-  snapshot.counters = {applied_clock_, stats_.pushes_applied, stats_.duplicates};
+  snapshot.counters = {
+      applied_clock_, stats_.pushes_applied,           stats_.duplicates, last_push_clock_,
+      cut_,           static_cast<int64_t>(cut_held_), saved_clock_,      failed_clock_};
+  if (!held_keys_.empty()) {
+    // The pushes a cut holds back, as an aggregate of no clock (in order).
+    snapshot.aggregates.insert(
+        snapshot.aggregates.end(),
+        {ShardSnapshot::kHeldBack, static_cast<int64_t>(held_keys_.size()), 0});
+    snapshot.aggregate_keys = held_keys_;
+    snapshot.aggregate_grads = held_grads_;
+  }
   for (const auto& [clock, aggregate] : aggregates_) {
     snapshot.aggregates.insert(snapshot.aggregates.end(),
                                {clock, static_cast<int64_t>(aggregate.keys.size()),
@@ -75,7 +85,7 @@ absl::Status Shard::Restore(const ShardSnapshot& snapshot, int64_t first_row, bo
   };
   constexpr size_t kFields = ShardSnapshot::kTrainerFields;
   if (snapshot.trainers.size() % kFields != 0 ||
-      (last ? snapshot.counters.size() != 3 : !snapshot.counters.empty()) ||
+      (last ? snapshot.counters.size() != ShardSnapshot::kCounters : !snapshot.counters.empty()) ||
       snapshot.aggregates.size() % 3 != 0 ||
       snapshot.aggregate_keys.size() != snapshot.aggregate_grads.size()) {
     return invalid("its lists' lengths do not fit together");
@@ -97,9 +107,15 @@ absl::Status Shard::Restore(const ShardSnapshot& snapshot, int64_t first_row, bo
                              snapshot.sequences_above.begin() + next);
   }
   std::map<int64_t, Aggregate> aggregates;
+  Aggregate held;
   size_t pushes = 0, pushers = 0;
   for (size_t i = 0; i < snapshot.aggregates.size(); i += 3) {
-    Aggregate& aggregate = aggregates[snapshot.aggregates[i]];
+    if (snapshot.aggregates[i] < 0 && snapshot.aggregates[i] != ShardSnapshot::kHeldBack) {
+      return invalid(absl::StrCat("an aggregate of clock ", snapshot.aggregates[i]));
+    }
+    Aggregate& aggregate = snapshot.aggregates[i] == ShardSnapshot::kHeldBack
+                               ? held
+                               : aggregates[snapshot.aggregates[i]];
     const size_t first_push = pushes, first_pusher = pushers;
     if (!Take(snapshot.aggregates[i + 1], snapshot.aggregate_keys.size(), &pushes) ||
         !Take(snapshot.aggregates[i + 2], snapshot.aggregate_pushers.size(), &pushers)) {
@@ -125,6 +141,7 @@ absl::Status Shard::Restore(const ShardSnapshot& snapshot, int64_t first_row, bo
   }
   if (auto ok = rows_.Restore(snapshot, first_row); !ok.ok()) return ok;
   if (!last) return absl::OkStatus();
+  aggregates.emplace(ShardSnapshot::kHeldBack, held);  // checked with them
   for (const auto& [clock, aggregate] : aggregates) {
     for (size_t p = 0; p < aggregate.keys.size(); ++p) {
       if (auto ok = CheckRows(aggregate.keys[p], aggregate.grads[p]); !ok.ok()) {
@@ -132,11 +149,24 @@ absl::Status Shard::Restore(const ShardSnapshot& snapshot, int64_t first_row, bo
       }
     }
   }
+  aggregates.erase(ShardSnapshot::kHeldBack);
+  const int64_t* counters = snapshot.counters.data();
+  if (counters[4] < -1 || (counters[5] != 0 && (counters[5] != 1 || counters[4] < 0)) ||
+      (counters[4] < 0 && !held.keys.empty())) {
+    return invalid("its checkpoint cut does not fit together");
+  }
   trainers_ = std::move(trainers);
   aggregates_ = std::move(aggregates);
-  applied_clock_ = snapshot.counters[0];
-  stats_.pushes_applied = snapshot.counters[1];
-  stats_.duplicates = snapshot.counters[2];
+  applied_clock_ = counters[0];
+  stats_.pushes_applied = counters[1];
+  stats_.duplicates = counters[2];
+  last_push_clock_ = counters[3];
+  cut_ = counters[4];
+  cut_held_ = counters[5] != 0;
+  saved_clock_ = counters[6];
+  failed_clock_ = counters[7];
+  held_keys_ = std::move(held.keys);
+  held_grads_ = std::move(held.grads);
   restored_through_ = cut;
   return absl::OkStatus();
 }

@@ -23,11 +23,16 @@ struct ShardSnapshot {
   static constexpr size_t kTrainerFields = 6;
   std::vector<int64_t> trainers;
   std::vector<int64_t> sequences_above;
-  // applied_clock, pushes applied, duplicates.
+  // applied_clock, pushes applied, duplicates, the latest clock pushed,
+  // the checkpoint's cut (-1: none), whether it is held, the latest cut
+  // written and the latest not (ps/shard_cut.cc).
+  static constexpr size_t kCounters = 8;
   std::vector<int64_t> counters;
   // Per synchronous aggregate: its clock, how many pushes it holds (their
   // keys and grads follow in `aggregate_keys`, `aggregate_grads`), how many
-  // trainers pushed in it (their ranks follow in `aggregate_pushers`).
+  // trainers pushed in it (their ranks follow in `aggregate_pushers`). The
+  // pushes a cut holds back come as one of clock kHeldBack, in order.
+  static constexpr int64_t kHeldBack = -1;
   std::vector<int64_t> aggregates;
   std::vector<int64_t> aggregate_pushers;
   std::vector<at::Tensor> aggregate_keys, aggregate_grads;

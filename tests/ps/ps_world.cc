@@ -52,6 +52,20 @@ at::Tensor CountingKeys(int rank, int round) {
   return at::randint(0, 64, {32}, generator, at::TensorOptions().dtype(at::kLong));
 }
 
+absl::Status CheckpointStep(ps::PsClient& client) {
+  const absl::Duration timeout = absl::Seconds(60);
+  const at::Tensor keys = at::arange(16, at::kLong);
+  for (const char* table : {"counts", "ssp"}) {
+    auto pushed = client.Push(table, keys, at::ones({16, 1})).Wait(timeout);
+    if (!pushed.ok()) return pushed.status();
+  }
+  auto pushed = client.Push("sync", keys, at::ones({16, 2})).Wait(timeout);
+  if (!pushed.ok()) return pushed.status();
+  auto pulled = client.Pull("ssp", keys).Wait(timeout);
+  if (!pulled.ok()) return pulled.status();
+  return client.Clock().Wait(timeout).status();
+}
+
 namespace {
 
 int Fail(const std::string& what, const absl::Status& status) {
@@ -106,6 +120,10 @@ int RunTrainer(rpc::Runtime& runtime, const std::string& script, const ps::PsOpt
     if (auto ok = runtime.store().Set(absl::StrCat("ps-test/pushed/", rank), "1"); !ok.ok()) {
       return Fail("store", ok);
     }
+  } else if (script == "ckpt") {
+    for (int clock = 0; clock < kCheckpointClocks; ++clock) {
+      if (auto ok = CheckpointStep(**client); !ok.ok()) return Fail("step", ok);
+    }
   } else if (script == "count_until_killed") {
     // Key 1000 + rank is this trainer's alone; the store says how many of
     // its pushes were acknowledged.
@@ -145,9 +163,10 @@ TESSERA_WORKER_SCENARIO(ps_child) {
   const char* servers = std::getenv("TESSERA_PS_SERVERS");
   const char* trainers = std::getenv("TESSERA_PS_TRAINERS");
   const char* backups = std::getenv("TESSERA_PS_BACKUPS");
-  const ps::PsOptions options = TestPsOptions(servers != nullptr ? std::atoi(servers) : 2,
-                                              trainers != nullptr ? trainers : "",
-                                              backups != nullptr ? std::atoi(backups) : 1);
+  ps::PsOptions options = TestPsOptions(servers != nullptr ? std::atoi(servers) : 2,
+                                        trainers != nullptr ? trainers : "",
+                                        backups != nullptr ? std::atoi(backups) : 1);
+  if (const char* dir = std::getenv("TESSERA_PS_CHECKPOINT_DIR")) options.checkpoint_dir = dir;
   const std::string& name = (*runtime)->self().name;
   for (const std::string& server : options.servers) {
     if (server != name) continue;
@@ -227,6 +246,7 @@ void PsWorld::StartPs(int servers, int trainers, const std::string& script,
                 {"TESSERA_PS_SCRIPT", script},
                 {"TESSERA_PS_TRAINERS", counted},
                 {"TESSERA_PS_BACKUPS", std::to_string(backups)}};
+  if (!checkpoint_dir_.empty()) child_env_["TESSERA_PS_CHECKPOINT_DIR"] = checkpoint_dir_;
   StartWorld(1 + servers + trainers, child_env_);
   auto client = ps::PsClient::Connect(rt(), TestPsOptions(servers, counted, backups));
   ASSERT_TRUE(client.ok()) << client.status();

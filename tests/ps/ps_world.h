@@ -26,6 +26,12 @@ ps::PsOptions TestPsOptions(int servers = 2, const std::string& trainers = "", i
 // The keys trainer `rank` pushes in its `round`-th push of the counting script.
 at::Tensor CountingKeys(int rank, int round);
 inline constexpr int kCountingRounds = 40;
+// The checkpoint tests' training (script "ckpt"): kCheckpointClocks steps,
+// each a push of 1 to keys 0..15 of "counts", "ssp" and "sync", a pull of
+// "ssp" (bounded staleness: no trainer runs over two clocks ahead), then
+// the end of the clock.
+inline constexpr int kCheckpointClocks = 8;
+absl::Status CheckpointStep(ps::PsClient& client);
 
 class PsWorld : public RpcWorld {
  protected:
@@ -58,6 +64,8 @@ class PsWorld : public RpcWorld {
   std::vector<std::vector<int64_t>> Digests(const std::string& table, int64_t shard);
 
   std::unique_ptr<ps::PsClient> client_;
+  // The servers' PsOptions::checkpoint_dir, if set before StartPs.
+  std::string checkpoint_dir_;
   std::map<std::string, std::string> child_env_;
   int servers_ = 0;
   int backups_ = 1;

@@ -18,7 +18,8 @@ namespace tessera::testing {
 rpc::Registry MakeTestRegistry();
 
 // What "block" runs: sets "<key>/started" in the store, then waits for `key`
-// until the call's deadline; true if it came.
+// until 2 s past the call's deadline (its caller gives up first); true if
+// it came.
 bool BlockUntilReleased(rpc::CallContext& ctx, const std::string& key);
 
 // Options for a test worker from the environment (see WorkerEnv), with

@@ -1,0 +1,54 @@
+// The files of a parameter server's checkpoints (Note [Sharded
+// checkpoints], ps/shard_cut.cc): under PsOptions::checkpoint_dir,
+//   clock-<c>/<table>.<i>-of-<n>.ckpt
+// one per table and shard, written by the shard's primary, atomically
+// (Note [Atomic checkpoints], checkpoint/checkpoint.h): the shard's rows at
+// the cut (their keys for a sparse table) and their optimizer state. The
+// checkpoint at clock c is complete once every table has a file for every
+// shard of one layout; servers write theirs in parallel.
+//
+// Restoring onto another number of servers (resharding): each new shard
+// reads the rows that fall to it from every file of the old layout (for
+// a sparse table, whose keys are hashed, that is all of them; for a dense
+// one, those whose range meets its own). The directory must be readable
+// by every server: one host, or a file system they share.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ps/shard.h"
+#include "ps/shard_snapshot.h"
+#include "ps/table_options.h"
+
+namespace tessera::ps {
+
+// Writes `rows` (Shard::Snapshot's, at the cut) as `table`'s shard `shard`
+// of `shards` at `clock`.
+absl::Status WriteShardCheckpoint(const std::string& dir, const TableOptions& table, int64_t shard,
+                                  int64_t shards, int64_t clock, const ShardSnapshot& rows);
+
+// A complete checkpoint: its clock and each table's number of shards.
+struct CheckpointLayout {
+  int64_t clock = 0;
+  std::map<std::string, int64_t> shards;
+};
+
+// The latest complete checkpoint under `dir` of every one of `tables`;
+// nullopt if there is none (or no `dir`).
+std::optional<CheckpointLayout> LatestCheckpoint(const std::string& dir,
+                                                 const std::vector<TableOptions>& tables);
+
+// Puts into `shard` — new, no change made — the rows of `layout`'s
+// checkpoint that belong to it, and starts it at the checkpoint's clock
+// (Shard::ResumeAt). Answers the rows restored; DataLoss naming the file
+// for one missing, unreadable or not of this table.
+absl::StatusOr<int64_t> RestoreShardCheckpoint(const std::string& dir,
+                                               const CheckpointLayout& layout, Shard& shard,
+                                               int64_t index, int64_t shards);
+
+}  // namespace tessera::ps

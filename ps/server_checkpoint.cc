@@ -1,0 +1,140 @@
+// A parameter server's part in checkpoints (Note [Sharded checkpoints],
+// ps/shard_cut.cc): the cut trainers ask for, taken and written once
+// reached, and a job's start from the latest one.
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/logging.h"
+#include "ps/checkpoint_files.h"
+#include "ps/server_state.h"
+#include "rpc/internal_service.h"
+
+namespace tessera::ps {
+
+namespace {
+
+using Void = std::monostate;
+
+}  // namespace
+
+std::shared_ptr<Shard> PsServer::State::MakeShard(const TableOptions& table, int64_t shard,
+                                                  int64_t shards, std::vector<int> trainers,
+                                                  std::shared_ptr<OpLog> log) {
+  auto made = std::make_shared<Shard>(table, shard, shards, std::move(trainers), std::move(log),
+                                      &runtime->timer());
+  std::weak_ptr<State> weak = weak_from_this();
+  made->OnCutReached([weak, shard, name = table.name](int64_t clock) {
+    // Reached by a trainer's change, on the thread serving it: a copy and
+    // a file are for the pool.
+    auto self = weak.lock();
+    ThreadPool* pool = self ? self->runtime->live_executor() : nullptr;
+    if (pool == nullptr) return;
+    pool->Post([weak, shard, name, clock] {
+      if (auto self = weak.lock()) self->TakeCut(shard, name, clock);
+    });
+  });
+  return made;
+}
+
+absl::Status PsServer::State::Resume() {
+  const std::optional<CheckpointLayout> layout =
+      LatestCheckpoint(options.checkpoint_dir, options.tables);
+  if (!layout.has_value()) return absl::OkStatus();
+  MutexLock lock(&mu_);  // before serving: nothing else runs yet
+  for (auto& [s, r] : replicas_) {
+    for (auto& [name, shard] : r.tables) {
+      const absl::Time started = absl::Now();
+      auto rows = RestoreShardCheckpoint(options.checkpoint_dir, *layout, *shard, s, map_.shards());
+      if (!rows.ok()) return rows.status();
+      TESSERA_LOG(INFO) << "parameter server '" << self << "' resumed table '" << name << "' shard "
+                        << s << " of " << map_.shards() << " from the checkpoint at clock "
+                        << layout->clock << " under " << options.checkpoint_dir << ": " << *rows
+                        << " rows from " << layout->shards.at(name) << " shards, in "
+                        << absl::FormatDuration(absl::Now() - started);
+    }
+  }
+  return absl::OkStatus();
+}
+
+void PsServer::State::TakeCut(int64_t shard, const std::string& table, int64_t clock) {
+  std::shared_ptr<Shard> held;
+  int64_t shards = 0;
+  {
+    MutexLock lock(&mu_);
+    auto r = replicas_.find(shard);
+    if (r == replicas_.end() || r->second.role != ReplicaRole::kPrimary) return;
+    auto t = r->second.tables.find(table);
+    if (t == r->second.tables.end()) return;
+    held = t->second;
+    shards = map_.shards();
+  }
+  if (held->HeldCut() != clock) return;  // taken already (a promotion raced the news)
+  const absl::Time started = absl::Now();
+  int64_t cut = 0;
+  // Nothing changes the rows while the cut is held: the copy is the cut's.
+  const ShardSnapshot rows = held->Snapshot(&cut);
+  const absl::Status written =
+      WriteShardCheckpoint(options.checkpoint_dir, held->table(), shard, shards, clock, rows);
+  if (written.ok()) {
+    TESSERA_LOG(INFO) << "parameter server '" << self << "' wrote table '" << table << "' shard "
+                      << shard << " at clock " << clock << " (" << rows.rows() << " rows, "
+                      << rows.bytes() << " bytes) in "
+                      << absl::FormatDuration(absl::Now() - started);
+  } else {
+    TESSERA_LOG(WARNING) << "parameter server '" << self << "' could not write table '" << table
+                         << "' shard " << shard << " at clock " << clock << ": " << written;
+  }
+  // Released either way: training does not wait on a disk that failed.
+  auto logged = held->Release(clock, written.ok());
+  if (!logged.ok()) return;
+  Changes changes;
+  changes.Add(table, *logged,
+              ShardOp{ShardOp::Kind::kRelease, {}, written.ok() ? 1 : 0, clock, {}, {}});
+  if (!changes.message.tables.empty()) {
+    Replicate(shard, std::move(changes.message), changes.wait);
+  }
+}
+
+void ServeCheckpoints(const std::shared_ptr<PsServer::State>& state) {
+  rpc::Registry& registry = state->runtime->registry();
+  rpc::Serve<CutRequest>(registry, [state](rpc::CallContext&, CutRequest m) {
+    using Agreed = std::vector<int64_t>;
+    if (state->options.checkpoint_dir.empty()) {
+      return Future<Agreed>::Ready(absl::FailedPreconditionError(
+          absl::StrCat("parameter server '", state->self,
+                       "' takes no checkpoints: its PsOptions::checkpoint_dir is empty")));
+    }
+    Changes changes;
+    Agreed agreed;
+    for (const std::string& table : m.tables) {
+      auto shard = state->RouteToPrimary(table, m.epoch, m.shard);
+      if (!shard.ok()) return Future<Agreed>::Ready(shard.status());
+      int64_t at = 0;
+      auto logged = (*shard)->Cut(m.clock, &at);
+      if (!logged.ok()) return Future<Agreed>::Ready(logged.status());
+      changes.Add(table, *logged, ShardOp{ShardOp::Kind::kCut, {}, 0, m.clock, {}, {}});
+      agreed.push_back(at);
+    }
+    if (changes.wait == 0) return Future<Agreed>::Ready(agreed);
+    return state->Replicate(m.shard, std::move(changes.message), changes.wait)
+        .Then([agreed](const absl::StatusOr<Void>& replicated) -> absl::StatusOr<Agreed> {
+          if (!replicated.ok()) return replicated.status();
+          return agreed;
+        });
+  });
+  rpc::Serve<SavedRequest>(registry, [state](rpc::CallContext&, SavedRequest m) {
+    std::vector<Future<Void>> saved;
+    for (const std::string& table : m.tables) {
+      auto shard = state->RouteToPrimary(table, m.epoch, m.shard);
+      if (!shard.ok()) return Future<Void>::Ready(shard.status());
+      saved.push_back((*shard)->Saved(m.clock));
+    }
+    return WhenAllOk(saved).Then([](const absl::StatusOr<bool>& all) -> absl::StatusOr<Void> {
+      if (!all.ok()) return all.status();
+      return Void{};
+    });
+  });
+}
+
+}  // namespace tessera::ps

@@ -1,0 +1,216 @@
+// Checkpoints of the sharded parameter server (Note [Sharded checkpoints],
+// ps/shard_cut.cc): one clock across every shard and table while training
+// goes on, written by the servers, restored onto another number of them.
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/allclose.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/zeros.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "ps/checkpoint_files.h"
+#include "ps/row_store.h"
+#include "ps/shard.h"
+#include "ps/shard_map.h"
+#include "tests/ps/ps_world.h"
+
+namespace tessera::testing {
+namespace {
+
+constexpr absl::Duration kTimeout = absl::Seconds(60);
+
+ps::TableOptions Table(const std::string& name) {
+  for (const ps::TableOptions& table : TestTables()) {
+    if (table.name == name) return table;
+  }
+  return {};
+}
+
+std::string FreshDir(const std::string& name) {
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+// A shard made here, in this process, for trainer 0.
+std::shared_ptr<ps::Shard> LocalShard(const std::string& table, int64_t index, int64_t shards) {
+  auto shard = std::make_shared<ps::Shard>(Table(table), index, shards, std::vector<int>{0},
+                                           std::make_shared<ps::OpLog>(), nullptr);
+  int64_t start = 0;
+  EXPECT_TRUE(shard->Hello(ps::Sender{0, 0}, &start).ok());
+  return shard;
+}
+
+// The rows of `keys` of `table` in `layout`'s checkpoint under `dir`, read
+// back onto `shards` shards made here.
+at::Tensor Restored(const std::string& dir, const ps::CheckpointLayout& layout,
+                    const std::string& table, int64_t shards, const at::Tensor& keys) {
+  at::Tensor rows = at::zeros({keys.numel(), Table(table).dim});
+  auto owner = ps::ShardsOfKeys(Table(table), shards, keys);
+  EXPECT_TRUE(owner.ok());
+  for (int64_t s = 0; s < shards; ++s) {
+    auto shard = std::make_shared<ps::Shard>(Table(table), s, shards, std::vector<int>{0},
+                                             std::make_shared<ps::OpLog>(), nullptr);
+    auto restored = ps::RestoreShardCheckpoint(dir, layout, *shard, s, shards);
+    EXPECT_TRUE(restored.ok()) << restored.status();
+    for (int64_t i = 0; i < keys.numel(); ++i) {
+      if ((*owner)[i].item<int64_t>() != s) continue;
+      auto row = shard->Pull(ps::Sender{0, 0}, 0, keys.narrow(0, i, 1), absl::InfiniteFuture());
+      rows[i] = row.Get(kTimeout)[0];
+    }
+  }
+  return rows;
+}
+
+// Scenario (one shard, here): a bounded-staleness table cut at clock 2.
+// Trainer 1 runs ahead: its push of clock 2 is taken but held back, and the
+// cut is reached only once trainer 0 ends clock 1 too; the rows are then
+// the cut's, and released, the held push is applied once. A cut asked at a
+// clock already pushed in moves later.
+TEST(ShardCutTest, AShardHoldsLaterClocksBackUntilItsCutIsReleased) {
+  auto shard = std::make_shared<ps::Shard>(Table("ssp"), 0, 1, std::vector<int>{0, 1},
+                                           std::make_shared<ps::OpLog>(), nullptr);
+  int64_t reached = -1;
+  shard->OnCutReached([&reached](int64_t clock) { reached = clock; });
+  const ps::Sender zero{0, 0}, one{1, 0};
+  int64_t start = 0, sequence = 0;
+  const at::Tensor key = at::zeros({1}, at::kLong);
+  auto push = [&](const ps::Sender& from, int64_t clock) {
+    return shard->Push(from, sequence++, clock, key, at::ones({1, 1})).ok();
+  };
+  ASSERT_TRUE(shard->Hello(zero, &start).ok());
+  ASSERT_TRUE(shard->Hello(one, &start).ok());
+  ASSERT_TRUE(push(zero, 0) && push(one, 0) && push(one, 1));
+  int64_t agreed = 0;
+  ASSERT_TRUE(shard->Cut(1, &agreed).ok());
+  EXPECT_EQ(agreed, 2) << "a push of clock 1 was applied already";
+  ASSERT_TRUE(shard->Cut(2, &agreed).ok());
+  EXPECT_EQ(agreed, 2);
+  ASSERT_TRUE(shard->Clock(one, 2).ok());
+  ASSERT_TRUE(push(one, 2));  // held back
+  ASSERT_TRUE(push(zero, 1));
+  EXPECT_EQ(shard->HeldCut(), -1);
+  ASSERT_TRUE(shard->Clock(zero, 2).ok());
+  EXPECT_EQ(reached, 2);
+  EXPECT_EQ(shard->HeldCut(), 2);
+  auto read = [&] { return shard->Pull(zero, 0, key, absl::InfiniteFuture()).Get(kTimeout); };
+  EXPECT_EQ(read()[0][0].item<float>(), 4);  // clocks 0 and 1 of both
+  auto saved = shard->Saved(2);
+  ASSERT_TRUE(shard->Release(2, /*written=*/true).ok());
+  EXPECT_TRUE(saved.Wait(kTimeout).ok());
+  EXPECT_EQ(shard->HeldCut(), -1);
+  EXPECT_EQ(read()[0][0].item<float>(), 5);
+  ASSERT_TRUE(push(zero, 2));  // no cut pending: applied at once
+  EXPECT_EQ(read()[0][0].item<float>(), 6);
+}
+
+class PsCheckpointTest : public PsWorld {};
+
+// Scenario: two trainers train (a counting table, a bounded-staleness one,
+// a synchronous one); worker0 asks for a checkpoint at its third clock and
+// trains on. The checkpoint holds every table exactly at its clock c —
+// every push of clocks below c, none of later ones (each key: 2c, or c for
+// the synchronous average) — though the other trainer ran ahead; read back
+// onto three shards it is the same. Meanwhile nothing was lost: the live
+// tables count every push, and every replica holds the same bits.
+TEST_F(PsCheckpointTest, ACheckpointCutsEveryTableAtOneClockWhileTrainingGoesOn) {
+  checkpoint_dir_ = FreshDir("one_clock");
+  StartPs(2, 1, "ckpt");
+  std::optional<Future<int64_t>> saved;
+  for (int clock = 0; clock < kCheckpointClocks; ++clock) {
+    if (clock == 2) saved = client().Checkpoint();
+    ASSERT_TRUE(CheckpointStep(client()).ok());
+  }
+  auto cut = saved->Wait(kTimeout);
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  EXPECT_GE(*cut, 3);
+  EXPECT_LE(*cut, kCheckpointClocks);
+  const auto layout = ps::LatestCheckpoint(checkpoint_dir_, TestTables());
+  ASSERT_TRUE(layout.has_value());
+  EXPECT_EQ(layout->clock, *cut);
+  EXPECT_EQ(layout->shards.at("counts"), 2);
+  const at::Tensor keys = at::arange(16, at::kLong);
+  const float c = static_cast<float>(*cut);
+  for (int64_t shards : {2, 3}) {
+    EXPECT_TRUE(at::allclose(Restored(checkpoint_dir_, *layout, "counts", shards, keys),
+                             at::full({16, 1}, 2 * c)))
+        << shards << " shards";
+    EXPECT_TRUE(at::allclose(Restored(checkpoint_dir_, *layout, "ssp", shards, keys),
+                             at::full({16, 1}, 2 * c)))
+        << shards << " shards";
+    EXPECT_TRUE(at::allclose(Restored(checkpoint_dir_, *layout, "sync", shards, keys),
+                             at::full({16, 2}, c)))
+        << shards << " shards";
+  }
+  // What was held back at the cut was applied once it was released.
+  EXPECT_TRUE(at::allclose(client().Pull("counts", keys).Get(kTimeout),
+                           at::full({16, 1}, 2.0 * kCheckpointClocks)));
+  ExpectReplicasAgree();
+}
+
+// Scenario: a job whose servers start anew under a checkpoint directory
+// resumes from its latest complete checkpoint (clock 5, written by two
+// shards; one at clock 9 has a shard missing) on three servers: every row
+// is the checkpoint's, every trainer starts at clock 5, and the replicas
+// agree.
+TEST_F(PsCheckpointTest, AJobStartedAnewResumesFromTheLatestCompleteCheckpointOnThreeServers) {
+  checkpoint_dir_ = FreshDir("resume");
+  const at::Tensor keys = at::arange(64, at::kLong);
+  for (int64_t s = 0; s < 2; ++s) {
+    for (const ps::TableOptions& table : TestTables()) {
+      auto shard = LocalShard(table.name, s, 2);
+      at::Tensor mine =
+          table.kind == ps::TableKind::kDense ? at::arange(table.rows, at::kLong) : keys;
+      auto owner = ps::ShardsOfKeys(table, 2, mine);
+      ASSERT_TRUE(owner.ok());
+      mine = mine.masked_select(owner->eq(s));
+      // Each row moves by its key (SGD, lr -1 or 0.5: a known function).
+      at::Tensor grads = mine.to(at::kFloat).unsqueeze(1).expand({mine.numel(), table.dim});
+      ASSERT_TRUE(shard->Push(ps::Sender{0, 0}, 0, 0, mine, grads.contiguous()).ok());
+      int64_t cut = 0;
+      for (int64_t clock : {5, 9}) {
+        if (clock == 9 && s == 1) continue;  // an incomplete one
+        auto written =
+            ps::WriteShardCheckpoint(checkpoint_dir_, table, s, 2, clock, shard->Snapshot(&cut));
+        ASSERT_TRUE(written.ok()) << written;
+      }
+    }
+  }
+  StartPs(3, 0, "idle");
+  EXPECT_EQ(client().clock("sync"), 5);
+  EXPECT_EQ(client().clock("counts"), 5);
+  EXPECT_TRUE(
+      at::allclose(client().Pull("counts", keys).Get(kTimeout), keys.to(at::kFloat).unsqueeze(1)));
+  // "dense": uniform from its seed, then 0.5 x key taken off.
+  at::Tensor dense = client().Pull("dense", at::arange(10, at::kLong)).Get(kTimeout);
+  ps::RowStore initial(Table("dense"), 0, 1);
+  at::Tensor expected = initial.Read(at::arange(10, at::kLong)) -
+                        0.5 * at::arange(10).to(at::kFloat).unsqueeze(1).expand({10, 4});
+  EXPECT_TRUE(at::allclose(dense, expected)) << dense << expected;
+  ASSERT_TRUE(CheckpointStep(client()).ok());
+  EXPECT_TRUE(at::allclose(client().Pull("counts", at::arange(16, at::kLong)).Get(kTimeout),
+                           at::arange(16).to(at::kFloat).unsqueeze(1) + 1));
+  ExpectReplicasAgree();
+}
+
+// Scenario: servers without a checkpoint directory refuse a checkpoint by
+// name, and go on serving.
+TEST_F(PsCheckpointTest, ServersWithoutACheckpointDirectoryRefuseOneByName) {
+  StartPs(2, 0, "idle");
+  auto refused = client().Checkpoint().Wait(kTimeout);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_NE(refused.status().message().find("checkpoint_dir is empty"), std::string::npos)
+      << refused.status();
+  EXPECT_TRUE(client().Pull("counts", at::arange(4, at::kLong)).Wait(kTimeout).ok());
+}
+
+}  // namespace
+}  // namespace tessera::testing
