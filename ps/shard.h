@@ -218,6 +218,10 @@ class Shard : public std::enable_shared_from_this<Shard> {
   absl::StatusOr<bool> CutLocked(int64_t clock, int64_t* agreed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReleaseLocked(int64_t clock, bool written) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status NotWritten(int64_t clock) const;
+  // Restore's reading of a snapshot's aggregates (and of the pushes a cut
+  // held back): what does not fit, or "".
+  static std::string ReadAggregates(const ShardSnapshot& snapshot,
+                                    std::map<int64_t, Aggregate>* aggregates, Aggregate* held);
   // Whether the pending cut is reached now: then it is held.
   void CheckCutLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // On the primary: makes `op`, numbers it if it changed anything, and

@@ -77,6 +77,36 @@ bool Take(int64_t n, size_t size, size_t* next) {
 
 }  // namespace
 
+std::string Shard::ReadAggregates(const ShardSnapshot& snapshot,
+                                  std::map<int64_t, Aggregate>* aggregates, Aggregate* held) {
+  size_t pushes = 0, pushers = 0;
+  for (size_t i = 0; i < snapshot.aggregates.size(); i += 3) {
+    if (snapshot.aggregates[i] < 0 && snapshot.aggregates[i] != ShardSnapshot::kHeldBack) {
+      return absl::StrCat("an aggregate of clock ", snapshot.aggregates[i]);
+    }
+    Aggregate& aggregate = snapshot.aggregates[i] == ShardSnapshot::kHeldBack
+                               ? *held
+                               : (*aggregates)[snapshot.aggregates[i]];
+    const size_t first_push = pushes, first_pusher = pushers;
+    if (!Take(snapshot.aggregates[i + 1], snapshot.aggregate_keys.size(), &pushes) ||
+        !Take(snapshot.aggregates[i + 2], snapshot.aggregate_pushers.size(), &pushers)) {
+      return absl::StrCat("the aggregate of clock ", snapshot.aggregates[i],
+                          " holds more than it carries");
+    }
+    for (size_t p = first_push; p < pushes; ++p) {
+      aggregate.keys.push_back(snapshot.aggregate_keys[p]);
+      aggregate.grads.push_back(snapshot.aggregate_grads[p]);
+    }
+    for (size_t p = first_pusher; p < pushers; ++p) {
+      aggregate.pushers.insert(static_cast<int>(snapshot.aggregate_pushers[p]));
+    }
+  }
+  if (pushes != snapshot.aggregate_keys.size() || pushers != snapshot.aggregate_pushers.size()) {
+    return "it carries more than its counts say";
+  }
+  return "";
+}
+
 absl::Status Shard::Restore(const ShardSnapshot& snapshot, int64_t first_row, bool last,
                             int64_t cut) {
   const std::string what = absl::StrCat("a snapshot of table '", table_.name, "' shard ", index_);
@@ -108,32 +138,11 @@ absl::Status Shard::Restore(const ShardSnapshot& snapshot, int64_t first_row, bo
   }
   std::map<int64_t, Aggregate> aggregates;
   Aggregate held;
-  size_t pushes = 0, pushers = 0;
-  for (size_t i = 0; i < snapshot.aggregates.size(); i += 3) {
-    if (snapshot.aggregates[i] < 0 && snapshot.aggregates[i] != ShardSnapshot::kHeldBack) {
-      return invalid(absl::StrCat("an aggregate of clock ", snapshot.aggregates[i]));
-    }
-    Aggregate& aggregate = snapshot.aggregates[i] == ShardSnapshot::kHeldBack
-                               ? held
-                               : aggregates[snapshot.aggregates[i]];
-    const size_t first_push = pushes, first_pusher = pushers;
-    if (!Take(snapshot.aggregates[i + 1], snapshot.aggregate_keys.size(), &pushes) ||
-        !Take(snapshot.aggregates[i + 2], snapshot.aggregate_pushers.size(), &pushers)) {
-      return invalid(absl::StrCat("the aggregate of clock ", snapshot.aggregates[i],
-                                  " holds more than it carries"));
-    }
-    for (size_t p = first_push; p < pushes; ++p) {
-      aggregate.keys.push_back(snapshot.aggregate_keys[p]);
-      aggregate.grads.push_back(snapshot.aggregate_grads[p]);
-    }
-    for (size_t p = first_pusher; p < pushers; ++p) {
-      aggregate.pushers.insert(static_cast<int>(snapshot.aggregate_pushers[p]));
-    }
+  if (std::string why = ReadAggregates(snapshot, &aggregates, &held); !why.empty()) {
+    return invalid(why);
   }
-  if (next != snapshot.sequences_above.size() || pushes != snapshot.aggregate_keys.size() ||
-      pushers != snapshot.aggregate_pushers.size()) {
+  if (next != snapshot.sequences_above.size())
     return invalid("it carries more than its counts say");
-  }
   MutexLock lock(&mu_);
   if (log_->last() != 0 || restored_through_ != 0) {
     return absl::FailedPreconditionError(

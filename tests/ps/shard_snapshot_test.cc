@@ -83,6 +83,12 @@ void Make(Replica& primary, size_t table, ShardOp op, std::vector<Change>* made)
     case ShardOp::Kind::kGone:
       logged = shard.TrainerGone(op.from.rank, op.from.incarnation);
       break;
+    case ShardOp::Kind::kCut:
+      logged = shard.Cut(op.clock, &start);
+      break;
+    case ShardOp::Kind::kRelease:
+      logged = shard.Release(op.clock, op.sequence != 0);
+      break;
   }
   ASSERT_TRUE(logged.ok()) << logged.status();
   if (logged->is_new) made->push_back({table, logged->lsn, std::move(op)});
@@ -107,7 +113,8 @@ void Round(Replica& primary, int round, std::vector<Change>* made) {
 }
 
 // Scenario: a shard that took pushes from two trainers, one of them sent
-// again, with a synchronous clock still open and a late trainer gone. Restored
+// again, with a synchronous clock still open, a late trainer gone and a
+// checkpoint's cut holding a push back (ps/shard_cut.cc). Restored
 // from its snapshot, a new shard holds the same bits, and takes the same
 // next change to the same bits.
 TEST(ShardSnapshotTest, ARestoredShardHoldsTheSameBitsAndTakesTheSameChanges) {
@@ -123,6 +130,11 @@ TEST(ShardSnapshotTest, ARestoredShardHoldsTheSameBitsAndTakesTheSameChanges) {
        &made);  // sent again
   Make(primary, 0, ShardOp{ShardOp::Kind::kHello, Sender{3, 0}, 0, 0, {}, {}}, &made);
   Make(primary, 0, ShardOp{ShardOp::Kind::kGone, Sender{3, 0}, 0, 0, {}, {}}, &made);
+  // A checkpoint's cut pending at clock 5, and a push past it held back.
+  Make(primary, 0, ShardOp{ShardOp::Kind::kCut, {}, 0, 5, {}, {}}, &made);
+  const at::Tensor held = KeysOfShard0(Tables()[0], 12).narrow(0, 0, 2);
+  Make(primary, 0, ShardOp{ShardOp::Kind::kPush, Sender{2, 0}, 10, 5, held, at::ones({2, 3})},
+       &made);
   for (size_t t = 0; t < primary.tables.size(); ++t) {
     int64_t cut = 0;
     const ShardSnapshot snapshot = primary.tables[t]->Snapshot(&cut);
