@@ -160,7 +160,7 @@ std::optional<CheckpointLayout> LatestCheckpoint(const std::string& dir,
 
 absl::StatusOr<int64_t> RestoreShardCheckpoint(const std::string& dir,
                                                const CheckpointLayout& layout, Shard& shard,
-                                               int64_t index, int64_t shards) {
+                                               int64_t index, int64_t shards, int64_t clock) {
   const TableOptions& table = shard.table();
   auto old = layout.shards.find(table.name);
   if (old == layout.shards.end()) {
@@ -194,7 +194,7 @@ absl::StatusOr<int64_t> RestoreShardCheckpoint(const std::string& dir,
     if (auto ok = shard.Restore(part, first_row, /*last=*/false, /*cut=*/0); !ok.ok()) return ok;
     restored += part.rows();
   }
-  shard.ResumeAt(layout.clock);
+  shard.ResumeAt(std::max(clock, layout.clock));
   return restored;
 }
 

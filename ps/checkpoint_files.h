@@ -44,11 +44,12 @@ std::optional<CheckpointLayout> LatestCheckpoint(const std::string& dir,
                                                  const std::vector<TableOptions>& tables);
 
 // Puts into `shard` — new, no change made — the rows of `layout`'s
-// checkpoint that belong to it, and starts it at the checkpoint's clock
-// (Shard::ResumeAt). Answers the rows restored; DataLoss naming the file
-// for one missing, unreadable or not of this table.
+// checkpoint that belong to it, and starts it at `clock` (Shard::ResumeAt:
+// the checkpoint's, or later where its trainers went on without it).
+// Answers the rows restored; DataLoss naming the file for one missing,
+// unreadable or not of this table.
 absl::StatusOr<int64_t> RestoreShardCheckpoint(const std::string& dir,
                                                const CheckpointLayout& layout, Shard& shard,
-                                               int64_t index, int64_t shards);
+                                               int64_t index, int64_t shards, int64_t clock);
 
 }  // namespace tessera::ps

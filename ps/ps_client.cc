@@ -54,8 +54,8 @@ PsClient::PsClient(rpc::Runtime& runtime, const PsOptions& options, rpc::CallOpt
     : runtime_(runtime),
       call_(call),
       shards_(map.shards()),
-      router_(
-          ShardRouter::Make(runtime, options.job, std::move(map), options.failure_timeout / 20)) {
+      router_(ShardRouter::Make(runtime, options.job, std::move(map), options.failure_timeout / 20,
+                                /*wait_for_lost=*/!options.checkpoint_dir.empty())) {
   MutexLock lock(&mu_);
   for (const TableOptions& table : options.tables) {
     Table& t = tables_[table.name];

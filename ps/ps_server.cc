@@ -18,29 +18,6 @@ namespace tessera::ps {
 
 namespace {
 
-// The ranks whose clocks count from the start.
-absl::StatusOr<std::vector<int>> TrainerRanks(rpc::Runtime& runtime, const PsOptions& options) {
-  std::vector<int> ranks;
-  if (options.trainers.empty()) {
-    for (const rpc::WorkerInfo& worker : runtime.workers()) {
-      if (std::find(options.servers.begin(), options.servers.end(), worker.name) ==
-          options.servers.end()) {
-        ranks.push_back(worker.rank);
-      }
-    }
-    return ranks;
-  }
-  for (const std::string& name : options.trainers) {
-    auto rank = runtime.membership().RankOf(name);
-    if (!rank.has_value()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parameter server: no trainer named '", name, "' in the job"));
-    }
-    ranks.push_back(*rank);
-  }
-  return ranks;
-}
-
 // A message of several tables' parts carries as many of each field.
 absl::Status PartsAgree(size_t tables, std::initializer_list<size_t> fields) {
   for (size_t n : fields) {

@@ -1,6 +1,8 @@
 // A parameter server's part in checkpoints (Note [Sharded checkpoints],
 // ps/shard_cut.cc): the cut trainers ask for, taken and written once
 // reached, and a job's start from the latest one.
+#include <algorithm>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +11,7 @@
 #include "ps/checkpoint_files.h"
 #include "ps/server_state.h"
 #include "rpc/internal_service.h"
+#include "rpc/membership.h"
 
 namespace tessera::ps {
 
@@ -45,7 +48,8 @@ absl::Status PsServer::State::Resume() {
   for (auto& [s, r] : replicas_) {
     for (auto& [name, shard] : r.tables) {
       const absl::Time started = absl::Now();
-      auto rows = RestoreShardCheckpoint(options.checkpoint_dir, *layout, *shard, s, map_.shards());
+      auto rows = RestoreShardCheckpoint(options.checkpoint_dir, *layout, *shard, s, map_.shards(),
+                                         layout->clock);
       if (!rows.ok()) return rows.status();
       TESSERA_LOG(INFO) << "parameter server '" << self << "' resumed table '" << name << "' shard "
                         << s << " of " << map_.shards() << " from the checkpoint at clock "
@@ -55,6 +59,95 @@ absl::Status PsServer::State::Resume() {
     }
   }
   return absl::OkStatus();
+}
+
+int64_t PsServer::State::LostShardToRestoreLocked() const {
+  if (options.checkpoint_dir.empty() || absl::Now() < join_after_) return -1;
+  for (const auto& [s, r] : replicas_) {
+    if (r.role == ReplicaRole::kJoining) return -1;  // one at a time
+  }
+  std::set<std::string> live;
+  for (const rpc::Member& member : runtime->membership().Members()) {
+    if (member.state == rpc::MemberState::kLive) live.insert(member.info.name);
+  }
+  const auto& servers = options.servers;
+  for (int64_t s = 0; s < map_.shards(); ++s) {
+    if (!map_.replicas[s].empty() || replicas_.count(s) > 0) continue;
+    // Every server's same first choice: the first live one from the
+    // shard's own (servers[s]) on.
+    for (size_t i = 0; i < servers.size(); ++i) {
+      const std::string& server = servers[(s + i) % servers.size()];
+      if (live.count(server) == 0) continue;
+      if (server == self) return s;
+      break;
+    }
+  }
+  return -1;
+}
+
+void PsServer::State::RestoreLost() {
+  std::shared_ptr<OpLog> log;
+  std::map<std::string, std::shared_ptr<Shard>> tables;
+  int64_t s = -1, shards = 0, trainers_at = -1;
+  {
+    MutexLock lock(&mu_);
+    s = LostShardToRestoreLocked();
+    if (s < 0) return;
+    shards = map_.shards();
+    // Where its trainers are: as far as this server's other shards know.
+    for (const auto& [index, r] : replicas_) {
+      for (const auto& [name, shard] : r.tables) {
+        trainers_at = std::max(trainers_at, shard->Stats().clock);
+      }
+    }
+    Replica& r = replicas_[s];  // named nowhere yet: not dropped meanwhile
+    r.index = s;
+    r.role = ReplicaRole::kJoining;
+    log = r.log;
+  }
+  auto fail = [this, s](const std::string& why) {
+    GiveUpJoin(s, absl::StrCat("could not restore shard ", s, ", which lost every replica: ", why));
+  };
+  const std::optional<CheckpointLayout> layout =
+      LatestCheckpoint(options.checkpoint_dir, options.tables);
+  if (!layout.has_value()) {
+    return fail(absl::StrCat("no complete checkpoint under ", options.checkpoint_dir));
+  }
+  const int64_t clock = std::max(trainers_at, layout->clock);
+  auto trainers = TrainerRanks(*runtime, options);
+  if (!trainers.ok()) return fail(trainers.status().ToString());
+  for (const TableOptions& table : options.tables) {
+    auto shard = MakeShard(table, s, shards, *trainers, log);
+    auto rows = RestoreShardCheckpoint(options.checkpoint_dir, *layout, *shard, s, shards, clock);
+    if (!rows.ok()) return fail(rows.status().ToString());
+    tables[table.name] = shard;
+  }
+  {
+    MutexLock lock(&mu_);
+    auto it = replicas_.find(s);
+    if (it == replicas_.end() || it->second.role != ReplicaRole::kJoining) return;
+    it->second.tables = tables;
+  }
+  // Named its primary by compare-and-set: of two servers restoring it, one.
+  const std::string& me = self;
+  auto map = ChangeShardMap(runtime->store(), options.job,
+                            [&](const ShardMap& m) -> std::optional<ShardMap> {
+                              if (!m.replicas[s].empty()) return std::nullopt;
+                              ShardMap next = m;
+                              next.since[s] = ++next.epoch;
+                              next.replicas[s] = {me};
+                              return next;
+                            });
+  if (!map.ok() || map->primary(s) != self) {
+    return fail(map.ok() ? absl::StrCat("'", map->primary(s), "' restored it")
+                         : map.status().ToString());
+  }
+  TESSERA_LOG(WARNING) << "parameter server '" << self << "' restored shard " << s << " of "
+                       << shards << ", which lost every replica, from the checkpoint at clock "
+                       << layout->clock << " under " << options.checkpoint_dir
+                       << ": it rolled back " << (clock - layout->clock)
+                       << " clocks (its trainers were at clock " << clock << ")";
+  Adopt(*map);
 }
 
 void PsServer::State::TakeCut(int64_t shard, const std::string& table, int64_t clock) {

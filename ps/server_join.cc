@@ -194,7 +194,7 @@ void PsServer::State::Rejoin() {
   }
   // What a dropped replica still waited for will never come.
   for (const auto& log : dropped) log->Promote(absl::AbortedError("the replica was dropped"));
-  if (primary.empty()) return;
+  if (primary.empty()) return RestoreLost();  // nothing to join: anything to restore?
   TESSERA_LOG(INFO) << "parameter server '" << self << "' joins shard " << request.shard
                     << " as a backup of '" << primary << "' (shard map epoch " << request.epoch
                     << ")";

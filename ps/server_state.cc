@@ -25,6 +25,28 @@ std::string HostOf(const rpc::WorkerInfo& worker) {
   return SplitHostPort(worker.address, &host, &port) ? host : worker.address;
 }
 
+absl::StatusOr<std::vector<int>> TrainerRanks(rpc::Runtime& runtime, const PsOptions& options) {
+  std::vector<int> ranks;
+  if (options.trainers.empty()) {
+    for (const rpc::WorkerInfo& worker : runtime.workers()) {
+      if (std::find(options.servers.begin(), options.servers.end(), worker.name) ==
+          options.servers.end()) {
+        ranks.push_back(worker.rank);
+      }
+    }
+    return ranks;
+  }
+  for (const std::string& name : options.trainers) {
+    auto rank = runtime.membership().RankOf(name);
+    if (!rank.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter server: no trainer named '", name, "' in the job"));
+    }
+    ranks.push_back(*rank);
+  }
+  return ranks;
+}
+
 void Changes::Add(const std::string& table, const Logged& logged, const ShardOp& op) {
   wait = std::max(wait, logged.lsn);
   if (!logged.is_new) return;

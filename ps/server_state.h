@@ -39,6 +39,10 @@ struct Changes {
   void Add(const std::string& table, const Logged& logged, const ShardOp& op);
 };
 
+// The ranks whose clocks count from the start (PsOptions::trainers: those
+// named, or every worker that is not a server).
+absl::StatusOr<std::vector<int>> TrainerRanks(rpc::Runtime& runtime, const PsOptions& options);
+
 // Serves CutRequest and SavedRequest (ps/server_checkpoint.cc).
 void ServeCheckpoints(const std::shared_ptr<PsServer::State>& state);
 
@@ -91,6 +95,9 @@ struct PsServer::State : std::enable_shared_from_this<PsServer::State> {
   // At the job's start, before serving: every replica held resumes from
   // the latest complete checkpoint under options.checkpoint_dir, if any.
   absl::Status Resume();
+  // A shard that lost every replica, whose first choice this server is,
+  // restored from the latest complete checkpoint: this server its primary.
+  void RestoreLost();
   // As `shard`'s primary: copies `table`'s rows at its held cut `clock`,
   // writes them, then releases the cut (Note [Sharded checkpoints]).
   void TakeCut(int64_t shard, const std::string& table, int64_t clock);
@@ -139,6 +146,8 @@ struct PsServer::State : std::enable_shared_from_this<PsServer::State> {
   // to join a shard short of backups whose first choice this server is.
   void Rejoin();
   std::vector<std::shared_ptr<OpLog>> DropReplicasLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The lost shard this server should restore now, or -1.
+  int64_t LostShardToRestoreLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The shard this server should join now, or -1.
   int64_t ShardToJoinLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The primary's last step of AddBackup: `joiner` holds every table.

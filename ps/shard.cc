@@ -161,8 +161,7 @@ absl::StatusOr<bool> Shard::PushLocked(const ShardOp& op) {
   }
   if (cut_ >= 0 && op.clock >= cut_) {
     // Past a checkpoint's cut: applied once the cut is released.
-    held_keys_.push_back(op.keys);
-    held_grads_.push_back(op.grads);
+    held_.push_back({op.clock, op.keys, op.grads});
     return true;
   }
   if (auto ok = ApplySummed(op.keys, op.grads, 1); !ok.ok()) return ok;
@@ -414,8 +413,9 @@ uint64_t Shard::Digest() const {
                     saved_clock_, failed_clock_}) {
     mix(v);
   }
-  for (const auto& tensors : {held_keys_, held_grads_}) {
-    for (const at::Tensor& t : tensors) hash = HashTensor(hash, t);
+  for (const HeldPush& push : held_) {
+    mix(push.clock);
+    hash = HashTensor(HashTensor(hash, push.keys), push.grads);
   }
   for (const auto& [rank, t] : trainers_) {
     for (int64_t v : {static_cast<int64_t>(rank), t.incarnation, t.clock,

@@ -148,7 +148,7 @@ class Shard : public std::enable_shared_from_this<Shard> {
   // at `clock` could not be (the primary's log says why).
   Future<std::monostate> Saved(int64_t clock);
   // A new shard that holds a checkpoint's rows (ps/checkpoint_files.h)
-  // starts at its clock: its trainers there, clocks below applied.
+  // starts at `clock`: its trainers there, clocks below applied.
   void ResumeAt(int64_t clock);
   // `reached` runs, outside the lock, when a change made on this replica
   // as primary reaches a cut (a promoted backup asks HeldCut instead).
@@ -192,6 +192,10 @@ class Shard : public std::enable_shared_from_this<Shard> {
     int64_t sequences_below = 0;        // every sequence below this was taken
     std::set<int64_t> sequences_above;  // and these
   };
+  struct HeldPush {
+    int64_t clock;
+    at::Tensor keys, grads;
+  };
   struct Aggregate {
     std::vector<at::Tensor> keys, grads;
     std::set<int> pushers;
@@ -221,7 +225,10 @@ class Shard : public std::enable_shared_from_this<Shard> {
   // Restore's reading of a snapshot's aggregates (and of the pushes a cut
   // held back): what does not fit, or "".
   static std::string ReadAggregates(const ShardSnapshot& snapshot,
-                                    std::map<int64_t, Aggregate>* aggregates, Aggregate* held);
+                                    std::map<int64_t, Aggregate>* aggregates,
+                                    std::vector<HeldPush>* held);
+  // Applies the held pushes of clocks below `clock`, in order.
+  void ApplyHeldLocked(int64_t clock) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the pending cut is reached now: then it is held.
   void CheckCutLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // On the primary: makes `op`, numbers it if it changed anything, and
@@ -267,7 +274,7 @@ class Shard : public std::enable_shared_from_this<Shard> {
   // snapshot.
   int64_t cut_ ABSL_GUARDED_BY(mu_) = -1;
   bool cut_held_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<at::Tensor> held_keys_ ABSL_GUARDED_BY(mu_), held_grads_ ABSL_GUARDED_BY(mu_);
+  std::vector<HeldPush> held_ ABSL_GUARDED_BY(mu_);
   int64_t last_push_clock_ ABSL_GUARDED_BY(mu_) = -1;
   // The latest cut written, and the latest that could not be.
   int64_t saved_clock_ ABSL_GUARDED_BY(mu_) = -1;

@@ -20,11 +20,13 @@
 // Where a shard applied a later clock's changes already (a fast trainer's
 // pushes, under bounded or no staleness), it cannot cut at c: it agrees to
 // the earliest clock it can, and the trainer asks every shard again at the
-// latest clock any agreed to (a pending cut only moves later). Costs: a
+// latest clock any agreed to (a pending cut only moves later; what it held
+// back below its new clock is applied then). Costs: a
 // trainer does not read its own held pushes until the cut is released; a
 // synchronous table's pulls past c wait for it; what is held back is kept
 // in memory (the fastest trainer's lead over the slowest).
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -48,8 +50,23 @@ absl::StatusOr<bool> Shard::CutLocked(int64_t clock, int64_t* agreed) {
                                : last_push_clock_ + 1;
   *agreed = std::max({clock, earliest, cut_});
   if (*agreed == cut_) return false;
+  // A cut moved later: what it held back below its new clock is the cut's.
+  ApplyHeldLocked(*agreed);
   cut_ = *agreed;
   return true;
+}
+
+void Shard::ApplyHeldLocked(int64_t clock) {
+  std::vector<HeldPush> later;
+  for (HeldPush& push : held_) {
+    if (push.clock >= clock) {
+      later.push_back(std::move(push));
+      continue;
+    }
+    // Checked when it came: applying cannot fail on its keys.
+    (void)ApplySummed(push.keys, push.grads, 1);
+  }
+  held_ = std::move(later);
 }
 
 void Shard::CheckCutLocked() {
@@ -72,12 +89,7 @@ bool Shard::ReleaseLocked(int64_t clock, bool written) {
     saved_ready_.emplace_back(it->second, written ? absl::OkStatus() : NotWritten(clock));
   }
   saved_waits_.erase(done, saved_waits_.end());
-  for (size_t i = 0; i < held_keys_.size(); ++i) {
-    // Checked when each push came: applying cannot fail on its keys.
-    (void)ApplySummed(held_keys_[i], held_grads_[i], 1);
-  }
-  held_keys_.clear();
-  held_grads_.clear();
+  ApplyHeldLocked(INT64_MAX);
   cut_ = -1;
   cut_held_ = false;
   return true;

@@ -31,13 +31,18 @@ absl::Status Annotated(const absl::Status& status, int64_t shard, const std::str
 }  // namespace
 
 std::shared_ptr<ShardRouter> ShardRouter::Make(rpc::Runtime& runtime, std::string job, ShardMap map,
-                                               absl::Duration poll) {
+                                               absl::Duration poll, bool wait_for_lost) {
   return std::shared_ptr<ShardRouter>(
-      new ShardRouter(runtime, std::move(job), std::move(map), poll));
+      new ShardRouter(runtime, std::move(job), std::move(map), poll, wait_for_lost));
 }
 
-ShardRouter::ShardRouter(rpc::Runtime& runtime, std::string job, ShardMap map, absl::Duration poll)
-    : runtime_(runtime), job_(std::move(job)), poll_(poll), map_(std::move(map)) {}
+ShardRouter::ShardRouter(rpc::Runtime& runtime, std::string job, ShardMap map, absl::Duration poll,
+                         bool wait_for_lost)
+    : runtime_(runtime),
+      job_(std::move(job)),
+      poll_(poll),
+      wait_for_lost_(wait_for_lost),
+      map_(std::move(map)) {}
 
 ShardMap ShardRouter::map() const {
   MutexLock lock(&mu_);
@@ -69,6 +74,7 @@ void ShardRouter::Send(const std::shared_ptr<Routed>& call) {
   std::string server;
   int64_t epoch = 0;
   uint64_t attempt = 0;
+  bool poll = false;
   {
     MutexLock lock(&mu_);
     server = map_.primary(call->shard);
@@ -76,12 +82,26 @@ void ShardRouter::Send(const std::shared_ptr<Routed>& call) {
     attempt = ++call->attempt;
     call->server = server;
     call->epoch = epoch;
-    if (server.empty()) in_flight_.erase(call->id);
+    if (server.empty()) {
+      if (!wait_for_lost_ || absl::Now() >= call->deadline) {
+        in_flight_.erase(call->id);
+      } else {
+        // Waits for a restarted server to restore it (Poll sends it then).
+        poll = !polling_;
+        polling_ = true;
+        server = "-";
+      }
+    }
+  }
+  if (server == "-") {
+    if (poll) SchedulePoll();
+    return;
   }
   if (server.empty()) {
-    call->result.Set(absl::UnavailableError(
-        absl::StrCat("shard ", call->shard, " lost every replica at shard map epoch ", epoch,
-                     " (restore it from a checkpoint)")));
+    call->result.Set(absl::UnavailableError(absl::StrCat(
+        "shard ", call->shard, " lost every replica at shard map epoch ", epoch,
+        wait_for_lost_ ? ", and no server restored it from a checkpoint by the call's deadline"
+                       : " (restore it from a checkpoint)")));
     return;
   }
   std::weak_ptr<ShardRouter> weak = weak_from_this();
@@ -111,8 +131,10 @@ void ShardRouter::Failed(const std::shared_ptr<Routed>& call, uint64_t attempt,
   {
     MutexLock lock(&mu_);
     if (attempt != call->attempt) return;  // sent again since: that attempt decides
-    // A server without backups has nobody to fail over to.
-    const bool alone = map_.primary(call->shard) == server && map_.replicas[call->shard].size() < 2;
+    // A server without backups has nobody to fail over to (unless a
+    // checkpoint will be restored in its place).
+    const bool alone = map_.primary(call->shard) == server &&
+                       map_.replicas[call->shard].size() < 2 && !wait_for_lost_;
     give_up = !route_again || absl::Now() >= call->deadline ||
               (alone && status.code() == absl::StatusCode::kUnavailable);
     if (give_up) in_flight_.erase(call->id);
@@ -192,16 +214,20 @@ void ShardRouter::Poll() {
       return;
     }
   }
-  if (Refresh()) {
-    std::vector<std::shared_ptr<Routed>> moved;
-    {
-      MutexLock lock(&mu_);
-      for (const auto& [id, call] : in_flight_) {
-        if (map_.primary(call->shard) != call->server) moved.push_back(call);
+  Refresh();
+  std::vector<std::shared_ptr<Routed>> moved;
+  {
+    MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    for (const auto& [id, call] : in_flight_) {
+      // A lost shard's call is sent once the shard is back, or fails at its deadline.
+      if (map_.primary(call->shard) != call->server ||
+          (call->server.empty() && now >= call->deadline)) {
+        moved.push_back(call);
       }
     }
-    for (const auto& call : moved) Send(call);
   }
+  for (const auto& call : moved) Send(call);
   SchedulePoll();
 }
 

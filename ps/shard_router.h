@@ -12,7 +12,11 @@
 // shard moved is sent to the new primary at once (whichever answers first
 // is taken: the servers apply each change once, Note [Exactly-once pushes],
 // ps/shard.h). A shard without backups has nobody to fail over to: its
-// calls fail at once, naming the server.
+// calls fail at once, naming the server. A shard that lost every replica
+// fails its calls at once too — unless `wait_for_lost` (the job takes
+// checkpoints, PsOptions::checkpoint_dir): a restarted server restores
+// such a shard from the latest checkpoint (Note [Sharded checkpoints],
+// ps/shard_cut.cc), and its calls wait for that until their deadline.
 //
 // Thread-safety: thread-safe. Callbacks hold the router weakly: calls
 // still in flight when it is destroyed fail at their deadline.
@@ -41,7 +45,7 @@ class ShardRouter : public std::enable_shared_from_this<ShardRouter> {
   using Encode = std::function<std::vector<c10::IValue>(int64_t epoch)>;
 
   static std::shared_ptr<ShardRouter> Make(rpc::Runtime& runtime, std::string job, ShardMap map,
-                                           absl::Duration poll);
+                                           absl::Duration poll, bool wait_for_lost);
 
   // Calls `service` with encode(epoch) on `shard`'s primary (see above).
   // Errors name the shard and the server that gave them.
@@ -50,20 +54,22 @@ class ShardRouter : public std::enable_shared_from_this<ShardRouter> {
 
  private:
   struct Routed;
-  ShardRouter(rpc::Runtime& runtime, std::string job, ShardMap map, absl::Duration poll);
+  ShardRouter(rpc::Runtime& runtime, std::string job, ShardMap map, absl::Duration poll,
+              bool wait_for_lost);
   void Send(const std::shared_ptr<Routed>& call);
   void Failed(const std::shared_ptr<Routed>& call, uint64_t attempt, const std::string& server,
               int64_t epoch, const absl::Status& status);
   // Reads the recorded map; returns whether it is newer than the cache.
   bool Refresh();
   // While calls are in flight: re-reads the map every poll_, and sends
-  // again those whose shard moved.
+  // again those whose shard moved (or came back, or whose wait for it ended).
   void SchedulePoll();
   void Poll();
 
   rpc::Runtime& runtime_;
   const std::string job_;
   const absl::Duration poll_;
+  const bool wait_for_lost_;
   mutable Mutex mu_;
   ShardMap map_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::shared_ptr<Routed>> in_flight_ ABSL_GUARDED_BY(mu_);

@@ -35,13 +35,11 @@ ShardSnapshot Shard::Snapshot(int64_t* cut) {
   snapshot.counters = {
       applied_clock_, stats_.pushes_applied,           stats_.duplicates, last_push_clock_,
       cut_,           static_cast<int64_t>(cut_held_), saved_clock_,      failed_clock_};
-  if (!held_keys_.empty()) {
-    // The pushes a cut holds back, as an aggregate of no clock (in order).
-    snapshot.aggregates.insert(
-        snapshot.aggregates.end(),
-        {ShardSnapshot::kHeldBack, static_cast<int64_t>(held_keys_.size()), 0});
-    snapshot.aggregate_keys = held_keys_;
-    snapshot.aggregate_grads = held_grads_;
+  for (const HeldPush& push : held_) {
+    snapshot.aggregates.insert(snapshot.aggregates.end(),
+                               {ShardSnapshot::HeldBack(push.clock), 1, 0});
+    snapshot.aggregate_keys.push_back(push.keys);
+    snapshot.aggregate_grads.push_back(push.grads);
   }
   for (const auto& [clock, aggregate] : aggregates_) {
     snapshot.aggregates.insert(snapshot.aggregates.end(),
@@ -78,15 +76,19 @@ bool Take(int64_t n, size_t size, size_t* next) {
 }  // namespace
 
 std::string Shard::ReadAggregates(const ShardSnapshot& snapshot,
-                                  std::map<int64_t, Aggregate>* aggregates, Aggregate* held) {
+                                  std::map<int64_t, Aggregate>* aggregates,
+                                  std::vector<HeldPush>* held) {
   size_t pushes = 0, pushers = 0;
   for (size_t i = 0; i < snapshot.aggregates.size(); i += 3) {
-    if (snapshot.aggregates[i] < 0 && snapshot.aggregates[i] != ShardSnapshot::kHeldBack) {
-      return absl::StrCat("an aggregate of clock ", snapshot.aggregates[i]);
+    const int64_t clock = snapshot.aggregates[i];
+    const bool held_back = clock <= ShardSnapshot::HeldBack(0);
+    if ((clock < 0 && !held_back) ||
+        (held_back && (snapshot.aggregates[i + 1] != 1 || snapshot.aggregates[i + 2] != 0))) {
+      return absl::StrCat("an aggregate of clock ", clock, " of ", snapshot.aggregates[i + 1],
+                          " pushes");
     }
-    Aggregate& aggregate = snapshot.aggregates[i] == ShardSnapshot::kHeldBack
-                               ? *held
-                               : (*aggregates)[snapshot.aggregates[i]];
+    Aggregate one;  // a push held back
+    Aggregate& aggregate = held_back ? one : (*aggregates)[clock];
     const size_t first_push = pushes, first_pusher = pushers;
     if (!Take(snapshot.aggregates[i + 1], snapshot.aggregate_keys.size(), &pushes) ||
         !Take(snapshot.aggregates[i + 2], snapshot.aggregate_pushers.size(), &pushers)) {
@@ -100,6 +102,7 @@ std::string Shard::ReadAggregates(const ShardSnapshot& snapshot,
     for (size_t p = first_pusher; p < pushers; ++p) {
       aggregate.pushers.insert(static_cast<int>(snapshot.aggregate_pushers[p]));
     }
+    if (held_back) held->push_back({ShardSnapshot::HeldBack(clock), one.keys[0], one.grads[0]});
   }
   if (pushes != snapshot.aggregate_keys.size() || pushers != snapshot.aggregate_pushers.size()) {
     return "it carries more than its counts say";
@@ -137,7 +140,7 @@ absl::Status Shard::Restore(const ShardSnapshot& snapshot, int64_t first_row, bo
                              snapshot.sequences_above.begin() + next);
   }
   std::map<int64_t, Aggregate> aggregates;
-  Aggregate held;
+  std::vector<HeldPush> held;
   if (std::string why = ReadAggregates(snapshot, &aggregates, &held); !why.empty()) {
     return invalid(why);
   }
@@ -150,7 +153,6 @@ absl::Status Shard::Restore(const ShardSnapshot& snapshot, int64_t first_row, bo
   }
   if (auto ok = rows_.Restore(snapshot, first_row); !ok.ok()) return ok;
   if (!last) return absl::OkStatus();
-  aggregates.emplace(ShardSnapshot::kHeldBack, held);  // checked with them
   for (const auto& [clock, aggregate] : aggregates) {
     for (size_t p = 0; p < aggregate.keys.size(); ++p) {
       if (auto ok = CheckRows(aggregate.keys[p], aggregate.grads[p]); !ok.ok()) {
@@ -158,10 +160,14 @@ absl::Status Shard::Restore(const ShardSnapshot& snapshot, int64_t first_row, bo
       }
     }
   }
-  aggregates.erase(ShardSnapshot::kHeldBack);
+  for (const HeldPush& push : held) {
+    if (auto ok = CheckRows(push.keys, push.grads); !ok.ok()) {
+      return invalid(absl::StrCat("a push held back: ", ok.message()));
+    }
+  }
   const int64_t* counters = snapshot.counters.data();
   if (counters[4] < -1 || (counters[5] != 0 && (counters[5] != 1 || counters[4] < 0)) ||
-      (counters[4] < 0 && !held.keys.empty())) {
+      (counters[4] < 0 && !held.empty())) {
     return invalid("its checkpoint cut does not fit together");
   }
   trainers_ = std::move(trainers);
@@ -174,8 +180,7 @@ absl::Status Shard::Restore(const ShardSnapshot& snapshot, int64_t first_row, bo
   cut_held_ = counters[5] != 0;
   saved_clock_ = counters[6];
   failed_clock_ = counters[7];
-  held_keys_ = std::move(held.keys);
-  held_grads_ = std::move(held.grads);
+  held_ = std::move(held);
   restored_through_ = cut;
   return absl::OkStatus();
 }

@@ -30,9 +30,10 @@ struct ShardSnapshot {
   std::vector<int64_t> counters;
   // Per synchronous aggregate: its clock, how many pushes it holds (their
   // keys and grads follow in `aggregate_keys`, `aggregate_grads`), how many
-  // trainers pushed in it (their ranks follow in `aggregate_pushers`). The
-  // pushes a cut holds back come as one of clock kHeldBack, in order.
-  static constexpr int64_t kHeldBack = -1;
+  // trainers pushed in it (their ranks follow in `aggregate_pushers`). Each
+  // push a cut holds back comes as one of its own, of one push and no
+  // pushers, its clock c written HeldBack(c) (negative), in order.
+  static constexpr int64_t HeldBack(int64_t clock) { return -2 - clock; }
   std::vector<int64_t> aggregates;
   std::vector<int64_t> aggregate_pushers;
   std::vector<at::Tensor> aggregate_keys, aggregate_grads;

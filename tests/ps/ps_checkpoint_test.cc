@@ -59,7 +59,7 @@ at::Tensor Restored(const std::string& dir, const ps::CheckpointLayout& layout,
   for (int64_t s = 0; s < shards; ++s) {
     auto shard = std::make_shared<ps::Shard>(Table(table), s, shards, std::vector<int>{0},
                                              std::make_shared<ps::OpLog>(), nullptr);
-    auto restored = ps::RestoreShardCheckpoint(dir, layout, *shard, s, shards);
+    auto restored = ps::RestoreShardCheckpoint(dir, layout, *shard, s, shards, layout.clock);
     EXPECT_TRUE(restored.ok()) << restored.status();
     for (int64_t i = 0; i < keys.numel(); ++i) {
       if ((*owner)[i].item<int64_t>() != s) continue;
@@ -110,6 +110,13 @@ TEST(ShardCutTest, AShardHoldsLaterClocksBackUntilItsCutIsReleased) {
   EXPECT_EQ(read()[0][0].item<float>(), 5);
   ASSERT_TRUE(push(zero, 2));  // no cut pending: applied at once
   EXPECT_EQ(read()[0][0].item<float>(), 6);
+  // A cut at 3 holds a push of clock 3 back; moved to 4, the push is the cut's.
+  ASSERT_TRUE(shard->Cut(3, &agreed).ok());
+  ASSERT_TRUE(push(one, 3));
+  EXPECT_EQ(read()[0][0].item<float>(), 6);
+  ASSERT_TRUE(shard->Cut(4, &agreed).ok());
+  EXPECT_EQ(agreed, 4);
+  EXPECT_EQ(read()[0][0].item<float>(), 7);
 }
 
 class PsCheckpointTest : public PsWorld {};
@@ -130,6 +137,7 @@ TEST_F(PsCheckpointTest, ACheckpointCutsEveryTableAtOneClockWhileTrainingGoesOn)
     ASSERT_TRUE(CheckpointStep(client()).ok());
   }
   auto cut = saved->Wait(kTimeout);
+  ASSERT_TRUE(rt().store().Get("ps-test/pushed/3", kTimeout).ok());  // the other trainer's done
   ASSERT_TRUE(cut.ok()) << cut.status();
   EXPECT_GE(*cut, 3);
   EXPECT_LE(*cut, kCheckpointClocks);
@@ -198,6 +206,44 @@ TEST_F(PsCheckpointTest, AJobStartedAnewResumesFromTheLatestCompleteCheckpointOn
   ASSERT_TRUE(CheckpointStep(client()).ok());
   EXPECT_TRUE(at::allclose(client().Pull("counts", at::arange(16, at::kLong)).Get(kTimeout),
                            at::arange(16).to(at::kFloat).unsqueeze(1) + 1));
+  ExpectReplicasAgree();
+}
+
+// Scenario: a correlated failure — both servers holding shard 0 are
+// SIGKILLed after a checkpoint at clock 4 and two more clocks. The last
+// server restores shard 0 from the checkpoint and serves it; the trainer's
+// calls wait for that and go on: shard 0's keys count the checkpoint's 4
+// clocks and the next one, the other shards' all 7.
+TEST_F(PsCheckpointTest, AShardThatLostEveryReplicaComesBackFromTheCheckpoint) {
+  expect_clean_exit_ = false;
+  checkpoint_dir_ = FreshDir("lost");
+  StartPs(3, 0, "idle");
+  for (int clock = 0; clock < 3; ++clock) ASSERT_TRUE(CheckpointStep(client()).ok());
+  Future<int64_t> saved = client().Checkpoint();
+  ASSERT_TRUE(CheckpointStep(client()).ok());  // ends clock 3: the cut at 4 is reached
+  auto cut = saved.Wait(kTimeout);
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  ASSERT_EQ(*cut, 4);
+  for (int clock = 4; clock < 6; ++clock) ASSERT_TRUE(CheckpointStep(client()).ok());
+  const std::vector<std::string> lost = client().shard_map().replicas[0];
+  ASSERT_EQ(lost.size(), 2u);
+  for (const std::string& server : lost) {
+    auto& child = children_[std::stoi(server.substr(6)) - 1];
+    child->Kill();
+    ASSERT_NE(child->Wait(kTimeout), -1);
+  }
+  const absl::Status step = CheckpointStep(client());  // clock 6: waits for shard 0 to come back
+  ASSERT_TRUE(step.ok()) << step;
+  const ps::ShardMap map =
+      AwaitShardMap([](const ps::ShardMap& m) { return !m.replicas[0].empty(); });
+  EXPECT_NE(map.primary(0), lost[0]);
+  EXPECT_NE(map.primary(0), lost[1]);
+  const at::Tensor keys = at::arange(16, at::kLong);
+  const at::Tensor counts = client().Pull("counts", keys).Get(kTimeout);
+  const at::Tensor owner = *ps::ShardsOfKeys(Table("counts"), 3, keys);
+  for (int64_t i = 0; i < 16; ++i) {
+    EXPECT_EQ(counts[i][0].item<float>(), owner[i].item<int64_t>() == 0 ? 5 : 7) << "key " << i;
+  }
   ExpectReplicasAgree();
 }
 

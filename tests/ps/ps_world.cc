@@ -124,6 +124,9 @@ int RunTrainer(rpc::Runtime& runtime, const std::string& script, const ps::PsOpt
     for (int clock = 0; clock < kCheckpointClocks; ++clock) {
       if (auto ok = CheckpointStep(**client); !ok.ok()) return Fail("step", ok);
     }
+    if (auto ok = runtime.store().Set(absl::StrCat("ps-test/pushed/", rank), "1"); !ok.ok()) {
+      return Fail("store", ok);
+    }
   } else if (script == "count_until_killed") {
     // Key 1000 + rank is this trainer's alone; the store says how many of
     // its pushes were acknowledged.
@@ -248,7 +251,9 @@ void PsWorld::StartPs(int servers, int trainers, const std::string& script,
                 {"TESSERA_PS_BACKUPS", std::to_string(backups)}};
   if (!checkpoint_dir_.empty()) child_env_["TESSERA_PS_CHECKPOINT_DIR"] = checkpoint_dir_;
   StartWorld(1 + servers + trainers, child_env_);
-  auto client = ps::PsClient::Connect(rt(), TestPsOptions(servers, counted, backups));
+  ps::PsOptions options = TestPsOptions(servers, counted, backups);
+  options.checkpoint_dir = checkpoint_dir_;
+  auto client = ps::PsClient::Connect(rt(), options);
   ASSERT_TRUE(client.ok()) << client.status();
   client_ = *std::move(client);
 }
