@@ -59,7 +59,7 @@
 // graceful shutdown needs. With more than one backup, the backup promoted
 // checks with each other backup that they made the same changes (`base`);
 // one that did not is taken out. A shard whose every replica was lost
-// answers Unavailable.
+// answers Unavailable, unless the job takes checkpoints (below).
 //
 // Re-replication (ps/server_join.cc): a shard with fewer than 1 + backups
 // replicas is joined by a live server that holds none of it — the first
@@ -75,6 +75,13 @@
 // lease its last incarnation may still hold) and joins anew; a server the
 // map dropped from a shard (a replaced primary that woke, a backup that
 // diverged or was silent) drops its replica and joins anew.
+//
+// Checkpoints (Note [Sharded checkpoints], ps/shard_cut.cc): a trainer
+// asks every shard to cut at one clock; each primary copies, writes and
+// releases its cut (ps/server_checkpoint.cc). A server started with a job
+// resumes from the latest complete checkpoint (PsOptions::checkpoint_dir);
+// a shard that lost every replica is restored from it by the first live
+// server, which becomes its primary.
 //
 // Thread-safety: thread-safe.
 #pragma once
