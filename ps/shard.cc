@@ -17,12 +17,6 @@ namespace tessera::ps {
 
 namespace {
 
-// How far past a trainer's clock, as this shard knows it, a Clock() or a
-// push may go: PsClient moves its clock by one (or to where another shard's
-// Hello started it), and its pushes may overtake its last Clock(); more is
-// a broken or hostile client.
-constexpr int64_t kMaxClockAdvance = 1 << 16;
-
 uint64_t HashTensor(uint64_t hash, const at::Tensor& t) {
   at::Tensor contiguous = t.contiguous();
   return HashBytes(hash, contiguous.data_ptr(), contiguous.numel() * contiguous.element_size());

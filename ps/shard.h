@@ -208,6 +208,13 @@ class Shard : public std::enable_shared_from_this<Shard> {
   };
   using Ready = std::vector<std::pair<Promise<at::Tensor>, absl::StatusOr<at::Tensor>>>;
 
+  // How far past a trainer's clock, as this shard knows it, a Clock() or a
+  // push may go: PsClient moves its clock by one (or to where another shard's
+  // Hello started it), and its pushes may overtake its last Clock(); more is
+  // a broken or hostile client. A checkpoint's cut, as far past the
+  // furthest trainer.
+  static constexpr int64_t kMaxClockAdvance = 1 << 16;
+
   absl::Status CheckSender(const Sender& from) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The changes themselves, on any replica: whether `op` changed anything.
   // `answer`: a hello's start clock, a cut's agreed clock.

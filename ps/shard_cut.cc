@@ -35,6 +35,14 @@
 namespace tessera::ps {
 
 absl::StatusOr<bool> Shard::CutLocked(int64_t clock, int64_t* agreed) {
+  int64_t furthest = applied_clock_;
+  for (const auto& [rank, trainer] : trainers_) furthest = std::max(furthest, trainer.clock);
+  if (clock < 0 || clock > furthest + kMaxClockAdvance) {
+    // A cut far ahead would hold every push back for good.
+    return absl::InvalidArgumentError(absl::StrCat("table '", table_.name, "' shard ", index_,
+                                                   ": a cut at clock ", clock,
+                                                   " with its trainers at clock ", furthest));
+  }
   if (cut_held_) {
     if (clock <= cut_) {
       *agreed = cut_;
@@ -96,10 +104,6 @@ bool Shard::ReleaseLocked(int64_t clock, bool written) {
 }
 
 absl::StatusOr<Logged> Shard::Cut(int64_t clock, int64_t* agreed) {
-  if (clock < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("table '", table_.name, "' shard ", index_, ": a cut at clock ", clock));
-  }
   return Make(ShardOp{ShardOp::Kind::kCut, {}, 0, clock, {}, {}}, agreed);
 }
 

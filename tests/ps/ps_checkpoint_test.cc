@@ -74,7 +74,7 @@ at::Tensor Restored(const std::string& dir, const ps::CheckpointLayout& layout,
 // Trainer 1 runs ahead: its push of clock 2 is taken but held back, and the
 // cut is reached only once trainer 0 ends clock 1 too; the rows are then
 // the cut's, and released, the held push is applied once. A cut asked at a
-// clock already pushed in moves later.
+// clock already pushed in moves later; one far ahead is refused.
 TEST(ShardCutTest, AShardHoldsLaterClocksBackUntilItsCutIsReleased) {
   auto shard = std::make_shared<ps::Shard>(Table("ssp"), 0, 1, std::vector<int>{0, 1},
                                            std::make_shared<ps::OpLog>(), nullptr);
@@ -90,6 +90,10 @@ TEST(ShardCutTest, AShardHoldsLaterClocksBackUntilItsCutIsReleased) {
   ASSERT_TRUE(shard->Hello(one, &start).ok());
   ASSERT_TRUE(push(zero, 0) && push(one, 0) && push(one, 1));
   int64_t agreed = 0;
+  // Far past every trainer, or before clock 0: refused (it would hold every push for good).
+  for (int64_t wild : {int64_t{1} << 40, int64_t{-3}}) {
+    EXPECT_EQ(shard->Cut(wild, &agreed).status().code(), absl::StatusCode::kInvalidArgument);
+  }
   ASSERT_TRUE(shard->Cut(1, &agreed).ok());
   EXPECT_EQ(agreed, 2) << "a push of clock 1 was applied already";
   ASSERT_TRUE(shard->Cut(2, &agreed).ok());
