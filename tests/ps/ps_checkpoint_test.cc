@@ -27,13 +27,6 @@ namespace {
 
 constexpr absl::Duration kTimeout = absl::Seconds(60);
 
-ps::TableOptions Table(const std::string& name) {
-  for (const ps::TableOptions& table : TestTables()) {
-    if (table.name == name) return table;
-  }
-  return {};
-}
-
 std::string FreshDir(const std::string& name) {
   const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
   std::filesystem::remove_all(dir);
@@ -42,7 +35,7 @@ std::string FreshDir(const std::string& name) {
 
 // A shard made here, in this process, for trainer 0.
 std::shared_ptr<ps::Shard> LocalShard(const std::string& table, int64_t index, int64_t shards) {
-  auto shard = std::make_shared<ps::Shard>(Table(table), index, shards, std::vector<int>{0},
+  auto shard = std::make_shared<ps::Shard>(TestTable(table), index, shards, std::vector<int>{0},
                                            std::make_shared<ps::OpLog>(), nullptr);
   int64_t start = 0;
   EXPECT_TRUE(shard->Hello(ps::Sender{0, 0}, &start).ok());
@@ -53,11 +46,11 @@ std::shared_ptr<ps::Shard> LocalShard(const std::string& table, int64_t index, i
 // back onto `shards` shards made here.
 at::Tensor Restored(const std::string& dir, const ps::CheckpointLayout& layout,
                     const std::string& table, int64_t shards, const at::Tensor& keys) {
-  at::Tensor rows = at::zeros({keys.numel(), Table(table).dim});
-  auto owner = ps::ShardsOfKeys(Table(table), shards, keys);
+  at::Tensor rows = at::zeros({keys.numel(), TestTable(table).dim});
+  auto owner = ps::ShardsOfKeys(TestTable(table), shards, keys);
   EXPECT_TRUE(owner.ok());
   for (int64_t s = 0; s < shards; ++s) {
-    auto shard = std::make_shared<ps::Shard>(Table(table), s, shards, std::vector<int>{0},
+    auto shard = std::make_shared<ps::Shard>(TestTable(table), s, shards, std::vector<int>{0},
                                              std::make_shared<ps::OpLog>(), nullptr);
     auto restored = ps::RestoreShardCheckpoint(dir, layout, *shard, s, shards, layout.clock);
     EXPECT_TRUE(restored.ok()) << restored.status();
@@ -76,7 +69,7 @@ at::Tensor Restored(const std::string& dir, const ps::CheckpointLayout& layout,
 // the cut's, and released, the held push is applied once. A cut asked at a
 // clock already pushed in moves later; one far ahead is refused.
 TEST(ShardCutTest, AShardHoldsLaterClocksBackUntilItsCutIsReleased) {
-  auto shard = std::make_shared<ps::Shard>(Table("ssp"), 0, 1, std::vector<int>{0, 1},
+  auto shard = std::make_shared<ps::Shard>(TestTable("ssp"), 0, 1, std::vector<int>{0, 1},
                                            std::make_shared<ps::OpLog>(), nullptr);
   int64_t reached = -1;
   shard->OnCutReached([&reached](int64_t clock) { reached = clock; });
@@ -203,7 +196,7 @@ TEST_F(PsCheckpointTest, AJobStartedAnewResumesFromTheLatestCompleteCheckpointOn
       at::allclose(client().Pull("counts", keys).Get(kTimeout), keys.to(at::kFloat).unsqueeze(1)));
   // "dense": uniform from its seed, then 0.5 x key taken off.
   at::Tensor dense = client().Pull("dense", at::arange(10, at::kLong)).Get(kTimeout);
-  ps::RowStore initial(Table("dense"), 0, 1);
+  ps::RowStore initial(TestTable("dense"), 0, 1);
   at::Tensor expected = initial.Read(at::arange(10, at::kLong)) -
                         0.5 * at::arange(10).to(at::kFloat).unsqueeze(1).expand({10, 4});
   EXPECT_TRUE(at::allclose(dense, expected)) << dense << expected;
@@ -244,7 +237,7 @@ TEST_F(PsCheckpointTest, AShardThatLostEveryReplicaComesBackFromTheCheckpoint) {
   EXPECT_NE(map.primary(0), lost[1]);
   const at::Tensor keys = at::arange(16, at::kLong);
   const at::Tensor counts = client().Pull("counts", keys).Get(kTimeout);
-  const at::Tensor owner = *ps::ShardsOfKeys(Table("counts"), 3, keys);
+  const at::Tensor owner = *ps::ShardsOfKeys(TestTable("counts"), 3, keys);
   for (int64_t i = 0; i < 16; ++i) {
     EXPECT_EQ(counts[i][0].item<float>(), owner[i].item<int64_t>() == 0 ? 5 : 7) << "key " << i;
   }

@@ -25,13 +25,6 @@ namespace {
 
 constexpr absl::Duration kTimeout = absl::Seconds(60);
 
-ps::TableOptions Table(const std::string& name) {
-  for (const ps::TableOptions& table : TestTables()) {
-    if (table.name == name) return table;
-  }
-  return {};
-}
-
 class PsTest : public PsWorld {};
 
 // Scenario: a dense table split over two servers. Rows start from their key
@@ -41,7 +34,7 @@ TEST_F(PsTest, RowsStartFromTheirKeysAndPushesMoveThemOnTheServers) {
   StartPs(2, 0, "idle");
   at::Tensor keys = at::arange(10, at::kLong);
   at::Tensor before = client().Pull("dense", keys).Get(kTimeout);
-  ps::RowStore whole(Table("dense"), 0, 1);
+  ps::RowStore whole(TestTable("dense"), 0, 1);
   EXPECT_TRUE(at::allclose(before, whole.Read(keys))) << before;
 
   at::Tensor touched = at::full({3}, 7, at::kLong);
@@ -123,7 +116,7 @@ TEST_F(PsTest, ABoundedStalenessPullWaitsForTheSlowestAndNamesIt) {
   client().Clock().Get(kTimeout);
   // A pull at clock 2 with a 3 s deadline, straight to key 9's shard: the
   // shard gives up 0.6 s before the caller would, naming whom it waited for.
-  const int64_t shard = ps::ShardsOfKeys(Table("ssp"), 2, key)->item<int64_t>();
+  const int64_t shard = ps::ShardsOfKeys(TestTable("ssp"), 2, key)->item<int64_t>();
   rpc::CallOptions short_call{absl::Seconds(3)};
   auto expired =
       rt().CallAsync(absl::StrCat("worker", shard + 1), ps::services::kPull,
@@ -152,7 +145,7 @@ TEST_F(PsTest, PushesApplyOnceAndBadRequestsAreRefusedByName) {
   };
   // A key of shard 0: find one.
   int64_t key = 0;
-  while (ps::ShardsOfKeys(Table("counts"), 2, at::full({1}, key, at::kLong))->item<int64_t>() !=
+  while (ps::ShardsOfKeys(TestTable("counts"), 2, at::full({1}, key, at::kLong))->item<int64_t>() !=
          0) {
     ++key;
   }
@@ -173,7 +166,7 @@ TEST_F(PsTest, PushesApplyOnceAndBadRequestsAreRefusedByName) {
   ps::PushRequest elsewhere = push;
   elsewhere.sequences = {1002};
   at::Tensor other = at::full({1}, key + 1, at::kLong);
-  while (ps::ShardsOfKeys(Table("counts"), 2, other)->item<int64_t>() == 0) other += 1;
+  while (ps::ShardsOfKeys(TestTable("counts"), 2, other)->item<int64_t>() == 0) other += 1;
   elsewhere.keys = {other};
   refused = send(elsewhere);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);

@@ -35,6 +35,13 @@ std::vector<ps::TableOptions> TestTables() {
   return {counts, dense, sync, ssp};
 }
 
+ps::TableOptions TestTable(const std::string& name) {
+  for (const ps::TableOptions& table : TestTables()) {
+    if (table.name == name) return table;
+  }
+  return {};
+}
+
 ps::PsOptions TestPsOptions(int servers, const std::string& trainers, int backups) {
   ps::PsOptions options;
   options.job = "ps-test";

@@ -19,6 +19,8 @@ namespace tessera::testing {
 // gradient: a counting table), "dense" (10 x 4, SGD), "sync" (synchronous),
 // "ssp" (bounded staleness 1). The optimizers' math is row_store_test's.
 std::vector<ps::TableOptions> TestTables();
+// The one of TestTables() named `name`.
+ps::TableOptions TestTable(const std::string& name);
 // The options of a world of `servers` servers: worker1..worker<servers>;
 // `trainers`, comma-separated, those counted from the start (empty: all);
 // `backups` of each shard.
