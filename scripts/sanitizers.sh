@@ -9,7 +9,8 @@
 # sharded parameter server's clients, shards and clocks (ps_test; its unit
 # test row_store_test beside it) and its replication and failover
 # (ps_failover_test: op logs, leases, heartbeats, calls sent again, a
-# restarted server rejoining; shard_snapshot_test: snapshots restored).
+# restarted server rejoining; shard_snapshot_test: snapshots restored;
+# ps_checkpoint_test: cuts held and released, a lost shard restored).
 #   scripts/sanitizers.sh [--build-only] [bazel test arguments...]
 # Both sanitizers always run: one that cannot be built or run fails the
 # script, never skips (a green CI must mean they ran).
@@ -37,7 +38,7 @@ targets=(//tests/rpc:rpc_faults_test //tests/rpc:rpc_faults_test_grpc //tests/rr
          //tests/rref:rref_test_grpc //tests/dist_autograd:dist_autograd_test
          //tests/common:thread_pool_test //tests/rpc:guarded_tcp_test //tests/rpc:shared_tensors_test
          //tests/ps:ps_test //tests/ps:row_store_test //tests/ps:ps_failover_test
-         //tests/ps:shard_snapshot_test)
+         //tests/ps:shard_snapshot_test //tests/ps:ps_checkpoint_test)
 verb=test
 if $build_only; then
   verb=build
