@@ -9,6 +9,9 @@
 #    (re-replication: a copy of each shard, then the changes made
 #    meanwhile) while the trainer pushes on; and the same with 2 GiB of
 #    rows (1 GiB a shard) filled in first (FILL_GIB=0 skips it);
+#  - a checkpoint of every shard (PsClient::Checkpoint) while the trainer
+#    trains on: from the request to every shard written, the slowest step
+#    meanwhile; empty, then with FILL_GIB GiB of rows;
 #  - the recommender's training throughput with each shard's 1 backup
 #    against none (examples/ps_recommender, 2 servers + 2 trainers, async
 #    and sync), like with like: same samples, same processes.
@@ -28,6 +31,14 @@ for ((r = 1; r <= RUNS; r++)); do
   for fault in kill stop; do
     echo "run $r, $($run --standalone --nproc_per_node 3 --elastic_roles server --max_restarts 1 \
       bazel-bin/bench/ps_failover_bench --fault $fault 2>&1 | grep -o 'fault .*\|re-repl.*')"
+  done
+  # A checkpoint of every shard while the trainer trains on, empty then
+  # filled (the servers' files under a scratch folder, removed after).
+  for gib in 0 "$FILL_GIB"; do
+    dir=$(mktemp -d)
+    echo "run $r, $($run --standalone --nproc_per_node 3 bazel-bin/bench/ps_failover_bench \
+      --fault checkpoint --checkpoint_dir "$dir" --fill_gib "$gib" 2>&1 | grep -o 'checkpoint of.*')"
+    rm -rf "$dir"
   done
   if [[ $FILL_GIB != 0 ]]; then
     echo "run $r, $($run --standalone --nproc_per_node 3 --elastic_roles server --max_restarts 1 \

@@ -14,6 +14,8 @@
 //   re-replicated 2 shards (2 GiB of rows): 5123.4 ms from ps0's restart to
 //   every shard's replicas back; 900 steps meanwhile (a push to each
 //   table), the slowest 310.2 ms
+// --fault checkpoint (with --checkpoint_dir D): no fault; a checkpoint of
+// every shard while the trainer trains on (MeasureCheckpoint).
 // bench/ps_failover.sh runs it under tessera-run, ps0 restarted alone.
 //   tessera-run --standalone --nproc_per_node 3 --elastic_roles server
 //     --max_restarts 1 ps_failover_bench --fault kill [--failure_timeout 3]
@@ -117,6 +119,37 @@ int AwaitRejoined(tessera::rpc::Runtime& runtime, tessera::ps::PsClient& client,
   return 0;
 }
 
+// --fault checkpoint: a checkpoint of every table (PsClient::Checkpoint,
+// Note [Sharded checkpoints]) while this trainer trains on — a push to each
+// table and the end of its clock, a step. Prints the time from the request
+// to every shard written, and the slowest step meanwhile (how long the cut,
+// held while each shard is copied and written, paused training).
+int MeasureCheckpoint(tessera::ps::PsClient& client, const tessera::ps::PsOptions& options,
+                      const at::Tensor& keys, const at::Tensor& grads, double fill_gib) {
+  const at::Tensor row_keys = KeysOnEveryShard(options.tables[1], options.servers.size());
+  const at::Tensor row_grads = at::zeros({row_keys.numel(), 64});
+  const absl::Duration timeout = absl::Seconds(120);
+  const auto asked = Clock::now();
+  tessera::Future<int64_t> saved = client.Checkpoint();
+  double slowest_ms = 0;
+  int steps = 0;
+  while (!saved.IsReady()) {
+    const auto step = Clock::now();
+    client.Push("counts", keys, grads).Get(timeout);
+    client.Push("rows", row_keys, row_grads).Get(timeout);
+    client.Clock().Get(timeout);
+    slowest_ms = std::max(slowest_ms, MillisSince(step));
+    ++steps;
+  }
+  const int64_t clock = saved.Get(timeout);
+  std::printf(
+      "checkpoint of %.1f GiB of rows at clock %lld: %.1f ms from the request to every shard "
+      "written; %d steps meanwhile (a push to each table, a clock), the slowest %.1f ms\n",
+      fill_gib, static_cast<long long>(clock), MillisSince(asked), steps, slowest_ms);
+  std::fflush(stdout);
+  return 0;
+}
+
 int Measure(tessera::rpc::Runtime& runtime, const tessera::ps::PsOptions& options,
             const std::string& fault, int warmup, double fill_gib) {
   auto client = tessera::ValueOrThrow(tessera::ps::PsClient::Connect(runtime, options));
@@ -130,6 +163,7 @@ int Measure(tessera::rpc::Runtime& runtime, const tessera::ps::PsOptions& option
   for (int i = 0; i < warmup; ++i) client->Push("counts", keys, grads).Get(timeout);
   const double push_ms =
       std::chrono::duration<double, std::milli>(Clock::now() - started).count() / warmup;
+  if (fault == "checkpoint") return MeasureCheckpoint(*client, options, keys, grads, fill_gib);
   const pid_t pid =
       std::stoi(tessera::ValueOrThrow(runtime.store().Get("bench/failover/pid/ps0", timeout)));
   const auto faulted = Clock::now();
@@ -154,17 +188,19 @@ constexpr char kUsage[] =
     "usage: tessera-run --standalone --nproc_per_node S+1 --elastic_roles server\n"
     "         --max_restarts 1 ps_failover_bench [--fault kill|stop] [--warmup N]\n"
     "         [--failure_timeout SECONDS] [--fill_gib G]\n"
+    "       ... ps_failover_bench --fault checkpoint --checkpoint_dir D [--fill_gib G]\n"
     "The time from ps0's fault (SIGKILL or SIGSTOP) to the next push acknowledged, seen\n"
     "by a trainer pushing one row to each of S replicated shards; after a SIGKILL, the\n"
     "time for ps0's restart to rejoin every shard, G GiB of rows filled in first;\n"
+    "or the time to checkpoint every shard under D while training goes on;\n"
     "bench/ps_failover.sh.\n";
 
 int main(int argc, char** argv) {
   tessera::bench::ExitOnHelp(argc, argv, kUsage);
   const std::string fault = Arg(argc, argv, "--fault", "kill");
   const int warmup = std::atoi(Arg(argc, argv, "--warmup", "200"));
-  if ((fault != "kill" && fault != "stop") || warmup < 1) {
-    std::fprintf(stderr, "ps_failover_bench: --fault kill|stop, --warmup >= 1\n");
+  if ((fault != "kill" && fault != "stop" && fault != "checkpoint") || warmup < 1) {
+    std::fprintf(stderr, "ps_failover_bench: --fault kill|stop|checkpoint, --warmup >= 1\n");
     return 2;
   }
   auto options = tessera::rpc::RpcOptions::FromEnv();
@@ -179,6 +215,7 @@ int main(int argc, char** argv) {
   tessera::ps::TableOptions counts = tessera::ps::TableOptions::Sparse("counts", 1);
   ps.tables = {counts, tessera::ps::TableOptions::Sparse("rows", 64)};
   ps.failure_timeout = absl::Seconds(std::atof(Arg(argc, argv, "--failure_timeout", "3")));
+  ps.checkpoint_dir = Arg(argc, argv, "--checkpoint_dir", "");
   if (server) {
     auto shards = tessera::ValueOrThrow(tessera::ps::PsServer::Start(*runtime, ps));
     tessera::ThrowIfError(runtime->store().Set(absl::StrCat("bench/failover/pid/", options.name),

@@ -21,7 +21,7 @@
 //
 // Thread-safety: thread-safe. Pushes and pulls may overlap; a pull is not
 // ordered after a push still in flight (PushPull is). The client must
-// outlive the futures its PushPull and Clock calls return.
+// outlive the futures its PushPull, Clock and Checkpoint calls return.
 #pragma once
 
 #include <ATen/core/Tensor.h>
