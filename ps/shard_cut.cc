@@ -12,10 +12,11 @@
 //     taken (acknowledged, counted once) but held back, not applied.
 // Once every live trainer has ended clock c − 1 (or none is live), the
 // cut is reached: the rows are the cut's and stay so while it is held.
-// The primary copies them (Shard::Snapshot), then releases the cut
-// (ShardOp::kRelease: what was held back is applied, in the order it was
-// taken), then writes the copy (ps/checkpoint_files.h). A backup promoted
-// while a cut is held does the same (HeldCut).
+// The primary copies them (Shard::Snapshot), writes the copy
+// (ps/checkpoint_files.h), then releases the cut (ShardOp::kRelease: what
+// was held back is applied, in the order it was taken) — written before
+// released, so a primary that dies in between leaves the cut held for its
+// promoted backup, which takes it again (HeldCut).
 //
 // Where a shard applied a later clock's changes already (a fast trainer's
 // pushes, under bounded or no staleness), it cannot cut at c: it agrees to
