@@ -418,7 +418,9 @@ Future<int64_t> PsClient::AgreeOnCut(std::vector<std::string> tables, int64_t cl
               "parameter-server checkpoint: the shards did not agree on a clock to cut at in ",
               kRounds, " rounds (the last asked ", clock, ", a shard answered ", latest, ")")));
         }
-        return AgreeOnCut(tables, latest, round + 1);
+        // A margin growing each round: trainers that outran the cut while
+        // the round travelled (a loaded machine) cannot outrun it again.
+        return AgreeOnCut(tables, latest + round, round + 1);
       });
 }
 
