@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -38,9 +39,11 @@
 #include "examples/ps_recommender/click_data.h"
 #include "examples/ps_recommender/dlrm.h"
 #include "examples/ps_recommender/model_tables.h"
+#include "examples/ps_recommender/push_audit.h"
 #include "ps/dense_parameters.h"
 #include "ps/ps_client.h"
 #include "ps/ps_server.h"
+#include "ps/replica_check.h"
 #include "tessera/worker.h"
 
 ABSL_FLAG(int, servers, 2,
@@ -71,11 +74,16 @@ ABSL_FLAG(double, stall_probability, 0,
 ABSL_FLAG(double, stall_length, 10, "how long a stall lasts, in multiples of the step's compute");
 ABSL_FLAG(double, target_loss, 0,
           "print when a trainer's smoothed training loss first falls below this; 0: never");
+ABSL_FLAG(bool, audit, false,
+          "count every push in a table of its own; after training, print what each trainer "
+          "pushed, what the servers counted, and whether every shard's replicas agree");
 
 namespace tessera::examples {
 namespace {
 
 constexpr absl::Duration kTimeout = absl::Minutes(5);
+// The parameter-server job's name (ps::PsOptions::job).
+constexpr char kJob[] = "dlrm";
 // A table every trainer pulls once after training: synchronous, so the pull
 // waits until every trainer has ended its last step (a barrier), and every
 // trainer then evaluates the same final model.
@@ -122,8 +130,8 @@ std::vector<ps::TableOptions> DlrmTables(const DlrmShape& shape, double lr,
 class Trainer {
  public:
   Trainer(const DlrmShape& shape, std::vector<ps::TableOptions> tables,
-          std::unique_ptr<ModelTables> model)
-      : shape_(shape), model_(std::move(model)) {
+          std::unique_ptr<ModelTables> model, std::optional<PushAudit> audit)
+      : shape_(shape), model_(std::move(model)), audit_(std::move(audit)) {
     for (const DenseParameter& p : DlrmDenseParameters(shape)) {
       params_.push_back(at::zeros(p.shape, at::kFloat).requires_grad_());
     }
@@ -161,6 +169,7 @@ class Trainer {
     for (size_t f = 0; f < rows.size(); ++f) {
       pushes.push_back({FieldTable(static_cast<int64_t>(f)), unique[f], grads[f]});
     }
+    if (audit_) pushes.push_back(audit_->Count(unique));
     for (size_t i = 0; i < dense_tables_.size(); ++i) {
       const ps::TableOptions& t = dense_tables_[i];
       pushes.push_back({t.name, DenseKeys(t), ps::ToRows(grads[rows.size() + i], t)});
@@ -172,6 +181,14 @@ class Trainer {
 
   // Waits until every trainer has ended its last step (kBarrierTable).
   void WaitForTheOthers() { model_->Pull({{kBarrierTable, DenseKeys(1), {}}}).Get(kTimeout); }
+
+  // --audit, once every trainer ended its last step: what this trainer
+  // pushed; with `counted`, what the servers hold too.
+  void PrintAudit(const std::string& who, bool counted) {
+    if (!audit_) return;
+    audit_->PrintPushed(who);
+    if (counted) audit_->PrintCounted(who, *model_);
+  }
 
   // Click probabilities for `ids`, `dense` under the servers' current model.
   at::Tensor Predict(const at::Tensor& ids, const at::Tensor& dense) {
@@ -220,6 +237,7 @@ class Trainer {
 
   const DlrmShape shape_;
   std::unique_ptr<ModelTables> model_;
+  std::optional<PushAudit> audit_;
   std::vector<ps::TableOptions> dense_tables_;
   std::vector<at::Tensor> params_;
   double waited_ = 0;
@@ -260,7 +278,10 @@ void Train(const TrainingFlags& flags, const std::string& who, int index, int tr
   const double stall_length = absl::GetFlag(FLAGS_stall_length);
   const double target = absl::GetFlag(FLAGS_target_loss);
 
-  Trainer trainer(shape, std::move(tables), std::move(model));
+  Trainer trainer(shape, std::move(tables), std::move(model),
+                  absl::GetFlag(FLAGS_audit) ? std::optional<PushAudit>(std::in_place, shape.fields,
+                                                                        data_options.vocabulary)
+                                             : std::nullopt);
   const auto start = std::chrono::steady_clock::now();
   double smoothed = -1;
   bool reached = false;
@@ -292,12 +313,27 @@ void Train(const TrainingFlags& flags, const std::string& who, int index, int tr
   std::printf("[%s] embedding ids a step: %.1f, distinct %.1f (the rows pulled and pushed)\n",
               who.c_str(), trainer.ids() / pulls, trainer.distinct() / pulls);
   trainer.WaitForTheOthers();
+  trainer.PrintAudit(who, /*counted=*/index == 0);
   const at::Tensor predicted = trainer.Predict(test.ids, test.dense);
   const double logloss =
       at::binary_cross_entropy(predicted.clamp(1e-7, 1 - 1e-7), test.clicks).item<double>();
   std::printf("[%s] test AUC %.4f (ground truth %.4f), log loss %.4f (ground truth %.4f)\n",
               who.c_str(), Auc(predicted, test.clicks), Auc(test.truth, test.clicks), logloss,
               at::binary_cross_entropy(test.truth, test.clicks).item<double>());
+}
+
+// --audit, by the first trainer once training ended: whether every replica
+// of every shard holds the same (ps::CompareReplicas).
+void PrintReplicasAgree(Worker& worker, const std::vector<ps::TableOptions>& tables) {
+  std::vector<std::string> names;
+  for (const ps::TableOptions& table : tables) names.push_back(table.name);
+  const absl::Status agree = ps::CompareReplicas(worker.rpc(), kJob, names, kTimeout);
+  if (agree.ok()) {
+    std::printf("[%s] audit: every replica of every shard of the %zu tables agrees\n",
+                worker.name().c_str(), names.size());
+  } else {
+    std::printf("[%s] audit: %s\n", worker.name().c_str(), agree.ToString().c_str());
+  }
 }
 
 int Run(const TrainingFlags& flags) {
@@ -308,7 +344,8 @@ int Run(const TrainingFlags& flags) {
   shape.dim = absl::GetFlag(FLAGS_dim);
   Require(shape.fields >= 1 && shape.dim >= 1 && absl::GetFlag(FLAGS_vocabulary) >= 1,
           "--fields, --dim and --vocabulary must be >= 1");
-  const std::vector<ps::TableOptions> tables = DlrmTables(shape, flags.lr, ConsistencyFromFlags());
+  std::vector<ps::TableOptions> tables = DlrmTables(shape, flags.lr, ConsistencyFromFlags());
+  if (absl::GetFlag(FLAGS_audit)) tables.push_back(PushAudit::Table());
   const int servers = absl::GetFlag(FLAGS_servers);
   if (servers == 0) {
     Train(flags, "one process", 0, 1, shape, tables, LocalTables(tables));
@@ -326,7 +363,7 @@ int Run(const TrainingFlags& flags) {
   if (server) options.role = "server";
   auto worker = Worker::Start(options);
   ps::PsOptions ps_options;
-  ps_options.job = "dlrm";
+  ps_options.job = kJob;
   for (int s = 0; s < servers; ++s) ps_options.servers.push_back(absl::StrCat("ps", s));
   ps_options.tables = tables;
   ps_options.backups = absl::GetFlag(FLAGS_backups);
@@ -340,6 +377,7 @@ int Run(const TrainingFlags& flags) {
   auto client = ValueOrThrow(ps::PsClient::Connect(worker->rpc(), ps_options));
   Train(flags, worker->name(), options.rank - servers, trainers, shape, tables,
         RemoteTables(std::move(client)));
+  if (absl::GetFlag(FLAGS_audit) && options.rank == servers) PrintReplicasAgree(*worker, tables);
   worker->Shutdown();
   return 0;
 }

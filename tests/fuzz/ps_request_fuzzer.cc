@@ -6,10 +6,11 @@
 // proper request is served after it. Each shard has a backup that replays
 // every change the shard made (Shard::Replay): it must take each, and end
 // with the same digest — and a fresh replica restored from its snapshot
-// too. Snapshots of any fields (what a joiner's InstallRequest carries) are
-// refused or restored, never a crash. (The bytes before the fields — the
-// envelope and the values — are codec_fuzzer's.)
-// Input: a sequence of ops, each [op byte][rank byte][pieces...].
+// too. Checkpoint cuts and releases at any clock come between them
+// (their held-back pushes are in the snapshot). Snapshots of any fields (what a joiner's
+// InstallRequest carries) are refused or restored, never a crash. (The bytes before the fields —
+// the envelope and the values — are codec_fuzzer's.) Input: a sequence of ops, each [op byte][rank
+// byte][pieces...].
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -127,8 +128,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ShardOp op{ShardOp::Kind::kHello, from, 0, 0, {}, {}};
     absl::StatusOr<Logged> logged = Logged{};
     int64_t start = 0;
-    const int kind = (static_cast<uint8_t>(head[0]) / 3) % 6;
-    if (kind == 5) {
+    const int kind = (static_cast<uint8_t>(head[0]) / 3) % 8;
+    if (kind == 7) {
       // A snapshot of a hostile or broken sender: refused, or restored and
       // then a snapshot like any other.
       auto joiner = Fresh(shard.table());
@@ -161,6 +162,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         op.kind = ShardOp::Kind::kClock;
         op.clock = Number(input.Next());
         logged = shard.Clock(from, op.clock);
+        break;
+      case 4: {
+        // A checkpoint's cut at any clock, and its release, written or not
+        // (Note [Sharded checkpoints]): the backup holds the same cut.
+        op.kind = ShardOp::Kind::kCut;
+        op.clock = Number(input.Next());
+        int64_t agreed = 0;
+        logged = shard.Cut(op.clock, &agreed);
+        break;
+      }
+      case 5:
+        op.kind = ShardOp::Kind::kRelease;
+        op.clock = Number(input.Next());
+        op.sequence = head[1] & 1;  // written
+        logged = shard.Release(op.clock, op.sequence != 0);
         break;
       default:
         op.kind = ShardOp::Kind::kGone;

@@ -1,16 +1,19 @@
 // The sharded parameter server (ps/) across separate network hosts: two
 // servers and two trainers, each on a host of its own, so every pull, push
 // and clock crosses a host (TCP), and the shard map is read through the
-// store on host 0. Then the recommender loses a server's machine and
-// finishes on its shards' backups (Note [Parameter-server replication],
-// ps/ps_server.h).
+// store on host 0. Then the recommender loses a server — its machine, its
+// link for 25 s, the process paused for 30 s, the process killed — and
+// finishes on its shards' backups with nothing lost or applied twice (Note
+// [Parameter-server replication], ps/ps_server.h).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -19,6 +22,7 @@
 #include "tests/multihost/job.h"
 #include "tests/testing/launcher_process.h"
 #include "tests/testing/network_hosts.h"
+#include "tests/testing/process_table.h"
 
 namespace tessera::testing {
 namespace {
@@ -55,18 +59,70 @@ constexpr char kRecommender[] = "examples/ps_recommender/ps_recommender";
 // The recommender, synchronous, on four hosts — ps0, ps1, trainer0,
 // trainer1, one each; each shard's backup is on the other server's host —
 // under launchers that let the job run on without a lost node's server
-// (declared lost after `node_timeout` seconds).
-std::unique_ptr<Job> StartRecommender(NetworkHosts& hosts, int node_timeout = 10) {
+// (declared lost after `node_timeout` seconds) and restart a failed server
+// alone. --audit: the trainers count their pushes in a table of their own
+// (ExpectEveryPushCountedOnce). Its workers carry TESSERA_TEST_JOB=`marker`
+// (WorkerPid finds them).
+std::unique_ptr<Job> StartRecommender(NetworkHosts& hosts, const std::string& marker,
+                                      int node_timeout = 10) {
   return Job::Launched(hosts, 1,
                        {kRecommender, "--servers", "2", "--consistency", "sync", "--samples",
-                        "200000", "--test_samples", "20000", "--log_every", "100"},
-                       {}, "",
+                        "200000", "--test_samples", "20000", "--log_every", "100", "--audit"},
+                       {{"TESSERA_TEST_JOB", marker}}, "",
                        {"--nnodes", "3:4", "--node_timeout", std::to_string(node_timeout),
                         "--elastic_roles", "server", "--max_restarts", "1"});
 }
 
 // Trainer 0's test AUC in a finished job's output.
 double Auc(Job& job) { return FirstNumber(job.on(2).output(), "test AUC ([0-9.]+)"); }
+
+// The two numbers of the first match of `pattern` in `text` ({-1, -1}: none).
+std::pair<int64_t, int64_t> TwoNumbers(const std::string& text, const std::string& pattern) {
+  std::smatch found;
+  if (!std::regex_search(text, found, std::regex(pattern))) return {-1, -1};
+  return {std::stoll(found[1].str()), std::stoll(found[2].str())};
+}
+
+// A finished job's audit (examples/ps_recommender/push_audit.h): the
+// servers' counting table holds what the two trainers pushed — every
+// acknowledged push applied once, none lost, none twice — and trainer 0
+// found every replica of every shard identical (ps::CompareReplicas).
+void ExpectEveryPushCountedOnce(Job& job) {
+  const char kPushed[] = "audit: pushed (\\d+) touches \\(key sum (\\d+)\\)";
+  const auto [touches0, keys0] = TwoNumbers(job.on(2).output(), kPushed);
+  const auto [touches1, keys1] = TwoNumbers(job.on(3).output(), kPushed);
+  const auto [counted, counted_keys] = TwoNumbers(
+      job.on(2).output(), "audit: the servers counted (\\d+) touches \\(key sum (\\d+)\\)");
+  ASSERT_GT(touches0, 0) << job.output();
+  ASSERT_GT(touches1, 0) << job.output();
+  EXPECT_EQ(counted, touches0 + touches1) << job.output();
+  EXPECT_EQ(counted_keys, keys0 + keys1) << job.output();
+  EXPECT_TRUE(absl::StrContains(job.on(2).output(),
+                                "audit: every replica of every shard of the 14 tables agrees"))
+      << job.output();
+  std::printf("the servers counted %lld touches: %lld + %lld pushed\n",
+              static_cast<long long>(counted), static_cast<long long>(touches0),
+              static_cast<long long>(touches1));
+}
+
+class MultiHostRecommenderTest : public ::testing::Test {
+ protected:
+  // An undisturbed run's AUC (the first test to ask runs it; the others
+  // reuse it), its audit checked.
+  static double UndisturbedAuc(NetworkHosts& hosts) {
+    if (undisturbed_auc_ < 0) {
+      auto undisturbed = StartRecommender(hosts, Marker());
+      EXPECT_EQ(undisturbed->Finish(absl::Seconds(300)), std::vector<int>(4, 0))
+          << undisturbed->output();
+      ExpectEveryPushCountedOnce(*undisturbed);
+      undisturbed_auc_ = Auc(*undisturbed);
+    }
+    return undisturbed_auc_;
+  }
+  static std::string Marker() { return absl::StrCat("multihost-ps-", getpid()); }
+
+  static inline double undisturbed_auc_ = -1;
+};
 
 // Scenario: the recommender loses ps1's machine mid-training — its link
 // goes down, so not even a FIN gets out, then everything on it is killed.
@@ -75,15 +131,12 @@ double Auc(Job& job) { return FirstNumber(job.on(2).output(), "test AUC ([0-9.]+
 // restarts; the job finishes with an undisturbed run's AUC (±0.005).
 // Then ps1's link is cut for 25 s and healed: replaced the same way (3 s
 // after the cut), it never acts as primary again; every process finishes,
-// with the same AUC.
-TEST(MultiHostPsTest, ARecommenderThatLosesAServersMachineOrLinkFinishesWithTheSameAuc) {
+// with the same AUC. Every time, every push is counted once.
+TEST_F(MultiHostRecommenderTest, ARecommenderThatLosesAServersMachineOrLinkFinishesWithTheSameAuc) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 4);
-  auto undisturbed = StartRecommender(hosts);
-  ASSERT_EQ(undisturbed->Finish(absl::Seconds(300)), std::vector<int>(4, 0))
-      << undisturbed->output();
-  const double expected = Auc(*undisturbed);
+  const double expected = UndisturbedAuc(hosts);
 
-  auto cut = StartRecommender(hosts, /*node_timeout=*/60);
+  auto cut = StartRecommender(hosts, Marker(), /*node_timeout=*/60);
   ASSERT_TRUE(cut->on(2).WaitFor("step 300/", 1, absl::Seconds(180))) << cut->output();
   ASSERT_TRUE(hosts.SetLink(1, /*up=*/false).ok());
   const absl::Time cut_at = absl::Now();
@@ -107,9 +160,10 @@ TEST(MultiHostPsTest, ARecommenderThatLosesAServersMachineOrLinkFinishesWithTheS
         << cut->output();
   }
   EXPECT_NEAR(Auc(*cut), expected, 0.005) << cut->output();
+  ExpectEveryPushCountedOnce(*cut);
   std::printf("undisturbed AUC %.4f; ps1's link cut for 25 s: %.4f\n", expected, Auc(*cut));
 
-  auto job = StartRecommender(hosts);
+  auto job = StartRecommender(hosts, Marker());
   ASSERT_TRUE(job->on(2).WaitFor("step 300/", 1, absl::Seconds(180))) << job->output();
   ASSERT_TRUE(hosts.SetLink(1, /*up=*/false).ok());
   ASSERT_EQ(::kill(job->on(1).pid(), SIGKILL), 0);
@@ -121,8 +175,73 @@ TEST(MultiHostPsTest, ARecommenderThatLosesAServersMachineOrLinkFinishesWithTheS
   EXPECT_FALSE(absl::StrContains(out, "restarting")) << "a process restarted\n" << out;
   const double auc = Auc(*job);
   EXPECT_NEAR(auc, expected, 0.005) << out;
+  ExpectEveryPushCountedOnce(*job);
   std::printf("undisturbed AUC %.4f; after losing ps1's machine %.4f\nwhat the user saw:\n%s",
               expected, auc, out.c_str());
+}
+
+// Scenario: ps1 — shard 1's primary, shard 0's backup — is paused
+// (SIGSTOP) mid-training for 30 s on a host that stays up, its launcher
+// answering for the node, and then continued: a zombie that wakes. ps0
+// takes shard 1 over once ps1 has been silent for the failure timeout;
+// woken, ps1 learns it was replaced (or, its runtime having ended, is
+// restarted alone). Then, in a second run, ps1 is SIGKILLed mid-step: its
+// connections reset at once, ps0 takes over, and ps1's launcher restarts it
+// alone. Both times the job finishes with an undisturbed run's AUC, every
+// push counted once, every replica of every shard identical, and no
+// process restarted but ps1.
+TEST_F(MultiHostRecommenderTest, APausedOrKilledPrimaryIsReplacedAndEveryPushCountedOnce) {
+  TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 4);
+  const double expected = UndisturbedAuc(hosts);
+  auto expect_only_ps1_restarted = [](Job& job) {
+    for (int rank : {0, 2, 3}) {
+      EXPECT_FALSE(absl::StrContains(job.output(), absl::StrCat("rank ", rank, " failed")))
+          << job.output();
+    }
+    EXPECT_FALSE(absl::StrContains(job.output(), "restarting the group")) << job.output();
+  };
+
+  auto paused = StartRecommender(hosts, Marker());
+  ASSERT_TRUE(paused->on(2).WaitFor("step 300/", 1, absl::Seconds(180))) << paused->output();
+  const pid_t ps1 = WorkerPid(Marker(), 1);
+  ASSERT_GT(ps1, 0) << paused->output();
+  ASSERT_EQ(::kill(ps1, SIGSTOP), 0);
+  const absl::Time stopped = absl::Now();
+  // Continued however the test ends: a paused process would hold the job.
+  struct Continue {
+    pid_t pid;
+    ~Continue() { ::kill(pid, SIGCONT); }
+  } woken{ps1};
+  ASSERT_TRUE(paused->on(0).WaitFor("'ps0' is the primary of shard 1", 1, absl::Seconds(60)))
+      << paused->output();
+  std::printf("ps0 took ps1's shard over %.1f s after ps1 was paused\n",
+              absl::ToDoubleSeconds(absl::Now() - stopped));
+  absl::SleepFor(stopped + absl::Seconds(30) - absl::Now());  // the fault's length, not a wait
+  ASSERT_EQ(::kill(ps1, SIGCONT), 0);
+  EXPECT_EQ(paused->Finish(absl::Seconds(300)), std::vector<int>(4, 0)) << paused->output();
+  EXPECT_TRUE(
+      absl::StrContains(paused->on(1).output(), "'ps1' is no longer the primary of shard 1") ||
+      absl::StrContains(paused->on(1).output(), "rank 1 failed"))
+      << paused->output();
+  expect_only_ps1_restarted(*paused);
+  EXPECT_NEAR(Auc(*paused), expected, 0.005) << paused->output();
+  ExpectEveryPushCountedOnce(*paused);
+  std::printf("undisturbed AUC %.4f; ps1 paused for 30 s: %.4f\n", expected, Auc(*paused));
+
+  auto killed = StartRecommender(hosts, Marker());
+  ASSERT_TRUE(killed->on(2).WaitFor("step 300/", 1, absl::Seconds(180))) << killed->output();
+  const pid_t victim = WorkerPid(Marker(), 1);
+  ASSERT_GT(victim, 0) << killed->output();
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  EXPECT_EQ(killed->Finish(absl::Seconds(300)), std::vector<int>(4, 0)) << killed->output();
+  EXPECT_TRUE(
+      absl::StrContains(killed->output(), "parameter server 'ps0' is the primary of shard 1"))
+      << killed->output();
+  expect_only_ps1_restarted(*killed);
+  EXPECT_NEAR(Auc(*killed), expected, 0.005) << killed->output();
+  ExpectEveryPushCountedOnce(*killed);
+  std::printf("undisturbed AUC %.4f; ps1 SIGKILLed: %.4f\nwhat the user saw:\n%s", expected,
+              Auc(*killed), killed->output().c_str());
 }
 
 }  // namespace

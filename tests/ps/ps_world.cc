@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "ps/ps_messages.h"
 #include "ps/ps_server.h"
+#include "ps/replica_check.h"
 #include "rpc/init.h"
 #include "rpc/internal_service.h"
 #include "tests/testing/test_functions.h"
@@ -287,18 +288,12 @@ ps::ShardMap PsWorld::AwaitShardMap(const std::function<bool(const ps::ShardMap&
 }
 
 void PsWorld::ExpectReplicasAgree() {
-  const ps::ShardMap map = AwaitShardMap([](const ps::ShardMap&) { return true; });
-  for (const ps::TableOptions& table : TestTables()) {
-    for (int64_t shard = 0; shard < map.shards(); ++shard) {
-      const auto digests = Digests(table.name, shard);
-      ASSERT_EQ(digests.size(), map.replicas[shard].size());
-      for (const auto& digest : digests) {
-        EXPECT_EQ(digest[0], digests[0][0]) << table.name << " shard " << shard << ": changes";
-        EXPECT_EQ(digest[1], digests[0][1]) << table.name << " shard " << shard << ": digests";
-        EXPECT_EQ(digest[2], digests[0][2]) << table.name << " shard " << shard << ": rows";
-      }
-    }
-  }
+  AwaitShardMap([](const ps::ShardMap&) { return true; });
+  std::vector<std::string> tables;
+  for (const ps::TableOptions& table : TestTables()) tables.push_back(table.name);
+  const absl::Status agree =
+      ps::CompareReplicas(rt(), TestPsOptions().job, tables, absl::Seconds(60));
+  EXPECT_TRUE(agree.ok()) << agree;
 }
 
 }  // namespace tessera::testing

@@ -59,7 +59,7 @@ class PsWorld : public RpcWorld {
   // until then; a failure of the test if it does not within 120 s).
   ps::ShardMap AwaitShardMap(const std::function<bool(const ps::ShardMap&)>& done);
   // Expects every replica of every table's every shard to have made the
-  // same changes and hold the same bits (Digests).
+  // same changes and hold the same bits (ps::CompareReplicas).
   void ExpectReplicasAgree();
   // Each replica's {changes made, digest, rows} of `table`'s `shard`
   // (ps::DigestRequest), in the shard map's order.
