@@ -211,7 +211,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(rpc::Runtime& runtime,
     return absl::InvalidArgumentError(
         absl::StrCat("a parameter server with ", options.backups, " backups"));
   }
-  auto trainers = TrainerRanks(runtime, options);
+  auto trainers = TrainerRanks(runtime, options, options.servers);
   if (!trainers.ok()) return trainers.status();
   std::vector<std::string> hosts;
   for (const std::string& server : options.servers) {
@@ -234,6 +234,36 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(rpc::Runtime& runtime,
   if (runtime.self().incarnation == 0) {
     if (auto resumed = state->Resume(); !resumed.ok()) return resumed;
   }
+  return Serve(std::move(state));
+}
+
+absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Join(rpc::Runtime& runtime,
+                                                         const PsOptions& options) {
+  const std::string& self = runtime.self().name;
+  if (std::find(options.servers.begin(), options.servers.end(), self) != options.servers.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameter server '", self, "' is one of the servers the job started with: Start it"));
+  }
+  if (auto running =
+          ReadShardMap(runtime.store(), options.job, options.tables, options.start_timeout);
+      !running.ok()) {
+    return running.status();
+  }
+  // Named in the map's servers, every server reckons it among the joiners
+  // of shards short of backups (its restarts find their name there).
+  auto map = ChangeShardMap(runtime.store(), options.job,
+                            [&self](const ShardMap& m) { return WithServer(m, self); });
+  if (!map.ok()) return map.status();
+  TESSERA_LOG(INFO) << "parameter server '" << self << "' added to job '" << options.job
+                    << "' (shard map epoch " << map->epoch << ")";
+  auto trainers = TrainerRanks(runtime, options, map->servers);
+  if (!trainers.ok()) return trainers.status();
+  auto state = std::make_shared<State>(runtime, options);
+  state->Hold(*map, *trainers);
+  return Serve(std::move(state));
+}
+
+std::unique_ptr<PsServer> PsServer::Serve(std::shared_ptr<State> state) {
   ServeChanges(state);
   ServeReads(state);
   ServeReplicas(state);

@@ -74,7 +74,9 @@
 // server holds nothing: it takes its old name out of the map (after the
 // lease its last incarnation may still hold) and joins anew; a server the
 // map dropped from a shard (a replaced primary that woke, a backup that
-// diverged or was silent) drops its replica and joins anew.
+// diverged or was silent) drops its replica and joins anew. A server
+// added to a running job (Join) first adds its name to the map's servers,
+// the list every server reckons joiners from; then it joins the same way.
 //
 // Checkpoints (Note [Sharded checkpoints], ps/shard_cut.cc): a trainer
 // asks every shard to cut at one clock; each primary copies, writes and
@@ -103,6 +105,15 @@ class PsServer {
   // FailedPrecondition when the store holds another shard map.
   static absl::StatusOr<std::unique_ptr<PsServer>> Start(rpc::Runtime& runtime,
                                                          const PsOptions& options);
+  // A server added to a running job (this worker is not one of
+  // options.servers, the servers it started with): it adds itself to the
+  // shard map's servers (ShardMap::servers; epoch + 1) and then, like any
+  // server, joins the shards short of backups — say, to replace a lost
+  // machine's. It serves trainers once it is a shard's primary (its
+  // primary lost). NotFound when the job has no shard map within
+  // options.start_timeout; FailedPrecondition when its tables differ.
+  static absl::StatusOr<std::unique_ptr<PsServer>> Join(rpc::Runtime& runtime,
+                                                        const PsOptions& options);
 
   // The shard of `table` this server is primary of, or nullptr (for tests
   // and checkpoints).
@@ -114,6 +125,8 @@ class PsServer {
 
  private:
   explicit PsServer(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  // Registers the services over `state` and starts its watch.
+  static std::unique_ptr<PsServer> Serve(std::shared_ptr<State> state);
   std::shared_ptr<State> state_;
 };
 

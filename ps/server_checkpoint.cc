@@ -70,7 +70,7 @@ int64_t PsServer::State::LostShardToRestoreLocked() const {
   for (const rpc::Member& member : runtime->membership().Members()) {
     if (member.state == rpc::MemberState::kLive) live.insert(member.info.name);
   }
-  const auto& servers = options.servers;
+  const auto& servers = map_.servers;
   for (int64_t s = 0; s < map_.shards(); ++s) {
     if (!map_.replicas[s].empty() || replicas_.count(s) > 0) continue;
     // Every server's same first choice: the first live one from the
@@ -114,7 +114,7 @@ void PsServer::State::RestoreLost() {
     return fail(absl::StrCat("no complete checkpoint under ", options.checkpoint_dir));
   }
   const int64_t clock = std::max(trainers_at, layout->clock);
-  auto trainers = TrainerRanks(*runtime, options);
+  auto trainers = TrainerRanks(*runtime, options, Map().servers);
   if (!trainers.ok()) return fail(trainers.status().ToString());
   for (const TableOptions& table : options.tables) {
     auto shard = MakeShard(table, s, shards, *trainers, log);

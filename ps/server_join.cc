@@ -128,7 +128,7 @@ int64_t PsServer::State::ShardToJoinLocked() const {
     if (member.state == rpc::MemberState::kLive) live[member.info.name] = HostOf(member.info);
   }
   const size_t wanted = 1 + static_cast<size_t>(options.backups);
-  const auto& servers = options.servers;
+  const auto& servers = map_.servers;  // those the job started with, then any added
   for (int64_t s = 0; s < map_.shards(); ++s) {
     const std::vector<std::string>& replicas = map_.replicas[s];
     if (replicas.empty() || replicas.size() >= wanted || replicas_.count(s) > 0 ||
@@ -271,7 +271,10 @@ absl::StatusOr<int64_t> PsServer::State::Install(const rpc::CallContext& ctx,
 
 Future<Void> PsServer::State::AddBackup(const rpc::CallContext& ctx, const JoinRequest& m) {
   const std::string joiner = NameOf(ctx.caller_rank);
-  if (std::find(options.servers.begin(), options.servers.end(), joiner) == options.servers.end()) {
+  // A server added to the job (PsServer::Join) may ask before this one read
+  // the map that names it: read it once more.
+  if (!IsServer(joiner)) Refresh();
+  if (!IsServer(joiner)) {
     return Future<Void>::Ready(absl::PermissionDeniedError(
         absl::StrCat("parameter server '", self, "': '", joiner, "' is not a server of the job")));
   }

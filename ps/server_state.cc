@@ -25,12 +25,12 @@ std::string HostOf(const rpc::WorkerInfo& worker) {
   return SplitHostPort(worker.address, &host, &port) ? host : worker.address;
 }
 
-absl::StatusOr<std::vector<int>> TrainerRanks(rpc::Runtime& runtime, const PsOptions& options) {
+absl::StatusOr<std::vector<int>> TrainerRanks(rpc::Runtime& runtime, const PsOptions& options,
+                                              const std::vector<std::string>& servers) {
   std::vector<int> ranks;
   if (options.trainers.empty()) {
     for (const rpc::WorkerInfo& worker : runtime.workers()) {
-      if (std::find(options.servers.begin(), options.servers.end(), worker.name) ==
-          options.servers.end()) {
+      if (std::find(servers.begin(), servers.end(), worker.name) == servers.end()) {
         ranks.push_back(worker.rank);
       }
     }
@@ -121,6 +121,14 @@ int64_t PsServer::State::Epoch() const {
 ShardMap PsServer::State::Map() const {
   MutexLock lock(&mu_);
   return map_;
+}
+
+bool PsServer::State::IsServer(const std::string& name) const {
+  if (std::find(options.servers.begin(), options.servers.end(), name) != options.servers.end()) {
+    return true;
+  }
+  MutexLock lock(&mu_);
+  return std::find(map_.servers.begin(), map_.servers.end(), name) != map_.servers.end();
 }
 
 std::shared_ptr<Shard> PsServer::State::PrimaryShard(const std::string& table) const {
@@ -271,11 +279,7 @@ void PsServer::State::Adopt(const ShardMap& next) {
   if (after.promoted.empty()) return;
   // Trainers the old primary had not yet reported gone.
   for (const rpc::Member& member : runtime->membership().Members()) {
-    if (member.state == rpc::MemberState::kLive) continue;
-    if (std::find(options.servers.begin(), options.servers.end(), member.info.name) !=
-        options.servers.end()) {
-      continue;
-    }
+    if (member.state == rpc::MemberState::kLive || IsServer(member.info.name)) continue;
     TrainerGone(member.info.rank, member.info.incarnation);
   }
 }
@@ -386,9 +390,7 @@ void PsServer::State::Watch() {
   runtime->membership().Subscribe([weak](const rpc::MembershipEvent& event) {
     auto self = weak.lock();
     if (!self) return;
-    const bool server = std::find(self->options.servers.begin(), self->options.servers.end(),
-                                  event.name) != self->options.servers.end();
-    if (server) {
+    if (self->IsServer(event.name)) {
       // A server that left ended with the job; one that failed is replaced.
       if (event.kind == rpc::MembershipEventKind::kFailed) self->ServerFailed(event.name);
       return;

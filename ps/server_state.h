@@ -40,8 +40,9 @@ struct Changes {
 };
 
 // The ranks whose clocks count from the start (PsOptions::trainers: those
-// named, or every worker that is not a server).
-absl::StatusOr<std::vector<int>> TrainerRanks(rpc::Runtime& runtime, const PsOptions& options);
+// named, or every worker that is not one of `servers`).
+absl::StatusOr<std::vector<int>> TrainerRanks(rpc::Runtime& runtime, const PsOptions& options,
+                                              const std::vector<std::string>& servers);
 
 // Serves CutRequest and SavedRequest (ps/server_checkpoint.cc).
 void ServeCheckpoints(const std::shared_ptr<PsServer::State>& state);
@@ -103,6 +104,9 @@ struct PsServer::State : std::enable_shared_from_this<PsServer::State> {
   void TakeCut(int64_t shard, const std::string& table, int64_t clock);
 
   ShardMap Map() const;
+  // Whether `name` is one of the job's servers: those it started with, and
+  // those added since (the map's servers, PsServer::Join).
+  bool IsServer(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
   // The map's epoch, without copying the map (every request asks it).
   int64_t Epoch() const;
   std::shared_ptr<Shard> PrimaryShard(const std::string& table) const;

@@ -75,6 +75,16 @@ absl::StatusOr<ShardMap> ShardMap::Decode(const std::string& text) {
   return map;
 }
 
+std::optional<ShardMap> WithServer(const ShardMap& map, const std::string& server) {
+  if (std::find(map.servers.begin(), map.servers.end(), server) != map.servers.end()) {
+    return std::nullopt;
+  }
+  ShardMap next = map;
+  next.servers.push_back(server);
+  ++next.epoch;
+  return next;
+}
+
 ShardMap InitialShardMap(const std::vector<std::string>& servers,
                          const std::vector<std::string>& hosts, int backups) {
   ShardMap map;
@@ -167,11 +177,13 @@ std::string ShardMapKey(const std::string& job) {
 
 namespace {
 
-// FailedPrecondition unless `recorded` has `proposed`'s servers and shapes.
+// FailedPrecondition unless `recorded` has `proposed`'s shapes, and its
+// servers are `proposed`'s and then those added to the running job.
 absl::Status SameMap(const ShardMap& recorded, const ShardMap& proposed) {
-  if (recorded.servers == proposed.servers && recorded.shapes == proposed.shapes) {
-    return absl::OkStatus();
-  }
+  const bool same_servers =
+      recorded.servers.size() >= proposed.servers.size() &&
+      std::equal(proposed.servers.begin(), proposed.servers.end(), recorded.servers.begin());
+  if (same_servers && recorded.shapes == proposed.shapes) return absl::OkStatus();
   return absl::FailedPreconditionError(
       absl::StrCat("the store holds another shard map than this server's: recorded\n",
                    recorded.Encode(), "\nhere\n", proposed.Encode(),

@@ -55,6 +55,10 @@ struct ShardMap {
   static absl::StatusOr<ShardMap> Decode(const std::string& text);
 };
 
+// `map` with `server` added to its servers (a server joining a running
+// job, PsServer::Join), at the next epoch; nullopt if it is there.
+std::optional<ShardMap> WithServer(const ShardMap& map, const std::string& server);
+
 // The first map of `servers`: shard i's primary is servers[i], its
 // `backups` backups the servers after it in order, those on another host
 // than the primary first (`hosts`: each server's host; empty: one host).
@@ -83,7 +87,8 @@ absl::StatusOr<at::Tensor> ShardsOfKeys(const TableOptions& table, int64_t shard
 // The store key of a job's shard map.
 std::string ShardMapKey(const std::string& job);
 // Records `proposed` unless a map is recorded already; returns the recorded
-// one. FailedPrecondition when the recorded map has other servers or shapes.
+// one. FailedPrecondition when the recorded map has other shapes, or other
+// servers than `proposed`'s followed by any added since (WithServer).
 absl::StatusOr<ShardMap> PublishShardMap(store::StoreClient& store, const std::string& job,
                                          const ShardMap& proposed);
 // Waits up to `timeout` for the job's map; FailedPrecondition when one of

@@ -127,19 +127,32 @@ void ShardRouter::Failed(const std::shared_ptr<Routed>& call, uint64_t attempt,
                          const std::string& server, int64_t epoch, const absl::Status& status) {
   const bool route_again = status.code() == absl::StatusCode::kAborted ||
                            status.code() == absl::StatusCode::kUnavailable;
-  bool give_up = false;
-  {
+  // A server without backups has nobody to fail over to (unless a
+  // checkpoint will be restored in its place). The map read last may be
+  // older than the backups that joined since: "alone" is judged again on
+  // the store's before the call gives up.
+  enum class Verdict { kAbandoned, kRetry, kGiveUp, kAlone };
+  auto judge = [&](bool final) {
     MutexLock lock(&mu_);
-    if (attempt != call->attempt) return;  // sent again since: that attempt decides
-    // A server without backups has nobody to fail over to (unless a
-    // checkpoint will be restored in its place).
+    if (attempt != call->attempt) return Verdict::kAbandoned;  // sent again since: that decides
     const bool alone = map_.primary(call->shard) == server &&
                        map_.replicas[call->shard].size() < 2 && !wait_for_lost_;
-    give_up = !route_again || absl::Now() >= call->deadline ||
-              (alone && status.code() == absl::StatusCode::kUnavailable);
-    if (give_up) in_flight_.erase(call->id);
+    Verdict verdict = Verdict::kRetry;
+    if (!route_again || absl::Now() >= call->deadline) {
+      verdict = Verdict::kGiveUp;
+    } else if (alone && status.code() == absl::StatusCode::kUnavailable) {
+      verdict = final ? Verdict::kGiveUp : Verdict::kAlone;
+    }
+    if (verdict == Verdict::kGiveUp) in_flight_.erase(call->id);
+    return verdict;
+  };
+  Verdict verdict = judge(/*final=*/false);
+  if (verdict == Verdict::kAlone) {
+    Refresh();
+    verdict = judge(/*final=*/true);
   }
-  if (give_up) {
+  if (verdict == Verdict::kAbandoned) return;
+  if (verdict == Verdict::kGiveUp) {
     call->result.Set(Annotated(status, call->shard, server));
     return;
   }

@@ -158,6 +158,44 @@ TEST_F(PsFailoverTest, ARestartedServerJoinsAsABackupWhileTrainersPush) {
   ExpectReplicasAgree();
 }
 
+// Scenario: worker1 is SIGKILLed and not restarted, as when its machine is
+// lost for good; a server added to the running job (ps::PsServer::Join, a
+// rank beyond the world's) joins both shards, short of their backup, while
+// worker0 pushes. Then worker2 is SIGKILLed too: the added server, the last
+// replica of both shards, serves them, and every push is counted once.
+TEST_F(PsFailoverTest, AServerAddedToARunningJobTakesALostServersPlace) {
+  expect_clean_exit_ = false;
+  StartPs(2, 2, "count");
+  AwaitRound(kFirstTrainer, 10);
+  children_[kWorker1]->Kill();
+  ASSERT_NE(children_[kWorker1]->Wait(kTimeout), -1);
+  AwaitShardMap([](const ps::ShardMap& m) {
+    return m.replicas[0] == std::vector<std::string>{"worker2"} &&
+           m.replicas[1] == std::vector<std::string>{"worker2"};
+  });
+  const std::string added = absl::StrCat("worker", AddServer());
+  auto joined = [&added](const ps::ShardMap& m) {
+    return m.HoldsReplica(0, added) && m.HoldsReplica(1, added);
+  };
+  const at::Tensor keys = at::arange(10, at::kLong);
+  int pushes = 0;
+  for (; !joined(AwaitShardMap([](const ps::ShardMap&) { return true; })); ++pushes) {
+    ASSERT_TRUE(client().Push("dense", keys, at::ones({10, 4})).Wait(kTimeout).ok());
+    ASSERT_LT(pushes, 100000) << added << " never joined";
+  }
+  std::printf("worker0 pushed %d times while %s joined\n", pushes, added.c_str());
+  ExpectCountsOfEveryPush(/*sent_again=*/true);
+  const ps::ShardMap map = AwaitShardMap(joined);
+  EXPECT_EQ(map.servers, (std::vector<std::string>{"worker1", "worker2", added})) << map.Encode();
+  ExpectReplicasAgree();
+
+  const at::Tensor counts = client().Pull("counts", at::arange(64, at::kLong)).Get(kTimeout);
+  children_[1]->Kill();  // worker2
+  ASSERT_NE(children_[1]->Wait(kTimeout), -1);
+  EXPECT_TRUE(client().Pull("counts", at::arange(64, at::kLong)).Get(kTimeout).equal(counts));
+  for (int64_t shard : {0, 1}) EXPECT_EQ(client().shard_map().primary(shard), added);
+}
+
 // Scenario: three servers, two backups a shard; shard 0's primary is
 // SIGKILLed while the trainers push. Its first backup takes over, and keeps
 // the other backup if that one made the same changes (one that missed a

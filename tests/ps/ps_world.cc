@@ -17,6 +17,7 @@
 #include "ps/replica_check.h"
 #include "rpc/init.h"
 #include "rpc/internal_service.h"
+#include "store/elastic_keys.h"
 #include "tests/testing/test_functions.h"
 
 namespace tessera::testing {
@@ -179,6 +180,11 @@ TESSERA_WORKER_SCENARIO(ps_child) {
                                         backups != nullptr ? std::atoi(backups) : 1);
   if (const char* dir = std::getenv("TESSERA_PS_CHECKPOINT_DIR")) options.checkpoint_dir = dir;
   const std::string& name = (*runtime)->self().name;
+  if (std::getenv("TESSERA_PS_ADDED") != nullptr) {
+    auto joined = ps::PsServer::Join(**runtime, options);
+    if (!joined.ok()) return Fail("added server", joined.status());
+    return ServeUntilShutdown("ps_child", std::move(*runtime));
+  }
   for (const std::string& server : options.servers) {
     if (server != name) continue;
     auto started = ps::PsServer::Start(**runtime, options);
@@ -193,7 +199,7 @@ void PsWorld::ExpectCountsOfEveryPush(bool sent_again) {
   const absl::Duration timeout = absl::Seconds(120);
   std::vector<int> trainers = {0};
   for (int rank = servers_ + 1; rank <= static_cast<int>(children_.size()); ++rank) {
-    trainers.push_back(rank);
+    if (added_servers_.count(rank) == 0) trainers.push_back(rank);
   }
   std::map<int64_t, float> expected;
   for (int round = 0; round < kCountingRounds; ++round) {
@@ -271,6 +277,23 @@ void PsWorld::RestartServer(int rank) {
   for (const auto& [key, value] : child_env_) env[key] = value;
   env["TESSERA_JOIN"] = "rejoin";
   children_[rank - 1] = std::make_unique<WorkerProcess>(ChildScenario(), env);
+}
+
+int PsWorld::AddServer() {
+  // The next rank, handed out as tessera-run --join does (the runtime admits
+  // no rank the job did not hand out).
+  const int world = static_cast<int>(children_.size()) + 1;
+  auto joined = rt().store().Add(store::elastic::JoinedKey(rt().options().store_prefix), 1);
+  EXPECT_TRUE(joined.ok()) << joined.status();
+  const int rank = world + static_cast<int>(joined.ok() ? *joined : 1) - 1;
+  EXPECT_EQ(rank, world) << "the test's children are the job's ranks";
+  auto env = WorkerEnv(rank, rank + 1, store_port());  // the world it enters
+  for (const auto& [key, value] : child_env_) env[key] = value;
+  env["TESSERA_JOIN"] = "join";  // a rank beyond the world's, as tessera-run --join hands out
+  env["TESSERA_PS_ADDED"] = "1";
+  children_.push_back(std::make_unique<WorkerProcess>(ChildScenario(), env));
+  added_servers_.insert(rank);
+  return rank;
 }
 
 ps::ShardMap PsWorld::AwaitShardMap(const std::function<bool(const ps::ShardMap&)>& done) {

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,9 @@ class PsWorld : public RpcWorld {
   // Starts a new incarnation of server `rank` (1..servers), whose last
   // one exited, as its launcher would.
   void RestartServer(int rank);
+  // Starts a server added to the running job (ps::PsServer::Join) as the
+  // next rank; returns it.
+  int AddServer();
   // The job's shard map in the store once `done` holds for it (read again
   // until then; a failure of the test if it does not within 120 s).
   ps::ShardMap AwaitShardMap(const std::function<bool(const ps::ShardMap&)>& done);
@@ -71,6 +75,7 @@ class PsWorld : public RpcWorld {
   std::map<std::string, std::string> child_env_;
   int servers_ = 0;
   int backups_ = 1;
+  std::set<int> added_servers_;  // ranks AddServer started
 };
 
 }  // namespace tessera::testing
