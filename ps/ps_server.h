@@ -110,7 +110,7 @@ class PsServer {
   // shard map's servers (ShardMap::servers; epoch + 1) and then, like any
   // server, joins the shards short of backups — say, to replace a lost
   // machine's. It serves trainers once it is a shard's primary (its
-  // primary lost). NotFound when the job has no shard map within
+  // primary lost). Fails naming the job when it has no shard map within
   // options.start_timeout; FailedPrecondition when its tables differ.
   static absl::StatusOr<std::unique_ptr<PsServer>> Join(rpc::Runtime& runtime,
                                                         const PsOptions& options);

@@ -13,7 +13,7 @@
 //
 // Every later change — a primary's backup made primary, a server taken out
 // of every shard it held (Note [Parameter-server failover],
-// ps/ps_server.h) — is a function of the recorded map, written by
+// ps/ps_server.h), a server added to the job (WithServer) — is a function of the recorded map, written by
 // compare-and-set from that map's text (ChangeShardMap): of two servers
 // that change the same map, one wins, and the other applies its change to
 // the winner's map or finds it done. The epoch rises by one per change, and
@@ -40,7 +40,7 @@ namespace tessera::ps {
 
 struct ShardMap {
   int64_t epoch = 1;
-  std::vector<std::string> servers;           // the job's servers, in order
+  std::vector<std::string> servers;           // the job's, in order; then any added (WithServer)
   std::map<std::string, std::string> shapes;  // table name -> TableOptions::Shape()
   // Shard i of every table: on replicas[i], replicas[i][0] its primary (none
   // left: the shard lost every replica); since[i], the epoch they were set at.
