@@ -67,7 +67,8 @@ class RowStore {
   // Writes the initial row of `key` to `row`.
   void Initialise(int64_t key, float* row) const;
   void Reserve(int64_t capacity);
-  // Copies rows first..first+n-1 into the snapshot being taken.
+  // Copies rows first..first+n-1, and a sparse shard their keys, into the
+  // snapshot being taken.
   void CopyRows(int64_t first, int64_t n);
 
   const TableOptions table_;
