@@ -76,7 +76,8 @@ ABSL_FLAG(double, target_loss, 0,
           "print when a trainer's smoothed training loss first falls below this; 0: never");
 ABSL_FLAG(bool, audit, false,
           "count every push in a table of its own; after training, print what each trainer "
-          "pushed, what the servers counted, and whether every shard's replicas agree");
+          "pushed, what the servers counted, and whether every shard's replicas agree (for tests "
+          "and small jobs: trainer 0 pulls the whole counting table, fields x vocabulary rows)");
 
 namespace tessera::examples {
 namespace {
