@@ -11,9 +11,11 @@ extern "C" const char* __tsan_default_suppressions() {
   return "race:libgrpc.so\n"
          "race:libgrpc++.so\n"
          "race:libgpr.so\n"
+         "race:libupb.so\n"  // gRPC's message library (a status's details copied there)
          "called_from_lib:libgrpc.so\n"
          "called_from_lib:libgrpc++.so\n"
          "called_from_lib:libgpr.so\n"
+         "called_from_lib:libupb.so\n"
          "race:libabsl_\n"  // every Abseil module (patterns match substrings)
          // gRPC's header templates, compiled into the test binaries
          "race:grpc::internal::\n"
