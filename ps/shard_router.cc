@@ -127,32 +127,14 @@ void ShardRouter::Failed(const std::shared_ptr<Routed>& call, uint64_t attempt,
                          const std::string& server, int64_t epoch, const absl::Status& status) {
   const bool route_again = status.code() == absl::StatusCode::kAborted ||
                            status.code() == absl::StatusCode::kUnavailable;
-  // A server without backups has nobody to fail over to (unless a
-  // checkpoint will be restored in its place). The map read last may be
-  // older than the backups that joined since: "alone" is judged again on
-  // the store's before the call gives up.
-  enum class Verdict { kAbandoned, kRetry, kGiveUp, kAlone };
-  auto judge = [&](bool final) {
+  bool give_up = false;
+  {
     MutexLock lock(&mu_);
-    if (attempt != call->attempt) return Verdict::kAbandoned;  // sent again since: that decides
-    const bool alone = map_.primary(call->shard) == server &&
-                       map_.replicas[call->shard].size() < 2 && !wait_for_lost_;
-    Verdict verdict = Verdict::kRetry;
-    if (!route_again || absl::Now() >= call->deadline) {
-      verdict = Verdict::kGiveUp;
-    } else if (alone && status.code() == absl::StatusCode::kUnavailable) {
-      verdict = final ? Verdict::kGiveUp : Verdict::kAlone;
-    }
-    if (verdict == Verdict::kGiveUp) in_flight_.erase(call->id);
-    return verdict;
-  };
-  Verdict verdict = judge(/*final=*/false);
-  if (verdict == Verdict::kAlone) {
-    Refresh();
-    verdict = judge(/*final=*/true);
+    if (attempt != call->attempt) return;  // sent again since: that attempt decides
+    give_up = !route_again || absl::Now() >= call->deadline;
+    if (give_up) in_flight_.erase(call->id);
   }
-  if (verdict == Verdict::kAbandoned) return;
-  if (verdict == Verdict::kGiveUp) {
+  if (give_up) {
     call->result.Set(Annotated(status, call->shard, server));
     return;
   }
@@ -164,16 +146,24 @@ void ShardRouter::Failed(const std::shared_ptr<Routed>& call, uint64_t attempt,
     auto self = weak.lock();
     if (!self) return;
     self->Refresh();
-    bool send = false, expired = false;
+    bool send = false, alone = false, expired = false;
     {
       MutexLock lock(&self->mu_);
       if (attempt != call->attempt) return;
-      send = self->map_.epoch > epoch && (aborted || self->map_.primary(call->shard) != server);
+      // A server without backups has nobody to fail over to (unless a
+      // checkpoint will be restored in its place): judged on the map just
+      // read, since one read earlier may predate a backup that joined.
+      alone = !aborted && self->map_.primary(call->shard) == server &&
+              self->map_.replicas[call->shard].size() < 2 && !self->wait_for_lost_;
+      send = !alone && self->map_.epoch > epoch &&
+             (aborted || self->map_.primary(call->shard) != server);
       expired = !send && absl::Now() >= call->deadline;
-      if (expired) self->in_flight_.erase(call->id);
+      if (alone || expired) self->in_flight_.erase(call->id);
     }
     if (send) {
       self->Send(call);
+    } else if (alone) {
+      call->result.Set(Annotated(status, call->shard, server));
     } else if (expired) {
       call->result.Set(Annotated(
           absl::DeadlineExceededError(absl::StrCat(
