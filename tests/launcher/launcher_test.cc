@@ -288,15 +288,15 @@ TEST(LauncherTest, JobsMeetThroughEtcdAndOutliveAMember) {
                                            "1",
                                            "examples/fault_tolerant_ddp/fault_tolerant_ddp",
                                            "--steps",
-                                           "150",
+                                           "80",
                                            "--log_every",
                                            "25"};
   Launcher job(ft_ddp);
-  ASSERT_TRUE(job.WaitFor("step 25/150", 3, absl::Seconds(120))) << job.output();
+  ASSERT_TRUE(job.WaitFor("step 25/80", 3, absl::Seconds(120))) << job.output();
   (*etcd)->Kill(0);
   ASSERT_EQ(job.Finish(absl::Seconds(240)), 0) << job.output() << (*etcd)->Logs();
   EXPECT_EQ(job.Count("parameters "), 3) << job.output();
-  const std::regex fingerprint("parameters ([0-9a-f]+) after 150 steps");
+  const std::regex fingerprint("parameters ([0-9a-f]+) after 80 steps");
   std::set<std::string> fingerprints;
   for (auto it = std::sregex_iterator(job.output().begin(), job.output().end(), fingerprint);
        it != std::sregex_iterator(); ++it) {

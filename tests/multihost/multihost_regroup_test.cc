@@ -37,14 +37,16 @@ constexpr Shape kDdp = {"ddp", "examples/ddp_fashion_mnist/ddp_fashion_mnist", 0
 constexpr Shape kPipeline = {"pipeline", "examples/pipeline/pipeline", 0, "driver"};
 constexpr Shape kHybrid = {"hybrid", "examples/hybrid_ddp_rpc/hybrid_ddp_rpc", 1, "trainer1"};
 
-// `shape` on every host for 200 steps, checkpointing every 20 into a
+// `shape` on every host for 120 steps, checkpointing every 20 into a
 // folder every host sees (as a cluster's shared file system), with
-// `launcher_args`; returns once the writer has saved its second checkpoint.
+// `launcher_args`; returns once the writer has saved its second checkpoint
+// (the fault comes then: the group resumes from step 40 or later and
+// trains 80 steps more, enough to be judged by its accuracy).
 std::unique_ptr<Job> Start(NetworkHosts& hosts, const Shape& shape, const std::string& fault,
                            std::vector<std::string> launcher_args) {
   const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", shape.name, "-", fault);
   auto job = Job::Launched(hosts, 1,
-                           {shape.program, "--epochs", "1", "--max_steps", "200", "--log_every",
+                           {shape.program, "--epochs", "1", "--max_steps", "120", "--log_every",
                             "20", "--checkpoint_dir", dir, "--checkpoint_every", "20"},
                            {{"TESSERA_TIMEOUT_S", "10"}}, "", std::move(launcher_args));
   EXPECT_TRUE(job->on(shape.writer_host)
