@@ -13,7 +13,9 @@
 # ps_checkpoint_test: cuts held and released, a lost shard restored).
 #   scripts/sanitizers.sh [--build-only] [bazel test arguments...]
 # Both sanitizers always run: one that cannot be built or run fails the
-# script, never skips (a green CI must mean they ran).
+# script, never skips (a green CI must mean they ran). A report from any
+# process of a test fails it too, the test's own result aside, and a canary
+# proves each run would see one (check_reports, below).
 #
 # Why a subset: each sanitizer rebuilds everything its tests link (a TSan
 # build links statically), so the whole suite under both would take hours
@@ -46,14 +48,62 @@ if $build_only; then
   # of this script's caller (.ci/run: idle, scripts/idle_priority.sh).
   bazel --output_base="$output_base" shutdown 2>/dev/null
 fi
+canary=//tests/sanitizers:sanitizer_canary_test
+# Every process a test starts — workers, servers, tessera-run — writes its
+# reports to a file of its own here (log_path, inherited through the
+# environment), not only to a stderr that nobody reads once the test has
+# passed: a worker killed at a test's end, or a server whose death the
+# failover it tests absorbed, has no exit code anyone checks. Any report
+# fails the run, and the canary's must be there (sanitizer_canary_test.cc).
+reports=$(mktemp -d)
+trap 'rm -rf "$reports"' EXIT
+# Prints the reports of $1 (tsan or asan) but the canary's; fails if the
+# canary's is missing or another is there.
+check_reports() {
+  local config=$1 found=0 canary_seen=false file
+  for file in "$reports/$config".*; do
+    [[ -f $file ]] || continue
+    grep -qE '(WARNING|ERROR): (ThreadSanitizer|AddressSanitizer|LeakSanitizer)' "$file" || continue
+    if [[ $file == */$config.sanitizer_canary_test.* ]]; then
+      canary_seen=true
+      continue
+    fi
+    found=$((found + 1))
+    echo "sanitizers: a report of $config in $(basename "$file"):"
+    head -80 "$file"
+  done
+  if ! $canary_seen; then
+    echo "sanitizers: the canary's $config report was not found: the sanitizer did not run, or" \
+      "the reports of child processes are not collected"
+    return 1
+  fi
+  if [[ $found -gt 0 ]]; then
+    echo "sanitizers: $found process(es) reported under $config (above), though their tests passed"
+    return 1
+  fi
+  echo "sanitizers: $config: no process reported; the canary's report was seen"
+}
 status=0
 for config in tsan asan; do
-  echo "sanitizers: $verb --config=$config: ${targets[*]}"
+  run=("$canary" "${targets[@]}")
+  log_options=()
+  if [[ $verb == test ]]; then
+    option_name=$(tr a-z A-Z <<<"$config")_OPTIONS  # TSAN_OPTIONS, ASAN_OPTIONS
+    log_options=(--test_env="$option_name=log_path=$reports/$config:log_exe_name=1")
+  fi
+  echo "sanitizers: $verb --config=$config: ${run[*]}"
   # --symlink_prefix=/: no convenience symlinks (bazel-bin, bazel-<dir>...).
   # They belong to the main output base; one pointing into this one would be
   # walked by the main build's //... as a package tree.
-  bazel --output_base="$output_base" "$verb" --symlink_prefix=/ --config="$config" "$@" \
-    "${targets[@]}" || status=1
+  # --local_startup_timeout_secs: at idle CPU priority beside a busy main
+  # build (.ci/run) this server may get no CPU to start for minutes, past
+  # the client's default 120 s wait; it is not on the critical path.
+  bazel --output_base="$output_base" --local_startup_timeout_secs=1800 \
+    "$verb" --symlink_prefix=/ --config="$config" \
+    "${log_options[@]}" "$@" "${run[@]}" || status=1
+  if [[ $verb == test ]]; then
+    check_reports "$config" || status=1
+  fi
 done
 if [[ $status -ne 0 ]]; then
   echo "sanitizers: FAILED (a build or a test above)"
