@@ -55,6 +55,8 @@ canary=//tests/sanitizers:sanitizer_canary_test
 # passed: a worker killed at a test's end, or a server whose death the
 # failover it tests absorbed, has no exit code anyone checks. Any report
 # fails the run, and the canary's must be there (sanitizer_canary_test.cc).
+# The folder's name is new each run, and with it the tests' environment:
+# no result comes from Bazel's cache, so every report is written anew.
 reports=$(mktemp -d)
 trap 'rm -rf "$reports"' EXIT
 # Prints the reports of $1 (tsan or asan) but the canary's; fails if the
