@@ -91,8 +91,9 @@ class ResumeTest : public ::testing::Test {
     EXPECT_LT(after.front().loss, 0.8 * before.front().loss) << out;
   }
 
-  // Steps of the job: the kill comes at step 100 or so, and the resumed
-  // run trains on for more than 100 steps, whose loss shows it resumed.
+  // Steps of the job: the kill comes just after the checkpoint at step 100,
+  // and the resumed run trains on for at least 100 steps, whose loss shows
+  // it resumed.
   static constexpr int64_t kSteps = 250;
   static inline int runs_ = 0;
   std::string job_;

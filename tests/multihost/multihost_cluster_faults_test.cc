@@ -241,9 +241,9 @@ TEST(MultiHostClusterFaultsTest, AFaultTolerantDdpJobThatLosesAHostFinishesOnThe
 // the job gave up. The two others finish identical.
 TEST(MultiHostClusterFaultsTest, ANodeDeclaredLostThatComesBackIsToldAndStops) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
-  // 200 steps: the two others train on well past the heal (about 25 s on
-  // this machine: the heal comes as they leave Gloo's 10 s timeout, about
-  // 50 steps in), long enough for host 2 to read the verdict (2 s).
+  // 200 steps: the two others train on well past the heal, which comes as
+  // they leave Gloo's 10 s timeout about 50 steps in: some 150 steps, far
+  // longer than host 2 needs to read the verdict (2 s).
   auto job = StartElasticFaultTolerantDdp(hosts, 200);
   ASSERT_TRUE(hosts.SetLink(2, /*up=*/false).ok());
   ASSERT_TRUE(job->on(0).WaitFor("node 2 lost: not heard from for 10s", 1, absl::Seconds(60)))

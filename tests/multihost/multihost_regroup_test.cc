@@ -41,7 +41,8 @@ constexpr Shape kHybrid = {"hybrid", "examples/hybrid_ddp_rpc/hybrid_ddp_rpc", 1
 // folder every host sees (as a cluster's shared file system), with
 // `launcher_args`; returns once the writer has saved its second checkpoint
 // (the fault comes then: the group resumes from step 40 or later and
-// trains 80 steps more, enough to be judged by its accuracy).
+// trains up to 80 steps more, enough to be judged by its accuracy: 76-81%
+// here, against 78-82% after 200).
 std::unique_ptr<Job> Start(NetworkHosts& hosts, const Shape& shape, const std::string& fault,
                            std::vector<std::string> launcher_args) {
   const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", shape.name, "-", fault);
