@@ -16,8 +16,8 @@
 #
 # --bazel-build-only: only the Bazel build against the checkout, which fills
 # the disk cache. Its objects are the checkout's built as an external
-# repository, so the main build's never serve; cold, this build takes about
-# as long as the library's own. .ci/run makes it first, at idle priority
+# repository, so the main build's never serve (cold, 6 min on 2026-12-02).
+# .ci/run makes it first, at idle priority
 # while the main suite runs, so the test's own build is a cache hit even on
 # a machine that has never run it.
 set -uo pipefail
@@ -38,18 +38,27 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Each step's line says when it ended, so a CI log shows where time went.
+step() { echo "out_of_tree_test: $* (at ${SECONDS} s)"; }
+failed() {
+  echo "out_of_tree_test: FAILED: $*" >&2
+  failures=$((failures + 1))
+}
+
 # build_bazel_app LOG: examples/out_of_tree copied to $work/bazel_app and
 # built with Bazel against this checkout. A deadline, so that a build which
 # stalls fails here with its log, the load and the memory, not CI's whole
-# run: cold, beside the thread-safety check, it took 6 min (2026-12-02).
+# run.
 readonly BAZEL_APP_DEADLINE_S=1800
 build_bazel_app() {
   cp -r examples/out_of_tree "$work/bazel_app"
   sed -i "s|/path/to/tessera|$REPO|" "$work/bazel_app/WORKSPACE"
   # --local_startup_timeout_secs: at idle priority (.ci/run) the server may
   # get no CPU to start for minutes, past the client's default 120 s.
-  (cd "$work/bazel_app" && timeout "$BAZEL_APP_DEADLINE_S" bazel --output_user_root="$BAZEL_ROOT" \
-    --local_startup_timeout_secs="$BAZEL_APP_DEADLINE_S" build --disk_cache="$HOME/.cache/tessera-bazel" --spawn_strategy=processwrapper-sandbox //:app) \
+  (cd "$work/bazel_app" &&
+    timeout "$BAZEL_APP_DEADLINE_S" bazel --output_user_root="$BAZEL_ROOT" \
+      --local_startup_timeout_secs="$BAZEL_APP_DEADLINE_S" build \
+      --disk_cache="$HOME/.cache/tessera-bazel" --spawn_strategy=processwrapper-sandbox //:app) \
     >"$1" 2>&1
   local status=$?
   if [[ $status -eq 124 ]]; then
@@ -61,22 +70,20 @@ build_bazel_app() {
   fi
   return "$status"
 }
+# bazel_app_failed LOG: the failed build's log, less the sandbox's noise.
+bazel_app_failed() {
+  failed "Bazel build:"
+  grep -v '^[0-9.]*: src/main/tools' "$1" | tail -40 >&2
+}
 if [[ ${1:-} == --bazel-build-only ]]; then
   if build_bazel_app "$work/bazel.log"; then
-    echo "out_of_tree_test: Bazel: built against the checkout in ${SECONDS} s (the disk cache holds it)"
+    step "Bazel: built against the checkout (the disk cache holds it)"
     exit 0
   fi
-  echo "out_of_tree_test: FAILED: Bazel build:" >&2
-  tail -40 "$work/bazel.log" >&2
+  bazel_app_failed "$work/bazel.log"
   exit 1
 fi
 
-# Each step's line says when it ended, so a CI log shows where time went.
-step() { echo "out_of_tree_test: $* (at ${SECONDS} s)"; }
-failed() {
-  echo "out_of_tree_test: FAILED: $*" >&2
-  failures=$((failures + 1))
-}
 # expect_output LOG TEXT: the log holds TEXT, else the step fails with the log.
 expect_output() {
   if ! grep -qF -- "$2" "$1"; then
@@ -199,8 +206,7 @@ if build_bazel_app "$log"; then
   step "Bazel: built against the checkout"
   run_job bazel "$work/bazel_app/bazel-bin/app"
 else
-  failed "Bazel build:"
-  grep -v '^[0-9.]*: src/main/tools' "$log" | tail -40 >&2
+  bazel_app_failed "$log"
 fi
 
 if [[ $failures -ne 0 ]]; then
