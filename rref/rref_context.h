@@ -204,7 +204,8 @@ class RRefContext final : public rpc::RuntimeExtension,
   Future<c10::IValue> WhenConfirmed(const RRefImpl& rref,
                                     std::function<Future<c10::IValue>()> send);
   // Owner side: completes when `rref_id` exists here — at once, or when its
-  // creation arrives; NotFound if that has not happened by `deadline`.
+  // creation arrives; DeadlineExceeded if that has not happened by
+  // `deadline`, NotFound if it has none and the default wait passes.
   Future<bool> AwaitCreation(const GlobalId& rref_id, absl::Time deadline);
   // Owner side, in the fork service: register once the value exists.
   Future<bool> RegisterFork(const GlobalId& rref_id, const GlobalId& fork_id, int holder,
@@ -299,7 +300,8 @@ class RRefContext final : public rpc::RuntimeExtension,
   // (sent without waiting for the creation's acknowledgement, to save a
   // round trip; the owner serves requests concurrently, so even one pipe
   // does not order them). Such requests wait here until the creation
-  // arrives, or fail with NotFound at their deadline (a forged or freed id).
+  // arrives, or fail at their deadline: DeadlineExceeded at the caller's own
+  // (what the caller's timer says too), NotFound after kDefaultEarlyWait.
   // Only requests that say they may be early wait; others fail at once.
   std::map<GlobalId, std::map<uint64_t, Promise<bool>>> awaiting_creation_
       ABSL_GUARDED_BY(mu_);

@@ -237,9 +237,9 @@ Future<bool> RRefContext::AwaitCreation(const GlobalId& rref_id, absl::Time dead
   rpc::Runtime* runtime = runtime_.load();
   if (runtime != nullptr) {
     std::weak_ptr<RRefContext> weak = weak_from_this();
-    const absl::Time when =
-        deadline == absl::InfiniteFuture() ? absl::Now() + kDefaultEarlyWait : deadline;
-    runtime->timer().Schedule(when, [weak, rref_id, waiter]() {
+    const bool callers_deadline = deadline != absl::InfiniteFuture();
+    const absl::Time when = callers_deadline ? deadline : absl::Now() + kDefaultEarlyWait;
+    runtime->timer().Schedule(when, [weak, rref_id, waiter, callers_deadline]() {
       auto self = weak.lock();
       if (self == nullptr) return;
       Promise<bool> expired;
@@ -252,6 +252,15 @@ Future<bool> RRefContext::AwaitCreation(const GlobalId& rref_id, absl::Time dead
         expired = entry->second;
         it->second.erase(entry);
         if (it->second.empty()) self->awaiting_creation_.erase(it);
+      }
+      // At the caller's deadline the caller gives up too, on its own timer;
+      // whichever answer it sees first must be the same, so a loaded machine
+      // (our answer arriving before its timer fires) changes nothing.
+      if (callers_deadline) {
+        expired.Set(absl::DeadlineExceededError(absl::StrCat(
+            "RRef ", rref_id.ToString(),
+            ": its creation had not arrived by the call's deadline (forged, freed, or late)")));
+        return;
       }
       expired.Set(absl::NotFoundError(absl::StrCat(
           "unknown RRef ", rref_id.ToString(),
