@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <set>
 #include <utility>
@@ -94,6 +95,8 @@ ShardSnapshot Select(const ShardSnapshot& rows, const at::Tensor& index) {
     part.optimizer.push_back(state.index_select(0, index));
   return part;
 }
+
+std::string ProgressDir(const std::string& dir) { return dir + "/progress"; }
 
 }  // namespace
 
@@ -196,6 +199,71 @@ absl::StatusOr<int64_t> RestoreShardCheckpoint(const std::string& dir,
   }
   shard.ResumeAt(std::max(clock, layout.clock));
   return restored;
+}
+
+absl::Status RecordProgress(const std::string& dir, int64_t shard, int64_t shards, int64_t clock) {
+  const std::string where = ProgressDir(dir);
+  const std::string path = absl::StrCat(where, "/shard-", shard, "-of-", shards);
+  std::error_code error;
+  fs::create_directories(where, error);
+  const std::string aside = path + ".tmp";
+  {
+    std::ofstream out(aside, std::ios::trunc);
+    out << clock << "\n";
+    if (!out.flush()) error = std::make_error_code(std::errc::io_error);
+  }
+  if (!error) fs::rename(aside, path, error);
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("parameter-server progress record ", path, ": ", error.message()));
+  }
+  return absl::OkStatus();
+}
+
+Rollback RollbackSince(const std::string& dir, int64_t checkpoint_clock) {
+  Rollback rollback;
+  rollback.checkpoint_clock = checkpoint_clock;
+  // Each layout's records (shards -> shard -> clock), and its newest write.
+  std::map<int64_t, std::map<int64_t, int64_t>> records;
+  std::map<int64_t, fs::file_time_type> newest;
+  static const std::regex kRecord(R"(shard-(\d+)-of-(\d+))");
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(ProgressDir(dir), error)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    int64_t shard = 0, shards = 0, clock = 0;
+    std::ifstream in(entry.path());
+    if (!std::regex_match(name, m, kRecord) || !absl::SimpleAtoi(m[1].str(), &shard) ||
+        !absl::SimpleAtoi(m[2].str(), &shards) || !(in >> clock)) {
+      continue;  // a record being written aside, or not one
+    }
+    records[shards][shard] = clock;
+    const fs::file_time_type written = fs::last_write_time(entry.path(), error);
+    if (!error && (newest.count(shards) == 0 || written > newest[shards])) newest[shards] = written;
+  }
+  for (const auto& [shards, written] : newest) {
+    if (rollback.shards == 0 || written > newest[rollback.shards]) rollback.shards = shards;
+  }
+  if (rollback.shards > 0) rollback.reached = records[rollback.shards];
+  return rollback;
+}
+
+int64_t Rollback::Clocks() const {
+  int64_t most = 0;
+  for (const auto& [shard, clock] : reached) most = std::max(most, clock - checkpoint_clock);
+  return most;
+}
+
+std::string Rollback::ToString() const {
+  if (reached.empty()) {
+    return "how far it rolled back is not known: no shard's progress was recorded";
+  }
+  std::string said;
+  for (const auto& [shard, clock] : reached) {
+    absl::StrAppend(&said, said.empty() ? "" : ", ", "shard ", shard, " of ", shards,
+                    said.empty() ? " reached clock " : " clock ", clock);
+  }
+  return absl::StrCat(said, ": rolled back up to ", Clocks(), " clocks");
 }
 
 }  // namespace tessera::ps

@@ -12,6 +12,17 @@
 // a sparse table, whose keys are hashed, that is all of them; for a dense
 // one, those whose range meets its own). The directory must be readable
 // by every server: one host, or a file system they share.
+//
+// Note [Progress records]: a checkpoint says where a job starting anew
+// resumes, not where the job it replaces had got to. So every primary also
+// records its shard's clock, at most once a second while it moves, in
+//   progress/shard-<i>-of-<n>
+// (atomically: written aside, then renamed), and a job started anew says
+// how far its checkpoint rolled each shard back (RollbackSince). A record
+// may be up to a second and one clock behind the shard's true end, so the
+// figure is a lower bound. Only the newest layout's records count (by their
+// files' times): a job restored onto another number of servers leaves the
+// old layout's behind.
 #pragma once
 
 #include <cstdint>
@@ -51,5 +62,23 @@ std::optional<CheckpointLayout> LatestCheckpoint(const std::string& dir,
 absl::StatusOr<int64_t> RestoreShardCheckpoint(const std::string& dir,
                                                const CheckpointLayout& layout, Shard& shard,
                                                int64_t index, int64_t shards, int64_t clock);
+
+// Records that `shard` of `shards` reached `clock` (Note [Progress records]).
+absl::Status RecordProgress(const std::string& dir, int64_t shard, int64_t shards, int64_t clock);
+
+// How far a job started anew from the checkpoint at `checkpoint_clock`
+// rolled back: the clock each shard of the job before it had reached by
+// its last record (shard -> clock; the newest layout's), and their number.
+struct Rollback {
+  int64_t checkpoint_clock = 0;
+  int64_t shards = 0;                 // of the layout recorded; 0: no record
+  std::map<int64_t, int64_t> reached;  // shard -> its last recorded clock
+  // The most clocks a shard lost (0 if none was recorded past the checkpoint).
+  int64_t Clocks() const;
+  // "shard 0 of 2 reached clock 9, shard 1 of 2 clock 8: rolled back up to
+  // 4 clocks", or that nothing was recorded.
+  std::string ToString() const;
+};
+Rollback RollbackSince(const std::string& dir, int64_t checkpoint_clock);
 
 }  // namespace tessera::ps

@@ -19,6 +19,11 @@ namespace {
 
 using Void = std::monostate;
 
+// How often a primary records its shards' clocks (Note [Progress
+// records]): a file per shard a second costs nothing beside training, and
+// a second is a clock or so of most jobs' steps.
+constexpr absl::Duration kProgressEvery = absl::Seconds(1);
+
 }  // namespace
 
 std::shared_ptr<Shard> PsServer::State::MakeShard(const TableOptions& table, int64_t shard,
@@ -44,6 +49,12 @@ absl::Status PsServer::State::Resume() {
   const std::optional<CheckpointLayout> layout =
       LatestCheckpoint(options.checkpoint_dir, options.tables);
   if (!layout.has_value()) return absl::OkStatus();
+  // Read before this job's primaries record anything of their own.
+  const Rollback rollback = RollbackSince(options.checkpoint_dir, layout->clock);
+  TESSERA_LOG(WARNING) << "parameter server '" << self << "' resumes job '" << options.job
+                       << "' from the checkpoint at clock " << layout->clock << " under "
+                       << options.checkpoint_dir << "; the job before it: "
+                       << rollback.ToString();
   MutexLock lock(&mu_);  // before serving: nothing else runs yet
   for (auto& [s, r] : replicas_) {
     for (auto& [name, shard] : r.tables) {
@@ -112,6 +123,12 @@ void PsServer::State::RestoreLost() {
       LatestCheckpoint(options.checkpoint_dir, options.tables);
   if (!layout.has_value()) {
     return fail(absl::StrCat("no complete checkpoint under ", options.checkpoint_dir));
+  }
+  // Or as far as the shard's own primary last recorded, if further (this
+  // server may hold no other shard that its trainers use).
+  const Rollback recorded = RollbackSince(options.checkpoint_dir, layout->clock);
+  if (recorded.shards == shards && recorded.reached.count(s) > 0) {
+    trainers_at = std::max(trainers_at, recorded.reached.at(s));
   }
   const int64_t clock = std::max(trainers_at, layout->clock);
   auto trainers = TrainerRanks(*runtime, options, Map().servers);
@@ -186,6 +203,35 @@ void PsServer::State::TakeCut(int64_t shard, const std::string& table, int64_t c
               ShardOp{ShardOp::Kind::kRelease, {}, written.ok() ? 1 : 0, clock, {}, {}});
   if (!changes.message.tables.empty()) {
     Replicate(shard, std::move(changes.message), changes.wait);
+  }
+}
+
+void PsServer::State::RecordProgress() {
+  if (options.checkpoint_dir.empty()) return;
+  std::map<int64_t, int64_t> moved;  // shard -> clock
+  int64_t shards = 0;
+  {
+    MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    if (now < record_after_) return;
+    for (const auto& [s, r] : replicas_) {
+      if (r.role != ReplicaRole::kPrimary) continue;
+      int64_t clock = 0;
+      for (const auto& [name, shard] : r.tables) clock = std::max(clock, shard->Stats().clock);
+      auto last = recorded_.find(s);
+      if (last != recorded_.end() && last->second == clock) continue;
+      moved[s] = clock;
+      recorded_[s] = clock;
+    }
+    if (moved.empty()) return;
+    record_after_ = now + kProgressEvery;
+    shards = map_.shards();
+  }
+  for (const auto& [s, clock] : moved) {
+    if (auto recorded = ps::RecordProgress(options.checkpoint_dir, s, shards, clock);
+        !recorded.ok()) {
+      TESSERA_LOG(WARNING) << "parameter server '" << self << "': " << recorded;
+    }
   }
 }
 

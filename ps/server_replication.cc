@@ -333,6 +333,7 @@ void PsServer::State::Tick() {
                                  absl::FormatDuration(options.failure_timeout)));
   }
   Rejoin();
+  RecordProgress();
   ScheduleTick();
 }
 

@@ -102,6 +102,10 @@ struct PsServer::State : std::enable_shared_from_this<PsServer::State> {
   // As `shard`'s primary: copies `table`'s rows at its held cut `clock`,
   // writes them, then releases the cut (Note [Sharded checkpoints]).
   void TakeCut(int64_t shard, const std::string& table, int64_t clock);
+  // As primary, under options.checkpoint_dir: records the clock of each
+  // shard whose clock moved, at most once every kProgressEvery (Note
+  // [Progress records], ps/checkpoint_files.h). On the pool (a file).
+  void RecordProgress();
 
   ShardMap Map() const;
   // Whether `name` is one of the job's servers: those it started with, and
@@ -166,6 +170,9 @@ struct PsServer::State : std::enable_shared_from_this<PsServer::State> {
   std::map<int64_t, Replica> replicas_ ABSL_GUARDED_BY(mu_);
   // No join is asked before then (one failed: it waits a failure timeout).
   absl::Time join_after_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // RecordProgress's: each shard's clock last recorded, and when it may next.
+  std::map<int64_t, int64_t> recorded_ ABSL_GUARDED_BY(mu_);
+  absl::Time record_after_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace tessera::ps

@@ -9,8 +9,10 @@
 #include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -189,6 +191,19 @@ TEST_F(PsCheckpointTest, AJobStartedAnewResumesFromTheLatestCompleteCheckpointOn
       }
     }
   }
+  // The job these files came from: 2 shards, at clocks 9 and 7 by their
+  // last records; an hour before, a job of 4 shards got to clock 99.
+  ASSERT_TRUE(ps::RecordProgress(checkpoint_dir_, 0, 4, 99).ok());
+  const std::string older = checkpoint_dir_ + "/progress/shard-0-of-4";
+  std::filesystem::last_write_time(older, std::filesystem::last_write_time(older) -
+                                              std::chrono::hours(1));
+  ASSERT_TRUE(ps::RecordProgress(checkpoint_dir_, 0, 2, 9).ok());
+  ASSERT_TRUE(ps::RecordProgress(checkpoint_dir_, 1, 2, 7).ok());
+  const ps::Rollback rollback = ps::RollbackSince(checkpoint_dir_, 5);
+  EXPECT_EQ(rollback.shards, 2);
+  EXPECT_EQ(rollback.Clocks(), 4) << rollback.ToString();
+  EXPECT_EQ(rollback.ToString(),
+            "shard 0 of 2 reached clock 9, shard 1 of 2 clock 7: rolled back up to 4 clocks");
   StartPs(3, 0, "idle");
   EXPECT_EQ(client().clock("sync"), 5);
   EXPECT_EQ(client().clock("counts"), 5);
@@ -242,6 +257,41 @@ TEST_F(PsCheckpointTest, AShardThatLostEveryReplicaComesBackFromTheCheckpoint) {
     EXPECT_EQ(counts[i][0].item<float>(), owner[i].item<int64_t>() == 0 ? 5 : 7) << "key " << i;
   }
   ExpectReplicasAgree();
+}
+
+// Scenario: the whole job is lost — both servers SIGKILLed at clock 6,
+// after a checkpoint at clock 4. What they recorded says how far a job
+// started anew from that checkpoint rolls back: each shard had reached
+// clock 6, 2 clocks past it (Note [Progress records]).
+TEST_F(PsCheckpointTest, WhatAJobStartedAnewRollsBackIsRecordedByTheJobBeforeIt) {
+  expect_clean_exit_ = false;
+  checkpoint_dir_ = FreshDir("rollback");
+  StartPs(2, 0, "idle");
+  for (int clock = 0; clock < 3; ++clock) ASSERT_TRUE(CheckpointStep(client()).ok());
+  Future<int64_t> saved = client().Checkpoint();
+  for (int clock = 3; clock < 6; ++clock) ASSERT_TRUE(CheckpointStep(client()).ok());
+  auto cut = saved.Wait(kTimeout);
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  ASSERT_EQ(*cut, 4);
+  const std::optional<ps::CheckpointLayout> layout =
+      ps::LatestCheckpoint(checkpoint_dir_, TestTables());
+  ASSERT_TRUE(layout.has_value());
+  EXPECT_EQ(layout->clock, *cut);
+  // Recorded within a second of the last clock (a deadline, not a pause).
+  const absl::Time deadline = absl::Now() + kTimeout;
+  auto recorded = [&] { return ps::RollbackSince(checkpoint_dir_, layout->clock); };
+  while (recorded().reached != std::map<int64_t, int64_t>{{0, 6}, {1, 6}} &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  for (auto& child : children_) {
+    child->Kill();
+    ASSERT_NE(child->Wait(kTimeout), -1);
+  }
+  const ps::Rollback rollback = recorded();
+  EXPECT_EQ(rollback.shards, 2);
+  EXPECT_EQ(rollback.reached, (std::map<int64_t, int64_t>{{0, 6}, {1, 6}}));
+  EXPECT_EQ(rollback.Clocks(), 6 - *cut) << rollback.ToString();
 }
 
 // Scenario: servers without a checkpoint directory refuse a checkpoint by
