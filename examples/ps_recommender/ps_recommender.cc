@@ -15,6 +15,8 @@
 //
 //   tessera-run --standalone --nproc_per_node 4 ps_recommender --servers 2 --consistency bounded
 //   ps_recommender --servers 0
+// A server added to the running job, say on a machine in a lost one's place:
+//   tessera-run --join --master_addr H --master_port P ps_recommender --servers 2 --join_as_server
 // `ps_recommender --help` lists the flags.
 #include <ATen/Parallel.h>
 #include <ATen/ops/_unique2.h>
@@ -35,6 +37,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "examples/common/training.h"
 #include "examples/ps_recommender/click_data.h"
 #include "examples/ps_recommender/dlrm.h"
@@ -43,6 +46,7 @@
 #include "ps/dense_parameters.h"
 #include "ps/ps_client.h"
 #include "ps/ps_server.h"
+#include "ps/shard_map.h"
 #include "ps/replica_check.h"
 #include "tessera/worker.h"
 
@@ -78,6 +82,10 @@ ABSL_FLAG(bool, audit, false,
           "count every push in a table of its own; after training, print what each trainer "
           "pushed, what the servers counted, and whether every shard's replicas agree (for tests "
           "and small jobs: trainer 0 pulls the whole counting table, fields x vocabulary rows)");
+ABSL_FLAG(bool, join_as_server, false,
+          "this worker enters a running job (tessera-run --join) as a parameter server added to "
+          "it, say in a lost machine's place (ps::PsServer::Join): it copies every shard short of "
+          "a backup while training goes on, and takes over a shard whose primary dies");
 
 namespace tessera::examples {
 namespace {
@@ -330,8 +338,15 @@ void PrintReplicasAgree(Worker& worker, const std::vector<ps::TableOptions>& tab
   for (const ps::TableOptions& table : tables) names.push_back(table.name);
   const absl::Status agree = ps::CompareReplicas(worker.rpc(), kJob, names, kTimeout);
   if (agree.ok()) {
-    std::printf("[%s] audit: every replica of every shard of the %zu tables agrees\n",
-                worker.name().c_str(), names.size());
+    std::string where;  // which servers hold each shard now
+    if (auto map = ps::CurrentShardMap(worker.rpc().store(), kJob); map.ok()) {
+      for (int64_t s = 0; s < map->shards(); ++s) {
+        absl::StrAppend(&where, s == 0 ? " (" : "; ", "shard ", s, " on ",
+                        absl::StrJoin(map->replicas[s], ", "), s + 1 == map->shards() ? ")" : "");
+      }
+    }
+    std::printf("[%s] audit: every replica of every shard of the %zu tables agrees%s\n",
+                worker.name().c_str(), names.size(), where.c_str());
   } else {
     std::printf("[%s] audit: %s\n", worker.name().c_str(), agree.ToString().c_str());
   }
@@ -355,7 +370,8 @@ int Run(const TrainingFlags& flags) {
   WorkerOptions options = WorkerOptions::FromEnv();
   Require(servers >= 1 && servers < options.world_size,
           "--servers must leave at least one trainer (0 <= servers < world size)");
-  const bool server = options.rank < servers;
+  const bool added = absl::GetFlag(FLAGS_join_as_server);
+  const bool server = added || options.rank < servers;
   const int trainers = options.world_size - servers;
   options.name =
       server ? absl::StrCat("ps", options.rank) : absl::StrCat("trainer", options.rank - servers);
@@ -368,6 +384,12 @@ int Run(const TrainingFlags& flags) {
   for (int s = 0; s < servers; ++s) ps_options.servers.push_back(absl::StrCat("ps", s));
   ps_options.tables = tables;
   ps_options.backups = absl::GetFlag(FLAGS_backups);
+  if (added) {
+    auto shards = ValueOrThrow(ps::PsServer::Join(worker->rpc(), ps_options));
+    std::printf("[%s] added to the job's parameter servers\n", worker->name().c_str());
+    worker->Shutdown();
+    return 0;
+  }
   if (server) {
     auto shards = ValueOrThrow(ps::PsServer::Start(worker->rpc(), ps_options));
     std::printf("[%s] serving its shard of %zu tables to %d trainers\n", worker->name().c_str(),

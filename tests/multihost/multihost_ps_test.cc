@@ -63,12 +63,16 @@ constexpr char kRecommender[] = "examples/ps_recommender/ps_recommender";
 // alone. --audit: the trainers count their pushes in a table of their own
 // (ExpectEveryPushCountedOnce). Its workers carry TESSERA_TEST_JOB=`marker`
 // (WorkerPid finds them).
+// The recommender's command on every host (a server added to the job
+// runs it too, with --join_as_server).
+std::vector<std::string> RecommenderCommand() {
+  return {kRecommender, "--servers", "2",     "--consistency", "sync",  "--samples", "200000",
+          "--test_samples", "20000", "--log_every", "50", "--audit"};
+}
+
 std::unique_ptr<Job> StartRecommender(NetworkHosts& hosts, const std::string& marker,
                                       int node_timeout = 10) {
-  return Job::Launched(hosts, 1,
-                       {kRecommender, "--servers", "2", "--consistency", "sync", "--samples",
-                        "200000", "--test_samples", "20000", "--log_every", "100", "--audit"},
-                       {{"TESSERA_TEST_JOB", marker}}, "",
+  return Job::Launched(hosts, 1, RecommenderCommand(), {{"TESSERA_TEST_JOB", marker}}, "",
                        {"--nnodes", "3:4", "--node_timeout", std::to_string(node_timeout),
                         "--elastic_roles", "server", "--max_restarts", "1"});
 }
@@ -163,21 +167,45 @@ TEST_F(MultiHostRecommenderTest, ARecommenderThatLosesAServersMachineOrLinkFinis
   ExpectEveryPushCountedOnce(*cut);
   std::printf("undisturbed AUC %.4f; ps1's link cut for 25 s: %.4f\n", expected, Auc(*cut));
 
+  // Lost early (step 50 of 390), so that the machine put in its place
+  // joins while the trainers have most of their steps to go.
   auto job = StartRecommender(hosts, Marker());
-  ASSERT_TRUE(job->on(2).WaitFor("step 300/", 1, absl::Seconds(180))) << job->output();
+  ASSERT_TRUE(job->on(2).WaitFor("step 50/", 1, absl::Seconds(180))) << job->output();
+  ASSERT_TRUE(job->on(0).WaitFor("rendezvous store at ")) << job->output();
+  const int port =
+      static_cast<int>(FirstNumber(job->on(0).output(), "rendezvous store at [0-9.]+:(\\d+)"));
+  ASSERT_GT(port, 0) << job->output();
   ASSERT_TRUE(hosts.SetLink(1, /*up=*/false).ok());
   ASSERT_EQ(::kill(job->on(1).pid(), SIGKILL), 0);
+  ASSERT_TRUE(job->on(0).WaitFor("'ps0' is the primary of shard 1", 1, absl::Seconds(60)))
+      << job->output();
+  // A new machine in the lost one's place (host 1, its link back, nothing of
+  // the job left on it): a server added to the running job, which copies
+  // both shards, each short of its backup, while the trainers train on.
+  ASSERT_TRUE(hosts.SetLink(1, /*up=*/true).ok());
+  std::vector<std::string> join = {"--join", "--master_addr", hosts.address(0), "--master_port",
+                                   std::to_string(port)};
+  for (const std::string& arg : RecommenderCommand()) join.push_back(arg);
+  join.push_back("--join_as_server");
+  Launcher added(join, hosts.On(1, JobEnv({{"TESSERA_TEST_JOB", Marker()}})));
+  ASSERT_TRUE(added.WaitFor("'ps4' is a backup of shard", 2, absl::Seconds(120)))
+      << job->output() << added.output();
   for (int host : {0, 2, 3}) {
     EXPECT_EQ(job->on(host).Finish(absl::Seconds(300)), 0) << job->output();
   }
+  EXPECT_EQ(added.Finish(absl::Seconds(60)), 0) << added.output();
   const std::string out = job->output();
   EXPECT_TRUE(absl::StrContains(out, "parameter server 'ps0' is the primary of shard 1")) << out;
   EXPECT_FALSE(absl::StrContains(out, "restarting")) << "a process restarted\n" << out;
+  // Every replica of both shards agrees, the added server's among them.
+  EXPECT_TRUE(absl::StrContains(job->on(2).output(), "(shard 0 on ps0, ps4; shard 1 on ps0, ps4)"))
+      << out;
   const double auc = Auc(*job);
   EXPECT_NEAR(auc, expected, 0.005) << out;
   ExpectEveryPushCountedOnce(*job);
-  std::printf("undisturbed AUC %.4f; after losing ps1's machine %.4f\nwhat the user saw:\n%s",
-              expected, auc, out.c_str());
+  std::printf("undisturbed AUC %.4f; after losing ps1's machine, a server added in its place: "
+              "%.4f\nwhat the user saw:\n%s%s",
+              expected, auc, out.c_str(), added.output().c_str());
 }
 
 // Scenario: ps1 — shard 1's primary, shard 0's backup — is paused
