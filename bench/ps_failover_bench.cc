@@ -94,12 +94,14 @@ int AwaitRejoined(tessera::rpc::Runtime& runtime, tessera::ps::PsClient& client,
   const at::Tensor row_keys = KeysOnEveryShard(options.tables[1], options.servers.size());
   const at::Tensor row_grads = at::zeros({row_keys.numel(), 64});
   double slowest_ms = 0;
-  int pushes = 0;
+  int pushes = 0, over_20_ms = 0;
   for (;;) {
     const auto pushed = Clock::now();
     client.Push("counts", keys, grads).Get(absl::Seconds(120));
     client.Push("rows", row_keys, row_grads).Get(absl::Seconds(120));
-    slowest_ms = std::max(slowest_ms, MillisSince(pushed));
+    const double ms = MillisSince(pushed);
+    slowest_ms = std::max(slowest_ms, ms);
+    over_20_ms += ms > 20 ? 1 : 0;
     ++pushes;
     auto map = tessera::ValueOrThrow(tessera::ps::CurrentShardMap(runtime.store(), options.job));
     bool full = true;
@@ -111,10 +113,10 @@ int AwaitRejoined(tessera::rpc::Runtime& runtime, tessera::ps::PsClient& client,
       runtime.store().Get("bench/failover/restarted/ps0", absl::Seconds(120)))));
   std::printf(
       "re-replicated %d shards (%s): %.1f ms from ps0's restart to every shard's replicas "
-      "back; %d steps meanwhile (a push to each table), the slowest %.1f ms\n",
+      "back; %d steps meanwhile (a push to each table), the slowest %.1f ms, %d over 20 ms\n",
       static_cast<int>(options.servers.size()),
       tessera::ValueOrThrow(runtime.store().Get("bench/failover/filled", absl::Seconds(1))).c_str(),
-      absl::ToDoubleMilliseconds(joined_at - started), pushes, slowest_ms);
+      absl::ToDoubleMilliseconds(joined_at - started), pushes, slowest_ms, over_20_ms);
   std::fflush(stdout);
   return 0;
 }

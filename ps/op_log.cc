@@ -42,8 +42,12 @@ void OpLog::SetBackups(const std::vector<std::string>& backups) {
     MutexLock lock(&mu_);
     std::map<std::string, int64_t> confirmed;
     for (const std::string& backup : backups) {
-      auto it = confirmed_.find(backup);
-      confirmed[backup] = it == confirmed_.end() ? 0 : it->second;
+      auto it = heard_.find(backup);
+      confirmed[backup] = it == heard_.end() ? 0 : it->second;
+    }
+    // A backup that left starts from nothing should it join again.
+    for (const auto& [backup, lsn] : confirmed_) {
+      if (confirmed.count(backup) == 0) heard_.erase(backup);
     }
     confirmed_.swap(confirmed);
     ReleaseLocked(&ready);
@@ -55,9 +59,11 @@ void OpLog::Confirm(const std::string& backup, int64_t lsn) {
   Ready ready;
   {
     MutexLock lock(&mu_);
+    int64_t& heard = heard_[backup];
+    heard = std::max(heard, lsn);
     auto it = confirmed_.find(backup);
     if (it == confirmed_.end()) return;
-    it->second = std::max(it->second, lsn);
+    it->second = heard;
     ReleaseLocked(&ready);
   }
   Complete(ready);
@@ -133,6 +139,7 @@ void OpLog::Promote(const absl::Status& status) {
     for (auto& [lsn, pending] : pending_) ready.emplace_back(std::move(pending.done), status);
     pending_.clear();
     confirmed_.clear();
+    heard_.clear();
     failed_ = absl::OkStatus();
     term_ = INT64_MAX;
   }
@@ -142,6 +149,11 @@ void OpLog::Promote(const absl::Status& status) {
 void OpLog::Hold() {
   MutexLock lock(&mu_);
   held_ = true;
+}
+
+bool OpLog::held() const {
+  MutexLock lock(&mu_);
+  return held_;
 }
 
 void OpLog::StartAt(int64_t lsn) {

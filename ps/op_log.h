@@ -37,7 +37,9 @@ class OpLog {
   int64_t last() const;
   // The backups the shard map names now; those gone no longer hold waits.
   void SetBackups(const std::vector<std::string>& backups);
-  // `backup` has applied every change up to `lsn`.
+  // `backup` has applied every change up to `lsn`. Kept for a server not
+  // yet named a backup too (a joiner catching up): named one, it is waited
+  // for from what it confirmed, not from nothing.
   void Confirm(const std::string& backup, int64_t lsn);
   // Completes once every backup applied the changes up to `lsn`.
   Future<std::monostate> Replicated(int64_t lsn);
@@ -65,6 +67,8 @@ class OpLog {
   // The snapshot installed holds every change up to `lsn`: those waiting
   // up to it complete at once, the others apply in order from lsn + 1.
   void StartAt(int64_t lsn);
+  // Between Hold and StartAt.
+  bool held() const;
 
  private:
   struct Pending {
@@ -88,6 +92,7 @@ class OpLog {
   int64_t term_ ABSL_GUARDED_BY(mu_) = 0;                          // the newest primary followed
   bool held_ ABSL_GUARDED_BY(mu_) = false;                         // Hold, until StartAt
   std::map<std::string, int64_t> confirmed_ ABSL_GUARDED_BY(mu_);  // by backup
+  std::map<std::string, int64_t> heard_ ABSL_GUARDED_BY(mu_);      // by any replica
   std::multimap<int64_t, Promise<std::monostate>> waits_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);  // a backup's, by lsn
 };

@@ -276,8 +276,10 @@ Future<Void> PsServer::State::Follow(const rpc::CallContext& ctx, ReplicateReque
   for (size_t i = 0; i < n; ++i) applied.push_back(log->Follow(term, m.lsns[i], changes[i]));
   // A joiner holds changes back until it holds the snapshots, and its
   // primary waits for none of its answers: taken is enough (an open call
-  // per change held would fill its queue during a long copy).
-  if (joining) return Future<Void>::Ready(Void{});
+  // per change held would fill its queue during a long copy). Once it holds
+  // them it answers as a backup does, once applied: the primary then knows
+  // how far it got when the map names it, and waits for nothing more.
+  if (joining && log->held()) return Future<Void>::Ready(Void{});
   return WhenAllOk(applied).Then([](const absl::StatusOr<bool>& all) -> absl::StatusOr<Void> {
     if (!all.ok()) return all.status();
     return Void{};

@@ -280,6 +280,27 @@ TEST(ShardSnapshotTest, AJoinerFollowingFromItsSnapshotsMakesEveryChangeOnce) {
 // Scenario: snapshots that are not this shard's, or do not hold together,
 // as a hostile or broken sender could send: each refused with
 // InvalidArgument naming the table, before anything changes.
+// Scenario (a primary's log): a joiner confirmed changes up to 3 while it
+// caught up, before the map named it a backup. Named one, the primary
+// waits only for what it has not confirmed: change 3 is replicated at once
+// (before, every wait stalled until the joiner's next answer: up to a
+// heartbeat, 150 ms), change 4 once it confirms it. A backup that left
+// starts from nothing when named again.
+TEST(OpLogTest, WhatAJoinerConfirmedBeforeItWasNamedABackupCounts) {
+  OpLog log;
+  for (int i = 0; i < 4; ++i) log.Next();
+  log.Confirm("joiner", 3);
+  log.SetBackups({"joiner"});
+  EXPECT_TRUE(log.Replicated(3).IsReady());
+  Future<std::monostate> fourth = log.Replicated(4);
+  EXPECT_FALSE(fourth.IsReady());
+  log.Confirm("joiner", 4);
+  EXPECT_TRUE(fourth.IsReady());
+  log.SetBackups({});
+  log.SetBackups({"joiner"});
+  EXPECT_FALSE(log.Replicated(1).IsReady());
+}
+
 TEST(ShardSnapshotTest, ASnapshotThatDoesNotFitIsRefusedNamingWhy) {
   DeadlineTimer timer;
   Replica primary(&timer);
