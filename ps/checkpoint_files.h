@@ -15,12 +15,12 @@
 //
 // Note [Progress records]: a checkpoint says where a job starting anew
 // resumes, not where the job it replaces had got to. So every primary also
-// records its shard's clock, at most once a second while it moves, in
+// records its shard's clock, at most five times a second while it moves, in
 //   progress/shard-<i>-of-<n>
 // (atomically: written aside, then renamed), and a job started anew says
 // how far its checkpoint rolled each shard back (RollbackSince). A record
-// may be up to a second and one clock behind the shard's true end, so the
-// figure is a lower bound. Only the newest layout's records count (by their
+// may trail the shard's true end by 200 ms and a clock, so the figure is a
+// lower bound. Only the newest layout's records count (by their
 // files' times): a job restored onto another number of servers leaves the
 // old layout's behind.
 #pragma once

@@ -61,6 +61,30 @@ Future<Void> Acknowledged(const std::shared_ptr<PsServer::State>& state, int64_t
       });
 }
 
+// Note [Trainers ahead of a restored shard]: a trainer's request of clock
+// c says it ended every clock below c. Every shard knows that before the
+// trainer goes on (a Clock is acknowledged only once every shard took it),
+// except one restored from a checkpoint after it lost every replica (Note
+// [Sharded checkpoints], ps/shard_cut.cc): it holds its trainers where the
+// checkpoint, or its server's reckoning, put them, and a trainer that ended
+// later clocks before the loss will not end them again — a pull waiting
+// for them would wait for good. So a request ahead of its shard first
+// moves the trainer's clock there, as a Clock change of its own (made and
+// replicated like one), then is served.
+void CatchUp(const std::vector<std::shared_ptr<Shard>>& shards,
+             const std::vector<std::string>& tables, const std::vector<int64_t>& clocks,
+             const Sender& from, Changes* changes, absl::Status* status) {
+  for (size_t i = 0; i < shards.size() && status->ok(); ++i) {
+    if (!shards[i]->Behind(from.rank, clocks[i])) continue;
+    auto logged = shards[i]->Clock(from, clocks[i]);
+    if (logged.ok()) {
+      changes->Add(tables[i], *logged, ShardOp{ShardOp::Kind::kClock, from, 0, clocks[i], {}, {}});
+    } else {
+      *status = logged.status();
+    }
+  }
+}
+
 // The trainers' changes: hello, push, clock.
 void ServeChanges(const std::shared_ptr<PsServer::State>& state) {
   rpc::Registry& registry = state->runtime->registry();
@@ -91,6 +115,7 @@ void ServeChanges(const std::shared_ptr<PsServer::State>& state) {
     const Sender from = state->From(ctx);
     Changes changes;
     absl::Status status;
+    CatchUp(shards, m.tables, m.clocks, from, &changes, &status);
     for (size_t i = 0; i < shards.size() && status.ok(); ++i) {
       ShardOp op{ShardOp::Kind::kPush, from, m.sequences[i], m.clocks[i], m.keys[i], m.grads[i]};
       auto logged = shards[i]->Push(from, op.sequence, op.clock, op.keys, op.grads);
@@ -138,12 +163,21 @@ void ServeReads(const std::shared_ptr<PsServer::State>& state) {
     auto routed = RouteAll(*state, m.tables, m.epoch, m.shard);
     if (!routed.ok()) return Future<Rows>::Ready(routed.status());
     const std::vector<std::shared_ptr<Shard>> shards = *std::move(routed);
-    // Only a primary whose backups vouch for it now answers (its lease):
-    // one that was cut off or paused, and replaced, must not.
     const Sender from = state->From(ctx);
     const absl::Time deadline = ctx.deadline;
-    return state->Leased(m.shard).Then(
-        [shards, m, from, deadline](const absl::StatusOr<Void>& leased) {
+    Changes changes;
+    absl::Status status;
+    CatchUp(shards, m.tables, m.clocks, from, &changes, &status);
+    // Read once the trainer's clock moved everywhere, if it had to; and
+    // only by a primary whose backups vouch for it now (its lease): one
+    // that was cut off or paused, and replaced, must not answer.
+    const int64_t shard = m.shard;
+    return Acknowledged(state, shard, std::move(changes), status)
+        .Then([state, shard](const absl::StatusOr<Void>& caught_up) {
+          if (!caught_up.ok()) return Future<Void>::Ready(caught_up.status());
+          return state->Leased(shard);
+        })
+        .Then([shards, m, from, deadline](const absl::StatusOr<Void>& leased) {
           if (!leased.ok()) return Future<Rows>::Ready(leased.status());
           std::vector<Future<at::Tensor>> parts;
           for (size_t i = 0; i < shards.size(); ++i) {

@@ -150,6 +150,10 @@ class Shard : public std::enable_shared_from_this<Shard> {
   // A new shard that holds a checkpoint's rows (ps/checkpoint_files.h)
   // starts at `clock`: its trainers there, clocks below applied.
   void ResumeAt(int64_t clock);
+  // Whether this shard holds live trainer `rank` at a clock below `clock`:
+  // behind what the trainer's own request says (a shard restored from a
+  // checkpoint; Note [Trainers ahead of a restored shard], ps/ps_server.cc).
+  bool Behind(int rank, int64_t clock) const;
   // `reached` runs, outside the lock, when a change made on this replica
   // as primary reaches a cut (a promoted backup asks HeldCut instead).
   void OnCutReached(std::function<void(int64_t clock)> reached);

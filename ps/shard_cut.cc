@@ -135,6 +135,12 @@ void Shard::ResumeAt(int64_t clock) {
   saved_clock_ = clock;
 }
 
+bool Shard::Behind(int rank, int64_t clock) const {
+  MutexLock lock(&mu_);
+  auto it = trainers_.find(rank);
+  return it != trainers_.end() && it->second.live && it->second.clock < clock;
+}
+
 int64_t Shard::HeldCut() const {
   MutexLock lock(&mu_);
   return cut_held_ ? cut_ : -1;

@@ -11,7 +11,8 @@ namespace {
 
 class Remote : public ModelTables {
  public:
-  explicit Remote(std::unique_ptr<ps::PsClient> client) : client_(std::move(client)) {}
+  Remote(std::unique_ptr<ps::PsClient> client, std::string clocked)
+      : client_(std::move(client)), clocked_(std::move(clocked)) {}
   Future<std::vector<at::Tensor>> Pull(const std::vector<ps::TableKeys>& parts) override {
     return client_->Pull(parts);
   }
@@ -19,9 +20,12 @@ class Remote : public ModelTables {
     return client_->Push(parts);
   }
   Future<std::monostate> Clock() override { return client_->Clock(); }
+  Future<int64_t> Checkpoint() override { return client_->Checkpoint(); }
+  int64_t StartClock() const override { return client_->clock(clocked_); }
 
  private:
   std::unique_ptr<ps::PsClient> client_;
+  const std::string clocked_;
 };
 
 // One shard of each table, here: a pull reads its rows, a push applies the
@@ -52,6 +56,11 @@ class Local : public ModelTables {
   Future<std::monostate> Clock() override {
     return Future<std::monostate>::Ready(std::monostate{});
   }
+  Future<int64_t> Checkpoint() override {
+    return Future<int64_t>::Ready(
+        absl::FailedPreconditionError("checkpoints are the parameter servers': --servers 0 has none"));
+  }
+  int64_t StartClock() const override { return 0; }
 
  private:
   std::map<std::string, ps::RowStore> stores_;
@@ -59,8 +68,9 @@ class Local : public ModelTables {
 
 }  // namespace
 
-std::unique_ptr<ModelTables> RemoteTables(std::unique_ptr<ps::PsClient> client) {
-  return std::make_unique<Remote>(std::move(client));
+std::unique_ptr<ModelTables> RemoteTables(std::unique_ptr<ps::PsClient> client,
+                                          std::string clocked) {
+  return std::make_unique<Remote>(std::move(client), std::move(clocked));
 }
 
 std::unique_ptr<ModelTables> LocalTables(const std::vector<ps::TableOptions>& tables) {

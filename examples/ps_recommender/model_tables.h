@@ -28,9 +28,17 @@ class ModelTables {
   virtual Future<std::monostate> Push(const std::vector<ps::TableKeys>& parts) = 0;
   // Ends this trainer's step (ps::PsClient::Clock).
   virtual Future<std::monostate> Clock() = 0;
+  // A checkpoint of every table at one clock (ps::PsClient::Checkpoint):
+  // its clock once written. FailedPrecondition in one process.
+  virtual Future<int64_t> Checkpoint() = 0;
+  // The clock this trainer starts at: 0, or in a job started anew from a
+  // checkpoint, the checkpoint's (its steps before it are done).
+  virtual int64_t StartClock() const = 0;
 };
 
-std::unique_ptr<ModelTables> RemoteTables(std::unique_ptr<ps::PsClient> client);
+// `clocked`: a table of the client's, whose clock is every table's.
+std::unique_ptr<ModelTables> RemoteTables(std::unique_ptr<ps::PsClient> client,
+                                          std::string clocked);
 std::unique_ptr<ModelTables> LocalTables(const std::vector<ps::TableOptions>& tables);
 
 }  // namespace tessera::examples

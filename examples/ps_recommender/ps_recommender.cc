@@ -188,6 +188,28 @@ class Trainer {
     return loss.item<double>();
   }
 
+  // Asks for a checkpoint of every table, waiting for none: says so when
+  // an earlier one was written (or failed), as later ones are asked.
+  void Checkpoint(const std::string& who) {
+    ReportCheckpoint(who, absl::ZeroDuration());
+    checkpoint_ = model_->Checkpoint();
+  }
+  // Says whether the last checkpoint asked was written, waiting up to `wait`.
+  void ReportCheckpoint(const std::string& who, absl::Duration wait) {
+    if (!checkpoint_.has_value() || (wait == absl::ZeroDuration() && !checkpoint_->IsReady())) {
+      return;
+    }
+    auto clock = checkpoint_->Wait(wait);
+    checkpoint_.reset();
+    if (clock.ok()) {
+      std::printf("[%s] checkpoint at clock %lld written\n", who.c_str(),
+                  static_cast<long long>(*clock));
+    } else {
+      std::printf("[%s] checkpoint failed: %s\n", who.c_str(), clock.status().ToString().c_str());
+    }
+  }
+  int64_t StartClock() const { return model_->StartClock(); }
+
   // Waits until every trainer has ended its last step (kBarrierTable).
   void WaitForTheOthers() { model_->Pull({{kBarrierTable, DenseKeys(1), {}}}).Get(kTimeout); }
 
@@ -249,6 +271,7 @@ class Trainer {
   std::optional<PushAudit> audit_;
   std::vector<ps::TableOptions> dense_tables_;
   std::vector<at::Tensor> params_;
+  std::optional<Future<int64_t>> checkpoint_;  // asked, not yet reported
   double waited_ = 0;
   int64_t ids_ = 0, distinct_ = 0;
 };
@@ -291,11 +314,26 @@ void Train(const TrainingFlags& flags, const std::string& who, int index, int tr
                   absl::GetFlag(FLAGS_audit) ? std::optional<PushAudit>(std::in_place, shape.fields,
                                                                         data_options.vocabulary)
                                              : std::nullopt);
+  // A job started anew from a checkpoint at clock c: steps 1..c are done
+  // (a clock is a step, counted over the epochs).
+  const int64_t done = trainer.StartClock();
+  if (done > 0) {
+    std::printf("[%s] resumes after step %lld (the checkpoint's clock)\n", who.c_str(),
+                static_cast<long long>(done));
+  }
+  // With --checkpoint_dir, the servers' (ps::PsOptions::checkpoint_dir).
+  const int64_t checkpoint_every =
+      index == 0 && !flags.checkpoint_dir.empty() ? flags.checkpoint_every : 0;
   const auto start = std::chrono::steady_clock::now();
   double smoothed = -1;
   bool reached = false;
   for (int epoch = 1; epoch <= flags.epochs; ++epoch) {
     for (int64_t step = 1; step <= steps; ++step) {
+      const int64_t clock = (epoch - 1) * steps + step;
+      if (clock <= done) continue;
+      if (checkpoint_every > 0 && (clock - 1) % checkpoint_every == 0 && clock > 1) {
+        trainer.Checkpoint(who);  // at this clock: once every trainer ended the one before
+      }
       const int64_t first = (step - 1) * flags.batch;
       const double loss =
           trainer.Step(ids.narrow(0, first, flags.batch), dense.narrow(0, first, flags.batch),
@@ -313,12 +351,13 @@ void Train(const TrainingFlags& flags, const std::string& who, int index, int tr
       }
     }
   }
+  trainer.ReportCheckpoint(who, kTimeout);
   const double seconds = SecondsSince(start);
-  const int64_t trained = flags.epochs * steps * flags.batch;
+  const int64_t trained = (flags.epochs * steps - done) * flags.batch;
   std::printf("[%s] trained %lld samples in %.2f s: %.0f samples/s, %.1f%% of it pulling\n",
               who.c_str(), static_cast<long long>(trained), seconds, trained / seconds,
               100 * trainer.waited() / seconds);
-  const double pulls = static_cast<double>(flags.epochs * steps);
+  const double pulls = static_cast<double>(flags.epochs * steps - done);
   std::printf("[%s] embedding ids a step: %.1f, distinct %.1f (the rows pulled and pushed)\n",
               who.c_str(), trainer.ids() / pulls, trainer.distinct() / pulls);
   trainer.WaitForTheOthers();
@@ -363,6 +402,8 @@ int Run(const TrainingFlags& flags) {
   std::vector<ps::TableOptions> tables = DlrmTables(shape, flags.lr, ConsistencyFromFlags());
   if (absl::GetFlag(FLAGS_audit)) tables.push_back(PushAudit::Table());
   const int servers = absl::GetFlag(FLAGS_servers);
+  Require(flags.checkpoint_dir.empty() || servers > 0,
+          "--checkpoint_dir is the parameter servers' (--servers > 0)");
   if (servers == 0) {
     Train(flags, "one process", 0, 1, shape, tables, LocalTables(tables));
     return 0;
@@ -384,6 +425,7 @@ int Run(const TrainingFlags& flags) {
   for (int s = 0; s < servers; ++s) ps_options.servers.push_back(absl::StrCat("ps", s));
   ps_options.tables = tables;
   ps_options.backups = absl::GetFlag(FLAGS_backups);
+  ps_options.checkpoint_dir = flags.checkpoint_dir;
   if (added) {
     auto shards = ValueOrThrow(ps::PsServer::Join(worker->rpc(), ps_options));
     std::printf("[%s] added to the job's parameter servers\n", worker->name().c_str());
@@ -399,7 +441,7 @@ int Run(const TrainingFlags& flags) {
   }
   auto client = ValueOrThrow(ps::PsClient::Connect(worker->rpc(), ps_options));
   Train(flags, worker->name(), options.rank - servers, trainers, shape, tables,
-        RemoteTables(std::move(client)));
+        RemoteTables(std::move(client), kBarrierTable));
   if (absl::GetFlag(FLAGS_audit) && options.rank == servers) PrintReplicasAgree(*worker, tables);
   worker->Shutdown();
   return 0;

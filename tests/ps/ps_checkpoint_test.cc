@@ -259,6 +259,43 @@ TEST_F(PsCheckpointTest, AShardThatLostEveryReplicaComesBackFromTheCheckpoint) {
   ExpectReplicasAgree();
 }
 
+// Scenario: every server is lost at once — both SIGKILLed after a
+// checkpoint at clock 4 and two more clocks — and their launchers restart
+// them, holding nothing. They restore both shards from the checkpoint and
+// the trainer trains on: every key counts the checkpoint's 4 clocks and
+// the 4 after the restore, in each kind of table, and a synchronous pull
+// sees every clock applied.
+TEST_F(PsCheckpointTest, EveryServerLostAndRestartedComesBackFromTheCheckpoint) {
+  expect_clean_exit_ = false;
+  checkpoint_dir_ = FreshDir("all_lost");
+  StartPs(2, 0, "idle");
+  for (int clock = 0; clock < 3; ++clock) ASSERT_TRUE(CheckpointStep(client()).ok());
+  Future<int64_t> saved = client().Checkpoint();
+  for (int clock = 3; clock < 6; ++clock) ASSERT_TRUE(CheckpointStep(client()).ok());
+  auto cut = saved.Wait(kTimeout);
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  ASSERT_EQ(*cut, 4);
+  for (int rank : {1, 2}) {
+    children_[rank - 1]->Kill();
+    ASSERT_NE(children_[rank - 1]->Wait(kTimeout), -1);
+  }
+  for (int rank : {1, 2}) RestartServer(rank);
+  const at::Tensor keys = at::arange(16, at::kLong);
+  for (int clock = 6; clock < 10; ++clock) {
+    const absl::Status step = CheckpointStep(client());
+    ASSERT_TRUE(step.ok()) << "clock " << clock << ": " << step;
+    auto sync = client().Pull("sync", keys).Wait(kTimeout);
+    ASSERT_TRUE(sync.ok()) << "clock " << clock << ": " << sync.status();
+  }
+  for (const char* table : {"counts", "ssp"}) {
+    EXPECT_TRUE(at::allclose(client().Pull(table, keys).Get(kTimeout), at::full({16, 1}, 8.0)))
+        << table << client().Pull(table, keys).Get(kTimeout);
+  }
+  EXPECT_TRUE(at::allclose(client().Pull("sync", keys).Get(kTimeout), at::full({16, 2}, 8.0)))
+      << client().Pull("sync", keys).Get(kTimeout);
+  ExpectReplicasAgree();
+}
+
 // Scenario: the whole job is lost — both servers SIGKILLed at clock 6,
 // after a checkpoint at clock 4. What they recorded says how far a job
 // started anew from that checkpoint rolls back: each shard had reached
