@@ -139,7 +139,9 @@ void ShardRouter::Failed(const std::shared_ptr<Routed>& call, uint64_t attempt,
     return;
   }
   // Sent again once the map moved on from the attempt's: the shard's
-  // primary replaced (Unavailable), or any change (Aborted).
+  // primary replaced (Unavailable) — by another server, or by the same
+  // one's new incarnation, which restored it after every replica was lost
+  // (its replicas set anew since the attempt) — or any change (Aborted).
   const bool aborted = status.code() == absl::StatusCode::kAborted;
   std::weak_ptr<ShardRouter> weak = weak_from_this();
   auto check = [weak, call, attempt, server, epoch, aborted, status](auto& again) -> void {
@@ -156,7 +158,8 @@ void ShardRouter::Failed(const std::shared_ptr<Routed>& call, uint64_t attempt,
       alone = !aborted && self->map_.primary(call->shard) == server &&
               self->map_.replicas[call->shard].size() < 2 && !self->wait_for_lost_;
       send = !alone && self->map_.epoch > epoch &&
-             (aborted || self->map_.primary(call->shard) != server);
+             (aborted || self->map_.primary(call->shard) != server ||
+              self->map_.since[call->shard] > epoch);
       expired = !send && absl::Now() >= call->deadline;
       if (alone || expired) self->in_flight_.erase(call->id);
     }

@@ -8,6 +8,7 @@
 #include <ATen/ops/ones.h>
 #include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -260,11 +261,13 @@ TEST_F(PsCheckpointTest, AShardThatLostEveryReplicaComesBackFromTheCheckpoint) {
 }
 
 // Scenario: every server is lost at once — both SIGKILLed after a
-// checkpoint at clock 4 and two more clocks — and their launchers restart
-// them, holding nothing. They restore both shards from the checkpoint and
-// the trainer trains on: every key counts the checkpoint's 4 clocks and
-// the 4 after the restore, in each kind of table, and a synchronous pull
-// sees every clock applied.
+// checkpoint at clock 4 and two more clocks, a push of clock 6 in flight
+// (sent while they were paused) — and their launchers restart them,
+// holding nothing, under the same names. They restore both shards from
+// the checkpoint; the push goes to the restored primary; the trainer
+// trains on, its clock ahead of the restored shards' (Note [Trainers ahead
+// of a restored shard]): every key counts the checkpoint's 4 clocks and
+// the pushes after the restore, in each kind of table.
 TEST_F(PsCheckpointTest, EveryServerLostAndRestartedComesBackFromTheCheckpoint) {
   expect_clean_exit_ = false;
   checkpoint_dir_ = FreshDir("all_lost");
@@ -275,23 +278,29 @@ TEST_F(PsCheckpointTest, EveryServerLostAndRestartedComesBackFromTheCheckpoint) 
   auto cut = saved.Wait(kTimeout);
   ASSERT_TRUE(cut.ok()) << cut.status();
   ASSERT_EQ(*cut, 4);
+  const at::Tensor keys = at::arange(16, at::kLong);
+  for (int rank : {1, 2}) ASSERT_EQ(::kill(children_[rank - 1]->pid(), SIGSTOP), 0);
+  Future<std::monostate> in_flight = client().Push("counts", keys, at::ones({16, 1}));
   for (int rank : {1, 2}) {
     children_[rank - 1]->Kill();
     ASSERT_NE(children_[rank - 1]->Wait(kTimeout), -1);
   }
   for (int rank : {1, 2}) RestartServer(rank);
-  const at::Tensor keys = at::arange(16, at::kLong);
-  for (int clock = 6; clock < 10; ++clock) {
+  const auto pushed = in_flight.Wait(kTimeout);
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  ASSERT_TRUE(client().Clock().Wait(kTimeout).ok());  // ends clock 6
+  for (int clock = 7; clock < 10; ++clock) {
     const absl::Status step = CheckpointStep(client());
     ASSERT_TRUE(step.ok()) << "clock " << clock << ": " << step;
     auto sync = client().Pull("sync", keys).Wait(kTimeout);
     ASSERT_TRUE(sync.ok()) << "clock " << clock << ": " << sync.status();
   }
-  for (const char* table : {"counts", "ssp"}) {
-    EXPECT_TRUE(at::allclose(client().Pull(table, keys).Get(kTimeout), at::full({16, 1}, 8.0)))
-        << table << client().Pull(table, keys).Get(kTimeout);
-  }
-  EXPECT_TRUE(at::allclose(client().Pull("sync", keys).Get(kTimeout), at::full({16, 2}, 8.0)))
+  // The checkpoint's 4, then clock 6's push (counts only), 7, 8 and 9.
+  EXPECT_TRUE(at::allclose(client().Pull("counts", keys).Get(kTimeout), at::full({16, 1}, 8.0)))
+      << client().Pull("counts", keys).Get(kTimeout);
+  EXPECT_TRUE(at::allclose(client().Pull("ssp", keys).Get(kTimeout), at::full({16, 1}, 7.0)))
+      << client().Pull("ssp", keys).Get(kTimeout);
+  EXPECT_TRUE(at::allclose(client().Pull("sync", keys).Get(kTimeout), at::full({16, 2}, 7.0)))
       << client().Pull("sync", keys).Get(kTimeout);
   ExpectReplicasAgree();
 }
