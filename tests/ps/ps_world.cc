@@ -108,7 +108,7 @@ int RunLateTrainer(rpc::Runtime& runtime, const ps::PsOptions& options) {
 }
 
 // A trainer child's script (TESSERA_PS_SCRIPT): "count" pushes the counting
-// keys; "sync" pushes its rank to key 5 of "sync", says so in the store and
+// keys ("count_clocked" ends a clock after each round); "sync" pushes its rank to key 5 of "sync", says so in the store and
 // ends its clock when the test says; "late", RunLateTrainer; "idle" only
 // connects.
 int RunTrainer(rpc::Runtime& runtime, const std::string& script, const ps::PsOptions& options) {
@@ -117,11 +117,16 @@ int RunTrainer(rpc::Runtime& runtime, const std::string& script, const ps::PsOpt
   if (!client.ok()) return Fail("connect", client.status());
   const int rank = runtime.self().rank;
   const absl::Duration timeout = absl::Seconds(60);
-  if (script == "count") {
+  if (script == "count" || script == "count_clocked") {
     for (int round = 0; round < kCountingRounds; ++round) {
       at::Tensor keys = CountingKeys(rank, round);
       auto pushed = (*client)->Push("counts", keys, at::ones({keys.numel(), 1})).Wait(timeout);
       if (!pushed.ok()) return Fail("push", pushed.status());
+      if (script == "count_clocked") {  // round r is clock r
+        if (auto clocked = (*client)->Clock().Wait(timeout); !clocked.ok()) {
+          return Fail("clock", clocked.status());
+        }
+      }
       // How far it got, for tests that fail a server mid-way.
       auto ok = runtime.store().Set(absl::StrCat("ps-test/round/", rank), std::to_string(round));
       if (!ok.ok()) return Fail("store", ok);
@@ -195,7 +200,8 @@ TESSERA_WORKER_SCENARIO(ps_child) {
   return RunTrainer(**runtime, script != nullptr ? script : "idle", options);
 }
 
-void PsWorld::ExpectCountsOfEveryPush(bool sent_again) {
+void PsWorld::ExpectCountsOfEveryPush(bool sent_again,
+                                      const std::function<void(int round)>& after_round) {
   const absl::Duration timeout = absl::Seconds(120);
   std::vector<int> trainers = {0};
   for (int rank = servers_ + 1; rank <= static_cast<int>(children_.size()); ++rank) {
@@ -205,6 +211,7 @@ void PsWorld::ExpectCountsOfEveryPush(bool sent_again) {
   for (int round = 0; round < kCountingRounds; ++round) {
     at::Tensor keys = CountingKeys(0, round);
     ASSERT_TRUE(client().Push("counts", keys, at::ones({keys.numel(), 1})).Wait(timeout).ok());
+    if (after_round) after_round(round);
     for (int rank : trainers) {
       at::Tensor k = CountingKeys(rank, round);
       for (int64_t i = 0; i < k.numel(); ++i) expected[k[i].item<int64_t>()] += 1;

@@ -46,11 +46,13 @@ class PsWorld : public RpcWorld {
   void StartPs(int servers, int trainers, const std::string& script,
                const std::string& counted = "", int backups = 1);
   ps::PsClient& client() { return *client_; }
-  // worker0 pushes the counting keys too; once every child trainer says it
-  // is done, every count of "counts" must equal the pushes made (by worker0
-  // and the children running "count"), and no push may be a duplicate
+  // worker0 pushes the counting keys too (`after_round` runs after each of
+  // its rounds); once every child trainer says it is done, every count of
+  // "counts" must equal the pushes made (by worker0 and the children
+  // running "count" or "count_clocked"), and no push may be a duplicate
   // unless pushes were `sent_again` (to a new primary after a failover).
-  void ExpectCountsOfEveryPush(bool sent_again = false);
+  void ExpectCountsOfEveryPush(bool sent_again = false,
+                               const std::function<void(int round)>& after_round = {});
   // Waits until child trainer `rank` running "count" acknowledged `round`.
   void AwaitRound(int rank, int round);
   // Starts a new incarnation of server `rank` (1..servers), whose last
