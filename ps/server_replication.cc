@@ -166,7 +166,10 @@ void PsServer::State::Answered(int64_t shard, const std::string& backup, absl::T
     } else if (!RouteAgain(answer)) {
       // Silent past the failure timeout, or any refusal but a routing one:
       // a backup that did not take a change its primary made diverged.
-      remove = !Silent(answer) || absl::Now() - answered > options.failure_timeout;
+      // Not once the job shuts down: this server's own agent, closing,
+      // refuses the call (FailedPrecondition), which is no verdict on the backup.
+      remove = (!Silent(answer) || absl::Now() - answered > options.failure_timeout) &&
+               !runtime->shutting_down();
     }
   }
   ReleaseLeaseWaits(leased, absl::OkStatus());

@@ -189,6 +189,9 @@ class Runtime : public TypedCalls<Runtime> {
   // The pool while it runs (and drains, at shutdown); null once it is gone:
   // for continuations that may fire after a shutdown (timers, late peers).
   ThreadPool* live_executor() const { return pool(); }
+  // Once the job's graceful shutdown is agreed (or given up on): a peer's
+  // call failing from then on says nothing about the peer.
+  bool shutting_down() const { return shutting_down_.load(); }
   DeadlineTimer& timer() { return *timer_; }
   store::StoreClient& store() { return *store_client_; }
   const Registry& registry() const { return registry_; }
