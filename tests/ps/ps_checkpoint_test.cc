@@ -119,7 +119,20 @@ TEST(ShardCutTest, AShardHoldsLaterClocksBackUntilItsCutIsReleased) {
   EXPECT_EQ(read()[0][0].item<float>(), 7);
 }
 
-class PsCheckpointTest : public PsWorld {};
+class PsCheckpointTest : public PsWorld {
+ protected:
+  // Starts `servers` servers under checkpoint_dir_ and trains clocks 0..5,
+  // asking for a checkpoint after clock 2: it is cut at clock 4.
+  void TrainSixClocksWithACheckpointAtFour(int servers) {
+    StartPs(servers, 0, "idle");
+    for (int clock = 0; clock < 3; ++clock) ASSERT_TRUE(CheckpointStep(client()).ok());
+    Future<int64_t> saved = client().Checkpoint();
+    for (int clock = 3; clock < 6; ++clock) ASSERT_TRUE(CheckpointStep(client()).ok());
+    auto cut = saved.Wait(kTimeout);
+    ASSERT_TRUE(cut.ok()) << cut.status();
+    ASSERT_EQ(*cut, 4);
+  }
+};
 
 // Scenario: two trainers train (a counting table, a bounded-staleness one,
 // a synchronous one); worker0 asks for a checkpoint at its third clock and
@@ -230,14 +243,7 @@ TEST_F(PsCheckpointTest, AJobStartedAnewResumesFromTheLatestCompleteCheckpointOn
 TEST_F(PsCheckpointTest, AShardThatLostEveryReplicaComesBackFromTheCheckpoint) {
   expect_clean_exit_ = false;
   checkpoint_dir_ = FreshDir("lost");
-  StartPs(3, 0, "idle");
-  for (int clock = 0; clock < 3; ++clock) ASSERT_TRUE(CheckpointStep(client()).ok());
-  Future<int64_t> saved = client().Checkpoint();
-  ASSERT_TRUE(CheckpointStep(client()).ok());  // ends clock 3: the cut at 4 is reached
-  auto cut = saved.Wait(kTimeout);
-  ASSERT_TRUE(cut.ok()) << cut.status();
-  ASSERT_EQ(*cut, 4);
-  for (int clock = 4; clock < 6; ++clock) ASSERT_TRUE(CheckpointStep(client()).ok());
+  ASSERT_NO_FATAL_FAILURE(TrainSixClocksWithACheckpointAtFour(3));
   const std::vector<std::string> lost = client().shard_map().replicas[0];
   ASSERT_EQ(lost.size(), 2u);
   for (const std::string& server : lost) {
@@ -271,13 +277,7 @@ TEST_F(PsCheckpointTest, AShardThatLostEveryReplicaComesBackFromTheCheckpoint) {
 TEST_F(PsCheckpointTest, EveryServerLostAndRestartedComesBackFromTheCheckpoint) {
   expect_clean_exit_ = false;
   checkpoint_dir_ = FreshDir("all_lost");
-  StartPs(2, 0, "idle");
-  for (int clock = 0; clock < 3; ++clock) ASSERT_TRUE(CheckpointStep(client()).ok());
-  Future<int64_t> saved = client().Checkpoint();
-  for (int clock = 3; clock < 6; ++clock) ASSERT_TRUE(CheckpointStep(client()).ok());
-  auto cut = saved.Wait(kTimeout);
-  ASSERT_TRUE(cut.ok()) << cut.status();
-  ASSERT_EQ(*cut, 4);
+  ASSERT_NO_FATAL_FAILURE(TrainSixClocksWithACheckpointAtFour(2));
   const at::Tensor keys = at::arange(16, at::kLong);
   for (int rank : {1, 2}) ASSERT_EQ(::kill(children_[rank - 1]->pid(), SIGSTOP), 0);
   Future<std::monostate> in_flight = client().Push("counts", keys, at::ones({16, 1}));
@@ -312,17 +312,12 @@ TEST_F(PsCheckpointTest, EveryServerLostAndRestartedComesBackFromTheCheckpoint) 
 TEST_F(PsCheckpointTest, WhatAJobStartedAnewRollsBackIsRecordedByTheJobBeforeIt) {
   expect_clean_exit_ = false;
   checkpoint_dir_ = FreshDir("rollback");
-  StartPs(2, 0, "idle");
-  for (int clock = 0; clock < 3; ++clock) ASSERT_TRUE(CheckpointStep(client()).ok());
-  Future<int64_t> saved = client().Checkpoint();
-  for (int clock = 3; clock < 6; ++clock) ASSERT_TRUE(CheckpointStep(client()).ok());
-  auto cut = saved.Wait(kTimeout);
-  ASSERT_TRUE(cut.ok()) << cut.status();
-  ASSERT_EQ(*cut, 4);
+  ASSERT_NO_FATAL_FAILURE(TrainSixClocksWithACheckpointAtFour(2));
+  const int64_t cut = 4;
   const std::optional<ps::CheckpointLayout> layout =
       ps::LatestCheckpoint(checkpoint_dir_, TestTables());
   ASSERT_TRUE(layout.has_value());
-  EXPECT_EQ(layout->clock, *cut);
+  EXPECT_EQ(layout->clock, cut);
   // Recorded within a second of the last clock (a deadline, not a pause).
   const absl::Time deadline = absl::Now() + kTimeout;
   auto recorded = [&] { return ps::RollbackSince(checkpoint_dir_, layout->clock); };
@@ -337,7 +332,7 @@ TEST_F(PsCheckpointTest, WhatAJobStartedAnewRollsBackIsRecordedByTheJobBeforeIt)
   const ps::Rollback rollback = recorded();
   EXPECT_EQ(rollback.shards, 2);
   EXPECT_EQ(rollback.reached, (std::map<int64_t, int64_t>{{0, 6}, {1, 6}}));
-  EXPECT_EQ(rollback.Clocks(), 6 - *cut) << rollback.ToString();
+  EXPECT_EQ(rollback.Clocks(), 6 - cut) << rollback.ToString();
 }
 
 // Scenario: servers without a checkpoint directory refuse a checkpoint by
