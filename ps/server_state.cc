@@ -233,6 +233,17 @@ void PsServer::State::TakeRoleLocked(Replica& r, const ShardMap& next, absl::Tim
   }
   r.role = role;
   r.since = next.since[s];
+  // A backup added to an idle primary must hear that it is idle: named a
+  // backup, it counts its primary's silence from then on, and an idle
+  // primary says nothing — 3 s after a join into a job whose trainers had
+  // finished, the new backup took the shard over, and the job went on
+  // joining and taking over instead of shutting down. The next tick says it.
+  const bool backup_added =
+      role == ReplicaRole::kPrimary &&
+      std::any_of(backups.begin(), backups.end(), [&r](const std::string& b) {
+        return std::find(r.backups.begin(), r.backups.end(), b) == r.backups.end();
+      });
+  if (backup_added) r.told_idle = false;
   r.primary = primary;
   r.backups = std::move(backups);
   if (role == ReplicaRole::kPrimary) {

@@ -158,6 +158,36 @@ TEST_F(PsFailoverTest, ARestartedServerJoinsAsABackupWhileTrainersPush) {
   ExpectReplicasAgree();
 }
 
+// Scenario: a server restarted into an idle job (no trainer pushes: they
+// finished, or wait) joins both shards as their backup. Its primary is idle
+// and heartbeats nobody, yet it says so to the new backup: two failure
+// timeouts later the map is the one the join made — nobody took its
+// primary's silence for a failure (before, the new backup took both shards
+// over 3 s after joining, and the job went on joining and taking over).
+TEST_F(PsFailoverTest, AServerJoiningAnIdleJobTakesNothingOver) {
+  expect_clean_exit_ = false;
+  StartPs(2, 0, "idle");
+  ASSERT_TRUE(
+      client().Push("dense", at::arange(10, at::kLong), at::ones({10, 4})).Wait(kTimeout).ok());
+  children_[kWorker1]->Kill();
+  ASSERT_NE(children_[kWorker1]->Wait(kTimeout), -1);
+  AwaitShardMap([](const ps::ShardMap& m) { return m.primary(0) == "worker2"; });
+  // The restart comes once the new primary went idle (it heartbeats for
+  // half a failure timeout after its promotion), as a woken zombie's does.
+  absl::SleepFor(TestPsOptions().failure_timeout);
+  RestartServer(1);
+  const ps::ShardMap joined = AwaitShardMap([](const ps::ShardMap& m) {
+    return m.HoldsReplica(0, "worker1") && m.HoldsReplica(1, "worker1");
+  });
+  // The window in which a false failover would happen, not a wait for one.
+  absl::SleepFor(2 * TestPsOptions().failure_timeout);
+  const ps::ShardMap after = AwaitShardMap([](const ps::ShardMap&) { return true; });
+  EXPECT_EQ(after.epoch, joined.epoch) << after.Encode();
+  EXPECT_EQ(after.primary(0), "worker2") << after.Encode();
+  EXPECT_EQ(after.primary(1), "worker2") << after.Encode();
+  ExpectReplicasAgree();
+}
+
 // Scenario: worker1 is SIGKILLed and not restarted, as when its machine is
 // lost for good; a server added to the running job (ps::PsServer::Join, a
 // rank beyond the world's) joins both shards, short of their backup, while
