@@ -46,8 +46,8 @@
 #include "ps/dense_parameters.h"
 #include "ps/ps_client.h"
 #include "ps/ps_server.h"
-#include "ps/shard_map.h"
 #include "ps/replica_check.h"
+#include "ps/shard_map.h"
 #include "tessera/worker.h"
 
 ABSL_FLAG(int, servers, 2,
