@@ -189,10 +189,11 @@ class Trainer {
   }
 
   // Asks for a checkpoint of every table, waiting for none: says so when
-  // an earlier one was written (or failed), as later ones are asked.
+  // an earlier one was written (or failed), as later ones are asked. One
+  // still being written is not asked again over (nor dropped unreported).
   void Checkpoint(const std::string& who) {
     ReportCheckpoint(who, absl::ZeroDuration());
-    checkpoint_ = model_->Checkpoint();
+    if (!checkpoint_.has_value()) checkpoint_ = model_->Checkpoint();
   }
   // Says whether the last checkpoint asked was written, waiting up to `wait`.
   void ReportCheckpoint(const std::string& who, absl::Duration wait) {
