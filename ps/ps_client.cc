@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/logging.h"
 #include "ps/distinct_keys.h"
 #include "ps/ps_messages.h"
 #include "rpc/internal_service.h"
@@ -391,7 +392,19 @@ Future<int64_t> PsClient::Checkpoint(absl::Duration within) {
   return AgreeOnCut(tables, clock, 0)
       .Then([this, tables, deadline](const absl::StatusOr<int64_t>& cut) {
         if (!cut.ok()) return Future<int64_t>::Ready(cut.status());
-        return AwaitSaved(tables, *cut, deadline);
+        return AwaitSaved(tables, *cut, deadline)
+            .Then([this, deadline](const absl::StatusOr<int64_t>& saved) {
+              // A shard lost the agreed cut with every replica (Shard::
+              // Saved): the checkpoint is asked anew, at the clocks the
+              // trainers are at now.
+              if (saved.status().code() == absl::StatusCode::kFailedPrecondition &&
+                  absl::Now() < deadline) {
+                TESSERA_LOG(WARNING)
+                    << "parameter-server checkpoint asked again: " << saved.status().message();
+                return Checkpoint(deadline - absl::Now());
+              }
+              return Future<int64_t>::Ready(saved);
+            });
       });
 }
 

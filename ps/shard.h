@@ -145,7 +145,9 @@ class Shard : public std::enable_shared_from_this<Shard> {
   // the primary wrote the cut's copy first.
   absl::StatusOr<Logged> Release(int64_t clock, bool written);
   // Completes once a cut at `clock` or later was written; fails if the one
-  // at `clock` could not be (the primary's log says why).
+  // at `clock` could not be (the primary's log says why), or at once with
+  // FailedPrecondition if this shard holds no cut at `clock` or later to
+  // wait for (lost with every replica: PsClient::Checkpoint asks anew).
   Future<std::monostate> Saved(int64_t clock);
   // A new shard that holds a checkpoint's rows (ps/checkpoint_files.h)
   // starts at `clock`: its trainers there, clocks below applied.

@@ -116,6 +116,16 @@ Future<std::monostate> Shard::Saved(int64_t clock) {
   MutexLock lock(&mu_);
   if (saved_clock_ >= clock) return Future<std::monostate>::Ready(std::monostate{});
   if (failed_clock_ == clock) return Future<std::monostate>::Ready(NotWritten(clock));
+  if (cut_ < clock) {
+    // No cut at `clock` or later here to wait for: every replica that held
+    // it was lost and the shard restored from an earlier checkpoint (a
+    // cut is replicated before it is agreed, so nothing else drops it).
+    // Waited for, it would never come.
+    return Future<std::monostate>::Ready(absl::FailedPreconditionError(absl::StrCat(
+        "table '", table_.name, "' shard ", index_, " holds no checkpoint cut at clock ", clock,
+        " (its last checkpoint written: clock ", saved_clock_,
+        "): it was lost with every replica of the shard")));
+  }
   Promise<std::monostate> wait;
   saved_waits_.emplace_back(clock, wait);
   return wait.GetFuture();

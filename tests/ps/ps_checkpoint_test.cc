@@ -106,6 +106,10 @@ TEST(ShardCutTest, AShardHoldsLaterClocksBackUntilItsCutIsReleased) {
   auto saved = shard->Saved(2);
   ASSERT_TRUE(shard->Release(2, /*written=*/true).ok());
   EXPECT_TRUE(saved.Wait(kTimeout).ok());
+  // No cut at clock 3 is pending (one lost with every replica): said at
+  // once, not waited for until the caller's deadline.
+  EXPECT_EQ(shard->Saved(3).Wait(absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(shard->HeldCut(), -1);
   EXPECT_EQ(read()[0][0].item<float>(), 5);
   ASSERT_TRUE(push(zero, 2));  // no cut pending: applied at once
