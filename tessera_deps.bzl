@@ -1,8 +1,10 @@
-"""tessera_dependencies(): the repositories Tessera's build needs, declared in
-a workspace that depends on Tessera, offline (Debian's packages; nothing is
-downloaded). In the user's WORKSPACE, after Tessera itself:
+"""tessera_dependencies(): the repositories a workspace that depends on Tessera
+needs, offline (Debian's packages; nothing is downloaded). scripts/install.sh
+installs this file in PREFIX/share/tessera/bazel, the repository of the
+installed library, with the third_party/ folders it reads. In the user's
+WORKSPACE, after Tessera itself:
 
-    local_repository(name = "tessera", path = "/path/to/tessera")
+    local_repository(name = "tessera", path = "PREFIX/share/tessera/bazel")
     load("@tessera//:tessera_deps.bzl", "tessera_dependencies")
     tessera_dependencies()
 
@@ -25,9 +27,9 @@ _tessera_third_party = repository_rule(
 )
 
 def tessera_dependencies():
-    """Declares rules_cc, rules_java, remote_coverage_tools and cuda as
-    Tessera's own WORKSPACE does (Bazel 4.2's @bazel_tools would otherwise
-    try to download the first three)."""
+    """Declares rules_cc, rules_java and remote_coverage_tools as Tessera's
+    own WORKSPACE does (Bazel 4.2's @bazel_tools would otherwise try to
+    download them)."""
     existing = native.existing_rules()
     if "rules_java" not in existing:
         native.local_repository(name = "rules_java", path = "/usr/share/bazel/rules/java")
@@ -35,10 +37,3 @@ def tessera_dependencies():
         _tessera_third_party(name = "rules_cc", directory = "rules_cc")
     if "remote_coverage_tools" not in existing:
         _tessera_third_party(name = "remote_coverage_tools", directory = "remote_coverage_tools")
-    if "cuda" not in existing:
-        # The NCCL backend (@tessera//ddp/nccl, built only on request).
-        native.new_local_repository(
-            name = "cuda",
-            build_file = "@tessera//third_party:cuda.BUILD",
-            path = "/usr/local/cuda",
-        )

@@ -8,6 +8,7 @@
 #   PREFIX/bin/tessera-trace              merges and summarises traces (python3)
 #   PREFIX/lib/cmake/Tessera/             find_package(Tessera CONFIG) -> Tessera::tessera
 #   PREFIX/lib/pkgconfig/tessera.pc       pkg-config --cflags --libs tessera
+#   PREFIX/share/tessera/bazel/           a Bazel repository: local_repository -> @tessera
 #   PREFIX/share/tessera/install-manifest every file above, for the next install
 # Installing again replaces the earlier install (the files its manifest
 # lists) and says so.
@@ -75,7 +76,8 @@ if [[ -f $old_manifest ]]; then
   old_version=$(sed -n 's/^# Tessera \([^ ,]*\).*/\1/p' "$old_manifest")
   echo "install.sh: replacing Tessera ${old_version:-of unknown version} installed in $PREFIX"
   grep -v '^#' "$old_manifest" | while read -r file; do rm -f "$PREFIX/$file"; done
-  find "$PREFIX/include/tessera" -depth -type d -empty -delete 2>/dev/null || true
+  find "$PREFIX/include/tessera" "$PREFIX/share/tessera" -depth -type d -empty -delete \
+    2>/dev/null || true
 fi
 
 installed=()
@@ -91,7 +93,8 @@ substitute() {  # substitute TEMPLATE DEST: fills in @VERSION@ and friends
   local tmp
   tmp=$(mktemp)
   sed -e "s|@VERSION@|$VERSION|g" -e "s|@VERSION_MAJOR@|${VERSION%%.*}|g" \
-    -e "s|@SOVERSION@|$SOVERSION|g" -e "s|@PREFIX@|$PREFIX|g" "$1" >"$tmp"
+    -e "s|@SOVERSION@|$SOVERSION|g" -e "s|@PREFIX@|$PREFIX|g" \
+    -e "s|@LINKOPTS@|${LINKOPTS:-}|g" "$1" >"$tmp"
   put "$tmp" "$2" 644
   rm -f "$tmp"
 }
@@ -112,6 +115,21 @@ substitute tessera/install/TesseraConfig.cmake.in lib/cmake/Tessera/TesseraConfi
 substitute tessera/install/TesseraConfigVersion.cmake.in \
   lib/cmake/Tessera/TesseraConfigVersion.cmake
 substitute tessera/install/tessera.pc.in lib/pkgconfig/tessera.pc
+# The Bazel repository: its link flags are tessera.pc's (one list), its
+# include/ and lib/ links into this install, and what its WORKSPACE needs
+# offline (tessera_deps.bzl: rules_cc & co. from its third_party/).
+readonly BAZEL_REPO=share/tessera/bazel
+LINKOPTS=$(PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig pkg-config --libs tessera |
+  python3 -c 'import json, sys; print(json.dumps(sys.stdin.read().split()))') ||
+  fail "pkg-config could not read the installed tessera.pc"
+substitute tessera/install/BUILD.bazel.in "$BAZEL_REPO/BUILD.bazel"
+put tessera/install/WORKSPACE.in "$BAZEL_REPO/WORKSPACE" 644
+put tessera_deps.bzl "$BAZEL_REPO/tessera_deps.bzl" 644
+for file in $(find third_party/rules_cc third_party/remote_coverage_tools -type f); do
+  put "$file" "$BAZEL_REPO/$file" 644
+done
+link ../../../include/tessera "$BAZEL_REPO/include"
+link ../../../lib "$BAZEL_REPO/lib"
 
 mkdir -p "$manifest_dir"
 {

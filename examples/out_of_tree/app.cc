@@ -1,5 +1,5 @@
 // A program built outside Tessera's tree, against an installed Tessera
-// (CMake: find_package(Tessera)) or a checkout (Bazel: @tessera). Two
+// (CMake: find_package(Tessera), pkg-config, or Bazel: @tessera). Two
 // workers: worker0 calls worker1's "scale" over RPC, makes a tensor that
 // lives on worker1 (an RRef), hands the reference back to worker1 (a fork)
 // and fetches its value.
