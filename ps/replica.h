@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "common/future.h"
 #include "ps/op_log.h"
+#include "ps/ps_messages.h"
 #include "ps/shard.h"
 #include "ps/shard_map.h"
 
@@ -46,6 +47,16 @@ struct Replica {
   std::set<std::string> beating;  // backups with a heartbeat in flight
   // Servers joining as backups: sent every change, waited for by none.
   std::set<std::string> joining;
+  // As primary, for each backup and joiner: whether a message of changes
+  // to it is in flight, the changes made since, sent together once it
+  // answers, and the latest change sent (Note [Replication batches],
+  // ps/server_replication.cc).
+  struct Outbox {
+    bool in_flight = false;
+    ReplicateRequest waiting;
+    int64_t sent_through = 0;
+  };
+  std::map<std::string, Outbox> outboxes;
   LeaseWaits lease_waits;
   absl::Time busy_until = absl::InfinitePast();
   bool told_idle = true;

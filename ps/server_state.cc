@@ -204,8 +204,10 @@ void PsServer::State::TakeRoleLocked(Replica& r, const ShardMap& next, absl::Tim
                                           : absl::StrCat("'", primary, "' its primary"),
                           " (route again)"))});
     r.lease_waits.clear();
+    r.outboxes.clear();  // their changes' waits fail with the log's
   }
   if (r.role != ReplicaRole::kPrimary && role == ReplicaRole::kPrimary) {
+    r.outboxes.clear();
     after->promoted.push_back(r.log);
     for (const auto& [name, shard] : r.tables) {
       if (const int64_t cut = shard->HeldCut(); cut >= 0)

@@ -139,11 +139,21 @@ struct PsServer::State : std::enable_shared_from_this<PsServer::State> {
   void Answered(int64_t shard, const std::string& backup, absl::Time sent,
                 const absl::Status& answer);
   void SendHeartbeats(int64_t shard, bool idle = false);
+  // What SendToBackup sends: a heartbeat; the message of changes the
+  // backup's outbox has in flight (Note [Replication batches]); or changes
+  // sent beside it — sent again, or numbered before what it carries.
+  enum class Sent { kHeartbeat, kBatch, kBeside };
   // Sends `message` as `service` to `backup` of `shard`; its answer
-  // confirms the changes the backup made (`log`) and goes to Answered.
+  // confirms the changes the backup made (`log`) and goes to Answered; a
+  // batch's answer sends the next (SendWaiting).
   void SendToBackup(int64_t shard, const std::string& backup, const char* service,
                     std::vector<c10::IValue> message, const std::shared_ptr<OpLog>& log,
-                    bool heartbeat);
+                    Sent kind);
+  // Sends the changes waiting in `backup`'s outbox of `shard`, if any.
+  void SendWaiting(int64_t shard, const std::string& backup, const std::shared_ptr<OpLog>& log);
+  // Routes `message` as `r`'s changes by today's map.
+  void StampLocked(const Replica& r, ReplicateRequest* message) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends `message`, changes `backup` did not confirm, again.
   void SendAgain(int64_t shard, const std::string& backup, const char* service,
                  std::vector<c10::IValue> message, const std::shared_ptr<OpLog>& log);
