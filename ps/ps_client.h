@@ -43,6 +43,9 @@
 
 namespace tessera::ps {
 
+struct PushRequest;   // ps/ps_messages.h
+struct ClockRequest;  // ps/ps_messages.h
+
 // One table's part of a call of several tables: its keys, and for a push
 // their gradients.
 struct TableKeys {
@@ -71,6 +74,12 @@ class PsClient {
   // since the last Clock() was taken (or failed: then it fails with that
   // push's error); completes when every shard knows.
   Future<std::monostate> Clock();
+  // Push(parts), then Clock(), in one message to each shard the parts
+  // touch (a ClockRequest to the others): a step's end in one round trip,
+  // and one replication a shard, where Push() then Clock() take two of
+  // each. The same guarantees: each part taken once; the clock ends once
+  // the parts were taken (it fails with the first part's error, if any).
+  Future<std::monostate> PushAndClock(const std::vector<TableKeys>& parts);
   // A checkpoint of every table at one clock (Note [Sharded checkpoints],
   // ps/shard_cut.cc), written by the servers under PsOptions::
   // checkpoint_dir: completes with its clock c once every shard wrote it.
@@ -82,7 +91,8 @@ class PsClient {
   int64_t clock(const std::string& table) const;
   // The shard map as this trainer last read it.
   ShardMap shard_map() const { return router_->map(); }
-  // Each shard's {rows, pushes applied, duplicates, clock} (ShardStats).
+  // Each shard's {rows, pushes applied, duplicates, clock} (ShardStats),
+  // then the messages of changes its primary sent its backups.
   Future<std::vector<std::vector<int64_t>>> Stats(const std::string& table);
 
  private:
@@ -109,6 +119,12 @@ class PsClient {
   template <typename R, typename M>
   Future<R> Send(int64_t shard, const M& message) const;
   absl::StatusOr<Table*> Find(const std::string& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A push's messages, by shard: every part checked, then its keys split
+  // and its sequences taken.
+  absl::StatusOr<std::map<int64_t, PushRequest>> PushMessagesLocked(
+      const std::vector<TableKeys>& parts) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves every table's clock on: the message that says so, shard unset.
+  ClockRequest EndClockLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checkpoint's steps: every shard agrees to cut `tables` at one clock
   // (from `clock`, asked again at the latest any answered); then each
   // shard wrote it (asked again while the cut waits for trainers, until

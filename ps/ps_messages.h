@@ -62,7 +62,10 @@ struct PullRequest {
 // Gradients grads[i] ([keys, dim] floats) for distinct keys[i] of
 // tables[i], the trainer's sequences[i]-th push to this shard of that table
 // (Note [Exactly-once pushes], ps/shard.h). Each part is applied whole or
-// not at all, and once; the parts independently of each other.
+// not at all, and once; the parts independently of each other. Then, if
+// every part was taken, the trainer is at then_clocks[i] in then_tables[i],
+// as a ClockRequest says (PsClient::PushAndClock: a step's push and clock
+// in one message, one round trip and one replication).
 struct PushRequest {
   static constexpr const char* kService = services::kPush;
   static constexpr bool kCarriesUserValues = false;
@@ -74,7 +77,11 @@ struct PushRequest {
   std::vector<int64_t> clocks;
   std::vector<at::Tensor> keys;
   std::vector<at::Tensor> grads;
-  auto Fields() { return std::tie(tables, epoch, shard, sequences, clocks, keys, grads); }
+  std::vector<std::string> then_tables;
+  std::vector<int64_t> then_clocks;
+  auto Fields() {
+    return std::tie(tables, epoch, shard, sequences, clocks, keys, grads, then_tables, then_clocks);
+  }
 };
 
 // The trainer is at clocks[i] now in tables[i] (Note [Parameter-server
@@ -90,7 +97,9 @@ struct ClockRequest {
   auto Fields() { return std::tie(tables, epoch, shard, clocks); }
 };
 
-// A shard's ShardStats: {rows, pushes applied, duplicates, clock}.
+// A shard's ShardStats: {rows, pushes applied, duplicates, clock}, then the
+// messages of changes its primary sent its backups (Note [Replication
+// batches], ps/server_replication.cc).
 struct StatsRequest {
   static constexpr const char* kService = services::kStats;
   static constexpr bool kCarriesUserValues = false;

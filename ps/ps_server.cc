@@ -85,6 +85,27 @@ void CatchUp(const std::vector<std::shared_ptr<Shard>>& shards,
   }
 }
 
+// The trainer is at clocks[i] in tables[i] now (a ClockRequest's, or a
+// push's then_ parts): each table's Clock change, stopping at the first
+// that fails.
+void EndClocks(PsServer::State& state, const std::vector<std::string>& tables,
+               const std::vector<int64_t>& clocks, int64_t epoch, int64_t shard, const Sender& from,
+               Changes* changes, absl::Status* status) {
+  for (size_t i = 0; i < tables.size() && status->ok(); ++i) {
+    auto routed = state.RouteToPrimary(tables[i], epoch, shard);
+    if (!routed.ok()) {
+      *status = routed.status();
+      return;
+    }
+    auto logged = (*routed)->Clock(from, clocks[i]);
+    if (logged.ok()) {
+      changes->Add(tables[i], *logged, ShardOp{ShardOp::Kind::kClock, from, 0, clocks[i], {}, {}});
+    } else {
+      *status = logged.status();
+    }
+  }
+}
+
 // The trainers' changes: hello, push, clock.
 void ServeChanges(const std::shared_ptr<PsServer::State>& state) {
   rpc::Registry& registry = state->runtime->registry();
@@ -109,6 +130,9 @@ void ServeChanges(const std::shared_ptr<PsServer::State>& state) {
         !ok.ok()) {
       return Future<Void>::Ready(ok);
     }
+    if (auto ok = PartsAgree(m.then_tables.size(), {m.then_clocks.size()}); !ok.ok()) {
+      return Future<Void>::Ready(ok);
+    }
     auto routed = RouteAll(*state, m.tables, m.epoch, m.shard);
     if (!routed.ok()) return Future<Void>::Ready(routed.status());
     const std::vector<std::shared_ptr<Shard>> shards = *std::move(routed);
@@ -125,29 +149,17 @@ void ServeChanges(const std::shared_ptr<PsServer::State>& state) {
         status = logged.status();
       }
     }
+    // After the parts: a synchronous clock must not end before them.
+    EndClocks(*state, m.then_tables, m.then_clocks, m.epoch, m.shard, from, &changes, &status);
     return Acknowledged(state, m.shard, std::move(changes), status);
   });
   rpc::Serve<ClockRequest>(registry, [state](rpc::CallContext& ctx, ClockRequest m) {
     if (auto ok = PartsAgree(m.tables.size(), {m.clocks.size()}); !ok.ok()) {
       return Future<Void>::Ready(ok);
     }
-    const Sender from = state->From(ctx);
     Changes changes;
     absl::Status status;
-    for (size_t i = 0; i < m.tables.size() && status.ok(); ++i) {
-      auto shard = state->RouteToPrimary(m.tables[i], m.epoch, m.shard);
-      if (!shard.ok()) {
-        status = shard.status();
-        break;
-      }
-      auto logged = (*shard)->Clock(from, m.clocks[i]);
-      if (logged.ok()) {
-        changes.Add(m.tables[i], *logged,
-                    ShardOp{ShardOp::Kind::kClock, from, 0, m.clocks[i], {}, {}});
-      } else {
-        status = logged.status();
-      }
-    }
+    EndClocks(*state, m.tables, m.clocks, m.epoch, m.shard, state->From(ctx), &changes, &status);
     return Acknowledged(state, m.shard, std::move(changes), status);
   });
 }
@@ -172,37 +184,36 @@ void ServeReads(const std::shared_ptr<PsServer::State>& state) {
     // only by a primary whose backups vouch for it now (its lease): one
     // that was cut off or paused, and replaced, must not answer.
     const int64_t shard = m.shard;
-    Future<Void> readable =
-        changes.wait == 0 && status.ok()
-            ? state->Leased(shard)  // the hot path: no clock to move
-            : Acknowledged(state, shard, std::move(changes), status)
-                  .Then([state, shard](const absl::StatusOr<Void>& caught_up) {
-                    if (!caught_up.ok()) return Future<Void>::Ready(caught_up.status());
-                    return state->Leased(shard);
-                  });
-    return readable.Then(
-        [shards, m, from, deadline](const absl::StatusOr<Void>& leased) {
-          if (!leased.ok()) return Future<Rows>::Ready(leased.status());
-          std::vector<Future<at::Tensor>> parts;
-          for (size_t i = 0; i < shards.size(); ++i) {
-            parts.push_back(shards[i]->Pull(from, m.clocks[i], m.keys[i], deadline));
-          }
-          return WhenAllOk(parts).Then(
-              [parts](const absl::StatusOr<bool>& all) -> absl::StatusOr<Rows> {
-                if (!all.ok()) return all.status();
-                Rows rows;
-                for (const auto& part : parts) rows.push_back(*part.Wait(absl::ZeroDuration()));
-                return rows;
-              });
-        });
+    Future<Void> readable = changes.wait == 0 && status.ok()
+                                ? state->Leased(shard)  // the hot path: no clock to move
+                                : Acknowledged(state, shard, std::move(changes), status)
+                                      .Then([state, shard](const absl::StatusOr<Void>& caught_up) {
+                                        if (!caught_up.ok())
+                                          return Future<Void>::Ready(caught_up.status());
+                                        return state->Leased(shard);
+                                      });
+    return readable.Then([shards, m, from, deadline](const absl::StatusOr<Void>& leased) {
+      if (!leased.ok()) return Future<Rows>::Ready(leased.status());
+      std::vector<Future<at::Tensor>> parts;
+      for (size_t i = 0; i < shards.size(); ++i) {
+        parts.push_back(shards[i]->Pull(from, m.clocks[i], m.keys[i], deadline));
+      }
+      return WhenAllOk(parts).Then(
+          [parts](const absl::StatusOr<bool>& all) -> absl::StatusOr<Rows> {
+            if (!all.ok()) return all.status();
+            Rows rows;
+            for (const auto& part : parts) rows.push_back(*part.Wait(absl::ZeroDuration()));
+            return rows;
+          });
+    });
   });
   rpc::Serve<StatsRequest>(
       registry, [state](rpc::CallContext&, StatsRequest m) -> absl::StatusOr<std::vector<int64_t>> {
         auto shard = state->RouteToPrimary(m.table, m.epoch, m.shard);
         if (!shard.ok()) return shard.status();
         const ShardStats stats = (*shard)->Stats();
-        return std::vector<int64_t>{stats.rows, stats.pushes_applied, stats.duplicates,
-                                    stats.clock};
+        return std::vector<int64_t>{stats.rows, stats.pushes_applied, stats.duplicates, stats.clock,
+                                    state->MessagesSent(m.shard)};
       });
 }
 

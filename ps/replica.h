@@ -57,6 +57,7 @@ struct Replica {
     int64_t sent_through = 0;
   };
   std::map<std::string, Outbox> outboxes;
+  int64_t messages_sent = 0;  // of changes, to any backup or joiner; not those sent again
   LeaseWaits lease_waits;
   absl::Time busy_until = absl::InfinitePast();
   bool told_idle = true;

@@ -112,6 +112,7 @@ Future<Void> PsServer::State::Replicate(int64_t shard, ReplicateRequest message,
       }
       const Sent kind = outbox.in_flight ? Sent::kBeside : Sent::kBatch;
       outbox.in_flight = true;
+      ++r.messages_sent;
       for (int64_t lsn : message.lsns) outbox.sent_through = std::max(outbox.sent_through, lsn);
       sends.push_back({backup, kind, message});
     }
@@ -146,6 +147,7 @@ void PsServer::State::SendWaiting(int64_t shard, const std::string& backup,
       return;
     }
     batch = std::exchange(outbox->second.waiting, ReplicateRequest{});
+    ++r.messages_sent;
     for (int64_t lsn : batch.lsns) {
       outbox->second.sent_through = std::max(outbox->second.sent_through, lsn);
     }
@@ -209,16 +211,15 @@ void PsServer::State::SendAgain(int64_t shard, const std::string& backup, const 
     message[0] = c10::IValue(map_.epoch);
   }
   std::weak_ptr<State> weak = weak_from_this();
-  runtime->timer().Schedule(absl::Now() + heartbeat,
-                            [weak, shard, backup, service, message, log]() mutable {
-                              auto self = weak.lock();
-                              ThreadPool* pool = self ? self->runtime->live_executor() : nullptr;
-                              if (pool == nullptr) return;
-                              pool->Post([self, shard, backup, service, message, log]() mutable {
-                                self->SendToBackup(shard, backup, service, std::move(message), log,
-                                                   Sent::kBeside);
-                              });
-                            });
+  runtime->timer().Schedule(
+      absl::Now() + heartbeat, [weak, shard, backup, service, message, log]() mutable {
+        auto self = weak.lock();
+        ThreadPool* pool = self ? self->runtime->live_executor() : nullptr;
+        if (pool == nullptr) return;
+        pool->Post([self, shard, backup, service, message, log]() mutable {
+          self->SendToBackup(shard, backup, service, std::move(message), log, Sent::kBeside);
+        });
+      });
 }
 
 void PsServer::State::SendHeartbeats(int64_t shard, bool idle) {
@@ -399,6 +400,12 @@ absl::StatusOr<std::vector<int64_t>> PsServer::State::Digest(const std::string& 
   }
   return std::vector<int64_t>{it->second.log->last(), static_cast<int64_t>(t->second->Digest()),
                               t->second->Stats().rows};
+}
+
+int64_t PsServer::State::MessagesSent(int64_t shard) const {
+  MutexLock lock(&mu_);
+  auto it = replicas_.find(shard);
+  return it == replicas_.end() ? 0 : it->second.messages_sent;
 }
 
 int64_t PsServer::State::LastChange(int64_t shard) const {

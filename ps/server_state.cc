@@ -204,10 +204,8 @@ void PsServer::State::TakeRoleLocked(Replica& r, const ShardMap& next, absl::Tim
                                           : absl::StrCat("'", primary, "' its primary"),
                           " (route again)"))});
     r.lease_waits.clear();
-    r.outboxes.clear();  // their changes' waits fail with the log's
   }
   if (r.role != ReplicaRole::kPrimary && role == ReplicaRole::kPrimary) {
-    r.outboxes.clear();
     after->promoted.push_back(r.log);
     for (const auto& [name, shard] : r.tables) {
       if (const int64_t cut = shard->HeldCut(); cut >= 0)
@@ -233,6 +231,7 @@ void PsServer::State::TakeRoleLocked(Replica& r, const ShardMap& next, absl::Tim
     // The same primary, other replicas changed: nothing to check again.
     r.verified_since = next.since[s];
   }
+  if ((r.role == ReplicaRole::kPrimary) != (role == ReplicaRole::kPrimary)) r.outboxes.clear();
   r.role = role;
   r.since = next.since[s];
   // A backup added to an idle primary must hear that it is idle: named a

@@ -79,6 +79,9 @@ struct PsServer::State : std::enable_shared_from_this<PsServer::State> {
   absl::StatusOr<std::vector<int64_t>> Digest(const std::string& table, int64_t shard) const;
   // This replica's last change to `shard`.
   int64_t LastChange(int64_t shard) const;
+  // The messages of changes to `shard` this server sent its backups as
+  // primary (Note [Replication batches]).
+  int64_t MessagesSent(int64_t shard) const;
 
   // --- re-replication (ps/server_join.cc) ---
   // As `shard`'s primary: starts making the caller a backup of it
@@ -147,8 +150,7 @@ struct PsServer::State : std::enable_shared_from_this<PsServer::State> {
   // confirms the changes the backup made (`log`) and goes to Answered; a
   // batch's answer sends the next (SendWaiting).
   void SendToBackup(int64_t shard, const std::string& backup, const char* service,
-                    std::vector<c10::IValue> message, const std::shared_ptr<OpLog>& log,
-                    Sent kind);
+                    std::vector<c10::IValue> message, const std::shared_ptr<OpLog>& log, Sent kind);
   // Sends the changes waiting in `backup`'s outbox of `shard`, if any.
   void SendWaiting(int64_t shard, const std::string& backup, const std::shared_ptr<OpLog>& log);
   // Routes `message` as `r`'s changes by today's map.

@@ -100,9 +100,63 @@ TEST_F(PsTest, ASynchronousTableAppliesEveryTrainersPushOnceAClock) {
   ASSERT_TRUE(rt().store().Set("ps-test/clock", "1").ok());
   at::Tensor row = pull.Get(kTimeout);
   EXPECT_TRUE(at::allclose(row, at::full({1, 2}, 2.0))) << row;
+  // The pull waited for key 5's shard alone; worker3's clock reached the
+  // other once its Clock() completed.
+  ASSERT_TRUE(rt().store().Get("ps-test/clocked/3", kTimeout).ok());
   auto stats = client().Stats("sync").Get(kTimeout);
   EXPECT_EQ(stats[0][3], 1);  // one clock applied on each shard
   EXPECT_EQ(stats[1][3], 1);
+}
+
+// Scenario: as above, worker0's push and the end of its clock in one call
+// (PushAndClock). Key 5 is on one shard: that shard takes the push, then
+// the clock, from one message; the other shard ends the clock alone. Its
+// pull waits for worker3, then sees the average applied once, and both
+// shards applied clock 0.
+TEST_F(PsTest, APushThatEndsTheClockIsTakenBeforeTheClockOnEveryShard) {
+  StartPs(2, 1, "sync");
+  at::Tensor key = at::full({1}, 5, at::kLong);
+  ASSERT_TRUE(rt().store().Get("ps-test/pushed/3", kTimeout).ok());
+  client().PushAndClock({{"sync", key, at::ones({1, 2})}}).Get(kTimeout);
+  EXPECT_EQ(client().clock("sync"), 1);
+  Future<at::Tensor> pull = client().Pull("sync", key);
+  EXPECT_EQ(pull.Wait(absl::Milliseconds(300)).status().code(), absl::StatusCode::kDeadlineExceeded)
+      << "the pull at clock 1 did not wait for worker3's clock";
+  ASSERT_TRUE(rt().store().Set("ps-test/clock", "1").ok());
+  at::Tensor row = pull.Get(kTimeout);
+  EXPECT_TRUE(at::allclose(row, at::full({1, 2}, 2.0))) << row;
+  // The pull waited for key 5's shard alone; worker3's clock reached the
+  // other once its Clock() completed.
+  ASSERT_TRUE(rt().store().Get("ps-test/clocked/3", kTimeout).ok());
+  auto stats = client().Stats("sync").Get(kTimeout);
+  EXPECT_EQ(stats[0][3], 1);
+  EXPECT_EQ(stats[1][3], 1);
+  EXPECT_EQ(stats[0][1] + stats[1][1], 2);  // worker0's push and worker3's, each once
+}
+
+// Scenario: worker0 sends 200 pushes to both shards of "counts" at once,
+// with a backup a shard. Each shard's primary takes them as they come and
+// sends its backup the changes made while a message to it is in flight
+// together (Note [Replication batches], ps/server_replication.cc): fewer
+// messages than pushes, and the replicas still agree on every count.
+TEST_F(PsTest, ABackupGetsTheChangesOfPushesMadeTogetherInFewerMessages) {
+  StartPs(2, 0, "idle");
+  constexpr int kPushes = 200;
+  const at::Tensor keys = at::arange(8, at::kLong);
+  std::vector<Future<std::monostate>> pushes;
+  for (int i = 0; i < kPushes; ++i)
+    pushes.push_back(client().Push("counts", keys, at::ones({8, 1})));
+  for (auto& push : pushes) push.Get(kTimeout);
+  auto stats = client().Stats("counts").Get(kTimeout);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(stats[s][1], kPushes) << "shard " << s;
+    EXPECT_LT(stats[s][4], kPushes) << "shard " << s << ": a message of changes a push";
+    std::printf("shard %d: %d pushes, %lld messages to its backup\n", s, kPushes,
+                static_cast<long long>(stats[s][4]));
+  }
+  EXPECT_TRUE(at::allclose(client().Pull("counts", keys).Get(kTimeout),
+                           at::full({8, 1}, static_cast<float>(kPushes))));
+  ExpectReplicasAgree();
 }
 
 // Scenario: bounded staleness 1. worker0 runs two clocks ahead of worker3,
