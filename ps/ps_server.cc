@@ -184,28 +184,29 @@ void ServeReads(const std::shared_ptr<PsServer::State>& state) {
     // only by a primary whose backups vouch for it now (its lease): one
     // that was cut off or paused, and replaced, must not answer.
     const int64_t shard = m.shard;
-    Future<Void> readable = changes.wait == 0 && status.ok()
-                                ? state->Leased(shard)  // the hot path: no clock to move
-                                : Acknowledged(state, shard, std::move(changes), status)
-                                      .Then([state, shard](const absl::StatusOr<Void>& caught_up) {
-                                        if (!caught_up.ok())
-                                          return Future<Void>::Ready(caught_up.status());
-                                        return state->Leased(shard);
-                                      });
-    return readable.Then([shards, m, from, deadline](const absl::StatusOr<Void>& leased) {
-      if (!leased.ok()) return Future<Rows>::Ready(leased.status());
-      std::vector<Future<at::Tensor>> parts;
-      for (size_t i = 0; i < shards.size(); ++i) {
-        parts.push_back(shards[i]->Pull(from, m.clocks[i], m.keys[i], deadline));
-      }
-      return WhenAllOk(parts).Then(
-          [parts](const absl::StatusOr<bool>& all) -> absl::StatusOr<Rows> {
-            if (!all.ok()) return all.status();
-            Rows rows;
-            for (const auto& part : parts) rows.push_back(*part.Wait(absl::ZeroDuration()));
-            return rows;
-          });
-    });
+    Future<Void> readable =
+        changes.wait == 0 && status.ok()
+            ? state->Leased(shard)  // the hot path: no clock to move
+            : Acknowledged(state, shard, std::move(changes), status)
+                  .Then([state, shard](const absl::StatusOr<Void>& caught_up) {
+                    if (!caught_up.ok()) return Future<Void>::Ready(caught_up.status());
+                    return state->Leased(shard);
+                  });
+    return readable.Then(
+        [shards, m, from, deadline](const absl::StatusOr<Void>& leased) {
+          if (!leased.ok()) return Future<Rows>::Ready(leased.status());
+          std::vector<Future<at::Tensor>> parts;
+          for (size_t i = 0; i < shards.size(); ++i) {
+            parts.push_back(shards[i]->Pull(from, m.clocks[i], m.keys[i], deadline));
+          }
+          return WhenAllOk(parts).Then(
+              [parts](const absl::StatusOr<bool>& all) -> absl::StatusOr<Rows> {
+                if (!all.ok()) return all.status();
+                Rows rows;
+                for (const auto& part : parts) rows.push_back(*part.Wait(absl::ZeroDuration()));
+                return rows;
+              });
+        });
   });
   rpc::Serve<StatsRequest>(
       registry, [state](rpc::CallContext&, StatsRequest m) -> absl::StatusOr<std::vector<int64_t>> {
