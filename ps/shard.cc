@@ -86,10 +86,6 @@ absl::StatusOr<bool> Shard::HelloLocked(const Sender& from, int64_t* start) {
   return changed;
 }
 
-bool Shard::Taken(const Trainer& trainer, int64_t sequence) {
-  return sequence < trainer.sequences_below || trainer.sequences_above.count(sequence) > 0;
-}
-
 bool Shard::SeenBefore(Trainer& trainer, int64_t sequence) {
   if (sequence < trainer.sequences_below || !trainer.sequences_above.insert(sequence).second) {
     return true;
@@ -136,14 +132,6 @@ absl::StatusOr<bool> Shard::PushLocked(const ShardOp& op) {
     return absl::InvalidArgumentError(absl::StrCat("table '", table_.name, "' shard ", index_,
                                                    ": a push of clock ", op.clock, " from rank ",
                                                    from.rank, " at clock ", trainer.clock));
-  }
-  // A push taken already is sent again after a lost answer: acknowledged,
-  // whatever came since. Its clock may have been applied meanwhile — a
-  // PushAndClock message ends the clock it pushes in, and a checkpoint cut
-  // there, restored after every server was lost, holds both.
-  if (Taken(trainer, op.sequence)) {
-    ++stats_.duplicates;
-    return false;
   }
   if (Synchronous(table_) && op.clock < applied_clock_) {
     return absl::FailedPreconditionError(absl::StrCat(

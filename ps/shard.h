@@ -252,8 +252,6 @@ class Shard : public std::enable_shared_from_this<Shard> {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the trainer's push `sequence` was taken already; records it if not.
   bool SeenBefore(Trainer& trainer, int64_t sequence) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether it was, recording nothing.
-  static bool Taken(const Trainer& trainer, int64_t sequence);
   // Sums `grads` per distinct key, divides by `divisor`, applies.
   absl::Status ApplySummed(const at::Tensor& keys, const at::Tensor& grads, double divisor)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -300,7 +298,7 @@ class Shard : public std::enable_shared_from_this<Shard> {
   // Saved() calls waiting, by clock; completed by Make after the lock.
   std::vector<std::pair<int64_t, Promise<std::monostate>>> saved_waits_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<Promise<std::monostate>, absl::Status>> saved_ready_ ABSL_GUARDED_BY(mu_);
-  Mutex snapshot_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // one Snapshot at a time
+  Mutex snapshot_mu_ ABSL_ACQUIRED_BEFORE(mu_);        // one Snapshot at a time
 };
 
 }  // namespace tessera::ps

@@ -250,25 +250,6 @@ TEST_F(PsTest, PushesApplyOnceAndBadRequestsAreRefusedByName) {
       << uneven_pull.status();
   // None of them changed anything, and the server still serves.
   EXPECT_EQ(client().Pull("counts", keys).Get(kTimeout)[0][0].item<float>(), 1);
-
-  // A push that ends its clock (PushAndClock's message), sent again after
-  // that clock was applied — worker0, the only trainer, ended it — is a
-  // duplicate too, not a push too late for its clock.
-  at::Tensor sync_key = at::full({1}, 0, at::kLong);
-  while (ps::ShardsOfKeys(TestTable("sync"), 2, sync_key)->item<int64_t>() != 0) sync_key += 1;
-  ps::PushRequest ends_clock{{"sync"},
-                             1,
-                             0,
-                             {2000},
-                             {0},
-                             {sync_key},
-                             {at::ones({1, 2})},
-                             /*then_tables=*/{"sync"},
-                             {1}};
-  ASSERT_TRUE(send(ends_clock).ok());
-  auto again = send(ends_clock);
-  EXPECT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ(client().Stats("sync").Get(kTimeout)[0][2], 1);  // one duplicate
 }
 
 // Scenario: a trainer declares a table of another shape than the servers':
