@@ -343,43 +343,6 @@ Future<std::monostate> PsClient::Clock() {
   });
 }
 
-Future<std::monostate> PsClient::PushAndClock(const std::vector<TableKeys>& parts) {
-  std::map<int64_t, PushRequest> pushes;
-  std::vector<std::pair<int64_t, ClockRequest>> clocks;  // shards with no part
-  std::vector<Future<std::monostate>> earlier;
-  {
-    MutexLock lock(&mu_);
-    auto made = PushMessagesLocked(parts);
-    if (!made.ok()) return Future<std::monostate>::Ready(made.status());
-    pushes = *std::move(made);
-    ClockRequest every = EndClockLocked();
-    for (int64_t s = 0; !every.tables.empty() && s < shards_; ++s) {
-      if (auto it = pushes.find(s); it != pushes.end()) {
-        // Each shard ends the clock after this push's parts to it, in the
-        // same message.
-        it->second.then_tables = every.tables;
-        it->second.then_clocks = every.clocks;
-      } else {
-        every.shard = s;
-        clocks.emplace_back(s, every);
-      }
-    }
-    earlier.swap(pushes_in_flight_);
-  }
-  // As Clock(): after every earlier push was taken.
-  return AllOf(earlier).Then([this, pushes, clocks](const absl::StatusOr<std::monostate>& pushed) {
-    if (!pushed.ok()) return Future<std::monostate>::Ready(pushed.status());
-    std::vector<Future<std::monostate>> sent;
-    for (const auto& [shard, message] : pushes) {
-      sent.push_back(Send<std::monostate>(shard, message));
-    }
-    for (const auto& [shard, message] : clocks) {
-      sent.push_back(Send<std::monostate>(shard, message));
-    }
-    return AllOf(sent);
-  });
-}
-
 Future<int64_t> PsClient::Checkpoint(absl::Duration within) {
   const absl::Time deadline = absl::Now() + within;
   std::vector<std::string> tables;

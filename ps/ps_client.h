@@ -74,12 +74,6 @@ class PsClient {
   // since the last Clock() was taken (or failed: then it fails with that
   // push's error); completes when every shard knows.
   Future<std::monostate> Clock();
-  // Push(parts), then Clock(), in one message to each shard the parts
-  // touch (a ClockRequest to the others): a step's end in one round trip,
-  // and one replication a shard, where Push() then Clock() take two of
-  // each. The same guarantees: each part taken once; the clock ends once
-  // the parts were taken (it fails with the first part's error, if any).
-  Future<std::monostate> PushAndClock(const std::vector<TableKeys>& parts);
   // A checkpoint of every table at one clock (Note [Sharded checkpoints],
   // ps/shard_cut.cc), written by the servers under PsOptions::
   // checkpoint_dir: completes with its clock c once every shard wrote it.

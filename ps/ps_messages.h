@@ -62,10 +62,7 @@ struct PullRequest {
 // Gradients grads[i] ([keys, dim] floats) for distinct keys[i] of
 // tables[i], the trainer's sequences[i]-th push to this shard of that table
 // (Note [Exactly-once pushes], ps/shard.h). Each part is applied whole or
-// not at all, and once; the parts independently of each other. Then, if
-// every part was taken, the trainer is at then_clocks[i] in then_tables[i],
-// as a ClockRequest says (PsClient::PushAndClock: a step's push and clock
-// in one message, one round trip and one replication).
+// not at all, and once; the parts independently of each other.
 struct PushRequest {
   static constexpr const char* kService = services::kPush;
   static constexpr bool kCarriesUserValues = false;
@@ -77,11 +74,7 @@ struct PushRequest {
   std::vector<int64_t> clocks;
   std::vector<at::Tensor> keys;
   std::vector<at::Tensor> grads;
-  std::vector<std::string> then_tables;
-  std::vector<int64_t> then_clocks;
-  auto Fields() {
-    return std::tie(tables, epoch, shard, sequences, clocks, keys, grads, then_tables, then_clocks);
-  }
+  auto Fields() { return std::tie(tables, epoch, shard, sequences, clocks, keys, grads); }
 };
 
 // The trainer is at clocks[i] now in tables[i] (Note [Parameter-server

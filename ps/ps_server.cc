@@ -85,9 +85,8 @@ void CatchUp(const std::vector<std::shared_ptr<Shard>>& shards,
   }
 }
 
-// The trainer is at clocks[i] in tables[i] now (a ClockRequest's, or a
-// push's then_ parts): each table's Clock change, stopping at the first
-// that fails.
+// The trainer is at clocks[i] in tables[i] now (a ClockRequest's): each
+// table's Clock change, stopping at the first that fails.
 void EndClocks(PsServer::State& state, const std::vector<std::string>& tables,
                const std::vector<int64_t>& clocks, int64_t epoch, int64_t shard, const Sender& from,
                Changes* changes, absl::Status* status) {
@@ -130,9 +129,6 @@ void ServeChanges(const std::shared_ptr<PsServer::State>& state) {
         !ok.ok()) {
       return Future<Void>::Ready(ok);
     }
-    if (auto ok = PartsAgree(m.then_tables.size(), {m.then_clocks.size()}); !ok.ok()) {
-      return Future<Void>::Ready(ok);
-    }
     auto routed = RouteAll(*state, m.tables, m.epoch, m.shard);
     if (!routed.ok()) return Future<Void>::Ready(routed.status());
     const std::vector<std::shared_ptr<Shard>> shards = *std::move(routed);
@@ -149,8 +145,6 @@ void ServeChanges(const std::shared_ptr<PsServer::State>& state) {
         status = logged.status();
       }
     }
-    // After the parts: a synchronous clock must not end before them.
-    EndClocks(*state, m.then_tables, m.then_clocks, m.epoch, m.shard, from, &changes, &status);
     return Acknowledged(state, m.shard, std::move(changes), status);
   });
   rpc::Serve<ClockRequest>(registry, [state](rpc::CallContext& ctx, ClockRequest m) {

@@ -16,9 +16,10 @@ class Remote : public ModelTables {
   Future<std::vector<at::Tensor>> Pull(const std::vector<ps::TableKeys>& parts) override {
     return client_->Pull(parts);
   }
-  Future<std::monostate> PushAndClock(const std::vector<ps::TableKeys>& parts) override {
-    return client_->PushAndClock(parts);
+  Future<std::monostate> Push(const std::vector<ps::TableKeys>& parts) override {
+    return client_->Push(parts);
   }
+  Future<std::monostate> Clock() override { return client_->Clock(); }
   Future<int64_t> Checkpoint() override { return client_->Checkpoint(); }
   int64_t StartClock() const override { return client_->clock(clocked_); }
 
@@ -45,12 +46,15 @@ class Local : public ModelTables {
     }
     return Future<std::vector<at::Tensor>>::Ready(std::move(rows));
   }
-  Future<std::monostate> PushAndClock(const std::vector<ps::TableKeys>& parts) override {
+  Future<std::monostate> Push(const std::vector<ps::TableKeys>& parts) override {
     for (const ps::TableKeys& part : parts) {
       ps::RowStore& store = stores_.at(part.table);
       store.Apply(ValueOrThrow(store.Slots(part.keys)), part.grads);
     }
-    return Future<std::monostate>::Ready(std::monostate{});  // one process: no clock
+    return Future<std::monostate>::Ready(std::monostate{});
+  }
+  Future<std::monostate> Clock() override {
+    return Future<std::monostate>::Ready(std::monostate{});
   }
   Future<int64_t> Checkpoint() override {
     return Future<int64_t>::Ready(

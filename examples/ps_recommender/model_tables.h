@@ -23,9 +23,11 @@ class ModelTables {
   // Each table's rows of its `keys` (distinct), as ps::PsClient::Pull: a
   // step's pulls in one call.
   virtual Future<std::vector<at::Tensor>> Pull(const std::vector<ps::TableKeys>& parts) = 0;
-  // Gradients for each table's rows of its `keys` (distinct), then the
-  // end of this trainer's step, as ps::PsClient::PushAndClock.
-  virtual Future<std::monostate> PushAndClock(const std::vector<ps::TableKeys>& parts) = 0;
+  // Gradients for each table's rows of its `keys` (distinct), as
+  // ps::PsClient::Push.
+  virtual Future<std::monostate> Push(const std::vector<ps::TableKeys>& parts) = 0;
+  // Ends this trainer's step (ps::PsClient::Clock).
+  virtual Future<std::monostate> Clock() = 0;
   // A checkpoint of every table at one clock (ps::PsClient::Checkpoint):
   // its clock once written. FailedPrecondition in one process.
   virtual Future<int64_t> Checkpoint() = 0;

@@ -183,7 +183,8 @@ class Trainer {
       const ps::TableOptions& t = dense_tables_[i];
       pushes.push_back({t.name, DenseKeys(t), ps::ToRows(grads[rows.size() + i], t)});
     }
-    model_->PushAndClock(pushes).Get(kTimeout);
+    model_->Push(pushes).Get(kTimeout);
+    model_->Clock().Get(kTimeout);
     return loss.item<double>();
   }
 

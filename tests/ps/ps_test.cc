@@ -119,18 +119,6 @@ TEST_F(PsTest, ASynchronousTableAppliesEveryTrainersPushOnceAClock) {
   ExpectClockZeroAveraged(key);
 }
 
-// Scenario: as above, worker0's push and the end of its clock in one call
-// (PushAndClock). Key 5 is on one shard: that shard takes the push, then
-// the clock, from one message; the other shard ends the clock alone.
-TEST_F(PsTest, APushThatEndsTheClockIsTakenBeforeTheClockOnEveryShard) {
-  StartPs(2, 1, "sync");
-  at::Tensor key = at::full({1}, 5, at::kLong);
-  ASSERT_TRUE(rt().store().Get("ps-test/pushed/3", kTimeout).ok());
-  client().PushAndClock({{"sync", key, at::ones({1, 2})}}).Get(kTimeout);
-  EXPECT_EQ(client().clock("sync"), 1);
-  ExpectClockZeroAveraged(key);
-}
-
 // Scenario: worker0 sends 200 pushes to both shards of "counts" at once,
 // with a backup a shard. Each shard's primary takes them as they come and
 // sends its backup the changes made while a message to it is in flight

@@ -108,7 +108,7 @@ int RunLateTrainer(rpc::Runtime& runtime, const ps::PsOptions& options) {
 }
 
 // A trainer child's script (TESSERA_PS_SCRIPT): "count" pushes the counting
-// keys ("count_clocked" ends a clock with each round's push); "sync" pushes
+// keys ("count_clocked" ends a clock after each round); "sync" pushes
 // its rank to key 5 of "sync", says so in the store, ends its clock when the
 // test says, and says so; "late", RunLateTrainer; "idle" only connects.
 int RunTrainer(rpc::Runtime& runtime, const std::string& script, const ps::PsOptions& options) {
@@ -120,13 +120,13 @@ int RunTrainer(rpc::Runtime& runtime, const std::string& script, const ps::PsOpt
   if (script == "count" || script == "count_clocked") {
     for (int round = 0; round < kCountingRounds; ++round) {
       at::Tensor keys = CountingKeys(rank, round);
-      const std::vector<ps::TableKeys> push{{"counts", keys, at::ones({keys.numel(), 1})}};
-      // Round r is clock r for "count_clocked": its push ends it, in one
-      // message (ps_scale_test's 63 trainers and checkpoint try that).
-      auto pushed =
-          (script == "count_clocked" ? (*client)->PushAndClock(push) : (*client)->Push(push))
-              .Wait(timeout);
+      auto pushed = (*client)->Push("counts", keys, at::ones({keys.numel(), 1})).Wait(timeout);
       if (!pushed.ok()) return Fail("push", pushed.status());
+      if (script == "count_clocked") {  // round r is clock r
+        if (auto clocked = (*client)->Clock().Wait(timeout); !clocked.ok()) {
+          return Fail("clock", clocked.status());
+        }
+      }
       // How far it got, for tests that fail a server mid-way.
       auto ok = runtime.store().Set(absl::StrCat("ps-test/round/", rank), std::to_string(round));
       if (!ok.ok()) return Fail("store", ok);
