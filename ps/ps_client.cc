@@ -1,7 +1,9 @@
 #include "ps/ps_client.h"
 
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
+#include <c10/util/StringUtil.h>
 
 #include <algorithm>
 #include <map>
@@ -11,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "ps/distinct_keys.h"
 #include "ps/ps_messages.h"
 #include "rpc/internal_service.h"
 #include "rpc/value_traits.h"
@@ -132,6 +135,33 @@ absl::StatusOr<PsClient::Table*> PsClient::Find(const std::string& table) {
   return &it->second;
 }
 
+absl::StatusOr<PsClient::Split> PsClient::SplitKeys(const Table& table,
+                                                    const at::Tensor& keys) const {
+  if (!keys.defined() || keys.scalar_type() != at::kLong || keys.dim() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "keys of table '", table.options.name, "' must be a 1-D int64 tensor, got ",
+        keys.defined() ? absl::StrCat(keys.toString(), " of ", keys.dim(), " dimensions")
+                       : "none"));
+  }
+  Split split;
+  Distinct distinct = DistinctKeys(keys);
+  split.unique = distinct.keys;
+  split.inverse = distinct.inverse;
+  auto shard_of = ShardsOfKeys(table.options, shards_, split.unique);
+  if (!shard_of.ok()) return shard_of.status();
+  for (int64_t s = 0; s < shards_; ++s) {
+    at::Tensor positions = shard_of->eq(s).nonzero().squeeze(1);
+    if (positions.numel() == 0) continue;
+    split.shards.push_back(s);
+    split.positions.push_back(positions);
+    // A shard that holds every key takes them as they are.
+    split.keys.push_back(positions.numel() == split.unique.numel()
+                             ? split.unique
+                             : split.unique.index_select(0, positions));
+  }
+  return split;
+}
+
 Future<at::Tensor> PsClient::Pull(const std::string& table, const at::Tensor& keys) {
   return Pull(std::vector<TableKeys>{{table, keys, {}}})
       .Then([](const absl::StatusOr<std::vector<at::Tensor>>& rows) -> absl::StatusOr<at::Tensor> {
@@ -143,6 +173,29 @@ Future<at::Tensor> PsClient::Pull(const std::string& table, const at::Tensor& ke
 Future<std::monostate> PsClient::Push(const std::string& table, const at::Tensor& keys,
                                       const at::Tensor& grads) {
   return Push(std::vector<TableKeys>{{table, keys, grads}});
+}
+
+absl::StatusOr<at::Tensor> PsClient::Assemble(const std::string& table, const Split& split,
+                                              std::vector<at::Tensor> answers, int64_t dim) {
+  for (size_t i = 0; i < answers.size(); ++i) {
+    const at::Tensor& part = answers[i];
+    if (!part.defined() || part.dim() != 2 || part.size(0) != split.keys[i].numel() ||
+        part.size(1) != dim) {
+      return absl::InternalError(
+          absl::StrCat("table '", table, "' shard ", split.shards[i], " answered rows of shape ",
+                       part.defined() ? c10::str(part.sizes()) : std::string("none")));
+    }
+  }
+  // One shard held every key: its rows are in the distinct keys' order.
+  at::Tensor rows;
+  if (answers.size() == 1) {
+    rows = answers[0];
+  } else {
+    rows = at::empty({split.unique.numel(), dim}, at::TensorOptions().dtype(at::kFloat));
+    for (size_t i = 0; i < answers.size(); ++i) rows.index_copy_(0, split.positions[i], answers[i]);
+  }
+  // Every key distinct: the distinct keys are the keys asked, in order.
+  return split.unique.numel() == split.inverse.numel() ? rows : rows.index_select(0, split.inverse);
 }
 
 namespace {
@@ -226,84 +279,54 @@ Future<std::vector<at::Tensor>> PsClient::Pull(const std::vector<TableKeys>& par
   });
 }
 
-namespace {
-
-// Completes once every call of `calls` did, with the first failure if any.
-Future<std::monostate> AllOf(const std::vector<Future<std::monostate>>& calls) {
-  return WhenAllOk(calls).Then(
-      [](const absl::StatusOr<bool>& all) -> absl::StatusOr<std::monostate> {
-        if (!all.ok()) return all.status();
-        return std::monostate{};
-      });
-}
-
-}  // namespace
-
-absl::StatusOr<std::map<int64_t, PushRequest>> PsClient::PushMessagesLocked(
-    const std::vector<TableKeys>& parts) {
-  std::map<int64_t, PushRequest> messages;
-  // Every part is checked before any sequence is taken.
-  std::vector<std::pair<Table*, Split>> plans;
-  for (const TableKeys& part : parts) {
-    auto t = Find(part.table);
-    if (!t.ok()) return t.status();
-    auto split = SplitKeys(**t, part.keys);
-    if (!split.ok()) return split.status();
-    const int64_t dim = (*t)->options.dim, n = part.keys.numel();
-    if (!part.grads.defined() || part.grads.scalar_type() != at::kFloat || part.grads.dim() != 2 ||
-        part.grads.size(0) != n || part.grads.size(1) != dim) {
-      return absl::InvalidArgumentError(absl::StrCat("a push to table '", part.table, "' of ", n,
-                                                     " keys needs float gradients of shape [", n,
-                                                     ", ", dim, "]"));
-    }
-    plans.emplace_back(*t, *std::move(split));
-  }
-  for (size_t p = 0; p < parts.size(); ++p) {
-    auto& [table, split] = plans[p];
-    // A repeated key's gradients, summed: one row per distinct key.
-    at::Tensor summed = parts[p].grads;
-    if (split.unique.numel() != parts[p].keys.numel()) {
-      summed = at::zeros({split.unique.numel(), table->options.dim}, summed.options());
-      summed.index_add_(0, split.inverse, parts[p].grads);
-    }
-    for (size_t i = 0; i < split.shards.size(); ++i) {
-      const int64_t s = split.shards[i];
-      PushRequest& m = MessageFor(messages, s);
-      m.tables.push_back(parts[p].table);
-      m.sequences.push_back(table->sequences[s]++);
-      m.clocks.push_back(table->clock);
-      m.keys.push_back(split.keys[i]);
-      m.grads.push_back(split.shards.size() == 1 ? summed
-                                                 : summed.index_select(0, split.positions[i]));
-    }
-  }
-  return messages;
-}
-
-ClockRequest PsClient::EndClockLocked() {
-  ClockRequest every{{}, 0, 0, {}};
-  for (auto& [name, table] : tables_) {
-    ++table.clock;
-    // An asynchronous table's pulls wait for no clock, but its
-    // checkpoints' cuts do (Note [Sharded checkpoints]).
-    every.tables.push_back(name);
-    every.clocks.push_back(table.clock);
-  }
-  return every;
-}
-
 Future<std::monostate> PsClient::Push(const std::vector<TableKeys>& parts) {
   std::map<int64_t, PushRequest> messages;
   {
     MutexLock lock(&mu_);
-    auto made = PushMessagesLocked(parts);
-    if (!made.ok()) return Future<std::monostate>::Ready(made.status());
-    messages = *std::move(made);
+    // Every part is checked before any sequence is taken.
+    std::vector<std::pair<Table*, Split>> plans;
+    for (const TableKeys& part : parts) {
+      auto t = Find(part.table);
+      if (!t.ok()) return Future<std::monostate>::Ready(t.status());
+      auto split = SplitKeys(**t, part.keys);
+      if (!split.ok()) return Future<std::monostate>::Ready(split.status());
+      const int64_t dim = (*t)->options.dim, n = part.keys.numel();
+      if (!part.grads.defined() || part.grads.scalar_type() != at::kFloat ||
+          part.grads.dim() != 2 || part.grads.size(0) != n || part.grads.size(1) != dim) {
+        return Future<std::monostate>::Ready(absl::InvalidArgumentError(
+            absl::StrCat("a push to table '", part.table, "' of ", n,
+                         " keys needs float gradients of shape [", n, ", ", dim, "]")));
+      }
+      plans.emplace_back(*t, *std::move(split));
+    }
+    for (size_t p = 0; p < parts.size(); ++p) {
+      auto& [table, split] = plans[p];
+      // A repeated key's gradients, summed: one row per distinct key.
+      at::Tensor summed = parts[p].grads;
+      if (split.unique.numel() != parts[p].keys.numel()) {
+        summed = at::zeros({split.unique.numel(), table->options.dim}, summed.options());
+        summed.index_add_(0, split.inverse, parts[p].grads);
+      }
+      for (size_t i = 0; i < split.shards.size(); ++i) {
+        const int64_t s = split.shards[i];
+        PushRequest& m = MessageFor(messages, s);
+        m.tables.push_back(parts[p].table);
+        m.sequences.push_back(table->sequences[s]++);
+        m.clocks.push_back(table->clock);
+        m.keys.push_back(split.keys[i]);
+        m.grads.push_back(split.shards.size() == 1 ? summed
+                                                   : summed.index_select(0, split.positions[i]));
+      }
+    }
   }
   std::vector<Future<std::monostate>> sent;
   for (const auto& [shard, message] : messages)
     sent.push_back(Send<std::monostate>(shard, message));
-  Future<std::monostate> pushed = AllOf(sent);
+  Future<std::monostate> pushed =
+      WhenAllOk(sent).Then([](const absl::StatusOr<bool>& all) -> absl::StatusOr<std::monostate> {
+        if (!all.ok()) return all.status();
+        return std::monostate{};
+      });
   MutexLock lock(&mu_);
   pushes_in_flight_.push_back(pushed);
   return pushed;
@@ -323,7 +346,14 @@ Future<std::monostate> PsClient::Clock() {
   std::vector<Future<std::monostate>> pushes;
   {
     MutexLock lock(&mu_);
-    ClockRequest every = EndClockLocked();
+    ClockRequest every{{}, 0, 0, {}};
+    for (auto& [name, table] : tables_) {
+      ++table.clock;
+      // An asynchronous table's pulls wait for no clock, but its
+      // checkpoints' cuts do (Note [Sharded checkpoints]).
+      every.tables.push_back(name);
+      every.clocks.push_back(table.clock);
+    }
     // One message per shard, for every table.
     for (int64_t s = 0; !every.tables.empty() && s < shards_; ++s) {
       every.shard = s;
@@ -333,13 +363,17 @@ Future<std::monostate> PsClient::Clock() {
   }
   // The clock ends after this step's pushes were taken: a shard must not
   // apply a synchronous clock without a push still on its way.
-  return AllOf(pushes).Then([this, messages](const absl::StatusOr<std::monostate>& pushed) {
+  return WhenAllOk(pushes).Then([this, messages](const absl::StatusOr<bool>& pushed) {
     if (!pushed.ok()) return Future<std::monostate>::Ready(pushed.status());
     std::vector<Future<std::monostate>> parts;
     for (const auto& [shard, message] : messages) {
       parts.push_back(Send<std::monostate>(shard, message));
     }
-    return AllOf(parts);
+    return WhenAllOk(parts).Then(
+        [](const absl::StatusOr<bool>& all) -> absl::StatusOr<std::monostate> {
+          if (!all.ok()) return all.status();
+          return std::monostate{};
+        });
   });
 }
 

@@ -43,9 +43,6 @@
 
 namespace tessera::ps {
 
-struct PushRequest;   // ps/ps_messages.h
-struct ClockRequest;  // ps/ps_messages.h
-
 // One table's part of a call of several tables: its keys, and for a push
 // their gradients.
 struct TableKeys {
@@ -113,12 +110,6 @@ class PsClient {
   template <typename R, typename M>
   Future<R> Send(int64_t shard, const M& message) const;
   absl::StatusOr<Table*> Find(const std::string& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A push's messages, by shard: every part checked, then its keys split
-  // and its sequences taken.
-  absl::StatusOr<std::map<int64_t, PushRequest>> PushMessagesLocked(
-      const std::vector<TableKeys>& parts) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Moves every table's clock on: the message that says so, shard unset.
-  ClockRequest EndClockLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checkpoint's steps: every shard agrees to cut `tables` at one clock
   // (from `clock`, asked again at the latest any answered); then each
   // shard wrote it (asked again while the cut waits for trainers, until

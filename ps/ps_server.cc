@@ -85,26 +85,6 @@ void CatchUp(const std::vector<std::shared_ptr<Shard>>& shards,
   }
 }
 
-// The trainer is at clocks[i] in tables[i] now (a ClockRequest's): each
-// table's Clock change, stopping at the first that fails.
-void EndClocks(PsServer::State& state, const std::vector<std::string>& tables,
-               const std::vector<int64_t>& clocks, int64_t epoch, int64_t shard, const Sender& from,
-               Changes* changes, absl::Status* status) {
-  for (size_t i = 0; i < tables.size() && status->ok(); ++i) {
-    auto routed = state.RouteToPrimary(tables[i], epoch, shard);
-    if (!routed.ok()) {
-      *status = routed.status();
-      return;
-    }
-    auto logged = (*routed)->Clock(from, clocks[i]);
-    if (logged.ok()) {
-      changes->Add(tables[i], *logged, ShardOp{ShardOp::Kind::kClock, from, 0, clocks[i], {}, {}});
-    } else {
-      *status = logged.status();
-    }
-  }
-}
-
 // The trainers' changes: hello, push, clock.
 void ServeChanges(const std::shared_ptr<PsServer::State>& state) {
   rpc::Registry& registry = state->runtime->registry();
@@ -151,9 +131,23 @@ void ServeChanges(const std::shared_ptr<PsServer::State>& state) {
     if (auto ok = PartsAgree(m.tables.size(), {m.clocks.size()}); !ok.ok()) {
       return Future<Void>::Ready(ok);
     }
+    const Sender from = state->From(ctx);
     Changes changes;
     absl::Status status;
-    EndClocks(*state, m.tables, m.clocks, m.epoch, m.shard, state->From(ctx), &changes, &status);
+    for (size_t i = 0; i < m.tables.size() && status.ok(); ++i) {
+      auto shard = state->RouteToPrimary(m.tables[i], m.epoch, m.shard);
+      if (!shard.ok()) {
+        status = shard.status();
+        break;
+      }
+      auto logged = (*shard)->Clock(from, m.clocks[i]);
+      if (logged.ok()) {
+        changes.Add(m.tables[i], *logged,
+                    ShardOp{ShardOp::Kind::kClock, from, 0, m.clocks[i], {}, {}});
+      } else {
+        status = logged.status();
+      }
+    }
     return Acknowledged(state, m.shard, std::move(changes), status);
   });
 }

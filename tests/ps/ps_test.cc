@@ -25,29 +25,7 @@ namespace {
 
 constexpr absl::Duration kTimeout = absl::Seconds(60);
 
-class PsTest : public PsWorld {
- protected:
-  // The synchronous tests' end, worker0 past clock 0 (script "sync"): its
-  // pull of `key` at clock 1 waits for worker3's clock, then sees the
-  // average of both pushes (1 and 3) applied once; both shards applied
-  // clock 0 and took the two pushes, each once.
-  void ExpectClockZeroAveraged(const at::Tensor& key) {
-    Future<at::Tensor> pull = client().Pull("sync", key);
-    EXPECT_EQ(pull.Wait(absl::Milliseconds(300)).status().code(),
-              absl::StatusCode::kDeadlineExceeded)
-        << "the pull at clock 1 did not wait for worker3's clock";
-    ASSERT_TRUE(rt().store().Set("ps-test/clock", "1").ok());
-    at::Tensor row = pull.Get(kTimeout);
-    EXPECT_TRUE(at::allclose(row, at::full({1, 2}, 2.0))) << row;
-    // The pull waited for key 5's shard alone; worker3's clock reached the
-    // other once its Clock() completed.
-    ASSERT_TRUE(rt().store().Get("ps-test/clocked/3", kTimeout).ok());
-    auto stats = client().Stats("sync").Get(kTimeout);
-    EXPECT_EQ(stats[0][3], 1);  // one clock applied on each shard
-    EXPECT_EQ(stats[1][3], 1);
-    EXPECT_EQ(stats[0][1] + stats[1][1], 2);
-  }
-};
+class PsTest : public PsWorld {};
 
 // Scenario: a dense table split over two servers. Rows start from their key
 // alone, as one local store of the whole table makes them; a push moves the
@@ -116,7 +94,19 @@ TEST_F(PsTest, ASynchronousTableAppliesEveryTrainersPushOnceAClock) {
   client().Push("sync", key, at::ones({1, 2})).Get(kTimeout);
   ASSERT_TRUE(rt().store().Get("ps-test/pushed/3", kTimeout).ok());
   client().Clock().Get(kTimeout);
-  ExpectClockZeroAveraged(key);
+  Future<at::Tensor> pull = client().Pull("sync", key);
+  EXPECT_EQ(pull.Wait(absl::Milliseconds(300)).status().code(), absl::StatusCode::kDeadlineExceeded)
+      << "the pull at clock 1 did not wait for worker3's clock";
+  ASSERT_TRUE(rt().store().Set("ps-test/clock", "1").ok());
+  at::Tensor row = pull.Get(kTimeout);
+  EXPECT_TRUE(at::allclose(row, at::full({1, 2}, 2.0))) << row;
+  // The pull waited for key 5's shard alone; worker3's clock reached the
+  // other once its Clock() completed.
+  ASSERT_TRUE(rt().store().Get("ps-test/clocked/3", kTimeout).ok());
+  auto stats = client().Stats("sync").Get(kTimeout);
+  EXPECT_EQ(stats[0][3], 1);  // one clock applied on each shard
+  EXPECT_EQ(stats[1][3], 1);
+  EXPECT_EQ(stats[0][1] + stats[1][1], 2);
 }
 
 // Scenario: worker0 sends 200 pushes to both shards of "counts" at once,
