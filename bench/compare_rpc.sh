@@ -11,7 +11,7 @@
 #     ping-pong (socket_floor --unix) and bare TensorPipe
 #     (//bench:tensorpipe_floor);
 #   - a 64 MiB tensor in shared memory, whose handle travels instead of its
-#     bytes (Note [Tensors in shared memory]): reported alone, since nothing
+#     bytes (see Note [Tensors in shared memory]): reported alone, since nothing
 #     that copies compares with it.
 # The bare programs are references, not floors: they block in recv (or wait
 # on a promise), where Tessera's transport polls before it sleeps, and

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Pipeline schedules: the examples/pipeline job (driver + 2 stages) trained
 # with Forward + distributed autograd ("forward"), and with
-# PipelineDriver::Train under GPipe and 1F1B (Note [Pipeline schedules]),
+# PipelineDriver::Train under GPipe and 1F1B (see Note [Pipeline schedules]),
 # for 4, 8 and 16 micro-batches; same data, seed and steps. Prints training
 # throughput, the most micro-batches' activations alive at once per stage,
 # and each stage process's peak resident memory (VmHWM).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The worker pool's polling (Note [Pool threads spin, then sleep],
+# The worker pool's polling (see Note [Pool threads spin, then sleep],
 # common/thread_pool.cc) on real work, on micro-benchmarks and at rest:
 #   - the main job (parameter server + 2 trainers, tessera-run --standalone,
 #     1 epoch) with the defaults, with the pool's polling off

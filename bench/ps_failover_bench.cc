@@ -1,5 +1,5 @@
 // How long a replicated parameter server's shard is unavailable when its
-// primary fails (Note [Parameter-server replication], ps/ps_server.h):
+// primary fails (see Note [Parameter-server replication], ps/ps_server.h):
 // from the fault to the first push acknowledged after it, seen by a trainer
 // pushing one row to each shard as fast as it can. Ranks 0..S-1 serve
 // ("ps0"..; role "server"), the last rank pushes, then, after --warmup
@@ -122,7 +122,7 @@ int AwaitRejoined(tessera::rpc::Runtime& runtime, tessera::ps::PsClient& client,
 }
 
 // --fault checkpoint: a checkpoint of every table (PsClient::Checkpoint,
-// Note [Sharded checkpoints]) while this trainer trains on — a push to each
+// see Note [Sharded checkpoints]) while this trainer trains on — a push to each
 // table and the end of its clock, a step. Prints the time from the request
 // to every shard written, and the slowest step meanwhile (how long the cut,
 // held while each shard is copied and written, paused training).

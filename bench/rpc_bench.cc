@@ -3,7 +3,7 @@
 //   rtt_p50_us / rtt_p99_us  round trip of a 1-float tensor echo
 //   calls_per_s              echo throughput with 64 calls in flight
 //   gbps_1mb / gbps_64mb     tensor echo bandwidth: 2 x size / round trip
-//   gbps_64mb_shared         the same for a tensor in shared memory (Note
+//   gbps_64mb_shared         the same for a tensor in shared memory (see Note
 //                            [Tensors in shared memory]): a handle travels
 //                            and the callee maps the segment; only on the
 //                            default same-host path, where that happens

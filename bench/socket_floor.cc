@@ -7,7 +7,7 @@
 //
 // By default each side blocks in recv(): a reference, not a floor — every
 // message pays a sleep and a wake-up, which Tessera's transport avoids by
-// polling before it sleeps (Note [Spin, then sleep]), and so beats. With
+// polling before it sleeps (see Note [Spin, then sleep]), and so beats. With
 // --spin both sides poll (recv with MSG_DONTWAIT in a loop): no wake-up at
 // all, the least a message on this path can cost — the floor.
 #include <netinet/in.h>

@@ -1,4 +1,4 @@
-// What a span costs the thread that records it (Note [Tracing]): a span of
+// What a span costs the thread that records it (see Note [Tracing]): a span of
 // an RPC call's shape (a name, an argument, a flow) begun and ended in a
 // loop, with tracing off and on (the writer thread writing to a file in a
 // temporary directory). Prints JSON: ns per span.

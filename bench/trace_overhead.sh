@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tracing's cost on the RPC benchmark (Note [Tracing], common/trace.h):
+# Tracing's cost on the RPC benchmark (see Note [Tracing], common/trace.h):
 # bench/rpc_bench with tracing off and with TESSERA_TRACE set, REPEAT times
 # (default 5) round-robin, then per-metric medians and on / off ratios, and
 # bench/trace_cost's nanoseconds per span. With OLD=path/to/rpc_bench (a

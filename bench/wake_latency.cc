@@ -1,5 +1,5 @@
 // How long waking a sleeping thread takes, by where it sleeps: the figure
-// behind Note [Pool threads spin, then sleep] (common/thread_pool.cc). A
+// behind it (see Note [Pool threads spin, then sleep], common/thread_pool.cc). A
 // waker pinned to CPU 0 sets a flag and signals a condition variable every
 // 200 µs; the waiter, pinned to CPU `w`, records how long after the signal
 // it runs. Four cases: the waiter on the waker's CPU or on another, with

@@ -44,7 +44,7 @@ struct Checkpoint {
   TrainingPosition position;
 };
 
-// Writes `checkpoint` as `dir`/`name`.ckpt, atomically (Note [Atomic
+// Writes `checkpoint` as `dir`/`name`.ckpt, atomically (see Note [Atomic
 // checkpoints]). Creates `dir` if needed.
 void SaveCheckpoint(const std::string& dir, const std::string& name,
                     const Checkpoint& checkpoint);

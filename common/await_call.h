@@ -19,7 +19,7 @@ inline constexpr absl::Duration kWaitBackstop = absl::Seconds(1);
 // When a wait on a call due at `call_deadline` gives up.
 inline absl::Time WaitDeadline(absl::Time call_deadline) { return call_deadline + kWaitBackstop; }
 
-// The call's result, waiting as Note [Waiting on a call] says; `call_timeout`
+// The call's result, waiting as the Note says (see Note [Waiting on a call]); `call_timeout`
 // is the call's own, resolved timeout (never zero).
 template <typename T>
 absl::StatusOr<T> AwaitCall(const Future<T>& call, absl::Duration call_timeout) {

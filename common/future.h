@@ -94,7 +94,7 @@ class State : public std::enable_shared_from_this<State<T>> {
     for (int i = 0; i < kSpinYields && !ready_.load(std::memory_order_acquire); ++i) {
       std::this_thread::yield();
     }
-    // Note [Compensating blocked pool threads]: a pool thread's pool may
+    // See Note [Compensating blocked pool threads]: a pool thread's pool may
     // run another thread while this one sleeps.
     std::optional<ScopedBlocking> blocking;
     if (!ready_.load(std::memory_order_acquire)) blocking.emplace();
@@ -270,7 +270,7 @@ auto Future<T>::Then(Fn fn, Executor* executor) const {
 // result completes with fn's. For work that waited for something and must
 // not run on the thread that completed it: a call that waited for a worker's
 // start or a late registration would otherwise run inside Create() or
-// Register(), one after another (Note [Deferred calls], rpc/runtime.h).
+// Register(), one after another (see Note [Deferred calls], rpc/runtime.h).
 template <typename T, typename Fn>
 Future<T> RunOn(Executor& executor, Fn fn) {
   Promise<T> done;

@@ -60,7 +60,7 @@ struct HostAddress {
   std::string Describe() const;
 };
 
-// Applies Note [Choosing the host address] for a job whose store is at
+// Applies the address rule (see Note [Choosing the host address]) for a job whose store is at
 // `master_addr`. Errors name the setting to change.
 absl::StatusOr<HostAddress> ChooseHostAddress(const std::string& master_addr,
                                               const AddressOptions& options);

@@ -1,6 +1,6 @@
 // How busy this host's CPUs have been, for an error a deadline ended: on a
 // loaded machine the deadline, not the peer, may be what went wrong, and
-// the message should let the user see that (Note [Slow is not failed],
+// the message should let the user see that (see Note [Slow is not failed],
 // store/store_backend.h).
 #pragma once
 

@@ -1,7 +1,7 @@
 // PollWindow: whether a thread waiting for its next event should poll for it
-// or sleep — the one policy behind the worker pool's polling (Note [Pool
+// or sleep — the one policy behind the worker pool's polling (see Note [Pool
 // threads spin, then sleep], common/thread_pool.cc) and the guarded
-// transport's loop (Note [Spin, then sleep], event_loop.h).
+// transport's loop (see Note [Spin, then sleep], event_loop.h).
 //
 // It keeps a moving average of how long the next event took to come after
 // a wait began (the last ~8 samples, each counted as at most twice the

@@ -1,5 +1,5 @@
 // RegistrationWaiters: callers waiting for a name (a function, a class) to
-// be registered — Note [Late registration] in rpc/runtime.h. Used by the
+// be registered — see Note [Late registration] in rpc/runtime.h. Used by the
 // function and class registries.
 //
 // Thread-safety: thread-safe.

@@ -48,7 +48,7 @@ std::vector<char*> Pointers(std::vector<std::string>& strings) {
   return pointers;
 }
 
-// The child between fork and exec: async-signal-safe calls only (Note [Fork
+// The child between fork and exec: async-signal-safe calls only (see Note [Fork
 // in a threaded process]). Reports a failure's errno on `report`.
 [[noreturn]] void BecomeChild(const SpawnOptions& options, const char* path, char* const* argv,
                               char* const* envp, pid_t parent, int report) {

@@ -23,7 +23,7 @@
 // (common/poll_window.h: a moving average of the last ~8 gaps). A
 // server whose calls come every few milliseconds never polls; an idle pool
 // sleeps; a zero `spin` never polls. The transport's loop does the same for
-// its sockets (Note [Spin, then sleep],
+// its sockets (see Note [Spin, then sleep],
 // rpc/tensorpipe/guarded_tcp/event_loop.h).
 //
 // For the same cost, wake-ups go one at a time, with or without polling: a
@@ -101,7 +101,7 @@ int ThreadPool::sleeping_threads() const {
 
 void ThreadPool::UseSpareCapacity() {
   if (tasks_.empty() || running_ >= num_threads_ || stopping_) return;
-  // One wake-up at a time (Note [Pool threads spin, then sleep]): a polling
+  // One wake-up at a time (see Note [Pool threads spin, then sleep]): a polling
   // thread, or one woken already, will look at the queue, and whoever takes
   // a task wakes the next thread if more wait (TakeTask).
   if (spinning_ > 0 || wake_pending_) return;
@@ -114,7 +114,7 @@ void ThreadPool::UseSpareCapacity() {
   }
 }
 
-// Note [Compensating blocked pool threads].
+// See Note [Compensating blocked pool threads].
 void ThreadPool::BeginBlocking() {
   MutexLock lock(&mu_);
   --running_;
@@ -126,7 +126,7 @@ void ThreadPool::EndBlocking() {
   ++running_;
 }
 
-// Note [Pool threads spin, then sleep].
+// See Note [Pool threads spin, then sleep].
 void ThreadPool::NoteArrival() {
   if (ran_out_at_ns_ == 0) return;
   next_task_.NoteWaited(MonotonicNanos() - ran_out_at_ns_);

@@ -2,7 +2,7 @@
 // at a time.
 //
 // With `max_threads` above `num_threads`, a task that blocks waiting on a
-// Future (Note [Compensating blocked pool threads], common/blocking.h) has
+// Future (see Note [Compensating blocked pool threads], common/blocking.h) has
 // another thread take its place — an idle one, or a new one while the pool
 // has fewer than `max_threads` — so tasks that wait for other tasks' results
 // cannot starve the pool. Threads are only added, never retired early: the
@@ -11,7 +11,7 @@
 //
 // With a nonzero `spin`, one thread that finds no task after running one
 // polls for the next for up to `spin` before it sleeps — only while tasks
-// have been arriving that fast (Note [Pool threads spin, then sleep]).
+// have been arriving that fast (see Note [Pool threads spin, then sleep]).
 //
 // Thread-safety: Post() may be called from any thread, including pool threads.
 // Shutdown() (and the destructor) drains queued work and joins the threads;
@@ -71,7 +71,7 @@ class ThreadPool final : public Executor, private BlockingObserver {
   void StartThread() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits for a task as an idle thread; false when stopping and drained.
   bool TakeTask(std::function<void()>* task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Note [Pool threads spin, then sleep].
+  // See Note [Pool threads spin, then sleep].
   bool ShouldSpin() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SpinUntilQueued() const;
   void NoteArrival() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

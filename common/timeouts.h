@@ -5,7 +5,7 @@
 // inherit that), and the `timeout` fields of GlooOptions, NcclOptions,
 // DdpOptions, SyncBatchNormOptions and ZeroOptions, left zero, resolve to it
 // — so one setting changes them all; each call or option may still set its
-// own (Note [One timeout convention], rpc/call_options.h).
+// own (see Note [One timeout convention], rpc/call_options.h).
 #pragma once
 
 #include "absl/time/time.h"

@@ -22,7 +22,7 @@ namespace internal {
 std::atomic<bool> enabled{false};
 
 // A span as the thread that ended it leaves it: the writer thread formats
-// it, off the traced call's path (Note [Tracing]).
+// it, off the traced call's path (see Note [Tracing]).
 struct EndedSpan {
   int tid = 0;
   int64_t start_ns = 0;
@@ -39,7 +39,7 @@ namespace {
 
 using internal::EndedSpan;
 
-// The file's first line, and its end after each write (Note [Tracing]).
+// The file's first line, and its end after each write (see Note [Tracing]).
 constexpr absl::string_view kOpening = "{\"traceEvents\":[\n";
 constexpr absl::string_view kClosing = "\n]}\n";
 // Lanes are made as spans need them (thousands when thousands of calls
@@ -229,7 +229,7 @@ class TraceFile {
     return path_;
   }
 
-  // Queues whole event lines for the writer (Note [Tracing]).
+  // Queues whole event lines for the writer (see Note [Tracing]).
   void Append(const std::string& events) {
     MutexLock lock(&mu_);
     AppendLocked(events);

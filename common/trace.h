@@ -32,7 +32,7 @@
 // Clocks: timestamps are this host's CLOCK_MONOTONIC plus an offset. The
 // offset starts as the host's wall clock minus its monotonic one (so a
 // trace reads in wall time) and is replaced by one estimated against rank
-// 0's trace clock when the worker meets the others (rpc runtime, Note
+// 0's trace clock when the worker meets the others (rpc runtime, see Note
 // [Trace clock alignment]); that offset and its error bound are recorded in
 // the file's "tessera_clock" metadata event.
 //

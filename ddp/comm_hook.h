@@ -24,7 +24,7 @@ namespace tessera::ddp {
 
 // A bucket of gradients as a hook sees it.
 struct GradBucket {
-  size_t index = 0;  // stable from the second pass on (Note [Bucket rebuild])
+  size_t index = 0;  // stable from the second pass on (see Note [Bucket rebuild])
   // This rank's gradients, concatenated. When the hook's Work completes it
   // holds the average over the ranks (or the hook's approximation of it).
   at::Tensor flat;

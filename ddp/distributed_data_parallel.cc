@@ -71,7 +71,7 @@ DistributedDataParallel::JoinGuard DistributedDataParallel::Join(JoinOptions opt
   return JoinGuard(this);
 }
 
-// Note [Joining with uneven inputs].
+// See Note [Joining with uneven inputs].
 absl::Status DistributedDataParallel::ShadowUntilAllJoined() {
   TESSERA_RETURN_IF_ERROR(join_->Stopped());
   while (true) {

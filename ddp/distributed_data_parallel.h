@@ -25,7 +25,7 @@
 //     TESSERA_RETURN_IF_ERROR(join.Finish());  // shadows the others' steps
 //   }
 //
-// See ddp/join.h, Note [Joining with uneven inputs].
+// See ddp/join.h, see Note [Joining with uneven inputs].
 #pragma once
 
 #include <torch/nn/module.h>
@@ -121,7 +121,7 @@ class DistributedDataParallel {
                           DdpOptions options);
 
   std::vector<at::Tensor> Buffers();
-  // The joined rank's loop (Note [Joining with uneven inputs]).
+  // The joined rank's loop (see Note [Joining with uneven inputs]).
   absl::Status ShadowUntilAllJoined();
   void LeaveJoin();
 

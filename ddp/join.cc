@@ -11,7 +11,7 @@
 namespace tessera::ddp {
 namespace {
 
-// Layout of a round's counts (Note [Joining with uneven inputs]).
+// Layout of a round's counts (see Note [Joining with uneven inputs]).
 constexpr int64_t kBackwardCount = 0;
 constexpr int64_t kSyncBuffersCount = 1;
 constexpr int64_t kFirstTrainingFlag = 2;

@@ -16,7 +16,7 @@
 // gradients in the same buckets (so the average is over the initial world
 // size, or — divide_by_initial_world_size = false — rescaled to the ranks
 // still training), the bucket-order broadcast if the ranks rebuild their
-// buckets then (Note [Bucket rebuild]), the buffers broadcast. Broadcasts
+// buckets then (see Note [Bucket rebuild]), the buffers broadcast. Broadcasts
 // come from the highest rank still training (rank 0 may have joined with
 // stale buffers), as PyTorch. A round of zeros everywhere means every rank
 // has joined; the last ones to train then broadcast the final parameters

@@ -110,7 +110,7 @@ Work PowerSgdHook::Reduce(const GradBucket& bucket, ProcessGroup& group) {
   return tail_;
 }
 
-// One bucket's compression between its phases (Note [PowerSGD]).
+// One bucket's compression between its phases (see Note [PowerSGD]).
 struct PowerSgdHook::Compression {
   GradBucket bucket;
   std::shared_ptr<BucketState> state;

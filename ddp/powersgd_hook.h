@@ -18,7 +18,7 @@
 // rank's gradient is added to its next one, so nothing is lost over steps —
 // what makes the method converge like plain SGD. The first `start_step`
 // passes are plain allreduces: DDP rebuilds its buckets after the first pass
-// (Note [Bucket rebuild]), and the state is kept per bucket.
+// (see Note [Bucket rebuild]), and the state is kept per bucket.
 //
 // A bucket's collectives (the flat one, P, then Q: Q needs P's result) are
 // chained after the previous bucket's, so every rank issues them in the
@@ -58,7 +58,7 @@ class PowerSgdHook final : public CommHook {
   // Bytes this rank has put into collectives so far (payloads only).
   int64_t bytes_communicated() const { return bytes_.load(); }
 
-  // Whether an n x m matrix is sent compressed at `rank` (Note [PowerSGD]).
+  // Whether an n x m matrix is sent compressed at `rank` (see Note [PowerSGD]).
   static bool Compresses(int64_t n, int64_t m, int64_t rank, double min_compression_rate);
 
   struct BucketState;

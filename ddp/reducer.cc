@@ -36,7 +36,7 @@ struct Reducer::State {
   // While tracing: this pass's backward, from its first gradient to its end.
   trace::Span backward_span ABSL_GUARDED_BY(mu);
   std::vector<size_t> bucket_of ABSL_GUARDED_BY(mu);  // parameter -> bucket
-  // Note [Bucket rebuild]: until done, the order in which this pass's
+  // See Note [Bucket rebuild]: until done, the order in which this pass's
   // gradients arrived.
   bool rebuilt ABSL_GUARDED_BY(mu) = false;
   std::vector<size_t> arrival_order ABSL_GUARDED_BY(mu);
@@ -55,7 +55,7 @@ struct Reducer::State {
   void Finalize();
   void WriteBack(Bucket& bucket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status RebuildBuckets() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Groups parameters into buckets, taking them in `order` (Note [Bucket
+  // Groups parameters into buckets, taking them in `order` (see Note [Bucket
   // rebuild]); gradients already in the old buckets are not carried over.
   void AssignBuckets(const std::vector<size_t>& order) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 };
@@ -211,7 +211,7 @@ void Reducer::State::StartPass() {
   }
 }
 
-// Note [Joining with uneven inputs]. Under throw_on_early_termination the
+// See Note [Joining with uneven inputs]. Under throw_on_early_termination the
 // round is settled before any bucket is sent, so a failure leaves nothing in
 // flight; otherwise the buckets queue behind it and Finalize settles it.
 void Reducer::State::Announce() {
@@ -278,7 +278,7 @@ void Reducer::State::Launch(Bucket& bucket) {
   const auto index = static_cast<size_t>(&bucket - reducer->buckets_.data());
   bucket.work = reducer->hook_->Reduce(reducer->HookView(index, bucket.flat), *reducer->group_);
   if (trace::Enabled()) {
-    // Note [Tracing]: the bucket's reduction, from launch to done.
+    // See Note [Tracing]: the bucket's reduction, from launch to done.
     auto span = std::make_shared<trace::Span>(trace::Span::Begin(
         trace::Track::kDdp, "ddp", absl::StrCat("allreduce bucket ", index)));
     span->Arg("bytes", static_cast<int64_t>(bucket.flat.nbytes()));
@@ -313,7 +313,7 @@ void Reducer::State::Finalize() {
   ThrowIfError(agreed);
 }
 
-// Note [Bucket rebuild]. Every rank gets here after the same pass (the first
+// See Note [Bucket rebuild]. Every rank gets here after the same pass (the first
 // synchronised one), so the broadcast matches up.
 absl::Status Reducer::State::RebuildBuckets() {
   rebuilt = true;

@@ -33,7 +33,7 @@ std::vector<std::vector<size_t>> PartitionBySize(const std::vector<int64_t>& num
 }
 
 // Steps a bucket's owned parameters once its average is in, then shares
-// each owner's updated parameters of the bucket (Note [Sharded optimizer
+// each owner's updated parameters of the bucket (see Note [Sharded optimizer
 // state], overlap with DDP).
 class ZeroRedundancyOptimizer::OverlapHookImpl final : public CommHook {
  public:

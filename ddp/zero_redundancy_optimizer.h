@@ -112,7 +112,7 @@ class ZeroRedundancyOptimizer {
   std::shared_ptr<CommHook> overlap_hook_;
 };
 
-// Note [Sharded optimizer state]'s partition: per rank, the indices of the
+// See Note [Sharded optimizer state]'s partition: per rank, the indices of the
 // parameters with these element counts that it owns.
 std::vector<std::vector<size_t>> PartitionBySize(const std::vector<int64_t>& numels, int ranks);
 

@@ -1,4 +1,4 @@
-// Distributed autograd's messages (Note [Typed internal services],
+// Distributed autograd's messages (see Note [Typed internal services],
 // rpc/internal_service.h).
 #pragma once
 

@@ -19,7 +19,7 @@ constexpr size_t kReleasedMemory = 1 << 16;
 // Context ids: the creating rank above kCounterBits; below, the creating
 // process's incarnation (a rank restarted alone starts its counter again,
 // and must not reuse its old incarnation's ids, which peers may remember as
-// released: Note [Elastic membership]) above kIncarnationShift, a counter.
+// released: see Note [Elastic membership]) above kIncarnationShift, a counter.
 constexpr int kCounterBits = 48;
 constexpr int kIncarnationShift = 32;
 

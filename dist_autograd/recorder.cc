@@ -1,4 +1,4 @@
-// Recording (Note [Distributed autograd]): the CallObserver side of
+// Recording (see Note [Distributed autograd]): the CallObserver side of
 // DistAutograd — what happens to messages sent and received in a context.
 #include <c10/core/ScalarType.h>
 
@@ -82,7 +82,7 @@ absl::Status DistAutograd::OnSendRequest(int to_rank, rpc::Message* request) {
   const std::optional<int64_t> current = current_context();
   if (!current.has_value()) return absl::OkStatus();
   // Internal services are recorded only where their message type says they
-  // carry user values (Note [Typed internal services]): not the
+  // carry user values (see Note [Typed internal services]): not the
   // reference-counting messages, nor this engine's own.
   if (request->envelope.kind() == proto::INTERNAL_CALL && !request->carries_user_values) {
     return absl::OkStatus();

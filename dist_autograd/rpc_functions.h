@@ -1,5 +1,5 @@
 // The autograd nodes that distributed autograd records where tensors cross
-// workers (Note [Distributed autograd] in dist_autograd.h).
+// workers (see Note [Distributed autograd] in dist_autograd.h).
 //
 // SendRpcBackward sits on the sending worker: its inputs are the tensors of
 // one message that require grad, its next edges their gradient edges. When

@@ -16,7 +16,7 @@
 //
 // Both throw StatusError naming the owner that failed. Each takes a last
 // CallOptions (or absl::Duration) bounding it; zero, or none, means the
-// runtime's default call timeout (Note [One timeout convention]).
+// runtime's default call timeout (see Note [One timeout convention]).
 //
 // Create() groups the parameters by owner and makes one LocalOptimizer per
 // owner (with remote(); each owner must register the class, see

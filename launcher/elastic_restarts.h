@@ -15,7 +15,7 @@
 // reach (a cut link) the launcher retries the mark with backoff, up to
 // --rdzv_timeout, and restarts the rank once the store answers; no other
 // worker restarts (launcher.cc, Supervise). The new process
-// gets TESSERA_JOIN=rejoin and enters the running job (Note [Elastic
+// gets TESSERA_JOIN=rejoin and enters the running job (see Note [Elastic
 // membership], rpc/runtime.h). Each rank restarts alone up to
 // --max_restarts times; after that it is recorded as left (LeftKey) and the
 // job goes on without it.
@@ -54,7 +54,7 @@ class ElasticRestarts {
   // Before a rank restarts alone: marks it restarting in the store, within
   // `timeout`.
   absl::Status MarkRestarting(int rank, int exit_code, absl::Duration timeout);
-  // Ranks [first, first + count) were on a node that was lost (Note [Lost
+  // Ranks [first, first + count) were on a node that was lost (see Note [Lost
   // nodes], launcher/node_coordinator.h): if every one declared an elastic
   // role, records each as left with `why` and returns nullopt; otherwise
   // says which rank keeps the job from going on. Any thread (reads only

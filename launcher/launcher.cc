@@ -122,7 +122,7 @@ class Launch {
   // After the last attempt: node 0 keeps the store up until the others are
   // done with it, then clears the job's keys.
   void CloseJob(int attempt, const AttemptEnd& end, bool given_up);
-  // A lost node's ranks are let go if their roles are elastic (Note [Lost
+  // A lost node's ranks are let go if their roles are elastic (see Note [Lost
   // nodes]); else the reason they cannot be.
   std::optional<std::string> GoOnWithout(int first_rank, const std::string& what);
   // Forgets the last attempt's keys but those under `keep_prefix` (node 0).
@@ -140,7 +140,7 @@ class Launch {
   std::unique_ptr<store::StoreClient> job_store_;
   std::unique_ptr<ElasticRestarts> elastic_restarts_;
   const ScratchDir role_dir_;
-  // Several nodes restart together (Note [Restarting every node]).
+  // Several nodes restart together (see Note [Restarting every node]).
   std::unique_ptr<NodeCoordinator> nodes_;
   int first_rank_ = 0;
   int world_size_ = 0;
@@ -185,8 +185,8 @@ std::optional<std::string> Launch::GoOnWithout(int first_rank, const std::string
                      " are recorded as left and the job goes on without them"));
   } else {
     Say(absl::StrCat(what, "; its workers cannot be let go (", *refused,
-                     "): the group restarts on the nodes left (Note [Regrouping without "
-                     "lost nodes])"));
+                     "): the group restarts on the nodes left ",
+                     "(see Note [Regrouping without lost nodes])"));
   }
   return refused;
 }
@@ -207,7 +207,7 @@ int Launch::RunAttempts() {
     if (nodes_ != nullptr && !OpenRound(attempt)) break;
     const AttemptEnd end = RunAttempt(attempt);
     // A lost node cannot be restarted with the others: the group restarts
-    // without it if it can (Note [Regrouping without lost nodes]), else
+    // without it if it can (see Note [Regrouping without lost nodes]), else
     // the job ends at once.
     const bool regrouping = end.lost.has_value() && nodes_->Regrouping();
     const bool given_up = end.lost.has_value() && !regrouping;
@@ -246,7 +246,7 @@ bool Launch::OpenRound(int attempt) {
     if (HostsStore()) nodes_->Close(attempt);  // the others stop waiting for it
     return false;
   }
-  // Ranks follow the node's place among the round's nodes (Note
+  // Ranks follow the node's place among the round's nodes (see Note
   // [Regrouping without lost nodes]).
   const int place =
       static_cast<int>(std::find(open->begin(), open->end(), options_.node_rank) - open->begin());

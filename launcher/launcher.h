@@ -38,11 +38,11 @@ struct LaunchOptions {
   // rendezvous and the store's answers.
   absl::Duration rendezvous_timeout = absl::Minutes(5);
   // How long a node may go unheard (its heartbeats through the store)
-  // before it is declared lost (Note [Lost nodes], launcher/node_coordinator.h).
+  // before it is declared lost (see Note [Lost nodes], launcher/node_coordinator.h).
   absl::Duration node_timeout = absl::Seconds(60);
   // How long stopped workers get between SIGTERM and SIGKILL.
   absl::Duration stop_grace = absl::Seconds(5);
-  // Roles whose workers restart alone (comma-separated; Note [Restarting a
+  // Roles whose workers restart alone (comma-separated; see Note [Restarting a
   // rank alone], launcher/elastic_restarts.h), each rank up to max_restarts.
   std::string elastic_roles;
   // Join a running job (at master_addr:master_port) with nproc_per_node
@@ -54,7 +54,7 @@ struct LaunchOptions {
   // An etcd cluster as the store (etcd://..., store/store_url.h) instead
   // of node 0's built-in one; empty for the built-in store.
   std::string store_url;
-  // Where workers write their traces (TESSERA_TRACE; Note [Tracing],
+  // Where workers write their traces (TESSERA_TRACE; see Note [Tracing],
   // common/trace.h); empty: as the environment says.
   std::string trace_dir;
   std::vector<std::string> command;  // program and its arguments

@@ -48,7 +48,7 @@ struct PendingRestart {
 
 // Each try to mark a rank restarting gives the store this long; a store out
 // of reach (a cut link) is tried again after a backoff of up to kMaxBackoff,
-// for --rdzv_timeout in all (Note [Restarting a rank alone]).
+// for --rdzv_timeout in all (see Note [Restarting a rank alone]).
 constexpr absl::Duration kMarkTimeout = absl::Seconds(2);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(5);
 
@@ -129,7 +129,7 @@ class Supervisor {
         } else {
           outcome_.given_up.push_back(w.rank);
         }
-        return;  // dealt with alone: the group goes on (Note [Restarting a rank alone])
+        return;  // dealt with alone: the group goes on (see Note [Restarting a rank alone])
       }
       why = " (" + why + ")";
     }

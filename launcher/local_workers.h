@@ -1,7 +1,7 @@
 // This node's workers: starting each with its environment (Spawn), then
 // supervising them until all have exited (Supervise) — their output
 // forwarded line by line, the rest stopped when one fails, an elastic rank
-// restarted alone (Note [Restarting a rank alone]), the launcher's signals
+// restarted alone (see Note [Restarting a rank alone]), the launcher's signals
 // passed on.
 #pragma once
 
@@ -51,7 +51,7 @@ struct Outcome {
   bool any_succeeded = false;     // some worker of this node exited 0
 };
 
-// Starts a failed worker's rank again by itself (Note [Restarting a rank
+// Starts a failed worker's rank again by itself (see Note [Restarting a rank
 // alone]); null when no rank restarts alone.
 using Respawn = std::function<Worker(const Worker& failed)>;
 

@@ -64,7 +64,7 @@ absl::StatusOr<std::vector<int>> NodeCoordinator::Open(int round) {
   if (node_rank_ == 0) {
     if (round > 0) {
       // A node that went silent instead of ending the last round is judged
-      // as the watcher would have (Note [Regrouping without lost nodes]).
+      // as the watcher would have (see Note [Regrouping without lost nodes]).
       absl::Status all_ended =
           AwaitEnds(round - 1, timeout_, [&](int node, absl::Time heard) {
             const Verdict verdict = DeclareLost(round - 1, node, heard);
@@ -103,7 +103,7 @@ absl::StatusOr<std::vector<int>> NodeCoordinator::Open(int round) {
     if (std::find(listed->begin(), listed->end(), node_rank_) == listed->end()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "node 0 restarted the group on nodes ", *open, " without this node (", node_rank_,
-          "): it was declared lost (Note [Regrouping without lost nodes])"));
+          "): it was declared lost (see Note [Regrouping without lost nodes])"));
     }
     nodes = *std::move(listed);
   }
@@ -138,7 +138,7 @@ int NodeCoordinator::WatchFailures(int round) {
     // Note [Node heartbeats]: a node whose launcher is killed (or whose link
     // is cut) reports nothing, so failures alone would leave the others
     // waiting for ever. Each node beats once a round of this loop; node 0
-    // declares a node silent for `node_timeout_` lost (Note [Lost nodes]),
+    // declares a node silent for `node_timeout_` lost (see Note [Lost nodes]),
     // and a node that cannot reach the store for `timeout_` gives up on the
     // job.
     absl::Time last_contact = absl::Now();
@@ -281,7 +281,7 @@ absl::Status NodeCoordinator::AwaitEnds(
 absl::Status NodeCoordinator::AwaitAllEnded(int round, absl::Duration timeout) {
   // A node that dies now (or died unnoticed by the watcher, which stopped
   // with this node's workers) goes silent: after node_timeout it is not
-  // waited for any more (Note [Lost nodes]). The job is over either way, so
+  // waited for any more (see Note [Lost nodes]). The job is over either way, so
   // nothing is decided about it, only reported.
   std::vector<std::string> gone;  // what became of the silent nodes
   TESSERA_RETURN_IF_ERROR(AwaitEnds(round, timeout, [&](int node, absl::Time) {

@@ -14,8 +14,8 @@
 //   2. run: a node whose worker fails sets tessera-run/r/failed; every node
 //      watches that key and stops its workers when it appears;
 //   (while running, every node beats under tessera-run/r/alive/<node>; a
-//   silent node is lost, Note [Lost nodes]; an unreachable store ends the
-//   job: Note [Node heartbeats])
+//   silent node is lost, see Note [Lost nodes]; an unreachable store ends the
+//   job: see Note [Node heartbeats])
 //   3. end: each node sets tessera-run/r/ended/<node> once its workers are
 //      gone: "stopped" (after a failure), "finished" (all succeeded) or
 //      "interrupted" (its launcher got SIGINT/SIGTERM, and reports that as a
@@ -77,10 +77,10 @@ namespace tessera::launcher {
 
 class NodeCoordinator {
  public:
-  // Node 0's decision on a lost node (Note [Lost nodes]), on the watcher
+  // Node 0's decision on a lost node (see Note [Lost nodes]), on the watcher
   // thread or in Open: nullopt to go on without it (having recorded its
   // ranks as left), or why the running group cannot (then it is restarted
-  // without the node: Note [Regrouping without lost nodes]). `first_rank`
+  // without the node: see Note [Regrouping without lost nodes]). `first_rank`
   // is the node's first rank in the round; `what` says which node and
   // since when.
   using LostNodePolicy = std::function<std::optional<std::string>(int node, int first_rank,
@@ -99,7 +99,7 @@ class NodeCoordinator {
   ~NodeCoordinator();
 
   // Step 1: the round's nodes in node-rank order (every node but those
-  // lost; Note [Regrouping without lost nodes]). An error if the round did
+  // lost; see Note [Regrouping without lost nodes]). An error if the round did
   // not open in time, or was closed, or does not include this node, or
   // (node 0) a node finished or was interrupted (it will not rejoin), or
   // fewer than MIN nodes are left.
@@ -111,11 +111,11 @@ class NodeCoordinator {
   // Step 2, this node's side: `what` names the failed worker.
   void ReportFailure(int round, const std::string& what);
   // Why the watcher of WatchFailures woke when no node reported a failure:
-  // a node (or node 0's store) went silent (Note [Node heartbeats]). No
+  // a node (or node 0's store) went silent (see Note [Node heartbeats]). No
   // restart can include it.
   std::optional<std::string> LostNode() const;
   // Whether that lost node was recorded lost so that the group restarts on
-  // the nodes left (Note [Regrouping without lost nodes]); false when the
+  // the nodes left (see Note [Regrouping without lost nodes]); false when the
   // job cannot go on at all.
   bool Regrouping() const;
   // What another node reported for `round`, if anything.
@@ -137,7 +137,7 @@ class NodeCoordinator {
   std::string EndedKey(int round, int node) const;
   // The end keys of the nodes neither lost nor in `skip`.
   std::vector<std::string> EndedKeys(int round, const std::set<int>& skip = {}) const;
-  // Where `node` beats in `round` (Note [Node heartbeats]).
+  // Where `node` beats in `round` (see Note [Node heartbeats]).
   std::string AliveKey(int round, int node) const;
   // When `node` was last heard beating in the round watched last, as of now.
   absl::Time LastHeard(int round, int node);
@@ -146,7 +146,7 @@ class NodeCoordinator {
   // for, unless `silent` returns an error, which ends the wait.
   absl::Status AwaitEnds(int round, absl::Duration timeout,
                          const std::function<absl::Status(int node, absl::Time heard)>& silent);
-  // What node 0 decided about a lost node (Note [Lost nodes]).
+  // What node 0 decided about a lost node (see Note [Lost nodes]).
   struct Verdict {
     enum Kind { kGoOn, kRegroup, kStop } kind;
     std::string what;  // the node, since when, and what follows

@@ -12,6 +12,6 @@ int main(int argc, char** argv) {
                  std::string(options.status().message()).c_str());
     return 2;
   }
-  tessera::RaiseDescriptorLimit();  // for its workers too (Note [Descriptor limit])
+  tessera::RaiseDescriptorLimit();  // for its workers too (see Note [Descriptor limit])
   return tessera::launcher::Run(*options);
 }

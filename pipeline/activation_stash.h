@@ -1,5 +1,5 @@
 // ActivationStash: what a pipeline stage keeps of each micro-batch between
-// its forward and its backward (Note [Pipeline schedules], schedule.h) —
+// its forward and its backward (see Note [Pipeline schedules], schedule.h) —
 // the input it ran on and the output with its autograd graph, which holds
 // the activations the backward needs. Counted, so that the peak number of
 // micro-batches alive at once on a stage can be read (and tested).

@@ -1,7 +1,7 @@
 // PipelineDriver: runs batches through a chain of Stages (stage.h) on other
 // workers, split into micro-batches so that the stages work concurrently.
 //
-// Training with a schedule (Note [Pipeline schedules], schedule.h):
+// Training with a schedule (see Note [Pipeline schedules], schedule.h):
 //   pipeline::PipelineOptions options;
 //   options.micro_batches = 8;
 //   options.schedule = pipeline::Schedule::kOneFOneB;

@@ -46,7 +46,7 @@ absl::StatusOr<ScheduledContext> ContextOfCall(rpc::CallContext& ctx) {
   return ScheduledContext{*context, autograd.shared_from_this()};
 }
 
-// Note [Tracing]: one span per micro-batch's forward or backward on a stage.
+// See Note [Tracing]: one span per micro-batch's forward or backward on a stage.
 trace::Span StageSpan(const char* pass, int64_t micro, int64_t context) {
   if (!trace::Enabled()) return {};
   trace::Span span = trace::Span::Begin(trace::Track::kPipeline, "pipeline",

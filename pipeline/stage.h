@@ -50,7 +50,7 @@ class Stage : public std::enable_shared_from_this<Stage> {
   // RemoteModule: recorded by distributed autograd like any call).
   at::Tensor Apply(at::Tensor input) { return model_.forward(input); }
 
-  // The scheduled path (Note [Pipeline schedules], schedule.h), in the
+  // The scheduled path (see Note [Pipeline schedules], schedule.h), in the
   // driver's distributed autograd context: TrainForward runs micro-batch
   // `micro` and keeps its graph here (returning the output detached, so no
   // graph crosses the wire); TrainBackward takes the gradient of that

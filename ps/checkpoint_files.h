@@ -1,8 +1,8 @@
-// The files of a parameter server's checkpoints (Note [Sharded
+// The files of a parameter server's checkpoints (see Note [Sharded
 // checkpoints], ps/shard_cut.cc): under PsOptions::checkpoint_dir,
 //   clock-<c>/<table>.<i>-of-<n>.ckpt
 // one per table and shard, written by the shard's primary, atomically
-// (Note [Atomic checkpoints], checkpoint/checkpoint.h): the shard's rows at
+// (see Note [Atomic checkpoints], checkpoint/checkpoint.h): the shard's rows at
 // the cut (their keys for a sparse table) and their optimizer state. The
 // checkpoint at clock c is complete once every table has a file for every
 // shard of one layout; servers write theirs in parallel.
@@ -63,7 +63,7 @@ absl::StatusOr<int64_t> RestoreShardCheckpoint(const std::string& dir,
                                                const CheckpointLayout& layout, Shard& shard,
                                                int64_t index, int64_t shards, int64_t clock);
 
-// Records that `shard` of `shards` reached `clock` (Note [Progress records]).
+// Records that `shard` of `shards` reached `clock` (see Note [Progress records]).
 absl::Status RecordProgress(const std::string& dir, int64_t shard, int64_t shards, int64_t clock);
 
 // How far a job started anew from the checkpoint at `checkpoint_clock`

@@ -1,5 +1,5 @@
 // OpLog: the order of the changes to one shard (every table's part of it)
-// on one of its replicas (Note [Parameter-server replication],
+// on one of its replicas (see Note [Parameter-server replication],
 // ps/ps_server.h).
 //
 // On the primary, each change a table's shard makes — a push taken, a

@@ -350,7 +350,7 @@ Future<std::monostate> PsClient::Clock() {
     for (auto& [name, table] : tables_) {
       ++table.clock;
       // An asynchronous table's pulls wait for no clock, but its
-      // checkpoints' cuts do (Note [Sharded checkpoints]).
+      // checkpoints' cuts do (see Note [Sharded checkpoints]).
       every.tables.push_back(name);
       every.clocks.push_back(table.clock);
     }

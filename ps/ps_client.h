@@ -15,7 +15,7 @@
 // futures and never throw; a server that fails the call (a dead server, a
 // refused request) fails the future with its error, naming the server and
 // the table. A call whose shard fails over is sent to the new primary
-// (ps/shard_router.h). Consistency: Note [Parameter-server consistency],
+// (ps/shard_router.h). Consistency: see Note [Parameter-server consistency],
 // ps/shard.h.
 // Clock() ends this trainer's step for every table.
 //
@@ -71,7 +71,7 @@ class PsClient {
   // since the last Clock() was taken (or failed: then it fails with that
   // push's error); completes when every shard knows.
   Future<std::monostate> Clock();
-  // A checkpoint of every table at one clock (Note [Sharded checkpoints],
+  // A checkpoint of every table at one clock (see Note [Sharded checkpoints],
   // ps/shard_cut.cc), written by the servers under PsOptions::
   // checkpoint_dir: completes with its clock c once every shard wrote it.
   // That is once every live trainer ended clock c − 1, this one included:

@@ -1,6 +1,6 @@
-// The parameter server's messages (Note [Typed internal services],
+// The parameter server's messages (see Note [Typed internal services],
 // rpc/internal_service.h): one struct per request, its fields listed once.
-// Each names the table, the shard map's epoch it was routed by (Note [Shard
+// Each names the table, the shard map's epoch it was routed by (see Note [Shard
 // map], ps/shard_map.h) and the shard; who sent it — the trainer's rank and
 // incarnation — the server takes from the connection, not from the message.
 #pragma once
@@ -61,7 +61,7 @@ struct PullRequest {
 
 // Gradients grads[i] ([keys, dim] floats) for distinct keys[i] of
 // tables[i], the trainer's sequences[i]-th push to this shard of that table
-// (Note [Exactly-once pushes], ps/shard.h). Each part is applied whole or
+// (see Note [Exactly-once pushes], ps/shard.h). Each part is applied whole or
 // not at all, and once; the parts independently of each other.
 struct PushRequest {
   static constexpr const char* kService = services::kPush;
@@ -77,7 +77,7 @@ struct PushRequest {
   auto Fields() { return std::tie(tables, epoch, shard, sequences, clocks, keys, grads); }
 };
 
-// The trainer is at clocks[i] now in tables[i] (Note [Parameter-server
+// The trainer is at clocks[i] now in tables[i] (see Note [Parameter-server
 // consistency]): one message per shard for every table of a Clock().
 struct ClockRequest {
   static constexpr const char* kService = services::kClock;
@@ -91,7 +91,7 @@ struct ClockRequest {
 };
 
 // A shard's ShardStats: {rows, pushes applied, duplicates, clock}, then the
-// messages of changes its primary sent its backups (Note [Replication
+// messages of changes its primary sent its backups (see Note [Replication
 // batches], ps/server_replication.cc).
 struct StatsRequest {
   static constexpr const char* kService = services::kStats;
@@ -103,7 +103,7 @@ struct StatsRequest {
   auto Fields() { return std::tie(table, epoch, shard); }
 };
 
-// A checkpoint (Note [Sharded checkpoints], ps/shard_cut.cc): cut every
+// A checkpoint (see Note [Sharded checkpoints], ps/shard_cut.cc): cut every
 // one of `tables` at `clock`. Answers, for each, the clock its shard agreed
 // to cut at (Shard::Cut): the trainer asks again at the latest until all agree.
 struct CutRequest {
@@ -130,7 +130,7 @@ struct SavedRequest {
   auto Fields() { return std::tie(tables, epoch, shard, clock); }
 };
 
-// Between a shard's replicas (Note [Parameter-server replication],
+// Between a shard's replicas (see Note [Parameter-server replication],
 // ps/ps_server.h): the changes its primary made, change i being lsns[i] of
 // the shard (ps/op_log.h), of tables[i], of kind kinds[i] (ShardOp::Kind)
 // for the trainer (ranks[i], incarnations[i]); a push's sequences[i],
@@ -184,7 +184,7 @@ struct DigestRequest {
   auto Fields() { return std::tie(table, shard); }
 };
 
-// A server to `shard`'s primary (re-replication, Note [Parameter-server
+// A server to `shard`'s primary (re-replication, see Note [Parameter-server
 // replication]): make me a backup. The primary sends it every table's
 // snapshot (InstallRequest) and, from before the first, every change it
 // makes; once it holds them all, the primary adds it to the shard map.

@@ -14,7 +14,7 @@ struct PsOptions {
   // The store keys of this parameter server: tessera/ps/<job>/...
   std::string job = "ps";
   // The workers that hold shards, in order: shard i of every table on
-  // servers[i] (Note [Shard map], ps/shard_map.h).
+  // servers[i] (see Note [Shard map], ps/shard_map.h).
   std::vector<std::string> servers;
   // The workers whose clocks count from the start; empty: every worker of
   // the job that is not a server. Trainers that join later say so (Hello).
@@ -22,7 +22,7 @@ struct PsOptions {
   std::vector<TableOptions> tables;
   // How long a trainer waits for the servers' shard map.
   absl::Duration start_timeout = absl::Seconds(120);
-  // Backups of every shard (Note [Parameter-server replication],
+  // Backups of every shard (see Note [Parameter-server replication],
   // ps/ps_server.h): each change is applied on them before it is
   // acknowledged, and one takes over when its primary fails. At most the
   // servers but one; on other hosts than the primary's where there are.
@@ -34,7 +34,7 @@ struct PsOptions {
   // answered within a fifth (its lease). A process that dies is noticed at
   // once (its connections reset), and its shards move after the lease.
   absl::Duration failure_timeout = absl::Seconds(3);
-  // Where the servers write checkpoints (PsClient::Checkpoint; Note
+  // Where the servers write checkpoints (PsClient::Checkpoint; see Note
   // [Sharded checkpoints], ps/shard_cut.cc; the files: ps/checkpoint_files.h),
   // and whence a job's servers, started anew, resume: from the latest
   // complete checkpoint there, onto any number of servers. Empty: none.

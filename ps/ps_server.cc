@@ -64,7 +64,7 @@ Future<Void> Acknowledged(const std::shared_ptr<PsServer::State>& state, int64_t
 // Note [Trainers ahead of a restored shard]: a trainer's request of clock
 // c says it ended every clock below c. Every shard knows that before the
 // trainer goes on (a Clock is acknowledged only once every shard took it),
-// except one restored from a checkpoint after it lost every replica (Note
+// except one restored from a checkpoint after it lost every replica (see Note
 // [Sharded checkpoints], ps/shard_cut.cc): it holds its trainers where the
 // checkpoint, or its server's reckoning, put them, and a trainer that ended
 // later clocks before the loss will not end them again — a pull waiting

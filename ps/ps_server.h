@@ -9,12 +9,12 @@
 //
 // One PsServer per runtime (its services have fixed names: a second Start
 // on the same runtime throws StatusError, AlreadyExists, as registering any
-// name twice does). Start publishes the shard map (Note [Shard map], ps/shard_map.h) and
+// name twice does). Start publishes the shard map (see Note [Shard map], ps/shard_map.h) and
 // registers the parameter server's services (ps/ps_messages.h) on the
 // runtime. The services live as long as the runtime; the server's shards as
 // long as either the PsServer or the runtime's registry holds them.
 // Trainers that fail or leave (the runtime's membership) stop holding the
-// clocks back (Note [Parameter-server consistency], ps/shard.h).
+// clocks back (see Note [Parameter-server consistency], ps/shard.h).
 //
 // Note [Parameter-server replication]: every shard has a primary and
 // PsOptions::backups backups (ShardMap::replicas, ps/shard_map.h). Only the
@@ -78,7 +78,7 @@
 // added to a running job (Join) first adds its name to the map's servers,
 // the list every server reckons joiners from; then it joins the same way.
 //
-// Checkpoints (Note [Sharded checkpoints], ps/shard_cut.cc): a trainer
+// Checkpoints (see Note [Sharded checkpoints], ps/shard_cut.cc): a trainer
 // asks every shard to cut at one clock; each primary copies, writes and
 // releases its cut (ps/server_checkpoint.cc). A server started with a job
 // resumes from the latest complete checkpoint (PsOptions::checkpoint_dir);

@@ -1,6 +1,6 @@
 // Replica: this server's copy of one shard — every table's part of it, the
 // numbering of their changes — and what it knows of its role in the shard
-// map (Note [Parameter-server replication], ps/ps_server.h). Plain state:
+// map (see Note [Parameter-server replication], ps/ps_server.h). Plain state:
 // its server (PsServer::State, ps/server_state.h) guards it and acts on it.
 #pragma once
 
@@ -49,7 +49,7 @@ struct Replica {
   std::set<std::string> joining;
   // As primary, for each backup and joiner: whether a message of changes
   // to it is in flight, the changes made since, sent together once it
-  // answers, and the latest change sent (Note [Replication batches],
+  // answers, and the latest change sent (see Note [Replication batches],
   // ps/server_replication.cc).
   struct Outbox {
     bool in_flight = false;

@@ -1,6 +1,6 @@
 // Whether the replicas of a parameter server's shards agree: what a test or
 // a tool asks once training has stopped, to prove replication kept every
-// copy the same (Note [Parameter-server replication], ps/ps_server.h).
+// copy the same (see Note [Parameter-server replication], ps/ps_server.h).
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-// A parameter server's part in checkpoints (Note [Sharded checkpoints],
+// A parameter server's part in checkpoints (see Note [Sharded checkpoints],
 // ps/shard_cut.cc): the cut trainers ask for, taken and written once
 // reached, and a job's start from the latest one.
 #include <algorithm>
@@ -19,7 +19,7 @@ namespace {
 
 using Void = std::monostate;
 
-// How often a primary records its shards' clocks (Note [Progress
+// How often a primary records its shards' clocks (see Note [Progress
 // records]): a small file per shard five times a second costs nothing
 // beside training (one in 5,000 steps of 1 ms), and a restore's reckoning
 // of its trainers' clocks trails them by no more.

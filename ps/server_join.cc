@@ -1,4 +1,4 @@
-// PsServer::State's re-replication (Note [Parameter-server replication],
+// PsServer::State's re-replication (see Note [Parameter-server replication],
 // ps/ps_server.h): a server joins a shard short of backups — copy, catch
 // up, serve — while the shard's primary goes on serving trainers.
 //

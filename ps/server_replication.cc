@@ -1,4 +1,4 @@
-// PsServer::State's messages between a shard's replicas (Note
+// PsServer::State's messages between a shard's replicas (see Note
 // [Parameter-server replication], ps/ps_server.h): the primary's changes
 // and heartbeats to its backups and what it learns from their answers, the
 // backups' side of both, and the failure detection that drives failover.
@@ -98,7 +98,7 @@ Future<Void> PsServer::State::Replicate(int64_t shard, ReplicateRequest message,
         backups.push_back(joiner);
       }
     }
-    // Numbered before a change already sent, this one goes now (Note
+    // Numbered before a change already sent, this one goes now (see Note
     // [Replication batches]).
     const auto fills_a_gap_below = [&message](const Replica::Outbox& outbox) {
       return std::any_of(message.lsns.begin(), message.lsns.end(),

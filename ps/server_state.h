@@ -1,6 +1,6 @@
 // PsServer::State: a parameter server's replicas and its part in keeping
 // them — routing trainers' requests to the primary, sending each change to
-// the backups, heartbeats and leases, failover (Note [Parameter-server
+// the backups, heartbeats and leases, failover (see Note [Parameter-server
 // replication], ps/ps_server.h). The services (ps/ps_server.cc) call it.
 // Its roles and routing are in ps/server_state.cc; its messages to and
 // from the other replicas in ps/server_replication.cc; servers joining a
@@ -80,7 +80,7 @@ struct PsServer::State : std::enable_shared_from_this<PsServer::State> {
   // This replica's last change to `shard`.
   int64_t LastChange(int64_t shard) const;
   // The messages of changes to `shard` this server sent its backups as
-  // primary (Note [Replication batches]).
+  // primary (see Note [Replication batches]).
   int64_t MessagesSent(int64_t shard) const;
 
   // --- re-replication (ps/server_join.cc) ---
@@ -103,10 +103,10 @@ struct PsServer::State : std::enable_shared_from_this<PsServer::State> {
   // restored from the latest complete checkpoint: this server its primary.
   void RestoreLost();
   // As `shard`'s primary: copies `table`'s rows at its held cut `clock`,
-  // writes them, then releases the cut (Note [Sharded checkpoints]).
+  // writes them, then releases the cut (see Note [Sharded checkpoints]).
   void TakeCut(int64_t shard, const std::string& table, int64_t clock);
   // As primary, under options.checkpoint_dir: records the clock of each
-  // shard whose clock moved, at most once every kProgressEvery (Note
+  // shard whose clock moved, at most once every kProgressEvery (see Note
   // [Progress records], ps/checkpoint_files.h). On the pool (a file).
   void RecordProgress();
 
@@ -143,7 +143,7 @@ struct PsServer::State : std::enable_shared_from_this<PsServer::State> {
                 const absl::Status& answer);
   void SendHeartbeats(int64_t shard, bool idle = false);
   // What SendToBackup sends: a heartbeat; the message of changes the
-  // backup's outbox has in flight (Note [Replication batches]); or changes
+  // backup's outbox has in flight (see Note [Replication batches]); or changes
   // sent beside it — sent again, or numbered before what it carries.
   enum class Sent { kHeartbeat, kBatch, kBeside };
   // Sends `message` as `service` to `backup` of `shard`; its answer

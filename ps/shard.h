@@ -71,7 +71,7 @@ struct Sender {
 
 // A change to a shard, as its primary made it and its backups repeat it.
 struct ShardOp {
-  // kCut, kRelease: a checkpoint's cut at `clock` (Note [Sharded
+  // kCut, kRelease: a checkpoint's cut at `clock` (see Note [Sharded
   // checkpoints], ps/shard_cut.cc).
   enum class Kind : int64_t {
     kHello = 0,
@@ -114,12 +114,12 @@ class Shard : public std::enable_shared_from_this<Shard> {
   Shard(TableOptions table, int64_t index, int64_t shards, std::vector<int> trainers,
         std::shared_ptr<OpLog> log, DeadlineTimer* timer);
 
-  // The rows of `keys` as of `clock` (Note [Parameter-server consistency]),
+  // The rows of `keys` as of `clock` (see Note [Parameter-server consistency]),
   // waiting at most until `deadline`.
   Future<at::Tensor> Pull(const Sender& from, int64_t clock, const at::Tensor& keys,
                           absl::Time deadline);
   // The changes, on the primary.
-  // Takes `grads` ([n, dim]) for `keys` (Note [Exactly-once pushes]).
+  // Takes `grads` ([n, dim]) for `keys` (see Note [Exactly-once pushes]).
   absl::StatusOr<Logged> Push(const Sender& from, int64_t sequence, int64_t clock,
                               const at::Tensor& keys, const at::Tensor& grads);
   // The trainer is at `clock` now: it ended every clock before.
@@ -131,7 +131,7 @@ class Shard : public std::enable_shared_from_this<Shard> {
   // holds the clocks back (a newer incarnation that said hello already is
   // not touched: the notice of the old one's end may come after it).
   Logged TrainerGone(int rank, int64_t incarnation);
-  // A checkpoint's cut (Note [Sharded checkpoints], ps/shard_cut.cc): the
+  // A checkpoint's cut (see Note [Sharded checkpoints], ps/shard_cut.cc): the
   // rows as the changes of every clock below `clock` left them, and no
   // later ones. Sets `agreed` to the clock this shard cuts at: `clock`, or
   // the earliest it still can if it applied a later clock's changes
@@ -154,7 +154,7 @@ class Shard : public std::enable_shared_from_this<Shard> {
   void ResumeAt(int64_t clock);
   // Whether this shard holds live trainer `rank` at a clock below `clock`:
   // behind what the trainer's own request says (a shard restored from a
-  // checkpoint; Note [Trainers ahead of a restored shard], ps/ps_server.cc).
+  // checkpoint; see Note [Trainers ahead of a restored shard], ps/ps_server.cc).
   bool Behind(int rank, int64_t clock) const;
   // `reached` runs, outside the lock, when a change made on this replica
   // as primary reaches a cut (a promoted backup asks HeldCut instead).

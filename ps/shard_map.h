@@ -1,5 +1,5 @@
 // ShardMap: where every table's shards live — shard i of each table on its
-// replicas, the primary first — with an epoch, in the store (Note [Shard
+// replicas, the primary first — with an epoch, in the store (see Note [Shard
 // map]).
 //
 // Note [Shard map]: the servers of a job propose the same map (their names,
@@ -12,7 +12,7 @@
 // changed under it.
 //
 // Every later change — a primary's backup made primary, a server taken out
-// of every shard it held (Note [Parameter-server failover],
+// of every shard it held (see Note [Parameter-server replication],
 // ps/ps_server.h), a server added to the job (WithServer) — is a function of the recorded map, written by
 // compare-and-set from that map's text (ChangeShardMap): of two servers
 // that change the same map, one wins, and the other applies its change to

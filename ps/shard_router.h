@@ -1,5 +1,5 @@
 // ShardRouter: a trainer's calls to the primaries of a parameter server's
-// shards, carried across failovers (Note [Parameter-server replication],
+// shards, carried across failovers (see Note [Parameter-server replication],
 // ps/ps_server.h).
 //
 // A call goes to its shard's primary in the cached shard map, stamped with
@@ -10,12 +10,12 @@
 // that hangs (a lost machine, a paused process) fails nothing: while calls
 // are in flight the router re-reads the map every `poll`, and a call whose
 // shard moved is sent to the new primary at once (whichever answers first
-// is taken: the servers apply each change once, Note [Exactly-once pushes],
+// is taken: the servers apply each change once, see Note [Exactly-once pushes],
 // ps/shard.h). A shard without backups has nobody to fail over to: its
 // calls fail at once, naming the server. A shard that lost every replica
 // fails its calls at once too — unless `wait_for_lost` (the job takes
 // checkpoints, PsOptions::checkpoint_dir): a restarted server restores
-// such a shard from the latest checkpoint (Note [Sharded checkpoints],
+// such a shard from the latest checkpoint (see Note [Sharded checkpoints],
 // ps/shard_cut.cc), and its calls wait for that until their deadline.
 //
 // Thread-safety: thread-safe. Callbacks hold the router weakly: calls

@@ -1,6 +1,6 @@
 // TableOptions: what a parameter-server table is — its rows, how they start,
 // the optimizer the servers apply to them and the consistency of its pulls
-// and pushes (Note [Parameter-server consistency], ps/shard.h).
+// and pushes (see Note [Parameter-server consistency], ps/shard.h).
 //
 //   ps::TableOptions embeddings = ps::TableOptions::Sparse("user_emb", 64);
 //   embeddings.init = ps::Initializer::Uniform(-0.05, 0.05);
@@ -63,7 +63,7 @@ struct OptimizerOptions {
   }
 };
 
-// Note [Parameter-server consistency], ps/shard.h.
+// See Note [Parameter-server consistency], ps/shard.h.
 struct Consistency {
   enum class Kind { kSynchronous, kBoundedStaleness, kAsynchronous };
   Kind kind = Kind::kAsynchronous;

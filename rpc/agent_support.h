@@ -29,7 +29,7 @@ void StampRequest(uint64_t request_id, int self_rank, absl::Time deadline,
 Message ResponseTo(uint64_t request_id, const absl::StatusOr<Message>& result,
                    const std::string& self_name, int self_rank);
 
-// A message's size for queue bounds (Note [Bounded queues]): its envelope
+// A message's size for queue bounds (see Note [Bounded queues]): its envelope
 // and its tensors' bytes.
 uint64_t MessageBytes(const Message& message);
 
@@ -46,7 +46,7 @@ std::string DescribeWorkerAt(int rank, const std::vector<WorkerInfo>& workers);
 // means the peer is Unavailable.
 absl::Status ConnectionEnded(const std::string& peer, const absl::Status& why);
 
-// How every backend serves an authenticated peer's request (Note [Bounded
+// How every backend serves an authenticated peer's request (see Note [Bounded
 // queues], rpc/queue_limits.h): a user call past the admission bound is
 // answered at once with the refusal, on the calling (transport) thread;
 // anything else runs the handler on the executor — handlers may block, so

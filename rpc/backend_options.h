@@ -31,11 +31,11 @@ enum class SameHostTransport {
 
 struct TensorPipeOptions {
   // Numeric address to listen on (a wildcard listens on every interface)
-  // and the one peers dial; the runtime sets both by Note [Choosing the host
+  // and the one peers dial; the runtime sets both by see Note [Choosing the host
   // address] (common/host_address.h). An empty advertise_host is listen_host.
   std::string listen_host = "127.0.0.1";
   std::string advertise_host;
-  // How workers on one host reach each other (Note [Same-host transport],
+  // How workers on one host reach each other (see Note [Same-host transport],
   // rpc/tensorpipe/transport_choice.cc). TESSERA_TENSORPIPE_SAME_HOST=
   // unix|shm|tcp overrides it; TESSERA_TENSORPIPE_SHM=0 means tcp.
   SameHostTransport same_host = SameHostTransport::kUnixSockets;
@@ -50,7 +50,7 @@ struct TensorPipeOptions {
   // the guarded transports a peer that gets this far proved the job secret
   // at the transport gate, so the bound only reclaims a member's stalled
   // pipe — and on a host running a connection storm (128 workers on two
-  // cores) a member's handshake took over 10 s (Note [Connect again]).
+  // cores) a member's handshake took over 10 s (see Note [Connect again]).
   // TESSERA_HANDSHAKE_TIMEOUT_S sets it.
   absl::Duration handshake_timeout = absl::Seconds(60);
   // Set from RpcOptions::max_idle_connections by the runtime.

@@ -1,5 +1,5 @@
-// What a call records when tracing or metrics are on (Note [Tracing],
-// common/trace.h; Note [Metrics], common/metrics.h).
+// What a call records when tracing or metrics are on (see Note [Tracing],
+// common/trace.h; see Note [Metrics], common/metrics.h).
 //
 // Note [Call telemetry]: the caller's span runs from the send to the
 // response and starts a flow whose id travels in Envelope.trace_id; the

@@ -279,7 +279,7 @@ absl::StatusOr<std::vector<at::Tensor>> AllocateTensors(
   uint64_t total_bytes = 0;
   for (size_t i = 0; i < count; ++i) {
     if (envelope.tensors(i).has_shared()) {
-      // Note [Tensors in shared memory]: only the TensorPipe backend's
+      // See Note [Tensors in shared memory]: only the TensorPipe backend's
       // frame reader takes those, from its inbox, before calling here.
       return absl::InvalidArgumentError(
           absl::StrCat("tensor ", i, ": named as in shared memory, where its bytes should be"));

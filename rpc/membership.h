@@ -1,5 +1,5 @@
 // Membership: who a worker knows to be in the job, and what happened to
-// them — the view elastic jobs are built on (Note [Elastic membership],
+// them — the view elastic jobs are built on (see Note [Elastic membership],
 // rpc/elastic_join.h).
 //
 //   rpc::Membership& members = worker->membership();

@@ -16,7 +16,7 @@ absl::Status RequestAdmission::Refusal(const std::string& self_name) const {
   return absl::ResourceExhaustedError(absl::StrCat(
       "worker '", self_name, "' already holds ", limit_,
       " calls, queued or running (RpcOptions::queues.max_requests_in_service); this call was "
-      "not run: wait for answers before sending more (Note [Bounded queues])"));
+      "not run: wait for answers before sending more (see Note [Bounded queues])"));
 }
 
 absl::Status UnsentBytesExhausted(uint64_t waiting, uint64_t bytes, uint64_t limit,
@@ -25,7 +25,7 @@ absl::Status UnsentBytesExhausted(uint64_t waiting, uint64_t bytes, uint64_t lim
       "'", self_name, "' has ", waiting, " bytes of calls to this peer not yet sent; this call's ",
       bytes, " more would pass ", limit,
       " (RpcOptions::queues.max_unsent_bytes_per_peer): the peer or the link is slower than the "
-      "calls (Note [Bounded queues])"));
+      "calls (see Note [Bounded queues])"));
 }
 
 }  // namespace tessera::rpc

@@ -30,7 +30,7 @@ namespace tessera::rpc {
 // Returns the first error of `probe`(ranks that have not published this
 // round), which the lowest rank that has published runs about once a
 // second while some are missing; the others hear its verdict through the
-// store (Note [Shutdown liveness], rpc/runtime_shutdown.cc).
+// store (see Note [Shutdown liveness], rpc/runtime_shutdown.cc).
 using MissingProbe = std::function<absl::Status(const std::vector<int>& missing)>;
 
 // Returns OK once the job is quiescent, or DeadlineExceeded naming the ranks
@@ -38,7 +38,7 @@ using MissingProbe = std::function<absl::Status(const std::vector<int>& missing)
 // `probe` found. Rounds are published under "<prefix>/<round>/<rank>"; each
 // agreement needs its own prefix.
 // `participants` gives the ranks taking part, asked again each round (an
-// elastic job's members may leave while others wait: Note [Elastic
+// elastic job's members may leave while others wait: see Note [Elastic
 // membership], rpc/runtime.h).
 absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix, int rank,
                             const std::function<std::vector<int>()>& participants,

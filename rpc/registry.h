@@ -15,7 +15,7 @@
 // name, throws StatusError at once (README, "Errors").
 //
 // Functions may be registered before the runtime starts or at any time
-// after (Note [Late registration], rpc/runtime.h). Functions are never
+// after (see Note [Late registration], rpc/runtime.h). Functions are never
 // removed, so a looked-up function stays valid for the registry's life.
 //
 // Thread-safety: thread-safe.
@@ -62,7 +62,7 @@ class Registry {
   const RegisteredFunction* Find(const std::string& name) const;
   std::vector<std::string> Names() const;
   // Completes with true when `name` is registered (at once if it is), or
-  // with false at `until` (Note [Late registration]).
+  // with false at `until` (see Note [Late registration]).
   Future<bool> WhenRegistered(const std::string& name, absl::Time until, DeadlineTimer& timer);
   // Calls waiting now for `name` to be registered.
   size_t CallsWaitingFor(const std::string& name) const { return waiters_.Waiting(name); }

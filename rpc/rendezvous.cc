@@ -25,7 +25,7 @@ std::string HostOf(const std::string& address) {
   return host;
 }
 
-// Note [Choosing the host address]: a worker advertising loopback in a job
+// See Note [Choosing the host address]: a worker advertising loopback in a job
 // whose other workers are elsewhere cannot be dialled by them. Every worker
 // sees the same table, so each fails at once naming the culprits, instead
 // of the first call to them failing minutes later.
@@ -113,7 +113,7 @@ absl::Status AwaitWorkers(store::StoreClient& store, const std::vector<std::stri
   if (missing->empty()) return absl::OkStatus();
   std::vector<std::string> ranks;
   for (const auto& key : *missing) ranks.push_back(key.substr(key.rfind('/') + 1));
-  const std::string load = DescribeHostLoad();  // Note [Slow is not failed]
+  const std::string load = DescribeHostLoad();  // See Note [Slow is not failed]
   return absl::DeadlineExceededError(absl::StrCat(
       "rendezvous of '", self.name, "' timed out after ", absl::FormatDuration(timeout),
       ": rank(s) ", absl::StrJoin(ranks, ", "), " of world size ", count, " never joined (store ",

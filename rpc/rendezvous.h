@@ -23,7 +23,7 @@ absl::StatusOr<std::vector<WorkerInfo>> Rendezvous(store::StoreClient& store,
                                                    int world_size,
                                                    absl::Duration timeout);
 
-// For a worker entering a running job (Note [Elastic membership]): a new
+// For a worker entering a running job (see Note [Elastic membership]): a new
 // incarnation of a rank that died, or a rank beyond the initial ones
 // (handed out by tessera-run --join). Publishes `self`, then returns the
 // table as it stands — the initial ranks (waiting for them up to `timeout`)

@@ -42,7 +42,7 @@ struct WorkerInfo {
   // worker (TensorPipe: its shm and cma domain descriptors); backend-specific.
   std::string locality;
   // 0 for a rank's first process; each restart of the rank alone that
-  // rejoins the running job counts one more (Note [Elastic membership]).
+  // rejoins the running job counts one more (see Note [Elastic membership]).
   int incarnation = 0;
 };
 
@@ -77,7 +77,7 @@ inline absl::Status StaleIncarnationError(const std::string& name, int rank, int
       "'" + name + "' (rank " + std::to_string(rank) + ") incarnation " +
       std::to_string(incarnation) + " was replaced by a newer incarnation of its rank (restarted " +
       "while it was cut off, not dead): '" + refused_by +
-      "' refuses a stale process (Note [Fencing stale incarnations])");
+      "' refuses a stale process (see Note [Fencing stale incarnations])");
 }
 
 // Serves one incoming request; the response is sent when the future completes.

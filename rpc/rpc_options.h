@@ -51,7 +51,7 @@ enum class Backend {
 absl::StatusOr<Backend> ParseBackend(const std::string& name);
 const char* BackendName(Backend backend);
 
-// How a worker enters its job (Note [Elastic membership], rpc/runtime.h).
+// How a worker enters its job (see Note [Elastic membership], rpc/runtime.h).
 enum class JoinMode {
   kStart,   // with the others, at the job's rendezvous
   kRejoin,  // a new incarnation of a rank that died, into the running job
@@ -69,7 +69,7 @@ struct RpcOptions {
   // A store that is not the built-in one at master_addr:master_port, such as
   // etcd://h1:2379,h2:2379/job (store/store_url.h; TESSERA_STORE): joined,
   // never hosted. master_addr still says which network to choose an address
-  // on (Note [Choosing the host address]).
+  // on (see Note [Choosing the host address]).
   std::string store_url;
   // Keys of this job in the store; change it to run several jobs (or
   // successive runtimes) against one long-lived store.
@@ -79,15 +79,15 @@ struct RpcOptions {
   absl::Duration rendezvous_timeout = absl::Seconds(60);
   // The one default deadline of this worker's blocking calls: RPCs, RRef
   // calls and to_here(), distributed backward and optimizer steps, pipeline
-  // batches — each call may override it with its CallOptions (Note [One
+  // batches — each call may override it with its CallOptions (see Note [One
   // timeout convention], rpc/call_options.h). TESSERA_TIMEOUT_S sets it from
   // the environment.
   absl::Duration default_call_timeout = DefaultTimeout();  // common/timeouts.h
   // How long a graceful shutdown waits for the other workers to arrive and
   // their calls to drain (rpc.shutdown() waits without bound; a dead worker
-  // is reported by name long before this: Note [Shutdown liveness]).
+  // is reported by name long before this: see Note [Shutdown liveness]).
   absl::Duration shutdown_timeout = absl::Hours(24);
-  // How long a call to a function not registered yet waits for it (Note
+  // How long a call to a function not registered yet waits for it (see Note
   // [Late registration], rpc/runtime.h); never past the call's deadline.
   absl::Duration registration_wait = absl::Seconds(10);
   // Threads that run handlers and callbacks. Handlers that block in nested
@@ -95,10 +95,10 @@ struct RpcOptions {
   int num_worker_threads = 8;
   // While handlers wait for futures (a nested RpcSync), up to this many
   // threads in all, so that num_worker_threads keep running and replies can
-  // still be handled (Note [Compensating blocked pool threads]).
+  // still be handled (see Note [Compensating blocked pool threads]).
   int max_worker_threads = 64;
   // How long one idle worker thread polls for the next call before it
-  // sleeps, while calls arrive that fast (Note [Pool threads spin, then
+  // sleeps, while calls arrive that fast (see Note [Pool threads spin, then
   // sleep], common/thread_pool.cc); zero never polls.
   // TESSERA_WORKER_SPIN_US sets it from the environment.
   absl::Duration worker_thread_spin = absl::Microseconds(100);
@@ -111,7 +111,7 @@ struct RpcOptions {
   // rank alone, or for tessera-run --join).
   JoinMode join = JoinMode::kStart;
 
-  // Where this worker listens and what it advertises (Note [Choosing the
+  // Where this worker listens and what it advertises (see Note [Choosing the
   // host address], common/host_address.h): by default the address of the
   // interface that routes to master_addr, loopback when that is loopback.
   // The rendezvous store, when this worker hosts it, listens at master_addr.
@@ -129,20 +129,20 @@ struct RpcOptions {
   // How many outgoing connections with no call in flight a worker keeps
   // open; beyond it, the least recently used are closed — the peer is told,
   // so it is not taken for a failure — and made again on the next call
-  // (Note [Idle connections], rpc/rpc_agent.h). Each costs descriptors on
+  // (see Note [Idle connections], rpc/rpc_agent.h). Each costs descriptors on
   // both sides (TensorPipe: a connection per channel as well).
   // TESSERA_MAX_IDLE_CONNECTIONS sets it from the environment.
   int max_idle_connections = 128;
   // How much a worker holds of the calls it serves, and queues of the calls
-  // it makes, before refusing more with RESOURCE_EXHAUSTED (Note [Bounded
+  // it makes, before refusing more with RESOURCE_EXHAUSTED (see Note [Bounded
   // queues], rpc/queue_limits.h). TESSERA_MAX_REQUESTS_IN_SERVICE and
   // TESSERA_MAX_UNSENT_BYTES_PER_PEER set them from the environment.
   QueueLimits queues;
-  // Where this worker writes its trace, <trace_dir>/<name>.json (Note
+  // Where this worker writes its trace, <trace_dir>/<name>.json (see Note
   // [Tracing], common/trace.h); empty: TESSERA_TRACE's directory, if set.
   std::string trace_dir;
   // Counts calls, bytes, errors and latencies, read with Worker::metrics()
-  // (Note [Metrics], common/metrics.h). TESSERA_METRICS=1 turns them on too,
+  // (see Note [Metrics], common/metrics.h). TESSERA_METRICS=1 turns them on too,
   // and prints each worker's summary line when it shuts down.
   bool metrics = false;
 

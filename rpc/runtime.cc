@@ -139,7 +139,7 @@ absl::Status Runtime::ConnectStore() {
 absl::Status Runtime::StartAgent(const HostAddress& host) {
   int incarnation = 0;
   if (options_.join == JoinMode::kRejoin) {
-    // Before the agent: its handshakes say it (Note [Fencing stale incarnations]).
+    // Before the agent: its handshakes say it (see Note [Fencing stale incarnations]).
     auto taken =
         store_client_->Add(store::elastic::IncarnationKey(options_.store_prefix, options_.rank), 1);
     if (!taken.ok()) return taken.status();
@@ -283,7 +283,7 @@ Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
 Future<Message> Runtime::HandleRequest(int from_rank, Message request) {
   Future<bool> ready = ready_.GetFuture();
   if (ready.IsReady()) return DispatchRecorded(from_rank, request);
-  // Note [Deferred calls]: on the pool once started, not in Create().
+  // See Note [Deferred calls]: on the pool once started, not in Create().
   return ready.Then([this, from_rank, request = std::move(request)](
                         const absl::StatusOr<bool>& started) mutable -> Future<Message> {
     if (!started.ok()) return Future<Message>::Ready(started.status());
@@ -323,7 +323,7 @@ Future<Message> Runtime::AwaitRegistration(int from_rank, const Message& request
       .Then(
           [this, from_rank, request, target](const absl::StatusOr<bool>& found) -> Future<Message> {
             if (found.ok() && *found) {
-              // Note [Deferred calls]: on the pool, not in Register().
+              // See Note [Deferred calls]: on the pool, not in Register().
               return DispatchOnPool([this, from_rank, request] {
                 return Dispatch(from_rank, request, /*waited_for_registration=*/true);
               });

@@ -52,7 +52,7 @@
 // the same way (kJoined); Leave() ends a worker's part early (kLeft). A
 // graceful shutdown waits for the ranks that have not left, and while
 // tessera-run restarts a rank it waits for its new incarnation instead of
-// calling the rank dead (Note [Shutdown liveness], store/elastic_keys.h).
+// calling the rank dead (see Note [Shutdown liveness], store/elastic_keys.h).
 //
 // Thread-safety: all methods are thread-safe; Shutdown() runs once.
 #pragma once
@@ -101,7 +101,7 @@ class Runtime : public TypedCalls<Runtime> {
   ~Runtime();
 
   // Makes `fn` callable by peers as `name` (rpc/registry.h), now or after
-  // start (Note [Late registration]). Throws StatusError if `name` is taken.
+  // start (see Note [Late registration]). Throws StatusError if `name` is taken.
   template <typename Fn>
   void Register(const std::string& name, Fn fn, AllowList allowed = {}) {
     registry_.Register(name, std::move(fn), std::move(allowed));
@@ -135,7 +135,7 @@ class Runtime : public TypedCalls<Runtime> {
     return OrDefault(options.timeout, options_.default_call_timeout);
   }
 
-  // Sends a typed internal message (Note [Typed internal services],
+  // Sends a typed internal message (see Note [Typed internal services],
   // rpc/internal_service.h) and yields its Response; callbacks of the
   // returned future run on the pool.
   template <typename M>
@@ -155,13 +155,13 @@ class Runtime : public TypedCalls<Runtime> {
   // and no call is outstanding anywhere, then closes — bounded by
   // RpcOptions::shutdown_timeout (default 24 h), and while it waits, workers
   // that have not arrived are probed: one that died is reported by name at
-  // once (Note [Shutdown liveness]). Forced: fails every pending call now
+  // once (see Note [Shutdown liveness]). Forced: fails every pending call now
   // and closes. A graceful shutdown that cannot agree closes anyway and
   // throws StatusError with the reason.
   void Shutdown(bool graceful = true);
   // The same, returning the reason instead of throwing.
   absl::Status TryShutdown(bool graceful = true);
-  // Ends this worker's part in the job early, for good (Note [Elastic
+  // Ends this worker's part in the job early, for good (see Note [Elastic
   // membership]): records it in the store, tells every live member (each
   // releases what this worker held there and records kLeft), then closes
   // without waiting for the others. Calls this worker still has in flight
@@ -246,18 +246,18 @@ class Runtime : public TypedCalls<Runtime> {
   // launcher has had only seconds to say which.
   bool AbsenceExcused(int rank);
   Future<Message> HandleRequest(int from_rank, Message request);
-  // Dispatch, recorded when tracing or metrics are on (Note [Call telemetry]).
+  // Dispatch, recorded when tracing or metrics are on (see Note [Call telemetry]).
   Future<Message> DispatchRecorded(int from_rank, const Message& request);
   // --- tracing and metrics (rpc/runtime_telemetry.cc) ---
   // Starts the trace file and metrics the options or environment ask for,
   // and serves the trace clock.
   absl::Status StartTelemetry();
-  // Aligns this worker's trace clock to rank 0's (Note [Trace clock alignment]).
+  // Aligns this worker's trace clock to rank 0's (see Note [Trace clock alignment]).
   void AlignTraceClock();
-  // `dispatch` on the pool (Note [Deferred calls]); FailedPrecondition once
+  // `dispatch` on the pool (see Note [Deferred calls]); FailedPrecondition once
   // the pool is gone.
   Future<Message> DispatchOnPool(std::function<Future<Message>()> dispatch);
-  // Records of a call served or made (Note [Call telemetry]), when
+  // Records of a call served or made (see Note [Call telemetry]), when
   // CallTelemetryEnabled().
   std::shared_ptr<IncomingCall> RecordIncoming(int from_rank, const Message& request);
   std::shared_ptr<OutgoingCall> RecordOutgoing(int to_rank, Message* request) const;
@@ -266,10 +266,10 @@ class Runtime : public TypedCalls<Runtime> {
   Future<Message> Dispatch(int from_rank, const Message& request, bool waited_for_registration);
   std::string DescribeWorker(int rank) const;
   static absl::Status NoWorkerNamed(const std::string& name);
-  // A call for `target`, not registered yet: waits (Note [Late registration]).
+  // A call for `target`, not registered yet: waits (see Note [Late registration]).
   Future<Message> AwaitRegistration(int from_rank, const Message& request);
   // --- graceful shutdown (rpc/runtime_shutdown.cc) ---
-  // Answers other workers' liveness probes (Note [Shutdown liveness]).
+  // Answers other workers' liveness probes (see Note [Shutdown liveness]).
   void ServeLivenessProbes();
   // For the shutdown agreement: an error naming the first of `ranks` found
   // dead (or not answering for several probes), else OK.
@@ -330,7 +330,7 @@ class Runtime : public TypedCalls<Runtime> {
   // first probed (it is starting: loading, meeting the store).
   std::map<int, absl::Time> joining_since_;
   // When a rank of an elastic role first failed to answer (its node may be
-  // lost: Note [Lost nodes]); the launcher's verdict takes a beat or two
+  // lost: see Note [Lost nodes]); the launcher's verdict takes a beat or two
   // beyond --node_timeout.
   std::map<int, absl::Time> silent_since_;
   static constexpr absl::Duration kNodeVerdictSlack = absl::Seconds(5);

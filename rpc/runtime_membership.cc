@@ -1,4 +1,4 @@
-// The runtime's side of elastic membership (Note [Elastic membership],
+// The runtime's side of elastic membership (see Note [Elastic membership],
 // rpc/runtime.h): join and leave announcements, peer failures, and which
 // ranks a graceful shutdown waits for.
 #include "absl/strings/str_cat.h"
@@ -97,7 +97,7 @@ void Runtime::AnnounceJoin() {
       continue;
     }
     // The job's rendezvous budget, not a constant: a peer slow to answer
-    // on a loaded host would be marked failed (Note [Slow is not failed],
+    // on a loaded host would be marked failed (see Note [Slow is not failed],
     // store/store_backend.h).
     calls.emplace_back(peer.rank,
                        CallService(peer.rank, message, CallOptions{options_.rendezvous_timeout}));

@@ -50,7 +50,7 @@ absl::Status Runtime::ProbeMissing(const std::vector<int>& ranks) {
       unanswered_probes_.erase(rank);
       silent_since_.erase(rank);
     } else if (AbsenceExcused(rank)) {
-      continue;  // restarting, or gone for good (Note [Elastic membership])
+      continue;  // restarting, or gone for good (see Note [Elastic membership])
     } else if (absl::IsUnavailable(answer.status())) {
       return absl::UnavailableError(
           absl::StrCat("graceful shutdown: ", who, " is gone (", answer.status().message(), ")"));

@@ -8,14 +8,14 @@ namespace tessera::rpc::services {
 // The runtime's own (rpc/runtime_shutdown.cc): shutdown's liveness probe.
 inline constexpr char kPing[] = "tessera.ping";
 // Tracing (rpc/runtime_telemetry.cc): rank 0's trace clock, for aligning
-// the others' (Note [Trace clock alignment]).
+// the others' (see Note [Trace clock alignment]).
 inline constexpr char kTraceClock[] = "tessera.trace_clock";
 // Elastic membership (rpc/runtime_membership.cc): a worker announcing
 // that it (re)joined the running job, or that it leaves it.
 inline constexpr char kJoin[] = "tessera.join";
 inline constexpr char kLeave[] = "tessera.leave";
 
-// RRefs (rref/rref_messages.h, Note [RRef protocol]).
+// RRefs (rref/rref_messages.h, see Note [RRef protocol]).
 inline constexpr char kRRefRemote[] = "rref.remote";
 inline constexpr char kRRefRemoteNew[] = "rref.remote_new";
 inline constexpr char kRRefRemoteMethod[] = "rref.remote_method";

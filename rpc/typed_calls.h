@@ -1,5 +1,5 @@
 // TypedCalls: the one RpcSync/RpcAsync overload set, shared by
-// rpc::Runtime, tessera::Worker and rref::RRef (Note [One timeout
+// rpc::Runtime, tessera::Worker and rref::RRef (see Note [One timeout
 // convention], rpc/call_options.h).
 //
 //   runtime->RpcSync<at::Tensor>("worker1", "add", x, y);

@@ -165,7 +165,7 @@ class ClassRegistry {
   // nullptr when no class of that name is (fully) registered.
   const ClassInfo* Find(const std::string& name) const;
   // Completes with true when `name` is published (at once if it is), or
-  // with false at `until` (Note [Late registration], rpc/runtime.h).
+  // with false at `until` (see Note [Late registration], rpc/runtime.h).
   Future<bool> WhenRegistered(const std::string& name, absl::Time until, DeadlineTimer& timer);
 
   // The registered name of T, or "" if T was not registered.

@@ -7,13 +7,13 @@
 //   at::Tensor w = ps.RpcSync<at::Tensor>("get_weights");
 //
 // Copies of an RRef share one reference; when the last copy anywhere in the
-// job is gone, the owner frees the value (Note [RRef protocol]). RRefs may
+// job is gone, the owner frees the value (see Note [RRef protocol]). RRefs may
 // be passed as arguments and results of RPCs and of other RRef calls.
 // Blocking calls throw StatusError; the *Async variants return futures
 // that carry the status instead (README, "Errors"). Every call has the
 // runtime's default deadline (RpcOptions::default_call_timeout) unless it
 // is given its own CallOptions — first in RpcSync/RpcAsync, last in
-// to_here; an absl::Duration converts to it (Note [One timeout convention],
+// to_here; an absl::Duration converts to it (see Note [One timeout convention],
 // rpc/call_options.h).
 //
 // Thread-safety: an RRef may be copied and used from any thread.

@@ -1,6 +1,6 @@
 // How RRefs travel (rpc::ValueHooks): encoding makes a fork for the
 // receiver, decoding turns a handle into a local reference and starts the
-// fork's confirmation (Note [RRef protocol]).
+// fork's confirmation (see Note [RRef protocol]).
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "rref/rref_context.h"
@@ -41,7 +41,7 @@ absl::StatusOr<c10::IValue> RRefContext::DecodeRRef(const proto::RRefHandle& han
     std::vector<Promise<bool>> now_registered;
     {
       MutexLock lock(&mu_);
-      // Note [Early arrivals]: the creator may pass the reference back
+      // See Note [Early arrivals]: the creator may pass the reference back
       // before its creation message has been served here. The entry is made
       // now and the value arrives with the creation; waits on it are bounded
       // by their deadlines, and an entry nobody references is freed again.

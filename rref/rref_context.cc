@@ -279,7 +279,7 @@ Future<c10::IValue> RRefContext::Fetch(const RRefImpl& rref, absl::Duration time
   }
   const int owner = rref.owner_rank();
   if (IsCreatorFork(rref) && !rref.Confirmed().IsReady()) {
-    // Note [Early arrivals]: the owner waits for the creation if need be.
+    // See Note [Early arrivals]: the owner waits for the creation if need be.
     return runtime->CallService(owner, FetchRequest{rref.rref_id(), /*may_be_early=*/true},
                                 rpc::CallOptions{timeout});
   }
@@ -302,7 +302,7 @@ Future<c10::IValue> RRefContext::CallMethod(const RRefImpl& target, const std::s
   const bool early = IsCreatorFork(target) && !target.Confirmed().IsReady();
   CallRequest call{target.rref_id(), early, method, std::move(args)};
   const int owner = target.owner_rank();
-  if (early) {  // Note [Early arrivals]
+  if (early) {  // See Note [Early arrivals]
     return runtime->CallService(owner, std::move(call), rpc::CallOptions{timeout});
   }
   return WhenConfirmed(target, [runtime, owner, call, timeout]() {

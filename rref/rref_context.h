@@ -226,7 +226,7 @@ class RRefContext final : public rpc::RuntimeExtension,
                      std::string what);
   // Owner side: produce values (run a function, construct an object, call a
   // method of another owned object).
-  // A name not registered yet is waited for (Note [Late registration]),
+  // A name not registered yet is waited for (see Note [Late registration]),
   // unless `waited` says that was done.
   Future<OwnedValue> RunFunction(int caller, const std::string& function,
                                  std::vector<c10::IValue> args, bool waited = false);
@@ -254,7 +254,7 @@ class RRefContext final : public rpc::RuntimeExtension,
     std::function<std::shared_ptr<void>()> enter_;
   };
   // `fn` (returning Future<T>) on the pool, or here once the runtime has
-  // closed: for work that waited (Note [Deferred calls], rpc/runtime.h).
+  // closed: for work that waited (see Note [Deferred calls], rpc/runtime.h).
   template <typename T, typename Fn>
   Future<T> OnPool(Fn fn) {
     rpc::Runtime* runtime = runtime_.load();
@@ -262,7 +262,7 @@ class RRefContext final : public rpc::RuntimeExtension,
     if (pool == nullptr) return fn();
     return RunOn<T>(*pool, std::move(fn));
   }
-  // `retry` once a late registration's wait ends (Note [Late registration]),
+  // `retry` once a late registration's wait ends (see Note [Late registration]),
   // through Later().
   Future<OwnedValue> AfterRegistration(Future<bool> registered,
                                        std::function<Future<OwnedValue>()> retry);

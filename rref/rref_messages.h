@@ -1,5 +1,5 @@
-// The RRef protocol's messages (Note [RRef protocol], rref_context.h), typed
-// (Note [Typed internal services], rpc/internal_service.h). Ids travel as
+// The RRef protocol's messages (see Note [RRef protocol], rref_context.h), typed
+// (see Note [Typed internal services], rpc/internal_service.h). Ids travel as
 // their two parts (worker rank, local counter).
 #pragma once
 
@@ -56,7 +56,7 @@ struct RemoteMethodRequest {
 };
 
 // A method call through an RRef; the result comes back. `may_be_early`:
-// the creator's own call, which may arrive before the creation (Note
+// the creator's own call, which may arrive before the creation (see Note
 // [Early arrivals]).
 struct CallRequest {
   static constexpr const char* kService = rpc::services::kRRefCall;

@@ -6,7 +6,7 @@
 namespace tessera::rref {
 
 // How long an early request waits for a value's creation when the request
-// carries no deadline of its own (Note [Early arrivals]).
+// carries no deadline of its own (see Note [Early arrivals]).
 constexpr absl::Duration kDefaultEarlyWait = absl::Seconds(60);
 
 std::shared_ptr<RRefContext::OwnerEntry> RRefContext::EntryLocked(
@@ -17,7 +17,7 @@ std::shared_ptr<RRefContext::OwnerEntry> RRefContext::EntryLocked(
     entry = std::make_shared<OwnerEntry>();
     entry->type_name = type;
     owned_changed_.SignalAll();
-    // Note [Early arrivals]: requests that came before the value.
+    // See Note [Early arrivals]: requests that came before the value.
     auto early = awaiting_creation_.find(rref_id);
     if (early != awaiting_creation_.end()) {
       for (auto& [id, waiter] : early->second) now_registered->push_back(waiter);
@@ -82,7 +82,7 @@ Future<OwnedValue> RRefContext::Later(std::function<Future<OwnedValue>()> produc
 
 Future<OwnedValue> RRefContext::AfterRegistration(Future<bool> registered,
                                                   std::function<Future<OwnedValue>()> retry) {
-  // Note [Deferred calls] (rpc/runtime.h): on the pool, not in Register(),
+  // See Note [Deferred calls] (rpc/runtime.h): on the pool, not in Register(),
   // in the autograd context of the thread that began the wait.
   return registered.Then(
       [self = shared_from_this(), retry = std::move(retry),
@@ -110,7 +110,7 @@ Future<OwnedValue> RRefContext::RunFunction(int caller, const std::string& funct
   context.caller_name = NameOf(caller);
   const rpc::RegisteredFunction* registered = runtime->registry().Find(function);
   if (registered == nullptr && !waited) {
-    // Note [Late registration]: wait for it, then try once more.
+    // See Note [Late registration]: wait for it, then try once more.
     return AfterRegistration(
         runtime->registry().WhenRegistered(
             function, absl::Now() + runtime->options().registration_wait, runtime->timer()),
@@ -141,7 +141,7 @@ Future<OwnedValue> RRefContext::Construct(int caller, const std::string& class_n
   const ClassInfo* cls = classes_.Find(class_name);
   rpc::Runtime* runtime = runtime_.load();
   if (cls == nullptr && !waited && runtime != nullptr) {
-    // Note [Late registration]: wait for it, then try once more.
+    // See Note [Late registration]: wait for it, then try once more.
     return AfterRegistration(
         classes_.WhenRegistered(class_name, absl::Now() + runtime->options().registration_wait,
                                 runtime->timer()),
@@ -204,7 +204,7 @@ Future<c10::IValue> RRefContext::InvokeMethod(int caller, const GlobalId& target
   };
   Future<OwnedValue> value = ValueOf(target);
   if (value.IsReady()) return value.Then(std::move(run));
-  // Note [Deferred calls] (rpc/runtime.h): on the pool once the object is
+  // See Note [Deferred calls] (rpc/runtime.h): on the pool once the object is
   // made, not on the thread that made it, one waiting method after another.
   return value.Then([this, run = std::move(run)](const absl::StatusOr<OwnedValue>& owned) mutable {
     return OnPool<c10::IValue>([run = std::move(run), owned]() mutable { return run(owned); });
@@ -360,7 +360,7 @@ void RRefContext::ServeUses(rpc::Registry* internal) {
   rpc::Serve<CallRequest>(*internal, [this](rpc::CallContext& ctx, CallRequest m) {
     const int caller = ctx.caller_rank;
     if (!m.may_be_early) return InvokeMethod(caller, m.rref, m.method, std::move(m.args));
-    // Early: the method runs once the creation arrives, on the pool (Note
+    // Early: the method runs once the creation arrives, on the pool (see Note
     // [Deferred calls]), in this call's autograd context (see InvokeMethod).
     return AwaitCreation(m.rref, ctx.deadline)
         .Then([this, caller, carried = CarriedState(ctx.runtime), m = std::move(m)](

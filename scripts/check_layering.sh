@@ -2,7 +2,7 @@
 # Checks that dependencies point only downward (docs/architecture.md): a
 # package may include, and its Bazel targets depend on, only the packages
 # listed for it below; only the seam rpc/tensorpipe/guarded_tcp/
-# tensorpipe_internals.h includes TensorPipe's non-public headers (Note
+# tensorpipe_internals.h includes TensorPipe's non-public headers (see Note
 # [TensorPipe internals]); and every arrow listed is used, so the table (and
 # the picture in docs/architecture.md drawn from it) says what the code does.
 # Prints every violation; exits 1 if there is any.

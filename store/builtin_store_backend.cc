@@ -16,7 +16,7 @@ class BuiltinStoreBackend::Stub {
             target, grpc::InsecureChannelCredentials(), StoreChannelArguments()))),
         auth_(std::move(secret)) {}
 
-  // One signed call (Note [Store call authentication]): `timeout` bounds
+  // One signed call (see Note [Store call authentication]): `timeout` bounds
   // it, and the server's answer is checked.
   template <typename Request, typename Response>
   absl::Status Call(grpc::Status (proto::Store::Stub::*rpc)(grpc::ClientContext*, const Request&,

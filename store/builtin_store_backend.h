@@ -1,7 +1,7 @@
 // BuiltinStoreBackend: the built-in store's client side — gRPC calls to a
 // StoreServer (store_server.h), hosted by node 0's launcher or by rank 0.
 // Waits happen on the server; with a job secret every call is signed and
-// every answer checked (Note [Store call authentication], store_auth.h).
+// every answer checked (see Note [Store call authentication], store_auth.h).
 //
 // Thread-safety: thread-safe.
 #pragma once

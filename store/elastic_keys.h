@@ -41,7 +41,7 @@ inline std::string RoleKey(const std::string& prefix, int rank) {
 inline std::string ElasticRolesKey(const std::string& prefix) { return prefix + "/elastic/roles"; }
 // Set by a multi-node tessera-run to its --node_timeout in seconds: how
 // long a silent node may take to be declared lost, its ranks then recorded
-// as left (Note [Lost nodes], launcher/node_coordinator.h). A graceful
+// as left (see Note [Lost nodes], launcher/node_coordinator.h). A graceful
 // shutdown gives an unanswering rank of an elastic role that long.
 inline std::string NodeTimeoutKey(const std::string& prefix) {
   return prefix + "/elastic/node_timeout_s";

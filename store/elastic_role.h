@@ -1,8 +1,8 @@
 // A worker's role (RpcOptions::role: "trainer", "replica", ...), declared
-// to everyone through the store (RoleKey, Note [Elastic keys]) and to its
+// to everyone through the store (RoleKey, see Note [Elastic keys]) and to its
 // own node's launcher through a file (TESSERA_ROLE_FILE, set by
 // tessera-run): a launcher cut off from the store must still know whether a
-// worker that died restarts alone (Note [Restarting a rank alone],
+// worker that died restarts alone (see Note [Restarting a rank alone],
 // launcher/elastic_restarts.h).
 #pragma once
 

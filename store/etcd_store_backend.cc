@@ -30,7 +30,7 @@ constexpr size_t kMacBytes = 32;
 // and any ping on a connection without a call; the health-check stream gRPC
 // keeps open to every member (the service config below) is such a call, so
 // a member that goes silent is noticed within kKeepalive + kKeepaliveTimeout
-// and dropped from the round robin (Note [The store on etcd]).
+// and dropped from the round robin (see Note [The store on etcd]).
 constexpr int kKeepaliveMs = 10'000;
 constexpr int kKeepaliveTimeoutMs = 5'000;
 constexpr char kServiceConfig[] =
@@ -245,7 +245,7 @@ absl::StatusOr<std::map<std::string, std::string>> EtcdStoreBackend::Await(
   };
   while (true) {
     // Read what exists, in transactions of kKeysPerRead, and watch the rest
-    // from just after the earliest read (Note [The store on etcd]).
+    // from just after the earliest read (see Note [The store on etcd]).
     int64_t revision = 0;
     const std::vector<std::string> unread(missing.begin(), missing.end());
     for (size_t first = 0; first < unread.size(); first += kKeysPerRead) {

@@ -88,7 +88,7 @@ class EtcdStoreBackend : public StoreBackend {
                                                            absl::Duration wait,
                                                            absl::Duration reply);
   std::string Full(const std::string& key) const { return key_prefix_ + key; }
-  // The stored form of `value` at `key` (Note [The store on etcd]), and back.
+  // The stored form of `value` at `key` (see Note [The store on etcd]), and back.
   std::string Seal(const std::string& key, const std::string& value) const;
   absl::StatusOr<std::string> Unseal(const std::string& key, const std::string& stored) const;
 

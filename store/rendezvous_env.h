@@ -29,7 +29,7 @@ struct RendezvousEnv {
   std::string store_url;
   // TESSERA_RDZV_TIMEOUT_S: the job's rendezvous budget (tessera-run
   // --rdzv_timeout), which workers wait for one another and for the store's
-  // answers within (Note [Slow is not failed], store_backend.h); unset: the
+  // answers within (see Note [Slow is not failed], store_backend.h); unset: the
   // worker's own default.
   std::optional<absl::Duration> rendezvous_timeout;
 

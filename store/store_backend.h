@@ -33,7 +33,7 @@ class StoreBackend {
   virtual absl::Status Set(const std::string& key, const std::string& value,
                            absl::Duration timeout) = 0;
   // Waits up to `wait` for the key to exist: its value, or nullopt if it
-  // did not appear in time. The answer may take `reply` more (Note [Slow is
+  // did not appear in time. The answer may take `reply` more (see Note [Slow is
   // not failed]), as for the two reads below.
   virtual absl::StatusOr<std::optional<std::string>> Get(const std::string& key,
                                                          absl::Duration wait,

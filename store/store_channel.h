@@ -1,5 +1,5 @@
 // How the store's clients talk gRPC — to the built-in store and to etcd
-// alike: the channel's arguments (Note [Store connections across a cut
+// alike: the channel's arguments (see Note [Store connections across a cut
 // link]) and the translation of gRPC's status.
 #pragma once
 

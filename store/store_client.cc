@@ -22,7 +22,7 @@ absl::Status StoreClient::Annotated(const absl::Status& status, const std::strin
   if (status.ok()) return status;
   std::string load;
   if (absl::IsDeadlineExceeded(status)) {
-    // Note [Slow is not failed]: a deadline on a busy host says how busy.
+    // See Note [Slow is not failed]: a deadline on a busy host says how busy.
     const std::string described = DescribeHostLoad();
     if (!described.empty()) load = absl::StrCat(" (", described, ")");
   }

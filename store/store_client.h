@@ -4,7 +4,7 @@
 // Every call has a deadline (the client's default, or the one given). A call
 // made before the server is up waits for it until the deadline, so workers
 // may start in any order. A read that waits for keys may take the default
-// timeout beyond its wait for the answer (Note [Slow is not failed],
+// timeout beyond its wait for the answer (see Note [Slow is not failed],
 // store_backend.h), and a deadline's error says how busy the host was. With a job secret, answers
 // are believed only from a store that knows it (store_auth.h; etcd_store_backend.h).
 //

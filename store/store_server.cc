@@ -138,7 +138,7 @@ class StoreServiceImpl final : public proto::Store::Service {
 
  private:
   // Runs `body` for a request that proves it comes from the job, then signs
-  // the response (Note [Store call authentication]).
+  // the response (see Note [Store call authentication]).
   template <typename Request, typename Response, typename Body>
   grpc::Status Serve(grpc::ServerContext* context, const char* method, const Request& request,
                      const Response* response, Body body) {
@@ -173,7 +173,7 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::strin
   // A connection that has not sent HTTP/2's preface and settings by then is
   // closed (gRPC's default is 120 s): silent strangers do not pile up.
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10'000);
-  // Clients ping every few seconds, with or without calls in flight (Note
+  // Clients ping every few seconds, with or without calls in flight (see Note
   // [Store connections across a cut link], store_client.cc): allowed, not
   // punished with GOAWAY as gRPC's defaults would.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1'000);

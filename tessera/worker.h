@@ -13,7 +13,7 @@
 // workers in one process.
 //
 // Set-up in any order: functions and classes may be registered before or
-// after Start (Note [Late registration], rpc/runtime.h); DistributedOptimizer's
+// after Start (see Note [Late registration], rpc/runtime.h); DistributedOptimizer's
 // owner side (dist_optim::RegisterLocalOptimizer) is registered by Start.
 //
 // Errors (README, "Errors"): calls that finish before they return throw
@@ -96,7 +96,7 @@ class Worker : public rpc::TypedCalls<Worker> {
   // Who is in the job, with events to wait on (rpc/membership.h).
   rpc::Membership& membership() { return runtime_->membership(); }
   // This worker's counters and latency histograms, when metrics are on
-  // (RpcOptions::metrics, TESSERA_METRICS=1, Note [Metrics]); a snapshot
+  // (RpcOptions::metrics, TESSERA_METRICS=1, see Note [Metrics]); a snapshot
   // with enabled = false otherwise.
   metrics::MetricsSnapshot metrics() const { return metrics::Snapshot(); }
 
@@ -110,7 +110,7 @@ class Worker : public rpc::TypedCalls<Worker> {
   // that died is reported by name), then closes. Throws StatusError.
   void Shutdown();
   // Ends this worker's part early, for good, without waiting for the others
-  // (elastic jobs: a trainer done before the rest; Note [Elastic
+  // (elastic jobs: a trainer done before the rest; see Note [Elastic
   // membership], rpc/runtime.h). What it held elsewhere is released there.
   void Leave(const std::string& reason = "left");
 

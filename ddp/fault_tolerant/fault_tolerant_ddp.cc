@@ -123,7 +123,7 @@ FaultTolerantStep FaultTolerantDdp::Step(const std::function<double()>& forward_
     bool behind = false;
     for (const auto& m : round.members) behind = behind || m.step != round.max_step();
     // Every member must make the same choice, from the round alone: members
-    // of one round may commit differently (Note [No split brain]), and then
+    // of one round may commit differently (see Note [No split brain]), and then
     // some are behind; when none is, all or none of them broke their group.
     if (round.changed || group_ == nullptr || group_broken_ || behind) FormGroup(round);
     if (behind) {

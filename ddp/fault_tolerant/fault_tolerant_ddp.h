@@ -9,7 +9,7 @@
 //                                 return loss.item<double>(); });
 //   }
 //
-// Each Step (Note [Quorum per step], quorum.h): the live replicas agree on
+// Each Step (see Note [Quorum per step], quorum.h): the live replicas agree on
 // a quorum through the store, with a deadline (a replica that died is left
 // out once the deadline passes) — on a thread of its own, while forward and
 // backward run (torchft's asynchronous quorum), so that a step waits only
@@ -26,7 +26,7 @@
 // retry it in a quorum without the dead one (those whose collective had
 // completed commit it, and the others recover from them). Replicas with
 // the same committed step count hold identical parameters, whatever
-// partitions the job went through (Note [No split brain], quorum.h): a
+// partitions the job went through (see Note [No split brain], quorum.h): a
 // replica cut off from the others commits nothing alone and, when the link
 // heals, catches up from them.
 //
@@ -85,7 +85,7 @@ class FaultTolerantDdp {
   // gradients and the optimizer step if committed. A replica that recovers
   // took its peer's step count only after `forward_backward` ran. A store out of reach
   // and quorums too small to commit are waited out; throws StatusError when
-  // that lasts QuorumOptions::rejoin_timeout (Note [No split brain]).
+  // that lasts QuorumOptions::rejoin_timeout (see Note [No split brain]).
   FaultTolerantStep Step(const std::function<double()>& forward_backward);
   // Steps committed so far (by this replica or, after a recovery, the peer
   // it recovered from).

@@ -118,7 +118,7 @@ absl::StatusOr<std::vector<QuorumMember>> Quorum::AwaitArrivals(int64_t r) const
         previous.ok() ? expected.size() : static_cast<size_t>(options_.initial_replicas);
   }
   // A replica that fell behind waits for those who hold the state
-  // (Note [No split brain]), and reads the previous quorum's arrivals
+  // (see Note [No split brain]), and reads the previous quorum's arrivals
   // without waiting; any other replica announces itself in a newcomer slot.
   // No round waits for fewer than can commit.
   std::vector<std::string> others;
@@ -248,7 +248,7 @@ absl::StatusOr<std::optional<QuorumRound>> Quorum::EnterRound(int64_t step, std:
   }
   if (static_cast<int>(ids.size()) < options_.RequiredReplicas()) {
     // Every member sees the same list, so none of them claims: the round is
-    // abandoned, and the next waits for more (Note [No split brain]).
+    // abandoned, and the next waits for more (see Note [No split brain]).
     *why =
         absl::StrCat("round ", r, "'s quorum (", absl::StrJoin(ids, ", "), ") has fewer than the ",
                      options_.RequiredReplicas(), " replicas required to commit");
@@ -300,7 +300,7 @@ absl::StatusOr<QuorumRound> Quorum::Join(int64_t step) {
 
 absl::StatusOr<bool> Quorum::Commit(const QuorumRound& round, bool ok) {
   // Its collective failed: it commits nothing, and at its next round it is
-  // behind whoever did (Note [No split brain]).
+  // behind whoever did (see Note [No split brain]).
   if (!ok) return false;
   // Safe to count as not committed, for the same reason.
   auto unknown = [&](const absl::Status& why) {

@@ -81,7 +81,7 @@ struct QuorumOptions {
   absl::Duration timeout = absl::ZeroDuration();
   // Replicas expected in the first round.
   int initial_replicas = 1;
-  // A round with fewer members commits nothing (Note [No split brain]);
+  // A round with fewer members commits nothing (see Note [No split brain]);
   // 0: a majority of initial_replicas.
   int min_replicas = 0;
   // How long a replica keeps trying to take part in a round that can
@@ -124,7 +124,7 @@ class Quorum {
   absl::StatusOr<QuorumRound> Join(int64_t step);
   // Whether this replica commits `round`'s step: true only if its part
   // succeeded (`ok`: its collective completed) and its round holds the
-  // claim on the step (Note [No split brain]). A claim it cannot make or
+  // claim on the step (see Note [No split brain]). A claim it cannot make or
   // read is false.
   absl::StatusOr<bool> Commit(const QuorumRound& round, bool ok);
 

@@ -310,7 +310,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ConnectFlat(store::StoreClient* st
   }
   TESSERA_LOG(INFO) << "Gloo rank " << rank << " of " << size << " at " << host->Describe();
   // Gloo's pairs write with writev, without MSG_NOSIGNAL: a dead peer must
-  // fail the collective, not kill this rank (Note [SIGPIPE]).
+  // fail the collective, not kill this rank (see Note [SIGPIPE]).
   IgnoreBrokenPipeSignals();
   try {
     gloo::transport::tcp::attr attr;

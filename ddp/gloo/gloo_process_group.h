@@ -17,7 +17,7 @@
 namespace tessera::ddp {
 
 struct GlooOptions {
-  // Where this rank's Gloo device listens, by Note [Choosing the host
+  // Where this rank's Gloo device listens, by see Note [Choosing the host
   // address] (common/host_address.h) towards the store's host; settings left
   // empty come from GLOO_SOCKET_IFNAME, TESSERA_SOCKET_IFNAME, TESSERA_ADDRESS.
   // Gloo advertises the address it listens on: `advertise` is used only as

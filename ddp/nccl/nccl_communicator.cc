@@ -43,7 +43,7 @@ absl::Status PollUntil(absl::Time deadline, Poll poll) {
 // NCCL picks its own bootstrap and socket interface (the first non-loopback
 // one) unless NCCL_SOCKET_IFNAME names one; a multi-homed host may then
 // advertise an address the other hosts cannot reach. So, unless the user set
-// it, NCCL gets the interface that Note [Choosing the host address] picks
+// it, NCCL gets the interface the address rule picks (see Note [Choosing the host address])
 // for every other layer. NCCL reads it once per process, at its first use.
 void SteerNcclInterface(const store::StoreClient& store) {
   static std::once_flag once;

@@ -1,6 +1,6 @@
 // A ProcessGroup whose collectives go through shared memory between ranks
 // of one host and, when the job spans hosts, through a group of one leader
-// per host (Note [Hierarchical collectives] in the .cc). Point to point and
+// per host (see Note [Hierarchical collectives] in the .cc). Point to point and
 // the layouts the hierarchy does not cover go through the flat group.
 #pragma once
 

@@ -166,7 +166,7 @@ absl::Status ShmCommunicator::Attach(absl::Time deadline) {
   }
   control(local_rank_).pid.store(::getpid());
   if (header->attached.fetch_add(1) + 1 == static_cast<uint32_t>(local_size())) {
-    segment_->Unlink();  // Note [Shared-memory names]
+    segment_->Unlink();  // See Note [Shared-memory names]
   }
   deadline_ = deadline;
   call_name_ = "set-up";

@@ -1,5 +1,5 @@
 // Collectives among the ranks of one host through one shared-memory
-// segment (Note [Shared-memory collectives] in shm_communicator.cc).
+// segment (see Note [Shared-memory collectives] in shm_communicator.cc).
 //
 // Synchronous: each call returns when this rank's part is done. All local
 // ranks must make the same calls in the same order; each call's kind, dtype,
@@ -49,7 +49,7 @@ class ShmCommunicator {
   void InitializeSegment();
   // Marks this rank alive, checks the segment's shape, and waits (until
   // `deadline`) for every local rank to attach; the last to attach removes
-  // the segment's name (Note [Shared-memory names]).
+  // the segment's name (see Note [Shared-memory names]).
   absl::Status Attach(absl::Time deadline);
 
   const std::string& segment_name() const { return segment_->name(); }

@@ -1,6 +1,6 @@
 // A shared-memory segment of one host's ranks, and who of them is alive.
 //
-// Lifetime (Note [Shared-memory names]): the segment is made under
+// Note [Shared-memory names] (a segment's lifetime): the segment is made under
 // /dev/shm with a job-specific, unguessable name, mode 0600 (another user's
 // process cannot open it), and its name is removed as soon as every local
 // rank has mapped it (by the last one to attach) or the set-up fails. From

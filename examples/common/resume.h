@@ -1,5 +1,5 @@
 // Resuming the training examples from checkpoints (--checkpoint_dir,
-// --checkpoint_every; Note [Atomic checkpoints], checkpoint/checkpoint.h).
+// --checkpoint_every; see Note [Atomic checkpoints], checkpoint/checkpoint.h).
 //
 // The process that owns the training state — rank 0 of a DDP group (every
 // rank holds the same), the parameter server — saves the model, the

@@ -35,7 +35,7 @@ using Clock = std::chrono::steady_clock;
 int RunServer(Worker& worker, const TrainingFlags& flags) {
   auto table = worker.RemoteObject<EmbeddingTable>("ps", kVocabulary, kEmbeddingDim,
                                                    static_cast<int64_t>(flags.seed));
-  // Trainers that ask before this line wait for it (Note [Late registration]).
+  // Trainers that ask before this line wait for it (see Note [Late registration]).
   worker.Register("table", [table] { return table; });
   std::printf("[ps] holding a %lld x %lld embedding table for %d trainers\n",
               static_cast<long long>(kVocabulary), static_cast<long long>(kEmbeddingDim),

@@ -1,6 +1,6 @@
 // Parameter-server training of a CNN on Fashion-MNIST (Debian's
 // dataset-fashion-mnist): rank 0 is the parameter server ("ps"), holding the
-// model and the plan of which batch each trainer trains next (Note [Work
+// model and the plan of which batch each trainer trains next (see Note [Work
 // handed out by the server], batch_plan.h); ranks 1..N are trainers. A
 // trainer step: lease a batch from the server, then inside a distributed
 // autograd context forward through the server (rpc "forward"), loss here,

@@ -4,7 +4,7 @@
 // ranks are trainers, which compute. A trainer step: pull the parameters
 // (a pull at clock c waits until every trainer's gradients of clock c-1 were
 // averaged and applied once, by Adam on the servers: synchronous tables,
-// Note [Parameter-server consistency], ps/shard.h), forward and backward on
+// see Note [Parameter-server consistency], ps/shard.h), forward and backward on
 // its own batch, push the gradients, end its clock. Every trainer evaluates
 // the final model: the job's result does not depend on any one of them.
 //

@@ -8,7 +8,7 @@
 //
 // The click data (click_data.h) come from a hidden model, so the best AUC is
 // known: every trainer prints the trained model's test AUC beside it.
-// --consistency chooses the tables' (Note [Parameter-server consistency],
+// --consistency chooses the tables' (see Note [Parameter-server consistency],
 // ps/shard.h). --servers 0 trains the same model in this one process, with
 // the same row optimizers and no servers: the baseline of the distributed
 // job's samples/s.

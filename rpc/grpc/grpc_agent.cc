@@ -128,7 +128,7 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
   // is closed or there is no such worker.
   absl::StatusOr<std::shared_ptr<ClientStream>> StreamTo(int rank);
   // Closes the least recently used idle streams beyond the bound, and their
-  // channels (Note [Idle connections], rpc/idle_connections.h).
+  // channels (see Note [Idle connections], rpc/idle_connections.h).
   void CloseIdleStreams();
   std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() const;
   std::string PeerName(int rank) const;
@@ -138,7 +138,7 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
   WorkerInfo self_;
   StreamSettings settings_;
   DeadlineTimer* const timer_;
-  RequestService requests_;  // Note [Bounded queues]
+  RequestService requests_;  // See Note [Bounded queues]
   const std::shared_ptr<BufferPool> buffers_ = BufferPool::Create();
   std::optional<TlsMaterial> tls_;
   grpc::AsyncGenericService service_;

@@ -119,7 +119,7 @@ bool ServerStream::OnRequestFrame(Message message) {
   const auto kind = message.envelope.kind();
   // Checked again when the agent's table changed: a peer not a member at
   // its handshake may have joined since, and one may have been replaced
-  // by a newer incarnation (Note [Fencing stale incarnations]).
+  // by a newer incarnation (see Note [Fencing stale incarnations]).
   std::optional<int> rechecked;
   if (const uint64_t version = host_->WorkersVersion();
       peer_.has_value() && version != checked_version_) {
@@ -135,7 +135,7 @@ bool ServerStream::OnRequestFrame(Message message) {
   }
   if (kind == proto::GOODBYE) {
     // The caller closes an idle stream: answer what is under way, then
-    // finish; not a failure (Note [Idle connections]).
+    // finish; not a failure (see Note [Idle connections]).
     {
       MutexLock lock(&mu_);
       said_goodbye_ = true;

@@ -50,7 +50,7 @@ class StreamHost {
   virtual DeadlineTimer* timer() = 0;
   // A response came back on one of our client streams.
   virtual void OnResponse(Message response) = 0;
-  // A client stream was left with no call in flight (Note [Idle
+  // A client stream was left with no call in flight (see Note [Idle
   // connections], rpc/idle_connections.h).
   virtual void OnClientStreamIdle() = 0;
   // Client stream `stream` ended; `why` fails the calls still on it.
@@ -66,7 +66,7 @@ class StreamHost {
   virtual int MemberRankOf(const PeerIdentity& peer) const = 0;
   // Changes whenever the worker table does: a stream asks MemberRankOf again
   // only then, not on every request (a peer may have joined, or been
-  // replaced by a newer incarnation: Note [Fencing stale incarnations]).
+  // replaced by a newer incarnation: see Note [Fencing stale incarnations]).
   virtual uint64_t WorkersVersion() const = 0;
   // A server stream ended (or, listening, saw the server shut down);
   // `peer_rank` is -1 unless a worker of the job. `said_goodbye`: the peer
@@ -84,12 +84,12 @@ class ClientStream final : public AsyncClientBidi,
   void Start(grpc::GenericStub* stub, const std::string& method, grpc::CompletionQueue* queue);
   // Queues a request (written once the handshake is done). An error if the
   // stream is ending, the frame is too large or would pass the bound on
-  // unsent bytes (Note [Bounded queues]); nothing was sent then.
+  // unsent bytes (see Note [Bounded queues]); nothing was sent then.
   absl::Status Send(const Message& request);
   // Ends the stream; OnDone follows.
   void Cancel() { context().TryCancel(); }
   // Asks the peer to end the stream, which use.CloseIfIdle() closed: its
-  // end is then no failure on either side (Note [Idle connections]).
+  // end is then no failure on either side (see Note [Idle connections]).
   void SayGoodbye();
 
   ConnectionUse use;  // calls in flight

@@ -5,7 +5,7 @@
 // the caller starts the write, outside the queue's lock, on the buffer the
 // queue returns (which stays valid until the next Done()). It counts the
 // bytes it holds, the write in flight included, for the bound on unsent
-// bytes (Note [Bounded queues], rpc/queue_limits.h).
+// bytes (see Note [Bounded queues], rpc/queue_limits.h).
 #pragma once
 
 #include <grpcpp/support/byte_buffer.h>

@@ -58,7 +58,7 @@ std::shared_ptr<ClientPipe> TensorPipeAgent::PipeTo(int to_rank, absl::Status* e
   }
   // Note [One connect at a time]: two threads connecting to one peer at
   // once would leave a second pipe to close mid-handshake — and TensorPipe
-  // fails the peer's whole listener for that (Note [Listener restart]),
+  // fails the peer's whole listener for that (see Note [Listener restart]),
   // breaking the handshake of the pipe we keep too. So threads connect one
   // at a time, and a thread that waited here finds the pipe made.
   MutexLock connect_lock(&connect_mu_);
@@ -184,7 +184,7 @@ void TensorPipeAgent::FailPipe(const std::shared_ptr<ClientPipe>& client, const 
   }
   client->use.Ended();
   const bool said_goodbye = client->use.closing();
-  // After our GOODBYE the pipe's end is expected (Note [Idle connections]).
+  // After our GOODBYE the pipe's end is expected (see Note [Idle connections]).
   if (notify && !said_goodbye) peer_failures_.Notify(client->rank);
   const absl::Status status = ConnectionEnded(PeerAt(client->rank), why);
   pending_.FailConnectionAndWarn(client->id, status, self_.name, /*warn=*/!said_goodbye);
@@ -243,7 +243,7 @@ absl::Status TensorPipeAgent::HandleClientHandshake(const std::shared_ptr<Client
     return absl::OkStatus();
   }
   TESSERA_RETURN_IF_ERROR(client->handshake.OnResult(message.envelope));
-  // Written outside the lock (Note [No TensorPipe calls under mu_]); until
+  // Written outside the lock (see Note [No TensorPipe calls under mu_]); until
   // `ready`, new requests join `waiting` behind these, so the order of
   // calls on the pipe is kept.
   while (true) {

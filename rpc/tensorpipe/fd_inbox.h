@@ -1,5 +1,5 @@
 // A worker's inbox for file descriptors from workers on the same host: how
-// a tensor in shared memory reaches a peer without its bytes (Note [Tensors
+// a tensor in shared memory reaches a peer without its bytes (see Note [Tensors
 // in shared memory], rpc/shared_tensors.h).
 //
 // Note [Descriptor inbox]: an abstract Unix datagram socket with a random

@@ -48,7 +48,7 @@ size_t TotalBytes(const std::vector<at::Tensor>& tensors) {
   return bytes;
 }
 
-// Note [Tensors in shared memory]: posts the segments of `message`'s tensors
+// See Note [Tensors in shared memory]: posts the segments of `message`'s tensors
 // in shared memory (up to a post's worth) to the peer's inbox and names them
 // in `marked`, a copy of the envelope; the other tensors go to `travelling`.
 // False, with nothing marked, if the post failed: then every tensor's bytes
@@ -144,7 +144,7 @@ absl::StatusOr<FrameBody> PrepareTravellingBody(const tp::Descriptor& descriptor
                                                 proto::Envelope* envelope,
                                                 const proto::Envelope& metas,
                                                 const CodecLimits& limits, BufferPool* buffers) {
-  // Note [Small tensors ride with the descriptor]: payloads or tensors,
+  // See Note [Small tensors ride with the descriptor]: payloads or tensors,
   // never both; payloads only as small as a sender would inline.
   const bool inline_tensors = !descriptor.payloads.empty();
   if (inline_tensors && !descriptor.tensors.empty()) {
@@ -152,7 +152,7 @@ absl::StatusOr<FrameBody> PrepareTravellingBody(const tp::Descriptor& descriptor
   }
   FrameBody body;
   if (envelope->has_tensor_bytes()) {
-    // Note [Small tensors ride in the envelope]: then nothing follows.
+    // See Note [Small tensors ride in the envelope]: then nothing follows.
     if (envelope->tensor_bytes().size() > kEnvelopeTensorBytes) {
       return absl::InvalidArgumentError(
           "envelope carries " + std::to_string(envelope->tensor_bytes().size()) +
@@ -202,7 +202,7 @@ absl::StatusOr<FrameBody> PrepareTravellingBody(const tp::Descriptor& descriptor
   return body;
 }
 
-// Note [Tensors in shared memory]: the tensors `envelope` names by handle,
+// See Note [Tensors in shared memory]: the tensors `envelope` names by handle,
 // taken from `inbox` and viewed in their segments, merged in order with the
 // `travelling` ones.
 absl::StatusOr<std::vector<at::Tensor>> MergeSharedTensors(const proto::Envelope& envelope,

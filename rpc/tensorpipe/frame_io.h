@@ -18,11 +18,11 @@
 namespace tessera::rpc {
 
 // A pipe's error as a status: Unauthenticated when the peer failed the
-// transport gate (Note [Transport gate]), else Unavailable; `context`
+// transport gate (see Note [Transport gate]), else Unavailable; `context`
 // prefixes the message.
 absl::Status StatusFromPipeError(const tensorpipe::Error& error, const std::string& context);
 
-// Where a message's tensors in shared memory may go as handles (Note
+// Where a message's tensors in shared memory may go as handles (see Note
 // [Tensors in shared memory]): this worker's inbox, to post from, the
 // peer's inbox name, and those tensors' bytes (which then do not travel,
 // but for tensors past a post's worth or a post that failed).

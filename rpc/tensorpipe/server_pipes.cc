@@ -37,7 +37,7 @@ void TensorPipeAgent::ReadRequest(std::shared_ptr<ServerPipe> server) {
         }
         const auto kind = message->envelope.kind();
         if (kind == proto::GOODBYE) {
-          // The caller closes an idle pipe: not a failure (Note [Idle
+          // The caller closes an idle pipe: not a failure (see Note [Idle
           // connections], rpc/idle_connections.h).
           TESSERA_LOG(DEBUG) << self_.name << ": rank " << server->member_rank.load()
                              << " closed an idle connection";

@@ -191,7 +191,7 @@ absl::StatusOr<std::unique_ptr<RpcAgent>> CreateTensorPipeAgent(
     const TensorPipeOptions& options, const auth::JobSecret& secret, const std::string& name,
     int rank, int incarnation, RequestHandler handler, Executor* executor, DeadlineTimer* timer) {
   // TensorPipe's shm transport writes to Unix sockets without MSG_NOSIGNAL
-  // (Note [SIGPIPE]).
+  // (see Note [SIGPIPE]).
   IgnoreBrokenPipeSignals();
   WorkerInfo self;
   self.name = name;

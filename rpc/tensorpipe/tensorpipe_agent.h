@@ -4,7 +4,7 @@
 // guarded TCP transport (guarded_tcp/), or TensorPipe's own `uv` if asked;
 // for peers on the same machine the one TensorPipeOptions::same_host picks
 // (by default the guarded transport on Unix sockets, which sleeps while
-// idle: Note [Same-host transport], transport_choice.cc). Channels for
+// idle: see Note [Same-host transport], transport_choice.cc). Channels for
 // tensor bytes: `cma` (cross-memory attach, one copy) between workers of
 // one host when viable, else `basic`. The choice is probed at start and
 // logged at INFO. The agent itself: tensorpipe_agent_impl.h.

@@ -62,9 +62,9 @@ struct ClientPipe {
   bool failed ABSL_GUARDED_BY(mu) = false;
   absl::Status failure ABSL_GUARDED_BY(mu);  // why, once failed
   std::vector<OutgoingRequest> waiting ABSL_GUARDED_BY(mu);
-  // Bytes of requests waiting or being written (Note [Bounded queues]).
+  // Bytes of requests waiting or being written (see Note [Bounded queues]).
   uint64_t unsent_bytes ABSL_GUARDED_BY(mu) = 0;
-  ConnectionUse use;  // Note [Idle connections]
+  ConnectionUse use;  // See Note [Idle connections]
   metrics::OpenConnection counted;
 };
 
@@ -127,7 +127,7 @@ class TensorPipeAgent final : public RpcAgent {
   void Relisten();
   std::string PeerAt(int rank) const;  // with its address, for connection errors
   std::string PeerName(int rank) const;
-  // How `message`'s tensors in shared memory may go to `rank` (Note
+  // How `message`'s tensors in shared memory may go to `rank` (see Note
   // [Tensors in shared memory]); no route when it has none or the peer is
   // not on this host's Unix-socket transport.
   SharedMemoryRoute RouteFor(int rank, const Message& message) const;
@@ -164,8 +164,8 @@ class TensorPipeAgent final : public RpcAgent {
   const auth::JobSecret secret_;
   WorkerInfo self_;
   DeadlineTimer* const timer_;
-  RequestService requests_;  // Note [Bounded queues]
-  // Note [Descriptor inbox]; set by Start(), outlives the context's threads.
+  RequestService requests_;  // See Note [Bounded queues]
+  // See Note [Descriptor inbox]; set by Start(), outlives the context's threads.
   std::unique_ptr<FdInbox> inbox_;
   std::shared_ptr<tp::Context> context_;
   std::shared_ptr<tp::Listener> listener_ ABSL_GUARDED_BY(mu_);  // see Relisten()
@@ -175,7 +175,7 @@ class TensorPipeAgent final : public RpcAgent {
   absl::Duration relisten_backoff_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(1);
   DeadlineTimer::Id relisten_timer_ ABSL_GUARDED_BY(mu_) = 0;
 
-  // Serialises connecting (Note [One connect at a time]); never taken by
+  // Serialises connecting (see Note [One connect at a time]); never taken by
   // TensorPipe callbacks, so TensorPipe may be called under it.
   Mutex connect_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable Mutex mu_;
@@ -184,7 +184,7 @@ class TensorPipeAgent final : public RpcAgent {
   std::map<int, std::shared_ptr<ClientPipe>> client_pipes_ ABSL_GUARDED_BY(mu_);
   std::set<std::shared_ptr<ServerPipe>> server_pipes_ ABSL_GUARDED_BY(mu_);
   uint64_t next_pipe_id_ ABSL_GUARDED_BY(mu_) = 1;
-  // Client pipes with no call in flight (Note [Idle connections]).
+  // Client pipes with no call in flight (see Note [Idle connections]).
   std::atomic<int> idle_pipes_{0};
   PendingCalls pending_;
 

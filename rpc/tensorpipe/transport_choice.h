@@ -1,5 +1,5 @@
 // Which transports and channels a TensorPipe agent's context offers, and
-// which of them a peer will get (Note [Same-host fast paths], Note
+// which of them a peer will get (see Note [Same-host fast paths], see Note
 // [Same-host transport]). Internal to rpc/tensorpipe.
 #pragma once
 
@@ -28,7 +28,7 @@ struct RegisteredTransports {
   std::string transports;  // for the start-up log line
   std::string channels;
   // With the Unix-socket transport: the inbox through which peers on this
-  // host hand over tensors in shared memory (Note [Descriptor inbox]),
+  // host hand over tensors in shared memory (see Note [Descriptor inbox]),
   // published in the locality as "fdbox=NAME".
   std::unique_ptr<FdInbox> inbox;
 };
@@ -47,11 +47,11 @@ std::string SameHostUrl(SameHostTransport same_host, const std::string& worker_n
 
 // The inbox name `peer` publishes, if tensors in shared memory can go to it
 // from `self` as handles: both on the Unix-socket transport of one host
-// (Note [Tensors in shared memory]); else "".
+// (see Note [Tensors in shared memory]); else "".
 std::string SharedMemoryInboxOf(const WorkerInfo& self, const WorkerInfo& peer);
 
 // Which transport and channel TensorPipe will choose for `peer`, by the
-// rule of Note [Same-host fast paths]: for log lines.
+// rule (see Note [Same-host fast paths]): for log lines.
 std::string TransportFor(const WorkerInfo& self, const WorkerInfo& peer);
 
 }  // namespace tessera::rpc

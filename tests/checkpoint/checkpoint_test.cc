@@ -1,4 +1,4 @@
-// Note [Atomic checkpoints]: a round trip keeps tensors and the training
+// See Note [Atomic checkpoints]: a round trip keeps tensors and the training
 // position; a file that is not a whole checkpoint is refused; and a writer
 // killed (SIGKILL) at any moment of a save leaves the previous checkpoint or
 // the new one, whole.

@@ -1,4 +1,4 @@
-// The address rule (Note [Choosing the host address]) on this host's own
+// The address rule (see Note [Choosing the host address]) on this host's own
 // interfaces. Across hosts it is tested with separate network namespaces
 // (tests/multihost).
 #include "common/host_address.h"

@@ -1,4 +1,4 @@
-// Note [Compensating blocked pool threads]: a pool allowed to grow keeps
+// See Note [Compensating blocked pool threads]: a pool allowed to grow keeps
 // num_threads running while tasks wait on futures; one that is not never
 // runs more than num_threads tasks at once.
 #include "common/thread_pool.h"
@@ -99,7 +99,7 @@ TEST(ThreadPoolTest, ABurstOfTasksGetsAThreadEach) {
   EXPECT_TRUE(RunAtOnce(pool, 4));  // with the threads started and asleep
 }
 
-// Note [Pool threads spin, then sleep].
+// See Note [Pool threads spin, then sleep].
 TEST(ThreadPoolTest, TasksPostedWhileAThreadPollsStillRunInParallel) {
   // A long window: a thread polls from the first task on. Two tasks run
   // first, so that both threads have started, and then one polls while the

@@ -1,4 +1,4 @@
-// Note [Bucket rebuild]: after the first pass, buckets follow the order in
+// See Note [Bucket rebuild]: after the first pass, buckets follow the order in
 // which gradients really became ready — rank 0's order, on every rank.
 // Rank 0 is this process, rank 1 a child.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// DistributedDataParallel::Join (Note [Joining with uneven inputs]): two
+// DistributedDataParallel::Join (see Note [Joining with uneven inputs]): two
 // ranks with different numbers of batches. Rank 0 is this process, rank 1 a
 // child; each checks its own replica.
 #include <gtest/gtest.h>
@@ -112,7 +112,7 @@ absl::Status TrainUneven(ddp::ProcessGroup& group, std::vector<int> steps,
 
 absl::Status RunUneven(ddp::ProcessGroup& group) {
   // {0, 3}: rank 0 never trains, so it also takes part in rank 1's bucket
-  // rebuild (Note [Bucket rebuild]); {4, 2}: the last to train is rank 0.
+  // rebuild (see Note [Bucket rebuild]); {4, 2}: the last to train is rank 0.
   for (const std::vector<int>& steps :
        std::vector<std::vector<int>>{{3, 5}, {0, 3}, {4, 2}, {2, 2}}) {
     for (bool divide_by_initial : {true, false}) {

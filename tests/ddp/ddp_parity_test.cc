@@ -212,7 +212,7 @@ absl::Status RunUnused(ddp::ProcessGroup& group) {
       const size_t expected_unused = !find_unused ? 0 : r == 0 ? 2 : 4;
       // Without find_unused_parameters: in the first pass `never` is in
       // bucket 0, so nothing goes before the end; after it the buckets
-      // follow rank 0's gradient order (Note [Bucket rebuild]), `never`
+      // follow rank 0's gradient order (see Note [Bucket rebuild]), `never`
       // last: rank 0 sends some during backward, never all.
       const bool early_as_expected =
           find_unused ? stats.launched_during_backward == stats.buckets

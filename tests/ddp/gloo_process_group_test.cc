@@ -100,7 +100,7 @@ TEST_F(GlooProcessGroupTest, DeadRankFailsTheCollective) {
   options.timeout = absl::Seconds(5);
   auto pg = ddp::CreateGlooProcessGroup(world_.store(), 0, 2, options);
   // Writes to the dead rank's socket fail with EPIPE instead of killing this
-  // one (Note [SIGPIPE]; before, about one run in thirty died here).
+  // one (see Note [SIGPIPE]; before, about one run in thirty died here).
   struct sigaction broken_pipe {};
   ASSERT_EQ(sigaction(SIGPIPE, nullptr, &broken_pipe), 0);
   EXPECT_EQ(broken_pipe.sa_handler, SIG_IGN);

@@ -1,6 +1,6 @@
 // The quorum of fault-tolerant DDP (ddp/fault_tolerant/quorum.h) against a
 // real store, with replicas as threads and a replica's model stood in for
-// by its history: the round that committed each of its steps. Note [No
+// by its history: the round that committed each of its steps. See Note [No
 // split brain]: whatever partitions replicas go through, any two with the
 // same number of committed steps hold the same history.
 #include "ddp/fault_tolerant/quorum.h"
@@ -79,7 +79,7 @@ struct Replica {
   std::vector<int64_t> history;
 };
 
-// Note [No split brain]'s invariant: of any two replicas, the shorter
+// See Note [No split brain]'s invariant: of any two replicas, the shorter
 // history is a prefix of the longer.
 void ExpectOneModel(const std::vector<const Replica*>& replicas) {
   for (const Replica* x : replicas) {

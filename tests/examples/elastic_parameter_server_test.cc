@@ -1,5 +1,5 @@
-// Elastic parameter-server jobs (Note [Restarting a rank alone],
-// launcher/elastic_restarts.h; Note [Elastic membership], rpc/runtime.h),
+// Elastic parameter-server jobs (see Note [Restarting a rank alone],
+// launcher/elastic_restarts.h; see Note [Elastic membership], rpc/runtime.h),
 // as real processes under tessera-run: trainers killed with SIGKILL at
 // random steps are restarted alone and rejoin, a trainer joining mid-run
 // is given batches, and the server never restarts (one process from start

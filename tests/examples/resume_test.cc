@@ -50,7 +50,7 @@ class ResumeTest : public ::testing::Test {
   // batches the checkpoint may hold as not done though trained (the parameter
   // server's leases: a trainer acknowledges a batch with its next request, so
   // a batch trained but not yet acknowledged when the server died is trained
-  // again after the restart, Note [Work handed out by the server]).
+  // again after the restart, see Note [Work handed out by the server]).
   void KillAndResume(std::vector<std::string> args, int rank, const std::string& checkpointed,
                      int64_t checkpoint_every, int64_t redone = 0) {
     std::vector<std::string> launch = {"--standalone", "--max_restarts", "1"};

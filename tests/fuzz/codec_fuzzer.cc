@@ -32,7 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.max_tensor_bytes = 1 << 20;  // keep the fuzzer's memory small
   auto envelope = ParseEnvelope(bytes, limits);
   if (!envelope.ok()) return 0;
-  // Tensors inside the envelope (Note [Small tensors ride in the
+  // Tensors inside the envelope (see Note [Small tensors ride in the
   // envelope]), else sized by the transport's lengths.
   auto tensors = envelope->has_tensor_bytes()
                      ? TakeTensorsFromEnvelope(&*envelope, limits)

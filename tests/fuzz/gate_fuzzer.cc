@@ -1,10 +1,10 @@
 // libFuzzer target for the bytes a stranger sends first to a TensorPipe
 // worker's port, and for TensorPipe's control objects from a peer:
 //   mode 0: the listener's side of the transport gate (greeting, proof,
-//           Note [Transport gate]), then the first frame's check (Note
+//           see Note [Transport gate]), then the first frame's check (see Note
 //           [Hello gate]) — the order the listener reads them in;
 //   mode 1: the connecting side's check of a listener's challenge;
-//   mode 2-6: bounded nop reads (Note [Bounded nop reads]) of every control
+//   mode 2-6: bounded nop reads (see Note [Bounded nop reads]) of every control
 //           object TensorPipe's core reads from a connection.
 // Input: [mode byte][pieces (fuzz_support.h)]. Crashes, sanitizer reports
 // and oversized allocations are bugs; errors are expected.

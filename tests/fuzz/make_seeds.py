@@ -38,7 +38,7 @@ seeds = {
     "call_int": frame([], call + int_arg),
     "call_tensor": frame([16], call + tensor_meta + tensor_arg),
     "call_nested": frame([], call + nested + dict_arg),
-    # Note [Small tensors ride in the envelope]: a 2x2 float's 16 bytes inside it.
+    # See Note [Small tensors ride in the envelope]: a 2x2 float's 16 bytes inside it.
     "call_tensor_bytes": frame([], call + tensor_meta + tensor_arg + field(13, 2, bytes(range(16)))),
     "response": frame([], field(2, 0, varint(2)) + field(5, 2, field(2, 0, varint(1)))),
 }

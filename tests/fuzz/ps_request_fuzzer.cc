@@ -165,7 +165,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       case 4: {
         // A checkpoint's cut at any clock, and its release, written or not
-        // (Note [Sharded checkpoints]): the backup holds the same cut.
+        // (see Note [Sharded checkpoints]): the backup holds the same cut.
         op.kind = ShardOp::Kind::kCut;
         op.clock = Number(input.Next());
         int64_t agreed = 0;

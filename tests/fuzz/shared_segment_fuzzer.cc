@@ -1,5 +1,5 @@
 // libFuzzer target for the bounds a peer's shared-memory handle must keep
-// (Note [Tensors in shared memory], rpc/shared_tensors.h): the offset, shape
+// (see Note [Tensors in shared memory], rpc/shared_tensors.h): the offset, shape
 // and dtype a frame names against a real 4 KiB segment. TensorInSegment
 // either refuses them or makes a tensor lying wholly inside the segment;
 // anything else aborts (a view past the segment would read another

@@ -197,7 +197,7 @@ struct TwoNodes {
   Launcher node1;
 };
 
-// Two nodes on this machine, one worker each (Note [Restarting every
+// Two nodes on this machine, one worker each (see Note [Restarting every
 // node]): rank 1 on node 1 fails while rank 0 on node 0 waits for it. Node 0
 // stops its worker too, both start the second attempt together on a cleared
 // store, and it completes on both.
@@ -264,7 +264,7 @@ TEST(LauncherTest, ANodeThatFinishedFirstIsNotDeclaredLost) {
   EXPECT_TRUE(absl::StrContains(nodes.node0.output(), "[rank 0] finished")) << nodes.node0.output();
 }
 
-// The store on an etcd cluster (--store etcd://..., Note [The store on
+// The store on an etcd cluster (--store etcd://..., see Note [The store on
 // etcd]): an RPC job meets through it; a fault-tolerant DDP job trains on
 // while one of the three members is SIGKILLed, and leaves no key behind, so
 // the same job name runs again; a job name whose keys another job left is

@@ -1,6 +1,6 @@
-// A cluster's failures across separate network hosts (Note [Lost nodes],
-// launcher/node_coordinator.h; Note [No split brain],
-// ddp/fault_tolerant/quorum.h; Note [Silent peers], guarded_tcp): a whole
+// A cluster's failures across separate network hosts (see Note [Lost nodes],
+// launcher/node_coordinator.h; see Note [No split brain],
+// ddp/fault_tolerant/quorum.h; see Note [Silent peers], guarded_tcp): a whole
 // machine lost — its link down, then every process on it killed, its
 // tessera-run included — and a link cut for longer than the job's
 // timeouts that then heals. The survivors finish without restarting, and
@@ -67,8 +67,8 @@ void ExpectOneModelTrainedByAll(Job& job, int steps) {
 
 // The parameter-server job loses host 2 — its link down, its tessera-run
 // and trainer SIGKILLed, as when a machine dies. The server notices the silent trainer
-// (Note [Silent peers], guarded_tcp) and gives its batch to the other;
-// node 0 declares node 2 lost (Note [Lost nodes]) and records rank 2 as
+// (see Note [Silent peers], guarded_tcp) and gives its batch to the other;
+// node 0 declares node 2 lost (see Note [Lost nodes]) and records rank 2 as
 // left, so the server's graceful shutdown does not wait for it. The server
 // never restarts, every batch is trained, and the job finishes on hosts 0
 // and 1.
@@ -109,7 +109,7 @@ TEST(MultiHostClusterFaultsTest, AParameterServerJobThatLosesATrainersHostFinish
 // timeout, short of --node_timeout) and then healed: trainer 2's
 // calls time out and it exits; its launcher, which cannot reach the store
 // while cut, still knows the worker's role and restarts it alone, backing
-// off until the store answers again (Note [Restarting a rank alone]); the
+// off until the store answers again (see Note [Restarting a rank alone]); the
 // new incarnation rejoins. The server never restarts and every batch is
 // trained.
 TEST(MultiHostClusterFaultsTest,
@@ -147,7 +147,7 @@ TEST(MultiHostClusterFaultsTest,
 
 // Fault-tolerant DDP across three hosts, host 2's link cut (past every
 // timeout of the job: Gloo's 10 s, the quorum's 3 s) and then healed
-// (Note [No split brain], quorum.h). Replicas 0 and 1 go on as a quorum of
+// (see Note [No split brain], quorum.h). Replicas 0 and 1 go on as a quorum of
 // two; replica 2 commits nothing while cut off — no quorum of one, no
 // second model — and when the link is back it rejoins the quorum and
 // catches up from a peer, without a restart of any process. Every replica
@@ -187,7 +187,7 @@ TEST(MultiHostClusterFaultsTest,
 // so the quorum keeps all three, and their collectives fail — steps are
 // dropped, not committed by some subset — until the path is mended; then
 // the job trains on. No process restarts, and every replica ends with the
-// same parameters (Note [No split brain], quorum.h).
+// same parameters (see Note [No split brain], quorum.h).
 TEST(MultiHostClusterFaultsTest,
      AFaultTolerantDdpJobSplitBetweenTwoReplicasHealsAndAllEndIdentical) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
@@ -208,7 +208,7 @@ TEST(MultiHostClusterFaultsTest,
 // Fault-tolerant DDP across three hosts, host 2 lost: its link down, then
 // every process on it SIGKILLed, its tessera-run included, as when a
 // machine dies. Node 0
-// declares it lost after --node_timeout (Note [Lost nodes]); with --nnodes
+// declares it lost after --node_timeout (see Note [Lost nodes]); with --nnodes
 // 2:3 and replicas an elastic role the job goes on: the other two finish
 // identical, and no launcher waits for the lost node's end.
 TEST(MultiHostClusterFaultsTest, AFaultTolerantDdpJobThatLosesAHostFinishesOnTheOthers) {
@@ -261,7 +261,7 @@ TEST(MultiHostClusterFaultsTest, ANodeDeclaredLostThatComesBackIsToldAndStops) {
   std::printf("what the user saw:\n%s", job->output().c_str());
 }
 
-// No single machine whose loss ends a fault-tolerant job (Note [The store
+// No single machine whose loss ends a fault-tolerant job (see Note [The store
 // on etcd], store/etcd_store_backend.h): the store is an etcd cluster with
 // a member on each host (--store etcd://...), and host 0 is lost — its
 // link down, then its etcd member, its tessera-run and replica 0 SIGKILLed.

@@ -1,5 +1,5 @@
 // Collectives across separate network hosts with shared memory within each
-// (ddp/shm/, Note [Hierarchical collectives]): 2 hosts x 2 ranks. Every rank
+// (ddp/shm/, see Note [Hierarchical collectives]): 2 hosts x 2 ranks. Every rank
 // runs the conformance suite on the hierarchical group, then checks it
 // against a flat Gloo group of the same ranks: integer sums, broadcasts and
 // allgathers equal, floating sums equal to rounding; also with hosts of
@@ -101,7 +101,7 @@ TEST(MultiHostCollectivesTest, TwoHostsOfTwoRanksReduceThroughSharedMemoryAndLea
 
 // Hosts of unequal rank counts: two ranks on host 0, one on host 1 (alone
 // there: a leader with no shared memory), started directly. Allgather
-// takes the flat group then (Note [Hierarchical collectives]); the rest
+// takes the flat group then (see Note [Hierarchical collectives]); the rest
 // goes through the hierarchy.
 // The environment of ranks a test's shell starts itself on each host (no
 // launcher): host h's first rank is BASE_RANK = 2h; rank 0 hosts the store.

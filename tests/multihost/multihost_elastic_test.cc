@@ -1,5 +1,5 @@
 // Elastic jobs across separate network hosts. First a parameter-server
-// job (Note [Restarting a rank alone], launcher/elastic_restarts.h): the server on
+// job (see Note [Restarting a rank alone], launcher/elastic_restarts.h): the server on
 // host 0, a trainer on each of hosts 1 and 2, one tessera-run per host.
 // Each trainer is killed (SIGKILL) mid-epoch and restarted alone by its own
 // host's launcher; it rejoins the server at its new address. A trainer

@@ -55,7 +55,7 @@ TESSERA_WORKER_SCENARIO(multihost_until_failure) {
 }
 
 // Rank 0 shuts down at once and waits for the others; rank 1 dies (SIGKILL)
-// once rank 0 waits; rank 2 shuts down too. Note [Shutdown liveness]: the
+// once rank 0 waits; rank 2 shuts down too. See Note [Shutdown liveness]: the
 // waiters name the dead worker instead of waiting for it.
 TESSERA_WORKER_SCENARIO(multihost_dies_before_shutdown) {
   const char* rank_env = std::getenv("RANK");
@@ -112,7 +112,7 @@ TEST(MultiHostTest, ACutLinkFailsEveryHostWithANamedCause) {
 }
 
 // Host 1's launcher is killed (SIGKILL: a machine gone, with its workers):
-// the other host declares it lost after --node_timeout (Note [Lost nodes])
+// the other host declares it lost after --node_timeout (see Note [Lost nodes])
 // and, with --nnodes 2 (no node may be lost), stops naming it; Finish's
 // bound turns a hang into a failure.
 TEST(MultiHostTest, ALostHostBelowTheMinimumStopsTheOthersNamingIt) {
@@ -137,7 +137,7 @@ TEST(MultiHostTest, ALostHostBelowTheMinimumStopsTheOthersNamingIt) {
 // the test's bound, though the shutdown deadline is ten minutes. Rank 0
 // hosts the store: rank 2 either hears rank 0's verdict there or, once rank
 // 0 exited, gets no answers from it and gives up within the job's budget for
-// them (TESSERA_RDZV_TIMEOUT_S, Note [Slow is not failed]); either way it
+// them (TESSERA_RDZV_TIMEOUT_S, see Note [Slow is not failed]); either way it
 // exits by itself, naming the cause.
 TEST(MultiHostTest, AWorkerKilledBeforeShutdownIsNamedNotWaitedFor) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
@@ -154,7 +154,7 @@ TEST(MultiHostTest, AWorkerKilledBeforeShutdownIsNamedNotWaitedFor) {
   EXPECT_EQ(codes[1], 128 + SIGKILL) << job->output();
   EXPECT_EQ(codes[2], 4) << "rank 2 did not end its shutdown by itself\n" << job->output();
   // Rank 2 hears rank 0's verdict through the store if it polls before rank
-  // 0 exits (Note [Shutdown liveness]), else it names the store gone silent:
+  // 0 exits (see Note [Shutdown liveness]), else it names the store gone silent:
   // which comes first is a race, and either names the cause.
   const std::string& third = job->on(2).output();
   const bool named_store = absl::StrContains(

@@ -3,7 +3,7 @@
 // and clock crosses a host (TCP), and the shard map is read through the
 // store on host 0. Then the recommender loses a server — its machine, its
 // link for 25 s, the process paused for 30 s, the process killed — and
-// finishes on its shards' backups with nothing lost or applied twice (Note
+// finishes on its shards' backups with nothing lost or applied twice (see Note
 // [Parameter-server replication], ps/ps_server.h).
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -1,5 +1,5 @@
 // Jobs restarted as a group (DDP, pipeline, hybrid DDP + RPC; one process
-// per network host) and a cluster's failures (Note [Regrouping without
+// per network host) and a cluster's failures (see Note [Regrouping without
 // lost nodes], launcher/node_coordinator.h): their workers cannot be let go
 // as a parameter server's trainers can, so a lost machine restarts the
 // group on the machines left (DDP, whose world may shrink), and a cut link

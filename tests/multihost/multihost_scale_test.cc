@@ -3,7 +3,7 @@
 // at the same moment (992 calls: TCP between hosts, Unix sockets within
 // one), hands an RRef to a third worker and shuts down gracefully
 // (bench/scale_probe.cc). Each worker keeps at most 4 idle connections
-// (Note [Idle connections]), so the storm also closes and redials
+// (see Note [Idle connections]), so the storm also closes and redials
 // connections across hosts while calls are in flight: nobody may take a
 // closed connection for a failure. Every worker must finish with every
 // answer checked. Timings are bench/scale.sh --hosts's business.

@@ -75,7 +75,7 @@ int DriveRpcJob(rpc::Runtime& rt, rref::RRefContext& rrefs, dist_autograd::DistA
   WORKER_CHECK(rt.RpcSync<int64_t>("worker0", "echo", int64_t{41}) == 41, "echo from host 0");
   WORKER_CHECK(rt.RpcSync<int64_t>("worker2", "echo", int64_t{42}) == 42, "echo from host 2");
   {
-    // Note [Tensors in shared memory]: to another host, its bytes travel.
+    // See Note [Tensors in shared memory]: to another host, its bytes travel.
     const at::Tensor shared = rpc::ToSharedMemory(ParamFor(3).detach());
     const at::Tensor back = rt.RpcSync<at::Tensor>("worker0", "echo", shared);
     WORKER_CHECK(!rpc::IsInSharedMemory(back) && back.equal(shared),

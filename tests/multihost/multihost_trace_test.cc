@@ -1,4 +1,4 @@
-// Traces of a job across separate network hosts (Note [Tracing], Note
+// Traces of a job across separate network hosts (see Note [Tracing], see Note
 // [Trace clock alignment]): the RPC demo with one worker per host under
 // tessera-run --trace, all writing to one directory (the hosts share this
 // machine's file system, as a shared volume would). Each host's monotonic

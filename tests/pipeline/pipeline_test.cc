@@ -80,7 +80,7 @@ TEST_F(PipelineTest, MicroBatchedStagesTrainLikeOneProcess) {
   }
   // One row per micro-batch: 10 chains in flight at once give the same
   // output as one micro-batch (each stage's input RRef is dropped while its
-  // fetch is in flight: Note [Calls hold their RRef]).
+  // fetch is in flight: see Note [Calls hold their RRef]).
   pipeline::PipelineDriver one(*rrefs_, {front, back},
                                pipeline::PipelineOptions{/*micro_batches=*/1});
   pipeline::PipelineDriver ten(*rrefs_, {front, back},

@@ -1,4 +1,4 @@
-// Checkpoints of the sharded parameter server (Note [Sharded checkpoints],
+// Checkpoints of the sharded parameter server (see Note [Sharded checkpoints],
 // ps/shard_cut.cc): one clock across every shard and table while training
 // goes on, written by the servers, restored onto another number of them.
 #include <ATen/TensorOperators.h>
@@ -275,7 +275,7 @@ TEST_F(PsCheckpointTest, AShardThatLostEveryReplicaComesBackFromTheCheckpoint) {
 // (sent while they were paused) — and their launchers restart them,
 // holding nothing, under the same names. They restore both shards from
 // the checkpoint; the push goes to the restored primary; the trainer
-// trains on, its clock ahead of the restored shards' (Note [Trainers ahead
+// trains on, its clock ahead of the restored shards' (see Note [Trainers ahead
 // of a restored shard]): every key counts the checkpoint's 4 clocks and
 // the pushes after the restore, in each kind of table.
 TEST_F(PsCheckpointTest, EveryServerLostAndRestartedComesBackFromTheCheckpoint) {
@@ -312,7 +312,7 @@ TEST_F(PsCheckpointTest, EveryServerLostAndRestartedComesBackFromTheCheckpoint) 
 // Scenario: the whole job is lost — both servers SIGKILLed at clock 6,
 // after a checkpoint at clock 4. What they recorded says how far a job
 // started anew from that checkpoint rolls back: each shard had reached
-// clock 6, 2 clocks past it (Note [Progress records]).
+// clock 6, 2 clocks past it (see Note [Progress records]).
 TEST_F(PsCheckpointTest, WhatAJobStartedAnewRollsBackIsRecordedByTheJobBeforeIt) {
   expect_clean_exit_ = false;
   checkpoint_dir_ = FreshDir("rollback");

@@ -1,4 +1,4 @@
-// Replicated parameter-server shards across real processes (Note
+// Replicated parameter-server shards across real processes (see Note
 // [Parameter-server replication], ps/ps_server.h): two servers, each the
 // primary of one shard and the backup of the other, two child trainers and
 // the test process pushing a counting table. Replicas hold the same bits;

@@ -3,11 +3,11 @@
 // held by 4 servers, all on this host; every count equals the pushes made.
 // Pushes may be sent again: 68 processes on 2 cores can keep a replica from
 // answering for failure_timeout (3 s), and the shard then moves on without
-// it (Note [Parameter-server replication], ps/ps_server.h) — a slow
+// it (see Note [Parameter-server replication], ps/ps_server.h) — a slow
 // machine, not a fault (seen: 1 push of 10,238 sent again, on a day this
 // machine ran the suite at half its usual speed). Each push is still
 // counted once, which is the claim. Halfway, the test process asks for a
-// checkpoint (Note [Sharded checkpoints], ps/shard_cut.cc): its clock is
+// checkpoint (see Note [Sharded checkpoints], ps/shard_cut.cc): its clock is
 // every trainer's to reach, each ending a clock a round, and it must hold
 // exactly the rounds before it of all 64.
 #include <ATen/ops/arange.h>

@@ -112,7 +112,7 @@ TEST_F(PsTest, ASynchronousTableAppliesEveryTrainersPushOnceAClock) {
 // Scenario: worker0 sends 200 pushes to both shards of "counts" at once,
 // with a backup a shard. Each shard's primary takes them as they come and
 // sends its backup the changes made while a message to it is in flight
-// together (Note [Replication batches], ps/server_replication.cc): fewer
+// together (see Note [Replication batches], ps/server_replication.cc): fewer
 // messages than pushes, and the replicas still agree on every count.
 TEST_F(PsTest, ABackupGetsTheChangesOfPushesMadeTogetherInFewerMessages) {
   StartPs(2, 0, "idle");

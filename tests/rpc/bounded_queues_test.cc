@@ -1,4 +1,4 @@
-// Note [Bounded queues] (rpc/queue_limits.h), on every backend with real
+// See Note [Bounded queues] (rpc/queue_limits.h), on every backend with real
 // worker processes: a callee holding its bound of calls answers one more
 // with RESOURCE_EXHAUSTED at once and serves on; a caller whose requests to
 // a peer pile up unsent (the peer is stopped) fails the next ones at once

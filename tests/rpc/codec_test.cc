@@ -101,7 +101,7 @@ TEST(CodecTest, AllocationIsBoundedByWhatTheFrameProves) {
   EXPECT_EQ((*ok)[0].sizes(), (std::vector<int64_t>{2, 2}));
 }
 
-// Note [Small tensors ride in the envelope] (rpc/tensorpipe/frame_io.cc).
+// See Note [Small tensors ride in the envelope] (rpc/tensorpipe/frame_io.cc).
 TEST(CodecTest, TensorsRideInTheEnvelopeAndBackOut) {
   Message message;
   proto::Value wire;

@@ -27,7 +27,7 @@ TEST(GrpcFrameCodecTest, AMessageWithTensorsRoundTrips) {
   EXPECT_TRUE(at::equal(decoded->tensors[0], tensor));
 }
 
-// Note [Small tensors ride in the envelope] is TensorPipe's; here tensors
+// See Note [Small tensors ride in the envelope] is TensorPipe's; here tensors
 // are frame fields, and bytes in the envelope would be silently held.
 TEST(GrpcFrameCodecTest, TensorBytesInTheEnvelopeAreRefused) {
   proto::Envelope envelope;

@@ -122,13 +122,13 @@ TEST_P(GuardedTcpTest, MatchingFramesArrive) {
   EXPECT_EQ(ReadExactly4(), "");
 }
 
-// Note [Read ahead]: a burst that is all in the socket before anything
+// See Note [Read ahead]: a burst that is all in the socket before anything
 // reads it arrives frame by frame, in order, whole — small frames several to
 // a receive, and a frame larger than the read-ahead partly from it and the
 // rest straight into its buffer. Each read is posted from here once the
 // last one finished; the 30 frames after the large one all land in the
 // read-ahead at once, and the socket is then empty, so no readiness event
-// comes for them: past its budget of 8 (Note [Fair reads]) the connection
+// comes for them: past its budget of 8 (see Note [Fair reads]) the connection
 // must come back for them by itself. (Small enough for the socket buffers
 // to hold it all, Unix sockets counting some 1 KiB per send.)
 TEST_P(GuardedTcpTest, AFrameBurstIsReadInOrderWhateverTheFrameSizes) {
@@ -146,7 +146,7 @@ TEST_P(GuardedTcpTest, AFrameBurstIsReadInOrderWhateverTheFrameSizes) {
     return got.GetFuture();
   };
   // The first read waits before anything is written, so the burst's first
-  // bytes come as a readiness event, and the budget of Note [Fair reads]
+  // bytes come as a readiness event, and the read budget (see Note [Fair reads])
   // counts from there.
   auto first = read_next();
   auto written = std::make_shared<std::atomic<size_t>>(0);
@@ -249,7 +249,7 @@ TEST(GuardedUnixTransportTest, ItsDomainIsThisBootAndNetworkNamespace) {
   EXPECT_NE(CreateGuardedTcpTransport({})->domainDescriptor(), domain);
 }
 
-// Note [Connect again]: the retry schedule, on a clock of the test's own.
+// See Note [Connect again]: the retry schedule, on a clock of the test's own.
 TEST(ConnectRetryTest, DelaysGrowWithJitterAndStopAtTheBudget) {
   using guarded_tcp::ConnectRetry;
   ConnectRetry retry(absl::Seconds(10), absl::Milliseconds(2), absl::Milliseconds(250));
@@ -280,7 +280,7 @@ TEST(ConnectRetryTest, DelaysGrowWithJitterAndStopAtTheBudget) {
 
 // A listening socket of the test's own at a fresh address of `family`: it
 // plays the far end by hand — closing connections unanswered, as a full
-// gate closes its longest-waiting one (Note [Full gate]), or answering the
+// gate closes its longest-waiting one (see Note [Full gate]), or answering the
 // gate as the transport's listener would.
 class HandMadeListener {
  public:

@@ -1,4 +1,4 @@
-// Note [Idle connections] (rpc/idle_connections.h), on every backend with
+// See Note [Idle connections] (rpc/idle_connections.h), on every backend with
 // real worker processes: beyond the bound, a caller's least recently used
 // idle connections close — the callee is told, so nobody takes it for a
 // failure — and the next call connects again.

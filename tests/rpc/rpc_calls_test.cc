@@ -108,7 +108,7 @@ TEST_F(RpcCallsTest, NestedCallsAcrossThreeWorkersDoNotDeadlock) {
   EXPECT_TRUE(at::equal(async, at::full({3}, 4.0)));
   // Many nested chains at once, more than the pool has threads: async
   // handlers hold no thread; blocking ones do, and each worker's pool runs
-  // others in their place (Note [Compensating blocked pool threads]) — 32
+  // others in their place (see Note [Compensating blocked pool threads]) — 32
   // chains block up to 32 handlers per worker, within max_worker_threads.
   std::vector<Future<at::Tensor>> futures;
   for (int i = 0; i < 64; ++i) {
@@ -235,7 +235,7 @@ TEST(RuntimeLifecycleTest, CleanRestartInTheSameProcess) {
   }
 }
 
-// Note [Late registration]: a function registered after start is served,
+// See Note [Late registration]: a function registered after start is served,
 // including to a call that arrived before it was registered; a name never
 // registered fails after registration_wait, naming the worker and what it has.
 TEST(RuntimeLifecycleTest, FunctionsRegisteredAfterStartAreServed) {

@@ -70,7 +70,7 @@ bool Learns(rpc::Runtime& runtime, int rank, int incarnation) {
   return false;
 }
 
-// Note [Fencing stale incarnations]: rank 2's first process lives on, cut
+// See Note [Fencing stale incarnations]: rank 2's first process lives on, cut
 // off but not dead, after its rank rejoined as a new incarnation (as after
 // its launcher restarted it during a cut). Its calls are refused, naming it
 // — on the connection it already had to worker0 and on a new one to
@@ -176,7 +176,7 @@ TEST_F(RpcFaultsTest, GracefulShutdownWaitsForCallsInFlight) {
 }
 
 // Scenario: a peer (it knows the secret) sends forged join announcements
-// (Note [Elastic membership]): a rank the job never handed out, a huge one
+// (see Note [Elastic membership]): a rank the job never handed out, a huge one
 // (which must not grow the member table), a value of the wrong type. Each
 // is refused with an error naming it, and the worker keeps serving; a
 // repeated announcement of a known rank changes nothing.

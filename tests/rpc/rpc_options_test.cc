@@ -60,7 +60,7 @@ TEST_F(RpcOptionsFromEnvTest, ABadCountIsAnErrorNamingTheVariable) {
       << options.status();
 }
 
-// tessera-run hands its --rdzv_timeout to the workers (Note [Slow is not
+// tessera-run hands its --rdzv_timeout to the workers (see Note [Slow is not
 // failed], store/store_backend.h): their rendezvous and the store's answers
 // get the job's budget, not the worker's default.
 TEST_F(RpcOptionsFromEnvTest, TheJobsRendezvousBudgetReachesTheWorker) {

@@ -1,4 +1,4 @@
-// The same-host transport (Note [Same-host transport], rpc/tensorpipe/
+// The same-host transport (see Note [Same-host transport], rpc/tensorpipe/
 // transport_choice.cc), with real worker processes: an idle worker sleeps
 // instead of polling a core, its Unix socket is guarded like its TCP port,
 // and forcing TCP on one host still works.

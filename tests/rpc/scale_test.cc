@@ -4,10 +4,10 @@
 // (16256 calls, and as many connections dialled at once), each hands an
 // RRef to a third worker, and all shut down gracefully. Every worker must
 // finish with every answer checked (bench/scale_probe.cc): a slow machine
-// shows as time, never as a failure (Note [Slow is not failed],
+// shows as time, never as a failure (see Note [Slow is not failed],
 // store/store_backend.h). Timings are printed, not asserted: bench/scale.sh
 // measures them. The job starts with a soft descriptor limit of 256, below
-// what 128 workers need (Note [Descriptor limit]): tessera-run and the
+// what 128 workers need (see Note [Descriptor limit]): tessera-run and the
 // workers must raise it.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -31,7 +31,7 @@ constexpr int kWorkers = 128;
 // session: in sessions of their own (as bench/scale.sh --load runs them)
 // each would weigh as much as the whole job under the kernel's autogroups,
 // a third of the machine for the job, and the test would take 117-147 s
-// instead of about 60 for no more proof (Note [Slow is not failed] is
+// instead of about 60 for no more proof (see Note [Slow is not failed] is
 // proven by store_test's frozen store, which the old 5 s fails).
 class CpuBurners {
  public:

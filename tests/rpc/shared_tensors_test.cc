@@ -1,4 +1,4 @@
-// Tensors in shared memory (Note [Tensors in shared memory], rpc/
+// Tensors in shared memory (see Note [Tensors in shared memory], rpc/
 // shared_tensors.h): the segment and the descriptor inbox in one process,
 // then between real worker processes — a handle travels to a worker on the
 // host and both see one memory; the sender may drop its tensor at once;
@@ -332,7 +332,7 @@ TEST_F(SharedTensorsTest, TheSenderMayDropItsTensorAtOnce) {
   ExpectNothingHeldSoon();
 }
 
-// A burst larger than the inbox's queue: each post waits for room (Note
+// A burst larger than the inbox's queue: each post waits for room (see Note
 // [Descriptor inbox]), or after 100 ms its bytes travel; either way every
 // answer is right. (How many went as handles depends on scheduling: on two
 // idle cores, all 40.)
@@ -373,7 +373,7 @@ TEST_F(SharedTensorsTest, APeerWithoutAnInboxGetsTheBytes) {
 // A post finds room at once in an inbox's queue however late its thread
 // drains it, so at least a queue's worth of the posts go as handles
 // whatever the scheduling: the bound asserted. Past that, a post waits up
-// to 100 ms for room (Note [Descriptor inbox]); on a loaded machine it may
+// to 100 ms for room (see Note [Descriptor inbox]); on a loaded machine it may
 // wait that out and send the bytes instead, so the rest is reported.
 TEST_F(SharedTensorsTest, ManySendersShareOneInbox) {
   constexpr int kWorld = 16;
@@ -398,7 +398,7 @@ TEST_F(SharedTensorsTest, ManySendersShareOneInbox) {
   EXPECT_GE(as_handles, std::min(queue, kWorld - 1));
 }
 
-// Note [Bounded queues]: a tensor that goes as a handle is not bytes
+// See Note [Bounded queues]: a tensor that goes as a handle is not bytes
 // waiting to be sent. Calls made before the connection's handshake wait
 // for it, counted against the bound: 8 x 4 MiB in shared memory fit a
 // bound of 1 MiB.

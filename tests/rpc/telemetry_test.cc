@@ -1,4 +1,4 @@
-// Metrics and traces of real calls (Note [Metrics], Note [Tracing], Note
+// Metrics and traces of real calls (see Note [Metrics], see Note [Tracing], see Note
 // [Call telemetry]): a worker calls itself over the real transport, so each
 // call is counted and traced on both sides. Metrics and the trace file are
 // the process's, so each test starts from metrics::Reset() / trace::Stop().

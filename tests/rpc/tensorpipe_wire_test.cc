@@ -86,11 +86,11 @@ TEST_F(TensorPipeWireTest, GarbageOnTheListeningPortLeavesTheWorkerServing) {
   SendRawBytes(host, port, std::string(3, '\xff'));  // truncated length prefix
   SendRawBytes(host, port, std::string("\x04\x00\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff", 12));
   // Zeros: a zero-length first frame killed the worker with SIGSEGV before
-  // the transport gate (Note [Transport gate], Note [Bounded nop reads]).
+  // the transport gate (see Note [Transport gate], see Note [Bounded nop reads]).
   for (size_t zeros : {1, 8, 16, 40, 100, 10000}) SendRawBytes(host, port, std::string(zeros, '\0'));
   // A greeting with the right magic but no proof of the secret after it.
   SendRawBytes(host, port, std::string("TSRGATE1") + std::string(32, 'n') + std::string(32, 'p'));
-  // None of it reaches TensorPipe's listener (Note [Hello gate]), so a new
+  // None of it reaches TensorPipe's listener (see Note [Hello gate]), so a new
   // peer connects at once — here worker0's first call to worker1.
   EXPECT_EQ(rt().RpcSync<int64_t>("worker1", "echo", int64_t{11}), 11);
 }
@@ -138,7 +138,7 @@ TEST_F(TensorPipeWireTest, MalformedFramesCloseOnlyThatConnection) {
          meta->add_sizes(4);
        }),
        true},
-      // Note [Small tensors ride in the envelope]: the bytes must be exactly
+      // See Note [Small tensors ride in the envelope]: the bytes must be exactly
       // what the metadata describes, within the bound, and alone.
       {"tensor bytes short of their metadata", envelope_with([](proto::Envelope& e) {
          auto* meta = e.add_tensors();
@@ -168,7 +168,7 @@ TEST_F(TensorPipeWireTest, MalformedFramesCloseOnlyThatConnection) {
          e.set_tensor_bytes(std::string(16, 'x'));
        }),
        true},
-      // Note [Tensors in shared memory]: a handle's descriptor must have been
+      // See Note [Tensors in shared memory]: a handle's descriptor must have been
       // posted to the worker's inbox, and the handle must be well formed.
       {"a tensor in shared memory under a ticket never posted",
        envelope_with([](proto::Envelope& e) {

@@ -2,7 +2,7 @@
 // set short (TESSERA_TIMEOUT_S), every kind of blocking call is cut off by
 // it — an RPC, an RRef method call, to_here(), a distributed backward, a
 // pipeline batch, a collective — while a call that sets its own deadline
-// keeps it — given in each shape the API takes (Note [One timeout
+// keeps it — given in each shape the API takes (see Note [One timeout
 // convention], rpc/call_options.h). The peer here stalls (until the test
 // ends) in each of them, or answers after a second.
 #include <ATen/TensorOperators.h>

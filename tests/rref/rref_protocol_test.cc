@@ -76,7 +76,7 @@ class RRefProtocolTest : public ::testing::Test {
   std::vector<std::unique_ptr<rpc::Runtime>> runtimes_;
 };
 
-// Scenario (Note [Early arrivals]): worker0 creates a value on worker1 and
+// Scenario (see Note [Early arrivals]): worker0 creates a value on worker1 and
 // at once passes the RRef to worker2. worker2's fork request reaches worker1
 // BEFORE the creation does. worker1 holds it until the creation arrives,
 // then registers both forks; worker0's parent reference is released only
@@ -150,7 +150,7 @@ TEST_F(RRefProtocolTest, ParentKeepsItsReferenceUntilTheChildIsConfirmed) {
   ASSERT_TRUE(Settle([&] { return stats(1).owned_values == 0 && dropped.IsReady(); }));
 }
 
-// Scenario (Note [Early arrivals]): worker0 creates a value on worker1 and
+// Scenario (see Note [Early arrivals]): worker0 creates a value on worker1 and
 // sends the reference straight back to worker1, whose call is served before
 // the creation. worker1 recognises its own value: the entry is made on
 // arrival and freed again when the call's handle dies (nobody else knows of

@@ -37,7 +37,7 @@ TEST_F(RRefTest, CreateFetchDelete) {
     EXPECT_EQ(t.owner_name(), "worker1");
     EXPECT_TRUE(at::equal(t.to_here(), at::ones({3}) * 3));
     // The creator's fetch need not wait for the creation's acknowledgement
-    // (Note [Early arrivals]); the acknowledgement still comes.
+    // (see Note [Early arrivals]); the acknowledgement still comes.
     EXPECT_TRUE(t.impl()->Confirmed().Wait(absl::Seconds(30)).ok());
     EXPECT_TRUE(t.confirmed_by_owner());
     EXPECT_TRUE(OwnerHolds("worker1", 1));
@@ -48,7 +48,7 @@ TEST_F(RRefTest, CreateFetchDelete) {
 }
 
 // Scenario: worker0 creates two values with a function it registers only
-// afterwards, which blocks until released. Note [Deferred calls]: once
+// afterwards, which blocks until released. See Note [Deferred calls]: once
 // registered, both run on the pool, side by side — not inside Register(),
 // one after another (there each ran out its time before the test could
 // release it).
@@ -73,7 +73,7 @@ TEST_F(RRefTest, CreationsWaitingForALateFunctionRunOnThePool) {
 }
 
 // Scenario: worker0 makes an object on worker1 whose constructor is slow,
-// and calls a blocking method on it twice before it is built. Note
+// and calls a blocking method on it twice before it is built. See Note
 // [Deferred calls]: once built, both run on worker1's pool side by side —
 // not one after another on the thread that built it (the second would
 // start only after the first returned).

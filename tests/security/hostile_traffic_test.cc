@@ -45,7 +45,7 @@ constexpr char kSilentHeld[] = "flood/silent_connections_held";
 // Every worker: prints its pid and port, serves; rank 1 also calls the
 // others until the test says the flood is over, checking every result, and
 // makes its first call to worker3 while the test holds silent connections
-// open to every port (a new connection must get through a full gate: Note
+// open to every port (a new connection must get through a full gate: see Note
 // [Full gate], rpc/tensorpipe/guarded_tcp/listener_impl.cc).
 TESSERA_WORKER_SCENARIO(serve_under_flood) {
   auto options = rpc::RpcOptions::TryFromEnv();
@@ -128,7 +128,7 @@ std::string Le64(uint64_t value) {
   return bytes;
 }
 
-// What a stranger might send (Note [Transport gate], docs/security.md).
+// What a stranger might send (see Note [Transport gate], docs/security.md).
 std::vector<std::string> HostileCorpus() {
   std::vector<std::string> corpus;
   for (size_t zeros : {1, 7, 8, 9, 16, 40, 100, 4096, 10000}) corpus.emplace_back(zeros, '\0');
@@ -245,7 +245,7 @@ TEST(HostileTrafficTest, NoConnectionHurtsAWorkerTheStoreOrTheLaunchers) {
   node1.Drain();
   // TensorPipe's gate holds at most 256 connections; an acceptor without a
   // bound would hold all 600. The slack is the job's own: the workers that
-  // wait in shutdown have one of them probe the caller still working (Note
+  // wait in shutdown have one of them probe the caller still working (see Note
   // [Shutdown liveness]), a pipe of 28 descriptors on each end here.
   const char* backend = std::getenv("TESSERA_RPC_BACKEND");
   const bool grpc = backend != nullptr && std::string(backend) == "grpc";

@@ -1,4 +1,4 @@
-// The store on etcd (Note [The store on etcd], store/etcd_store_backend.h),
+// The store on etcd (see Note [The store on etcd], store/etcd_store_backend.h),
 // against real etcd members: what the built-in store cannot do — survive
 // the loss of a member — and what etcd needs of its own (the job secret on
 // values, the job's key prefix, store addresses). store_test runs the

@@ -1,5 +1,5 @@
 // A store started with a job secret serves only calls signed with it, and
-// its clients believe only answers signed with it (Note [Store call
+// its clients believe only answers signed with it (see Note [Store call
 // authentication]). Each refused call must leave the store unchanged.
 // (Also: a replayed request is refused.)
 #include <grpcpp/grpcpp.h>

@@ -29,7 +29,7 @@ const auth::JobSecret kSecret("the job's secret");
 enum class Backend { kBuiltin, kEtcd };
 
 // The store's behaviour, the same on both backends — the built-in store and
-// a real etcd member (Note [The store on etcd]) — with values signed with a
+// a real etcd member (see Note [The store on etcd]) — with values signed with a
 // job secret and without.
 class StoreTest : public ::testing::TestWithParam<std::tuple<Backend, bool>> {
  protected:
@@ -189,7 +189,7 @@ bool AllThreadsStopped(pid_t pid) {
   return true;
 }
 
-// Note [Slow is not failed] (store_backend.h): a store frozen (SIGSTOP) for
+// See Note [Slow is not failed] (store_backend.h): a store frozen (SIGSTOP) for
 // longer than the 5 s a read's answer was once allowed, then woken, as a
 // loaded or paused machine is: reads that wait for no key still get their
 // answer, within the client's timeout, and no error.

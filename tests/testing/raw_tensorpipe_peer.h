@@ -16,7 +16,7 @@ namespace tessera::testing {
 
 class RawTensorPipePeer {
  public:
-  // `gate_secret` is what it proves at the transport gate (Note [Transport
+  // `gate_secret` is what it proves at the transport gate (see Note [Transport
   // gate]): the job's secret to get through to a worker's TensorPipe.
   explicit RawTensorPipePeer(auth::JobSecret gate_secret = {});
   ~RawTensorPipePeer();

@@ -1,4 +1,4 @@
-"""Traces of real jobs (Note [Tracing], common/trace.h): the examples run as
+"""Traces of real jobs (see Note [Tracing], common/trace.h): the examples run as
 real processes under tessera-run --trace, and their files are read back.
 
   trace_test.py TESSERA_RUN PIPELINE DDP_FASHION_MNIST PARAMETER_SERVER RPC_DEMO TESSERA_TRACE

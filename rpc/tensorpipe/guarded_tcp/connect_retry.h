@@ -7,7 +7,7 @@
 //    with EAGAIN (a full TCP backlog drops the SYN instead, and the
 //    kernel's own retransmission tries again);
 //  - a listener whose transport gate is full closes its longest-waiting
-//    connection (Note [Full gate], listener_impl.cc): the connecting side
+//    connection (see Note [Full gate], listener_impl.cc): the connecting side
 //    sees EOF or a reset before the gate's challenge arrives.
 // Until the challenge arrives nothing of TensorPipe has passed on the
 // connection (its reads and writes wait for the gate), so the connecting

@@ -52,13 +52,13 @@ void DetectSilentPeer(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &kUnackedTimeoutMs, sizeof(kUnackedTimeoutMs));
 }
 
-// A listener that closed a connection it had not yet engaged with (Note
+// A listener that closed a connection it had not yet engaged with (see Note
 // [Connect again]).
 bool ClosedByListener(int error) { return error == ECONNRESET || error == EPIPE; }
 
 }  // namespace
 
-// Starts a connection's next attempt when its delay is over (Note [Connect
+// Starts a connection's next attempt when its delay is over (see Note [Connect
 // again]).
 class RetryTimer final : public tensorpipe::EpollLoop::EventHandler {
  public:
@@ -196,7 +196,7 @@ void ConnectionImpl::readImplFromLoop(void* ptr, size_t length, read_callback_fn
 }
 
 // The boilerplate's version throws on the event loop when a control object
-// does not parse, and reads past a truncated one (Note [Bounded nop reads]);
+// does not parse, and reads past a truncated one (see Note [Bounded nop reads]);
 // here either only fails this connection.
 void ConnectionImpl::readImplFromLoop(tensorpipe::AbstractNopHolder& object,
                                       read_nop_callback_fn fn) {
@@ -314,7 +314,7 @@ bool ConnectionImpl::PassGate() {
 // after the current one wait in the read-ahead: a burst of small messages
 // costs one receive, not two per frame. A body at least as large as the
 // read-ahead is received straight into its buffer (no second copy). The
-// buffer is fixed: a peer's bytes never size an allocation here (Note
+// buffer is fixed: a peer's bytes never size an allocation here (see Note
 // [Bounded frames]). It is small, and left uninitialised, because a worker
 // holds one per connection: 16 KiB ones made 128 workers' all-to-all 25–40%
 // slower on two cores (4 MB more per worker), while 2 KiB still holds a
@@ -372,7 +372,7 @@ void ConnectionImpl::ResumeReadsLater() {
 void ConnectionImpl::ProcessReads() {
   while (!reads_.empty()) {
     ReadOp& op = reads_.front();
-    // Note [Fair reads]: a new frame waits for the next readiness event once
+    // See Note [Fair reads]: a new frame waits for the next readiness event once
     // this one's budget is spent; its bytes are still in the socket, so the
     // loop comes back — or in the read-ahead, and then the loop is asked to
     // come back. (A frame begun is always finished: its bytes may be all

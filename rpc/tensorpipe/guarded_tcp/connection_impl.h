@@ -66,17 +66,17 @@ class ConnectionImpl final
   // failed.
   bool ReceiveInto(char* data, size_t wanted, size_t* done);
   void ProcessReads();
-  // Note [Read ahead]: frames already in the read-ahead raise no readiness
+  // See Note [Read ahead]: frames already in the read-ahead raise no readiness
   // event; reading them resumes from the loop once this event is over.
   void ResumeReadsLater();
   void ProcessWrites();
   // Registers for exactly the events the queued operations need.
   void UpdateInterest();
-  // The connecting side's half of Note [Transport gate]: sends the greeting
+  // The connecting side's half of the gate (see Note [Transport gate]): sends the greeting
   // and the proof, checks the challenge. True once TensorPipe's traffic may
   // flow; false while waiting, or with the error set.
   bool PassGate();
-  // The connecting side: one attempt to connect (Note [Connect again],
+  // The connecting side: one attempt to connect (see Note [Connect again],
   // connect_retry.h), and the next after a failure that may pass, or the
   // connection's error once the retries are spent.
   void Dial();
@@ -90,7 +90,7 @@ class ConnectionImpl final
   tensorpipe::Fd retry_timer_;  // a timerfd, while an attempt waits
   tensorpipe::Socket socket_;
   bool connecting_ = false;
-  // Note [Transport gate]: TensorPipe's reads and writes wait until it is
+  // See Note [Transport gate]: TensorPipe's reads and writes wait until it is
   // open: no challenge awaited (gate_) and no gate bytes left to send. An
   // accepted connection passed it in the listener.
   bool GateOpen() const { return !gate_.has_value() && gate_out_.empty(); }
@@ -99,12 +99,12 @@ class ConnectionImpl final
   char gate_in_[kChallengeBytes] = {};  // the challenge, as it arrives
   size_t gate_in_done_ = 0;
   int registered_events_ = 0;
-  // Frames still to hand to TensorPipe in this readiness event (Note [Fair
+  // Frames still to hand to TensorPipe in this readiness event (see Note [Fair
   // reads], connection_impl.cc).
   static constexpr size_t kFramesPerEvent = 8;
   static constexpr size_t kUnlimitedFrames = ~size_t{0};
   size_t frames_left_in_event_ = kUnlimitedFrames;
-  // Note [Read ahead] (connection_impl.cc): bytes received past the frame
+  // See Note [Read ahead] (connection_impl.cc): bytes received past the frame
   // being read, [read_ahead_begin_, read_ahead_end_) of read_ahead_.
   static constexpr size_t kReadAheadBytes = 2 << 10;
   std::unique_ptr<char[]> read_ahead_;

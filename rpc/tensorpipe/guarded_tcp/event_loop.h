@@ -53,7 +53,7 @@ class EventLoop final {
   void ExpectAnswer();
   // Runs `fn` through the executor after the loop's next poll, behind that
   // poll's handlers: work that must wait its turn behind the other ready
-  // descriptors (Note [Read ahead], connection_impl.cc).
+  // descriptors (see Note [Read ahead], connection_impl.cc).
   void RunAfterNextPoll(std::function<void()> fn);
   void close();
   void join();

@@ -18,7 +18,7 @@ class FrameError final : public tensorpipe::BaseError {
   std::string message_;
 };
 
-// The peer did not prove the job secret (Note [Transport gate]): callers
+// The peer did not prove the job secret (see Note [Transport gate]): callers
 // report it as Unauthenticated, not as a peer that is down.
 class GateRefused final : public tensorpipe::BaseError {
  public:

@@ -15,7 +15,7 @@
 //
 // The same transport runs on abstract Unix-domain sockets between workers of
 // one host (CreateGuardedUnixTransport): the agent's default same-host path,
-// Note [Same-host transport] in rpc/tensorpipe/transport_choice.cc.
+// see Note [Same-host transport] in rpc/tensorpipe/transport_choice.cc.
 #pragma once
 
 #include <cstddef>
@@ -40,9 +40,9 @@ struct GuardedTcpOptions {
   // would send them to the wrong host.
   std::string advertise_host;
   // Proved by both ends of every connection before TensorPipe reads a byte
-  // of it (Note [Transport gate], secret_gate.h). Empty: proves nothing.
+  // of it (see Note [Transport gate], secret_gate.h). Empty: proves nothing.
   auth::JobSecret secret;
-  // How long a connecting side dials a busy listener again (Note [Connect
+  // How long a connecting side dials a busy listener again (see Note [Connect
   // again], connect_retry.h).
   absl::Duration connect_budget = absl::Seconds(60);
 };

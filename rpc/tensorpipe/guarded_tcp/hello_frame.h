@@ -1,5 +1,5 @@
 // The first frame of a connection that passed the transport gate: what the
-// listener checks before TensorPipe's core listener reads it (Note [Hello
+// listener checks before TensorPipe's core listener reads it (see Note [Hello
 // gate], listener_impl.h).
 #pragma once
 

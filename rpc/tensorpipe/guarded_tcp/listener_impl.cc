@@ -156,7 +156,7 @@ void ListenerImpl::DropStaleHellos() {
 //  1. the longest-waiting that has not completed its greeting — a silent or
 //     slow stranger, or a peer whose greeting this busy loop has not read
 //     yet: the connecting side has had no challenge, so it dials again
-//     unnoticed (Note [Connect again], connect_retry.h);
+//     unnoticed (see Note [Connect again], connect_retry.h);
 //  2. otherwise the longest-waiting that was challenged and has not proved
 //     the secret — after reading what it sent meanwhile, since a job's
 //     connection storm on a busy host leaves proofs unread (128 workers
@@ -284,7 +284,7 @@ void ListenerImpl::handleEventsFromLoop(int events) {
     return;
   }
   DropStaleHellos();
-  // Note [Connection storms]: take every connection the backlog holds, not
+  // See Note [Connection storms]: take every connection the backlog holds, not
   // one per wake-up, so that a burst of dials drains in one pass.
   for (int taken = 0; taken < kMaxAcceptsPerWakeup; ++taken) {
     const int fd = ::accept4(socket_.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);

@@ -1,16 +1,16 @@
 // Listener of the guarded TCP transport.
 //
 // Note [Hello gate]: an accepted connection first passes the job-secret
-// gate (Note [Transport gate], secret_gate.h), read here in fixed-size
+// gate (see Note [Transport gate], secret_gate.h), read here in fixed-size
 // pieces, so nothing of TensorPipe runs for a peer that does not hold the
 // secret. Then, because TensorPipe's core listener fails as a whole when
 // one accepted connection does not deliver a valid hello (its first frame),
 // the listener hands a connection over only once that frame has fully
 // arrived, is no larger than kMaxHelloBytes, and parses (bounded:
-// Note [Bounded nop reads]) as a TensorPipe hello — it only peeks, so the
+// See Note [Bounded nop reads]) as a TensorPipe hello — it only peeks, so the
 // core still reads the frame itself. Anything else is closed here with a
 // logged reason. At most kMaxPendingHellos connections may be waiting
-// without having proved the secret (a new one makes room: Note [Full gate]),
+// without having proved the secret (a new one makes room: see Note [Full gate]),
 // each for at most kHelloTimeout. Transient accept errors do not end the
 // listener either.
 #pragma once
@@ -48,7 +48,7 @@ class ListenerImpl final
   // Accepts per readiness event: enough to drain a storm's backlog quickly,
   // few enough that established connections' events are not starved.
   static constexpr int kMaxAcceptsPerWakeup = 64;
-  // Generous: the gate's bound (Note [Full gate]), not this timeout, holds
+  // Generous: the gate's bound (see Note [Full gate]), not this timeout, holds
   // strangers back, and on a host running a job's connection storm the
   // job's own connections wait seconds for a busy loop (10 s failed 128
   // workers on two cores).
@@ -70,7 +70,7 @@ class ListenerImpl final
   void MakeRoomAtTheGate();
   void Deliver(tensorpipe::Socket socket);
 
-  // How far an accepted connection has come (Note [Hello gate]).
+  // How far an accepted connection has come (see Note [Hello gate]).
   enum class Stage { kGreeting, kProof, kHello };
   struct PendingHello {
     tensorpipe::Socket socket;
