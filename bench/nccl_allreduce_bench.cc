@@ -6,7 +6,7 @@
 // JSON of bench/allreduce_timing.h.
 //   nccl_allreduce_bench [world_size]   (default: every visible GPU)
 // Compare with bench/torch_nccl_allreduce_bench.py in the same run
-// (bench/compare_nccl_allreduce.sh). Built only where CUDA is (manual).
+// (scripts/gpu/nccl_checks.sh runs both). Built only where CUDA is (manual).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

@@ -32,6 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -95,12 +96,15 @@ int AwaitRejoined(tessera::rpc::Runtime& runtime, tessera::ps::PsClient& client,
   const at::Tensor row_grads = at::zeros({row_keys.numel(), 64});
   double slowest_ms = 0;
   int pushes = 0, over_20_ms = 0;
+  std::vector<std::pair<absl::Time, double>> slow;  // when a step over 20 ms began, its length
   for (;;) {
     const auto pushed = Clock::now();
+    const absl::Time began = absl::Now();
     client.Push("counts", keys, grads).Get(absl::Seconds(120));
     client.Push("rows", row_keys, row_grads).Get(absl::Seconds(120));
     const double ms = MillisSince(pushed);
     slowest_ms = std::max(slowest_ms, ms);
+    if (ms > 20) slow.emplace_back(began, ms);
     over_20_ms += ms > 20 ? 1 : 0;
     ++pushes;
     auto map = tessera::ValueOrThrow(tessera::ps::CurrentShardMap(runtime.store(), options.job));
@@ -117,6 +121,11 @@ int AwaitRejoined(tessera::rpc::Runtime& runtime, tessera::ps::PsClient& client,
       static_cast<int>(options.servers.size()),
       tessera::ValueOrThrow(runtime.store().Get("bench/failover/filled", absl::Seconds(1))).c_str(),
       absl::ToDoubleMilliseconds(joined_at - started), pushes, slowest_ms, over_20_ms);
+  // When they came, to set beside the servers' log (copy, catch-up, map).
+  for (const auto& [began, ms] : slow) {
+    std::printf("  a step of %.1f ms began %.0f ms after ps0's restart (at %.3f s)\n", ms,
+                absl::ToDoubleMilliseconds(began - started), absl::ToUnixMicros(began) / 1e6);
+  }
   std::fflush(stdout);
   return 0;
 }

@@ -1,6 +1,6 @@
 // The options of the RPC backends (TensorPipe, gRPC): plain settings that
 // RpcOptions carries, so the runtime core names them without including a
-// backend (the backends include this; rpc/backends.h makes their agents).
+// backend (the backends include this; rpc/init.h makes their agents).
 #pragma once
 
 #include <climits>

@@ -1,6 +1,6 @@
 // Membership: who a worker knows to be in the job, and what happened to
 // them — the view elastic jobs are built on (see Note [Elastic membership],
-// rpc/elastic_join.h).
+// rpc/runtime.h).
 //
 //   rpc::Membership& members = worker->membership();
 //   for (const auto& m : members.Members()) ...            // live, failed, left

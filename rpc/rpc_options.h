@@ -147,7 +147,7 @@ struct RpcOptions {
   bool metrics = false;
 
   // Makes the agent. Unset: rpc::Init (rpc/init.h) sets the factory of
-  // `backend` (rpc/backends.h); the runtime core includes no backend. Tests
+  // `backend` (BackendFactory, rpc/init.h); the runtime core includes no backend. Tests
   // set it to run workers over a fake network whose message order they
   // control.
   AgentFactory agent_factory;

@@ -12,7 +12,7 @@ scripts/install_deps.sh || exit 1
 scripts/check_layering.sh --self-test && scripts/check_layering.sh || exit 1
 scripts/check_errors.sh || exit 1
 scripts/check_sizes.sh --self-test && scripts/check_sizes.sh || exit 1
-scripts/check_notes.py --self-test && scripts/check_notes.py || exit 1
+scripts/check_references.py --self-test && scripts/check_references.py || exit 1
 log=$(mktemp)
 run_marker=$(mktemp)  # its time: test logs newer than it are this run's
 bazel test //... "$@" 2>&1 | tee "$log"

@@ -22,7 +22,7 @@
 //  - nop.h / core/nop_types.h: the wire structures of the pipe handshake
 //    (bounded_nop.h walks them; the handshake fuzzer and the tests' seeds
 //    write them);
-//  - common/error.h: the error base class transports report with;
+//  - tensorpipe/common/error.h: the error base class transports report with;
 //  - transport/connection.h, transport/listener.h: the transport-level
 //    handles the guarded transport's tests drive directly.
 #pragma once
