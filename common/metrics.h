@@ -1,4 +1,4 @@
-// Metrics: per-worker counters and latency histograms — calls in and out
+// Metrics: the process's counters and latency histograms — calls in and out
 // per function, bytes, errors by status code, retried connects, open
 // connections, time in each kind of collective.
 //

@@ -5,18 +5,6 @@
 
 namespace tessera::rpc {
 
-const char* MemberStateName(MemberState state) {
-  switch (state) {
-    case MemberState::kLive:
-      return "live";
-    case MemberState::kFailed:
-      return "failed";
-    case MemberState::kLeft:
-      return "left";
-  }
-  return "?";
-}
-
 const char* MembershipEventName(MembershipEventKind kind) {
   switch (kind) {
     case MembershipEventKind::kJoined:

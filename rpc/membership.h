@@ -35,7 +35,6 @@
 namespace tessera::rpc {
 
 enum class MemberState { kLive, kFailed, kLeft };
-const char* MemberStateName(MemberState state);
 
 struct Member {
   WorkerInfo info;  // info.incarnation: 0 for the first process of a rank

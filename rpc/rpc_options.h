@@ -129,7 +129,7 @@ struct RpcOptions {
   // How many outgoing connections with no call in flight a worker keeps
   // open; beyond it, the least recently used are closed — the peer is told,
   // so it is not taken for a failure — and made again on the next call
-  // (see Note [Idle connections], rpc/rpc_agent.h). Each costs descriptors on
+  // (see Note [Idle connections], rpc/idle_connections.h). Each costs descriptors on
   // both sides (TensorPipe: a connection per channel as well).
   // TESSERA_MAX_IDLE_CONNECTIONS sets it from the environment.
   int max_idle_connections = 128;

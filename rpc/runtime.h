@@ -52,7 +52,7 @@
 // the same way (kJoined); Leave() ends a worker's part early (kLeft). A
 // graceful shutdown waits for the ranks that have not left, and while
 // tessera-run restarts a rank it waits for its new incarnation instead of
-// calling the rank dead (see Note [Shutdown liveness], store/elastic_keys.h).
+// calling the rank dead (see Note [Shutdown liveness], rpc/runtime_shutdown.cc).
 //
 // Thread-safety: all methods are thread-safe; Shutdown() runs once.
 #pragma once

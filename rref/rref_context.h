@@ -236,10 +236,6 @@ class RRefContext final : public rpc::RuntimeExtension,
   absl::Status CheckAccess(int caller, const rpc::AllowList& allowed,
                            const std::string& what) const;
   static Future<OwnedValue> AsOwned(Future<c10::IValue> value);
-  // Owner side: `produce` run on the pool, not on the serving thread — a
-  // creation is acknowledged once its fork is registered, not when a slow
-  // function or constructor returns (else a creation slower than the call's
-  // deadline would fail on the caller while the owner keeps its fork).
   // What a continuation must carry from the thread that set it up to the
   // one that runs it later (the caller's distributed autograd context):
   // captured when made, current on the running thread while Enter()'s
@@ -266,6 +262,10 @@ class RRefContext final : public rpc::RuntimeExtension,
   // through Later().
   Future<OwnedValue> AfterRegistration(Future<bool> registered,
                                        std::function<Future<OwnedValue>()> retry);
+  // Owner side: `produce` run on the pool, not on the serving thread — a
+  // creation is acknowledged once its fork is registered, not when a slow
+  // function or constructor returns (else a creation slower than the call's
+  // deadline would fail on the caller while the owner keeps its fork).
   // `carried_from`: the state to run in, when not this thread's (a wait
   // captured it where it began).
   Future<OwnedValue> Later(std::function<Future<OwnedValue>()> produce,

@@ -8,8 +8,10 @@ referred to with "see" before it:
   ... (see Note [Bounded queues], rpc/queue_limits.h)    a reference
 
 Fails when a Note is defined twice, a reference names a Note defined
-nowhere, or a Note is written neither way (which no reader can tell from a
-definition). Docs (*.md) only refer. A name broken over two lines counts.
+nowhere or a file it is not in ("see Note [X], file" or "in file": where
+X is defined), or a Note is written neither way (which no reader can tell
+from a definition). Docs (*.md) only refer. A name broken over two lines
+counts.
 
 Paths: every path from the repository's root named in a comment or a doc
 (rpc/runtime.h, docs/guide/, bench/ps_failover.sh) exists in the tree. A
@@ -32,7 +34,10 @@ NOTE_DEFINITION = re.compile(r"\s*(//|#)\s*$")  # what comes before a definition
 NOTE_REFERENCE = re.compile(r"\bsee\s+$", re.IGNORECASE)
 NOTE_BROKEN = re.compile(r"Note( \[[^\]]*)?$")
 NOTE_CONTINUED = re.compile(r"\s*(?://|#)?\s*([^\]]*\])")
+# The file a reference names as the Note's: "see Note [X], a/b.h", "in b.h".
+NOTE_FILE = re.compile(r"\)?(?:,| in| \()\s*`?([\w./-]+\.(?:h|cc|py|sh|proto|bazel|md))\b")
 COMMENT = re.compile(r"(^|\s)(//|#)(?!include)")
+COMMENT_START = re.compile(r"^\s*(//|#)?\s*")
 GENERATED = re.compile(r"\.(grpc\.)?pb\.(h|cc)$")
 HISTORY = "docs/benchmarks-history.md"
 SKIPPED = (".png", ".abi", ".bin", ".gz")
@@ -62,14 +67,19 @@ def check_notes(root, files):
     for path in files:
         lines, doc = read_lines(root, path), path.endswith(".md")
         for number, line in enumerate(lines, 1):
-            if NOTE_BROKEN.search(line) and number < len(lines):
+            if number < len(lines):  # a name or its file may go on on the next line
                 rest = NOTE_CONTINUED.match(lines[number])
-                if rest:
+                if NOTE_BROKEN.search(line) and rest:
                     line = f"{line} {rest.group(1)}"
+                else:
+                    line = f"{line} {COMMENT_START.sub('', lines[number], count=1)}"
             for match in NOTE.finditer(line):
                 place, name, before = f"{path}:{number}", match.group(1), line[:match.start()]
+                if match.start() > len(lines[number - 1]):
+                    continue  # the next line's own
                 if NOTE_REFERENCE.search(before):
-                    references.append((place, name))
+                    named = NOTE_FILE.match(line, match.end())
+                    references.append((place, name, named.group(1) if named else None))
                 elif not doc and NOTE_DEFINITION.fullmatch(before):
                     definitions[name].append(place)
                 else:
@@ -79,9 +89,13 @@ def check_notes(root, files):
         if len(places) > 1:
             errors.append(f"Note [{name}] is defined {len(places)} times: {', '.join(places)} "
                           "(keep one; the others say 'See Note [...]')")
-    for place, name in references:
+    for place, name, named in references:
         if name not in definitions:
             errors.append(f"{place}: Note [{name}] is defined nowhere")
+            continue
+        defined_in = definitions[name][0].rsplit(":", 1)[0]
+        if named and defined_in != named and not defined_in.endswith("/" + named):
+            errors.append(f"{place}: Note [{name}] is in {defined_in}, not {named}")
     return len(definitions), len(references), errors
 
 
@@ -124,6 +138,7 @@ def self_test():
             "a/a.h": "// Note [Kept]: defined here.\n// Note [Twice]: once.\n"
                      "// a/a.h and a/gone.h\n",
             "a/b.cc": "// Note [Twice]: again.\nint x;  // see Note [Missing]\n"
+                      "// see Note [Kept], a/a.h; see Note [Kept] (b.cc)\n"
                       "// as Note [Kept] says, or as Note\n// [Kept] says, or see Note\n"
                       "// [Kept], or see Note [No\n// such].\n",
         }
@@ -134,15 +149,16 @@ def self_test():
         _, _, errors = check_notes(root, list(sample))
         _, path_errors = check_paths(root, list(sample))
         errors += path_errors
-        wanted = ["defined 2 times", "Note [Missing] is defined nowhere", "a/b.cc:3: refer",
-                  "a/b.cc:3: refer", "Note [No such] is defined nowhere",
+        wanted = ["defined 2 times", "Note [Missing] is defined nowhere", "a/b.cc:4: refer",
+                  "a/b.cc:4: refer", "Note [No such] is defined nowhere",
+                  "a/b.cc:3: Note [Kept] is in a/a.h, not b.cc",
                   "a/a.h:3: a/gone.h does not exist"]
         missed = [w for w in wanted if not any(w in e for e in errors)]
         if missed or len(errors) != len(wanted):
             print("references self-test: FAILED: expected", wanted, "got", errors)
             return 1
-    print("references self-test: a Note defined twice, one defined nowhere, a bare reference "
-          "and a path that does not exist are refused")
+    print("references self-test: a Note defined twice, one defined nowhere or not in the file "
+          "named, a bare reference and a path that does not exist are refused")
     return 0
 
 

@@ -174,7 +174,7 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::strin
   // closed (gRPC's default is 120 s): silent strangers do not pile up.
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10'000);
   // Clients ping every few seconds, with or without calls in flight (see Note
-  // [Store connections across a cut link], store_client.cc): allowed, not
+  // [Store connections across a cut link], store_channel.cc): allowed, not
   // punished with GOAWAY as gRPC's defaults would.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1'000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);

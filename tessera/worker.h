@@ -95,9 +95,10 @@ class Worker : public rpc::TypedCalls<Worker> {
   std::vector<rpc::WorkerInfo> workers() const { return runtime_->workers(); }
   // Who is in the job, with events to wait on (rpc/membership.h).
   rpc::Membership& membership() { return runtime_->membership(); }
-  // This worker's counters and latency histograms, when metrics are on
-  // (RpcOptions::metrics, TESSERA_METRICS=1, see Note [Metrics]); a snapshot
-  // with enabled = false otherwise.
+  // This process's counters and latency histograms — every runtime in it
+  // adds to the same ones — when metrics are on (RpcOptions::metrics,
+  // TESSERA_METRICS=1, see Note [Metrics]); a snapshot with enabled = false
+  // otherwise.
   metrics::MetricsSnapshot metrics() const { return metrics::Snapshot(); }
 
   // --- the parts ---

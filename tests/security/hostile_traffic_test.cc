@@ -128,7 +128,7 @@ std::string Le64(uint64_t value) {
   return bytes;
 }
 
-// What a stranger might send (see Note [Transport gate], docs/security.md).
+// What a stranger might send (see Note [Transport gate]; docs/security.md).
 std::vector<std::string> HostileCorpus() {
   std::vector<std::string> corpus;
   for (size_t zeros : {1, 7, 8, 9, 16, 40, 100, 4096, 10000}) corpus.emplace_back(zeros, '\0');
