@@ -77,7 +77,10 @@ def check_notes(root, files):
                 place, name, before = f"{path}:{number}", match.group(1), line[:match.start()]
                 if match.start() > len(lines[number - 1]):
                     continue  # the next line's own
-                if NOTE_REFERENCE.search(before):
+                # "see" may end the line before: "(see" / "Note [X])".
+                follows_see = (number > 1 and COMMENT_START.sub("", before) == ""
+                               and NOTE_REFERENCE.search(lines[number - 2] + " "))
+                if NOTE_REFERENCE.search(before) or follows_see:
                     named = NOTE_FILE.match(line, match.end())
                     references.append((place, name, named.group(1) if named else None))
                 elif not doc and NOTE_DEFINITION.fullmatch(before):
@@ -140,7 +143,7 @@ def self_test():
             "a/b.cc": "// Note [Twice]: again.\nint x;  // see Note [Missing]\n"
                       "// see Note [Kept], a/a.h; see Note [Kept] (b.cc)\n"
                       "// as Note [Kept] says, or as Note\n// [Kept] says, or see Note\n"
-                      "// [Kept], or see Note [No\n// such].\n",
+                      "// [Kept], or see Note [No\n// such], or see\n// Note [Kept].\n",
         }
         os.makedirs(os.path.join(root, "a"))
         for name, text in sample.items():
