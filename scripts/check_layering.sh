@@ -39,12 +39,12 @@ declare -A allowed=(
   [ddp/shm]="ddp store common"
   [ddp/gloo]="ddp ddp/shm store common"
   [ddp/nccl]="ddp store common"
-  [ddp/fault_tolerant]="ddp ddp/gloo checkpoint store common"
+  [ddp/fault_tolerant]="ddp ddp/gloo checkpoint store common auth"
   [launcher]="store common auth"
   [tessera]="rpc/init rpc rref dist_autograd dist_optim common"
   # //tessera:tessera, libtessera.so for programs outside the tree: every
   # library, by Bazel dependency only (it has no code of its own).
-  [tessera-library]="tessera ddp ddp/gloo ddp/shm ddp/fault_tolerant pipeline ps store checkpoint data common"
+  [tessera-library]="tessera ddp ddp/gloo ddp/shm ddp/fault_tolerant pipeline ps store checkpoint common"
 )
 # Bazel targets that are a package of their own here (by default a target
 # belongs to the package of its folder).

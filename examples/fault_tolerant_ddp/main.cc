@@ -26,17 +26,12 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "auth/job_secret.h"
 #include "common/status.h"
 #include "data/fashion_mnist.h"
+#include "ddp/fault_tolerant/env_replica.h"
 #include "ddp/fault_tolerant/fault_tolerant_ddp.h"
 #include "examples/common/fashion_cnn.h"
 #include "examples/common/training.h"
-#include "store/elastic_keys.h"
-#include "store/elastic_role.h"
-#include "store/rendezvous_env.h"
-#include "store/store_client.h"
-#include "store/store_url.h"
 
 ABSL_FLAG(int64_t, steps, 600, "steps to train (committed by the quorum)");
 ABSL_FLAG(double, quorum_timeout_s, 3,
@@ -91,30 +86,23 @@ uint64_t Fingerprint(torch::nn::Module& model) {
 
 int Train(const TrainingFlags& flags) {
   const data::Examples train = data::LoadFashionMnist(data::Split::kTrain);
-  const store::RendezvousEnv env = ValueOrThrow(store::ReadRendezvousEnv());
-  Require(env.store_hosted || !env.store_url.empty(),
-          "fault-tolerant DDP needs a store that outlives the replicas: run it under tessera-run");
-  const std::unique_ptr<store::StoreClient> connected = ValueOrThrow(store::ConnectStore(
-      env.StoreAddress(), absl::Seconds(60), ValueOrThrow(auth::JobSecret::FromEnv())));
-  store::StoreClient& store = *connected;
   // tessera-run --elastic_roles replica restarts a dead replica alone.
-  ThrowIfError(
-      store::elastic::DeclareRole(store, store::elastic::kDefaultPrefix, env.rank, "replica"));
-  const std::string who = absl::StrCat("replica", env.rank);
+  const ddp::EnvReplica replica = ValueOrThrow(ddp::ConnectReplicaFromEnv());
+  const std::string& who = replica.id;
 
   torch::manual_seed(flags.seed);
   FashionCnn net;
   torch::optim::Adam optimizer(net->parameters(), torch::optim::AdamOptions(flags.lr));
   ddp::FaultTolerantOptions options;
   options.replica_id = who;
-  options.quorum.initial_replicas = env.world_size;
+  options.quorum.initial_replicas = replica.world_size;
   options.quorum.min_replicas = absl::GetFlag(FLAGS_min_replicas);
   options.quorum.timeout = absl::Seconds(absl::GetFlag(FLAGS_quorum_timeout_s));
   options.quorum.rejoin_timeout = absl::Seconds(absl::GetFlag(FLAGS_rejoin_timeout_s));
   options.gloo.timeout = absl::Seconds(10);
-  ddp::FaultTolerantDdp ft(&store, *net, optimizer, options);
+  ddp::FaultTolerantDdp ft(replica.store.get(), *net, optimizer, options);
 
-  const Shard shard(train.labels.size(0), env.rank, env.world_size, flags.batch);
+  const Shard shard(train.labels.size(0), replica.rank, replica.world_size, flags.batch);
   const int64_t steps = absl::GetFlag(FLAGS_steps);
   double window_loss = 0;
   int64_t window = 0;
