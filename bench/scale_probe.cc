@@ -21,6 +21,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
+#include "common/status.h"
 #include "tessera/worker.h"
 
 ABSL_FLAG(int64_t, timeout_s, 120, "deadline of every wait, in seconds");
@@ -49,10 +50,9 @@ absl::Status AllToAll(tessera::Worker& worker, absl::Duration timeout) {
                                                       int64_t{worker.rank()}));
   }
   for (auto& [peer, call] : calls) {
-    auto answer = call.Wait(timeout + absl::Seconds(5));
-    if (!answer.ok()) return answer.status();
-    if (*answer != peer * 100000 + worker.rank()) {
-      return absl::InternalError(absl::StrCat(NameOf(worker, peer), " answered ", *answer));
+    TESSERA_ASSIGN_OR_RETURN(auto answer, call.Wait(timeout + absl::Seconds(5)));
+    if (answer != peer * 100000 + worker.rank()) {
+      return absl::InternalError(absl::StrCat(NameOf(worker, peer), " answered ", answer));
     }
   }
   return absl::OkStatus();

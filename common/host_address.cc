@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status.h"
 
 namespace tessera {
 namespace {
@@ -231,9 +232,8 @@ absl::StatusOr<HostAddress> ChooseHostAddress(const std::string& master_addr,
     }
     const std::string bind = resolved->front();
     if (IsWildcardAddress(bind)) {
-      auto routed = by_route();
-      if (!routed.ok()) return routed.status();
-      chosen = *routed;
+      TESSERA_ASSIGN_OR_RETURN(auto routed, by_route());
+      chosen = routed;
       chosen.bind = bind;
     } else {
       chosen.bind = chosen.advertise = bind;
@@ -241,15 +241,14 @@ absl::StatusOr<HostAddress> ChooseHostAddress(const std::string& master_addr,
       chosen.reason = absl::StrCat(options.address_source, "=", options.address);
     }
   } else if (!options.interface.empty()) {
-    auto address = InterfaceAddressFor(options.interface, options.interface_source, family);
-    if (!address.ok()) return address.status();
-    chosen.bind = chosen.advertise = *address;
+    TESSERA_ASSIGN_OR_RETURN(
+        auto address, InterfaceAddressFor(options.interface, options.interface_source, family));
+    chosen.bind = chosen.advertise = address;
     chosen.interface = options.interface;
     chosen.reason = options.interface_source;
   } else {
-    auto routed = by_route();
-    if (!routed.ok()) return routed.status();
-    chosen = *routed;
+    TESSERA_ASSIGN_OR_RETURN(auto routed, by_route());
+    chosen = routed;
   }
   if (!options.advertise.empty()) {
     auto advertised = ResolveHost(options.advertise);

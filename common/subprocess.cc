@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/status.h"
 
 extern char** environ;
 
@@ -88,8 +89,7 @@ absl::StatusOr<std::string> FindProgram(const std::string& program) {
 
 absl::StatusOr<pid_t> Spawn(const SpawnOptions& options) {
   if (options.argv.empty()) return absl::InvalidArgumentError("Spawn: no command");
-  absl::StatusOr<std::string> path = FindProgram(options.argv[0]);
-  if (!path.ok()) return path.status();
+  TESSERA_ASSIGN_OR_RETURN(auto path, FindProgram(options.argv[0]));
   std::vector<std::string> args = options.argv;
   std::vector<std::string> env = ChildEnvironment(options.env);
   std::vector<char*> argv = Pointers(args);
@@ -100,7 +100,7 @@ absl::StatusOr<pid_t> Spawn(const SpawnOptions& options) {
   }
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
-  if (pid == 0) BecomeChild(options, path->c_str(), argv.data(), envp.data(), parent, report[1]);
+  if (pid == 0) BecomeChild(options, path.c_str(), argv.data(), envp.data(), parent, report[1]);
   ::close(report[1]);
   if (pid < 0) {
     const int error = errno;
@@ -118,7 +118,7 @@ absl::StatusOr<pid_t> Spawn(const SpawnOptions& options) {
   if (got == 0) return pid;
   ::waitpid(pid, nullptr, 0);
   return absl::FailedPreconditionError(absl::StrCat(
-      "cannot run '", *path, "': ", got == sizeof(error) ? std::strerror(error) : "exec failed"));
+      "cannot run '", path, "': ", got == sizeof(error) ? std::strerror(error) : "exec failed"));
 }
 
 }  // namespace tessera

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "ddp/collective_checks.h"
 #include "ddp/traced_process_group.h"
 #include "store/store_url.h"
@@ -21,25 +22,22 @@ absl::StatusOr<bool> CollectiveChecksFromEnv() {
 
 absl::StatusOr<EnvProcessGroup> CreateProcessGroupFromEnv(const ProcessGroupFactory& create,
                                                           absl::Duration timeout) {
-  auto env = store::ReadRendezvousEnv();
-  if (!env.ok()) return env.status();
-  auto checked = CollectiveChecksFromEnv();
-  if (!checked.ok()) return checked.status();
-  auto secret = auth::JobSecret::FromEnv();
-  if (!secret.ok()) return secret.status();
+  TESSERA_ASSIGN_OR_RETURN(auto env, store::ReadRendezvousEnv());
+  TESSERA_ASSIGN_OR_RETURN(auto checked, CollectiveChecksFromEnv());
+  TESSERA_ASSIGN_OR_RETURN(auto secret, auth::JobSecret::FromEnv());
   EnvProcessGroup result;
-  if (env->rank == 0 && !env->store_hosted && env->store_url.empty()) {
-    auto server = store::StoreServer::StartForMaster(env->master_addr, env->master_port, *secret);
-    if (!server.ok()) return server.status();
-    result.store_server = *std::move(server);
+  if (env.rank == 0 && !env.store_hosted && env.store_url.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(
+        auto server, store::StoreServer::StartForMaster(env.master_addr, env.master_port, secret));
+    result.store_server = std::move(server);
   }
-  auto store = store::ConnectStore(env->StoreAddress(), absl::Seconds(60), *std::move(secret));
+  auto store = store::ConnectStore(env.StoreAddress(), absl::Seconds(60), std::move(secret));
   if (!store.ok()) return store.status();
   result.store = *std::move(store);
-  auto group = create(result.store.get(), *env);
+  auto group = create(result.store.get(), env);
   if (!group.ok()) return group.status();
   result.group = *std::move(group);
-  if (*checked) result.group = WithCollectiveChecks(std::move(result.group), timeout);
+  if (checked) result.group = WithCollectiveChecks(std::move(result.group), timeout);
   result.group = WithTracing(std::move(result.group));
   return result;
 }

@@ -20,8 +20,7 @@ absl::StatusOr<int64_t> FirstDifference(ProcessGroup* group, const std::vector<i
   if (n == 0) return int64_t{-1};
   const at::Tensor mine = at::tensor(values);
   at::Tensor extremes = at::cat({mine, -mine});
-  auto done = group->Allreduce(extremes, ReduceOp::kMax).Wait(timeout);
-  if (!done.ok()) return done.status();
+  TESSERA_RETURN_IF_ERROR(group->Allreduce(extremes, ReduceOp::kMax).Wait(timeout).status());
   const int64_t* e = extremes.data_ptr<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
     if (e[i] != -e[n + i]) return i;
@@ -80,8 +79,7 @@ absl::Status BroadcastFrom(ProcessGroup* group, const std::vector<at::Tensor>& t
     std::vector<at::Tensor> pieces;
     for (size_t k : members) pieces.push_back(tensors[k].detach().reshape({-1}));
     at::Tensor flat = at::cat(pieces);
-    auto done = group->Broadcast(flat, root).Wait(timeout);
-    if (!done.ok()) return done.status();
+    TESSERA_RETURN_IF_ERROR(group->Broadcast(flat, root).Wait(timeout).status());
     if (group->rank() == root) continue;
     int64_t offset = 0;
     for (size_t k : members) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
+#include "common/status.h"
 #include "launcher/launcher.h"
 #include "store/slurm_env.h"
 #include "store/store_url.h"
@@ -77,9 +78,8 @@ absl::Status ApplySlurmDefaults(const std::set<std::string>& given, LaunchOption
     if (auto node = store::SlurmInt("SLURM_NODEID")) options->node_rank = *node;
   }
   if (!given.count("master_addr")) {
-    auto master = store::SlurmMasterHost();
-    if (!master.ok()) return master.status();
-    if (master->has_value()) options->master_addr = **master;
+    TESSERA_ASSIGN_OR_RETURN(auto master, store::SlurmMasterHost());
+    if (master.has_value()) options->master_addr = *master;
   }
   return absl::OkStatus();
 }

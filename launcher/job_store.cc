@@ -16,9 +16,9 @@ absl::StatusOr<JobStore> JobStore::Open(const LaunchOptions& options, auth::JobS
   const bool owner = options.node_rank == 0 && !options.join;
   if (!options.store_url.empty()) {
     if (owner) {
-      auto claimed = ClaimEtcdPrefix(options.store_url, job.secret_, options.rendezvous_timeout);
-      if (!claimed.ok()) return claimed.status();
-      job.etcd_ = *std::move(claimed);
+      TESSERA_ASSIGN_OR_RETURN(auto claimed, ClaimEtcdPrefix(options.store_url, job.secret_,
+                                                             options.rendezvous_timeout));
+      job.etcd_ = std::move(claimed);
       job.announcement_ = "rendezvous store: " + job.etcd_->target();
     }
   } else if (owner) {

@@ -51,9 +51,9 @@ absl::StatusOr<int> TakeJoinRanks(store::StoreClient& store, const LaunchOptions
   auto initial =
       elastic::ReadNumber(store, elastic::WorldSizeKey(prefix), options.rendezvous_timeout);
   if (!initial.ok()) return initial.status();
-  auto joined = store.Add(elastic::JoinedKey(prefix), options.nproc_per_node);
-  if (!joined.ok()) return joined.status();
-  const int ranks = *initial + static_cast<int>(*joined);
+  TESSERA_ASSIGN_OR_RETURN(auto joined,
+                           store.Add(elastic::JoinedKey(prefix), options.nproc_per_node));
+  const int ranks = *initial + static_cast<int>(joined);
   auto bound = elastic::ReadNumber(store, elastic::MaxRanksKey(prefix), absl::ZeroDuration());
   if (bound.ok() && *bound > 0 && ranks > *bound) {
     // Give the ranks back: a later, smaller join may still fit.

@@ -98,14 +98,13 @@ absl::StatusOr<std::vector<int>> NodeCoordinator::Open(int round) {
       return absl::AbortedError(absl::StrCat("node 0 will not start attempt ", round,
                                              " (its workers finished, or it gave up)"));
     }
-    auto listed = ParseNodeList(*open);
-    if (!listed.ok()) return listed.status();
-    if (std::find(listed->begin(), listed->end(), node_rank_) == listed->end()) {
+    TESSERA_ASSIGN_OR_RETURN(auto listed, ParseNodeList(*open));
+    if (std::find(listed.begin(), listed.end(), node_rank_) == listed.end()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "node 0 restarted the group on nodes ", *open, " without this node (", node_rank_,
           "): it was declared lost (see Note [Regrouping without lost nodes])"));
     }
-    nodes = *std::move(listed);
+    nodes = std::move(listed);
   }
   MutexLock lock(&mu_);
   round_nodes_ = nodes;

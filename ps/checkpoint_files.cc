@@ -180,19 +180,17 @@ absl::StatusOr<int64_t> RestoreShardCheckpoint(const std::string& dir,
       if (b <= first || a >= end) continue;  // no key of this shard's range
       old_first = a;
     }
-    auto rows = ReadFile(dir, table, layout.clock, s, old->second);
-    if (!rows.ok()) return rows.status();
+    TESSERA_ASSIGN_OR_RETURN(auto rows, ReadFile(dir, table, layout.clock, s, old->second));
     ShardSnapshot part;
     int64_t first_row = restored;
     if (dense) {
       const int64_t from = std::max(first, old_first);
-      const int64_t to = std::min(end, old_first + rows->rows());
-      part = rows->Rows(from - old_first, to - from);
+      const int64_t to = std::min(end, old_first + rows.rows());
+      part = rows.Rows(from - old_first, to - from);
       first_row = from - first;
     } else {
-      auto owners = ShardsOfKeys(table, shards, rows->keys);
-      if (!owners.ok()) return owners.status();
-      part = Select(*rows, at::nonzero(at::eq(*owners, index)).view({-1}));
+      TESSERA_ASSIGN_OR_RETURN(auto owners, ShardsOfKeys(table, shards, rows.keys));
+      part = Select(rows, at::nonzero(at::eq(owners, index)).view({-1}));
     }
     if (auto ok = shard.Restore(part, first_row, /*last=*/false, /*cut=*/0); !ok.ok()) return ok;
     restored += part.rows();

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "common/status.h"
 #include "ps/distinct_keys.h"
 #include "ps/ps_messages.h"
 #include "rpc/internal_service.h"
@@ -68,9 +69,9 @@ PsClient::PsClient(rpc::Runtime& runtime, const PsOptions& options, rpc::CallOpt
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Connect(rpc::Runtime& runtime,
                                                             PsOptions options,
                                                             rpc::CallOptions call) {
-  auto map = ReadShardMap(runtime.store(), options.job, options.tables, options.start_timeout);
-  if (!map.ok()) return map.status();
-  std::unique_ptr<PsClient> client(new PsClient(runtime, options, call, *std::move(map)));
+  TESSERA_ASSIGN_OR_RETURN(
+      auto map, ReadShardMap(runtime.store(), options.job, options.tables, options.start_timeout));
+  std::unique_ptr<PsClient> client(new PsClient(runtime, options, call, std::move(map)));
   if (auto ok = client->Hello(); !ok.ok()) return ok;
   return client;
 }
@@ -111,9 +112,9 @@ absl::Status PsClient::Hello() {
   for (auto& [name, table] : tables_) {
     std::vector<int64_t> starts;
     for (int64_t s = 0; s < shards_; ++s) {
-      auto start = Await(Send<int64_t>(s, HelloRequest{name, 0, s}), timeout);
-      if (!start.ok()) return start.status();
-      starts.push_back(*start);
+      TESSERA_ASSIGN_OR_RETURN(auto start,
+                               Await(Send<int64_t>(s, HelloRequest{name, 0, s}), timeout));
+      starts.push_back(start);
     }
     // Where the furthest shard started this trainer: the others follow.
     table.clock = *std::max_element(starts.begin(), starts.end());
@@ -147,10 +148,9 @@ absl::StatusOr<PsClient::Split> PsClient::SplitKeys(const Table& table,
   Distinct distinct = DistinctKeys(keys);
   split.unique = distinct.keys;
   split.inverse = distinct.inverse;
-  auto shard_of = ShardsOfKeys(table.options, shards_, split.unique);
-  if (!shard_of.ok()) return shard_of.status();
+  TESSERA_ASSIGN_OR_RETURN(auto shard_of, ShardsOfKeys(table.options, shards_, split.unique));
   for (int64_t s = 0; s < shards_; ++s) {
-    at::Tensor positions = shard_of->eq(s).nonzero().squeeze(1);
+    at::Tensor positions = shard_of.eq(s).nonzero().squeeze(1);
     if (positions.numel() == 0) continue;
     split.shards.push_back(s);
     split.positions.push_back(positions);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "common/status.h"
 #include "ps/ps_messages.h"
 #include "ps/server_state.h"
 #include "rpc/internal_service.h"
@@ -38,9 +39,8 @@ absl::StatusOr<std::vector<std::shared_ptr<Shard>>> RouteAll(PsServer::State& st
                                                              int64_t epoch, int64_t shard) {
   std::vector<std::shared_ptr<Shard>> shards;
   for (const std::string& table : tables) {
-    auto routed = state.RouteToPrimary(table, epoch, shard);
-    if (!routed.ok()) return routed.status();
-    shards.push_back(*std::move(routed));
+    TESSERA_ASSIGN_OR_RETURN(auto routed, state.RouteToPrimary(table, epoch, shard));
+    shards.push_back(std::move(routed));
   }
   return shards;
 }
@@ -198,9 +198,8 @@ void ServeReads(const std::shared_ptr<PsServer::State>& state) {
   });
   rpc::Serve<StatsRequest>(
       registry, [state](rpc::CallContext&, StatsRequest m) -> absl::StatusOr<std::vector<int64_t>> {
-        auto shard = state->RouteToPrimary(m.table, m.epoch, m.shard);
-        if (!shard.ok()) return shard.status();
-        const ShardStats stats = (*shard)->Stats();
+        TESSERA_ASSIGN_OR_RETURN(auto shard, state->RouteToPrimary(m.table, m.epoch, m.shard));
+        const ShardStats stats = shard->Stats();
         return std::vector<int64_t>{stats.rows, stats.pushes_applied, stats.duplicates, stats.clock,
                                     state->MessagesSent(m.shard)};
       });
@@ -249,8 +248,7 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(rpc::Runtime& runtime,
     return absl::InvalidArgumentError(
         absl::StrCat("a parameter server with ", options.backups, " backups"));
   }
-  auto trainers = TrainerRanks(runtime, options, options.servers);
-  if (!trainers.ok()) return trainers.status();
+  TESSERA_ASSIGN_OR_RETURN(auto trainers, TrainerRanks(runtime, options, options.servers));
   std::vector<std::string> hosts;
   for (const std::string& server : options.servers) {
     auto info = runtime.membership().Find(server);
@@ -262,11 +260,10 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Start(rpc::Runtime& runtime,
   }
   ShardMap proposed = InitialShardMap(options.servers, hosts, options.backups);
   for (const TableOptions& table : options.tables) proposed.shapes[table.name] = table.Shape();
-  auto map = PublishShardMap(runtime.store(), options.job, proposed);
-  if (!map.ok()) return map.status();
+  TESSERA_ASSIGN_OR_RETURN(auto map, PublishShardMap(runtime.store(), options.job, proposed));
 
   auto state = std::make_shared<State>(runtime, options);
-  state->Hold(*map, *trainers);
+  state->Hold(map, trainers);
   // A job started anew resumes from its last checkpoint; a restarted
   // server (incarnation > 0) copies its shards from their live replicas.
   if (runtime.self().incarnation == 0) {
@@ -294,10 +291,9 @@ absl::StatusOr<std::unique_ptr<PsServer>> PsServer::Join(rpc::Runtime& runtime,
   if (!map.ok()) return map.status();
   TESSERA_LOG(INFO) << "parameter server '" << self << "' added to job '" << options.job
                     << "' (shard map epoch " << map->epoch << ")";
-  auto trainers = TrainerRanks(runtime, options, map->servers);
-  if (!trainers.ok()) return trainers.status();
+  TESSERA_ASSIGN_OR_RETURN(auto trainers, TrainerRanks(runtime, options, map->servers));
   auto state = std::make_shared<State>(runtime, options);
-  state->Hold(*map, *trainers);
+  state->Hold(*map, trainers);
   return Serve(std::move(state));
 }
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status.h"
 #include "ps/ps_messages.h"
 #include "ps/shard_map.h"
 #include "rpc/internal_service.h"
@@ -28,15 +29,14 @@ std::string Describe(const Answer& answer) {
 
 absl::Status CompareReplicas(rpc::Runtime& runtime, const std::string& job,
                              const std::vector<std::string>& tables, absl::Duration timeout) {
-  auto map = CurrentShardMap(runtime.store(), job);
-  if (!map.ok()) return map.status();
+  TESSERA_ASSIGN_OR_RETURN(auto map, CurrentShardMap(runtime.store(), job));
   const absl::Time deadline = absl::Now() + timeout;
   // Every question at once, then the answers in order.
   std::vector<std::vector<std::pair<std::string, Future<c10::IValue>>>> asked;
   for (const std::string& table : tables) {
-    for (int64_t shard = 0; shard < map->shards(); ++shard) {
+    for (int64_t shard = 0; shard < map.shards(); ++shard) {
       auto& replicas = asked.emplace_back();
-      for (const std::string& replica : map->replicas[shard]) {
+      for (const std::string& replica : map.replicas[shard]) {
         replicas.emplace_back(replica,
                               runtime.CallAsync(replica, services::kDigest,
                                                 rpc::EncodeMessage(DigestRequest{table, shard}),
@@ -46,7 +46,7 @@ absl::Status CompareReplicas(rpc::Runtime& runtime, const std::string& job,
   }
   size_t next = 0;
   for (const std::string& table : tables) {
-    for (int64_t shard = 0; shard < map->shards(); ++shard) {
+    for (int64_t shard = 0; shard < map.shards(); ++shard) {
       std::vector<Answer> answers;
       for (auto& [replica, future] : asked[next++]) {
         auto value =
@@ -63,7 +63,7 @@ absl::Status CompareReplicas(rpc::Runtime& runtime, const std::string& job,
         std::vector<std::string> each;
         for (const Answer& a : answers) each.push_back(Describe(a));
         return absl::DataLossError(absl::StrCat("the replicas of table '", table, "' shard ", shard,
-                                                " differ (shard map epoch ", map->epoch,
+                                                " differ (shard map epoch ", map.epoch,
                                                 "): ", absl::StrJoin(each, "; ")));
       }
     }

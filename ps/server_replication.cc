@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status.h"
 #include "ps/server_state.h"
 #include "rpc/internal_service.h"
 
@@ -314,19 +315,18 @@ absl::Status PsServer::State::Heard(const rpc::CallContext& ctx, int64_t epoch, 
                                     int64_t base, bool idle, int64_t* last) {
   if (epoch > Epoch()) Refresh();
   MutexLock lock(&mu_);
-  auto r = FromPrimaryLocked(NameOf(ctx.caller_rank), epoch, shard);
-  if (!r.ok()) return r.status();
-  if ((*r)->verified_since < (*r)->since) {
-    if ((*r)->log->last() != base) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("parameter server '", self, "' made ", (*r)->log->last(),
-                       " changes to shard ", shard, ", its new primary ", base, ": diverged"));
+  TESSERA_ASSIGN_OR_RETURN(auto r, FromPrimaryLocked(NameOf(ctx.caller_rank), epoch, shard));
+  if (r->verified_since < r->since) {
+    if (r->log->last() != base) {
+      return absl::FailedPreconditionError(absl::StrCat("parameter server '", self, "' made ",
+                                                        r->log->last(), " changes to shard ", shard,
+                                                        ", its new primary ", base, ": diverged"));
     }
-    (*r)->verified_since = (*r)->since;
+    r->verified_since = r->since;
   }
-  (*r)->heard = absl::Now();
-  (*r)->primary_idle = idle;
-  *last = (*r)->log->last();
+  r->heard = absl::Now();
+  r->primary_idle = idle;
+  *last = r->log->last();
   return absl::OkStatus();
 }
 

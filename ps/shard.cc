@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status.h"
 #include "ps/distinct_keys.h"
 #include "ps/key_hash.h"
 
@@ -107,9 +108,8 @@ absl::Status Shard::ApplySummed(const at::Tensor& keys, const at::Tensor& grads,
     summed.index_add_(0, inverse, grads);
   }
   if (divisor != 1) summed = summed / divisor;
-  auto slots = rows_.Slots(unique);
-  if (!slots.ok()) return slots.status();
-  rows_.Apply(*slots, summed);
+  TESSERA_ASSIGN_OR_RETURN(auto slots, rows_.Slots(unique));
+  rows_.Apply(slots, summed);
   return absl::OkStatus();
 }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/status.h"
 #include "ps/key_hash.h"
 
 namespace tessera::ps {
@@ -194,11 +195,9 @@ absl::Status SameMap(const ShardMap& recorded, const ShardMap& proposed) {
 
 absl::StatusOr<ShardMap> PublishShardMap(store::StoreClient& store, const std::string& job,
                                          const ShardMap& proposed) {
-  auto now = store.CompareSet(ShardMapKey(job), "", proposed.Encode());
-  if (!now.ok()) return now.status();
-  auto recorded = ShardMap::Decode(*now);
-  if (!recorded.ok()) return recorded.status();
-  if (auto same = SameMap(*recorded, proposed); !same.ok()) return same;
+  TESSERA_ASSIGN_OR_RETURN(auto now, store.CompareSet(ShardMapKey(job), "", proposed.Encode()));
+  TESSERA_ASSIGN_OR_RETURN(auto recorded, ShardMap::Decode(now));
+  if (auto same = SameMap(recorded, proposed); !same.ok()) return same;
   return recorded;
 }
 
@@ -208,23 +207,20 @@ absl::StatusOr<ShardMap> ChangeShardMap(
   auto text = store.Get(ShardMapKey(job), absl::ZeroDuration());
   if (!text.ok()) return text.status();
   for (;;) {
-    auto recorded = ShardMap::Decode(*text);
-    if (!recorded.ok()) return recorded.status();
-    std::optional<ShardMap> next = change(*recorded);
+    TESSERA_ASSIGN_OR_RETURN(auto recorded, ShardMap::Decode(*text));
+    std::optional<ShardMap> next = change(recorded);
     if (!next.has_value()) return recorded;
-    auto now = store.CompareSet(ShardMapKey(job), *text, next->Encode());
-    if (!now.ok()) return now.status();
+    TESSERA_ASSIGN_OR_RETURN(auto now, store.CompareSet(ShardMapKey(job), *text, next->Encode()));
     // The store answers the value after: ours when it took (or when
     // another server made the very same change).
-    if (*now == next->Encode()) return *std::move(next);
-    text = *std::move(now);  // another server changed it first: apply to theirs
+    if (now == next->Encode()) return *std::move(next);
+    text = std::move(now);  // another server changed it first: apply to theirs
   }
 }
 
 absl::StatusOr<ShardMap> CurrentShardMap(store::StoreClient& store, const std::string& job) {
-  auto text = store.Get(ShardMapKey(job), absl::ZeroDuration());
-  if (!text.ok()) return text.status();
-  return ShardMap::Decode(*text);
+  TESSERA_ASSIGN_OR_RETURN(auto text, store.Get(ShardMapKey(job), absl::ZeroDuration()));
+  return ShardMap::Decode(text);
 }
 
 absl::StatusOr<ShardMap> ReadShardMap(store::StoreClient& store, const std::string& job,
@@ -236,11 +232,10 @@ absl::StatusOr<ShardMap> ReadShardMap(store::StoreClient& store, const std::stri
                         absl::StrCat("no shard map of parameter-server job '", job,
                                      "' (have its servers started?): ", text.status().message()));
   }
-  auto map = ShardMap::Decode(*text);
-  if (!map.ok()) return map.status();
+  TESSERA_ASSIGN_OR_RETURN(auto map, ShardMap::Decode(*text));
   for (const TableOptions& table : tables) {
-    auto it = map->shapes.find(table.name);
-    const std::string there = it == map->shapes.end() ? "no such table" : it->second;
+    auto it = map.shapes.find(table.name);
+    const std::string there = it == map.shapes.end() ? "no such table" : it->second;
     if (there != table.Shape()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "table '", table.name, "' is ", table.Shape(), " here but ", there, " on the servers"));

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status.h"
 
 namespace tessera::rpc {
 namespace {
@@ -178,9 +179,8 @@ absl::StatusOr<c10::IValue> DecodeAt(const proto::Value& value,
       std::vector<c10::IValue> items;
       items.reserve(value.list().items_size());
       for (const auto& item : value.list().items()) {
-        auto decoded = DecodeAt(item, tensors, limits, peer, depth + 1);
-        if (!decoded.ok()) return decoded.status();
-        items.push_back(*std::move(decoded));
+        TESSERA_ASSIGN_OR_RETURN(auto decoded, DecodeAt(item, tensors, limits, peer, depth + 1));
+        items.push_back(std::move(decoded));
       }
       c10::impl::GenericList list(CommonType(items));
       list.reserve(items.size());
@@ -191,9 +191,9 @@ absl::StatusOr<c10::IValue> DecodeAt(const proto::Value& value,
       std::vector<c10::IValue> values;
       values.reserve(value.dict().entries_size());
       for (const auto& entry : value.dict().entries()) {
-        auto decoded = DecodeAt(entry.value(), tensors, limits, peer, depth + 1);
-        if (!decoded.ok()) return decoded.status();
-        values.push_back(*std::move(decoded));
+        TESSERA_ASSIGN_OR_RETURN(auto decoded,
+                                 DecodeAt(entry.value(), tensors, limits, peer, depth + 1));
+        values.push_back(std::move(decoded));
       }
       c10::impl::GenericDict dict(c10::StringType::get(), CommonType(values));
       for (int i = 0; i < value.dict().entries_size(); ++i) {
@@ -284,14 +284,13 @@ absl::StatusOr<std::vector<at::Tensor>> AllocateTensors(
       return absl::InvalidArgumentError(
           absl::StrCat("tensor ", i, ": named as in shared memory, where its bytes should be"));
     }
-    auto bytes = TensorBytes(envelope.tensors(i), i, limits);
-    if (!bytes.ok()) return bytes.status();
-    if (*bytes != payload_lengths[i]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor ", i, ": metadata says ", *bytes,
-                       " bytes but the frame carries ", payload_lengths[i]));
+    TESSERA_ASSIGN_OR_RETURN(auto bytes, TensorBytes(envelope.tensors(i), i, limits));
+    if (bytes != payload_lengths[i]) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", i, ": metadata says ", bytes,
+                                                     " bytes but the frame carries ",
+                                                     payload_lengths[i]));
     }
-    total_bytes += *bytes;
+    total_bytes += bytes;
     if (total_bytes > limits.max_tensor_bytes) {
       return absl::InvalidArgumentError(
           absl::StrCat("message tensors exceed ", limits.max_tensor_bytes, " bytes"));
@@ -334,11 +333,10 @@ absl::StatusOr<std::vector<at::Tensor>> TakeTensorsFromEnvelope(proto::Envelope*
   lengths.reserve(envelope->tensors_size());
   uint64_t total_bytes = 0;
   for (int i = 0; i < envelope->tensors_size(); ++i) {
-    auto bytes = TensorBytes(envelope->tensors(i), i, limits);
-    if (!bytes.ok()) return bytes.status();
-    total_bytes += *bytes;
+    TESSERA_ASSIGN_OR_RETURN(auto bytes, TensorBytes(envelope->tensors(i), i, limits));
+    total_bytes += bytes;
     if (total_bytes > envelope->tensor_bytes().size()) break;  // reported below
-    lengths.push_back(*bytes);
+    lengths.push_back(bytes);
   }
   if (total_bytes != envelope->tensor_bytes().size()) {
     return absl::InvalidArgumentError(
@@ -346,11 +344,10 @@ absl::StatusOr<std::vector<at::Tensor>> TakeTensorsFromEnvelope(proto::Envelope*
                      " bytes of tensors but its metadata describes ",
                      total_bytes > envelope->tensor_bytes().size() ? "more" : "fewer"));
   }
-  auto tensors = AllocateTensors(*envelope, lengths, limits);
-  if (!tensors.ok()) return tensors.status();
+  TESSERA_ASSIGN_OR_RETURN(auto tensors, AllocateTensors(*envelope, lengths, limits));
   const char* next = envelope->tensor_bytes().data();
-  for (size_t i = 0; i < tensors->size(); ++i) {
-    std::memcpy((*tensors)[i].data_ptr(), next, lengths[i]);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    std::memcpy((tensors)[i].data_ptr(), next, lengths[i]);
     next += lengths[i];
   }
   envelope->clear_tensor_bytes();

@@ -113,9 +113,8 @@ absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix
     std::map<std::string, std::string> published;
     std::vector<std::string> missing = Unpublished(round_prefix, members, published);
     while (true) {
-      auto read = store.GetMany(missing, slice());
-      if (!read.ok()) return read.status();
-      published.merge(*read);
+      TESSERA_ASSIGN_OR_RETURN(auto read, store.GetMany(missing, slice()));
+      published.merge(read);
       missing = Unpublished(round_prefix, members, published);
       if (missing.empty()) break;
       // A rank that left meanwhile is no longer waited for.

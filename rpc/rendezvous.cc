@@ -85,21 +85,19 @@ std::vector<std::string> WorkerKeys(const std::string& prefix, int count) {
 absl::StatusOr<std::vector<WorkerInfo>> ReadWorkers(store::StoreClient& store,
                                                     const std::string& prefix, int count) {
   const std::vector<std::string> keys = WorkerKeys(prefix, count);
-  auto published = store.GetMany(keys, absl::ZeroDuration());
-  if (!published.ok()) return published.status();
+  TESSERA_ASSIGN_OR_RETURN(auto published, store.GetMany(keys, absl::ZeroDuration()));
   std::vector<WorkerInfo> workers(count);
   std::set<std::string> names;
   for (int rank = 0; rank < count; ++rank) {
     workers[rank].rank = rank;
-    auto value = published->find(keys[rank]);
-    if (value == published->end()) continue;  // not published yet
-    auto worker = ParseWorker(rank, value->second);
-    if (!worker.ok()) return worker.status();
-    if (!names.insert(worker->name).second) {
-      return absl::InvalidArgumentError("two workers are named '" + worker->name +
+    auto value = published.find(keys[rank]);
+    if (value == published.end()) continue;  // not published yet
+    TESSERA_ASSIGN_OR_RETURN(auto worker, ParseWorker(rank, value->second));
+    if (!names.insert(worker.name).second) {
+      return absl::InvalidArgumentError("two workers are named '" + worker.name +
                                         "'; worker names must be unique");
     }
-    workers[rank] = *std::move(worker);
+    workers[rank] = std::move(worker);
   }
   return workers;
 }
@@ -108,11 +106,10 @@ absl::StatusOr<std::vector<WorkerInfo>> ReadWorkers(store::StoreClient& store,
 absl::Status AwaitWorkers(store::StoreClient& store, const std::vector<std::string>& keys,
                           const WorkerInfo& self, int count, absl::Duration timeout) {
   const std::vector<std::string> awaited(keys.begin(), keys.begin() + count);
-  auto missing = store.WaitForKeys(awaited, timeout);
-  if (!missing.ok()) return missing.status();
-  if (missing->empty()) return absl::OkStatus();
+  TESSERA_ASSIGN_OR_RETURN(auto missing, store.WaitForKeys(awaited, timeout));
+  if (missing.empty()) return absl::OkStatus();
   std::vector<std::string> ranks;
-  for (const auto& key : *missing) ranks.push_back(key.substr(key.rfind('/') + 1));
+  for (const auto& key : missing) ranks.push_back(key.substr(key.rfind('/') + 1));
   const std::string load = DescribeHostLoad();  // See Note [Slow is not failed]
   return absl::DeadlineExceededError(absl::StrCat(
       "rendezvous of '", self.name, "' timed out after ", absl::FormatDuration(timeout),
@@ -129,17 +126,15 @@ absl::StatusOr<std::vector<WorkerInfo>> Rendezvous(store::StoreClient& store,
   TESSERA_RETURN_IF_ERROR(Publish(store, prefix, self));
   const std::vector<std::string> keys = WorkerKeys(prefix, world_size);
   TESSERA_RETURN_IF_ERROR(AwaitWorkers(store, keys, self, world_size, timeout));
-  auto workers = ReadWorkers(store, prefix, static_cast<int>(keys.size()));
-  if (!workers.ok()) return workers.status();
-  TESSERA_RETURN_IF_ERROR(CheckReachable(*workers));
+  TESSERA_ASSIGN_OR_RETURN(auto workers, ReadWorkers(store, prefix, static_cast<int>(keys.size())));
+  TESSERA_RETURN_IF_ERROR(CheckReachable(workers));
   return workers;
 }
 
 absl::StatusOr<WorkerInfo> ReadWorker(store::StoreClient& store, const std::string& prefix,
                                       int rank) {
-  auto value = store.Get(WorkerKey(prefix, rank), absl::ZeroDuration());
-  if (!value.ok()) return value.status();
-  return ParseWorker(rank, *value);
+  TESSERA_ASSIGN_OR_RETURN(auto value, store.Get(WorkerKey(prefix, rank), absl::ZeroDuration()));
+  return ParseWorker(rank, value);
 }
 
 absl::StatusOr<int> RanksEverInJob(store::StoreClient& store, const std::string& prefix,
@@ -148,18 +143,16 @@ absl::StatusOr<int> RanksEverInJob(store::StoreClient& store, const std::string&
       store::elastic::ReadNumber(store, store::elastic::WorldSizeKey(prefix), absl::ZeroDuration());
   if (!recorded.ok() && !absl::IsDeadlineExceeded(recorded.status())) return recorded.status();
   const int initial = recorded.ok() ? *recorded : world_size;
-  auto joined = store.Add(store::elastic::JoinedKey(prefix), 0);
-  if (!joined.ok()) return joined.status();
-  return initial + static_cast<int>(*joined);
+  TESSERA_ASSIGN_OR_RETURN(auto joined, store.Add(store::elastic::JoinedKey(prefix), 0));
+  return initial + static_cast<int>(joined);
 }
 
 absl::StatusOr<std::vector<int>> LeftRanks(store::StoreClient& store, const std::string& prefix,
                                            int ranks) {
   std::vector<std::string> keys;
   for (int rank = 0; rank < ranks; ++rank) keys.push_back(store::elastic::LeftKey(prefix, rank));
-  auto missing = store.WaitForKeys(keys, absl::ZeroDuration());
-  if (!missing.ok()) return missing.status();
-  const std::set<std::string> absent(missing->begin(), missing->end());
+  TESSERA_ASSIGN_OR_RETURN(auto missing, store.WaitForKeys(keys, absl::ZeroDuration()));
+  const std::set<std::string> absent(missing.begin(), missing.end());
   std::vector<int> left;
   for (int rank = 0; rank < ranks; ++rank) {
     if (absent.count(keys[rank]) == 0) left.push_back(rank);
@@ -178,13 +171,11 @@ absl::StatusOr<std::vector<WorkerInfo>> RejoinRendezvous(store::StoreClient& sto
                                         "' cannot rejoin: the job recorded no "
                                         "world size (was it started by tessera-run or rpc::Init?)");
   }
-  auto ranks = RanksEverInJob(store, prefix, *world);
-  if (!ranks.ok()) return ranks.status();
-  const std::vector<std::string> keys = WorkerKeys(prefix, std::max(*ranks, self.rank + 1));
+  TESSERA_ASSIGN_OR_RETURN(auto ranks, RanksEverInJob(store, prefix, *world));
+  const std::vector<std::string> keys = WorkerKeys(prefix, std::max(ranks, self.rank + 1));
   TESSERA_RETURN_IF_ERROR(AwaitWorkers(store, keys, self, *world, timeout));
-  auto workers = ReadWorkers(store, prefix, static_cast<int>(keys.size()));
-  if (!workers.ok()) return workers.status();
-  TESSERA_RETURN_IF_ERROR(CheckReachable(*workers));
+  TESSERA_ASSIGN_OR_RETURN(auto workers, ReadWorkers(store, prefix, static_cast<int>(keys.size())));
+  TESSERA_RETURN_IF_ERROR(CheckReachable(workers));
   return workers;
 }
 

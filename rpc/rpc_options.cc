@@ -40,16 +40,15 @@ RpcOptions RpcOptions::FromEnv() { return ValueOrThrow(TryFromEnv()); }
 
 absl::StatusOr<RpcOptions> RpcOptions::TryFromEnv() {
   RpcOptions options;
-  auto env = store::ReadRendezvousEnv();
-  if (!env.ok()) return env.status();
-  options.rank = env->rank;
-  options.world_size = env->world_size;
-  options.master_addr = env->master_addr;
-  options.master_port = env->master_port;
+  TESSERA_ASSIGN_OR_RETURN(auto env, store::ReadRendezvousEnv());
+  options.rank = env.rank;
+  options.world_size = env.world_size;
+  options.master_addr = env.master_addr;
+  options.master_port = env.master_port;
   // Under tessera-run the launcher hosts the store; workers connect to it.
-  if (env->store_hosted) options.store_role = StoreRole::kConnect;
-  options.store_url = env->store_url;
-  if (env->rendezvous_timeout.has_value()) options.rendezvous_timeout = *env->rendezvous_timeout;
+  if (env.store_hosted) options.store_role = StoreRole::kConnect;
+  options.store_url = env.store_url;
+  if (env.rendezvous_timeout.has_value()) options.rendezvous_timeout = *env.rendezvous_timeout;
   const char* name = std::getenv("TESSERA_WORKER_NAME");
   options.name = name ? name : absl::StrCat("worker", options.rank);
   if (const char* role = std::getenv("TESSERA_WORKER_ROLE")) options.role = role;
@@ -90,9 +89,8 @@ absl::StatusOr<RpcOptions> RpcOptions::TryFromEnv() {
   options.grpc.tls = GrpcTlsOptions::FromEnv();
   const char* reflection = std::getenv("TESSERA_GRPC_REFLECTION");
   options.grpc.reflection = reflection != nullptr && std::string(reflection) == "1";
-  auto secret = auth::JobSecret::FromEnv();
-  if (!secret.ok()) return secret.status();
-  options.job_secret = *std::move(secret);
+  TESSERA_ASSIGN_OR_RETURN(auto secret, auth::JobSecret::FromEnv());
+  options.job_secret = std::move(secret);
   return options;
 }
 

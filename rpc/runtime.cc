@@ -4,6 +4,7 @@
 #include "absl/strings/str_join.h"
 #include "common/host_address.h"
 #include "common/logging.h"
+#include "common/status.h"
 #include "rpc/codec.h"
 #include "rpc/rendezvous.h"
 #include "store/elastic_keys.h"
@@ -161,9 +162,8 @@ absl::Status Runtime::StartAgent(const HostAddress& host) {
   };
   setup.executor = pool();
   setup.timer = timer_.get();
-  auto agent = options_.agent_factory(std::move(setup));
-  if (!agent.ok()) return agent.status();
-  agent_ = *std::move(agent);
+  TESSERA_ASSIGN_OR_RETURN(auto agent, options_.agent_factory(std::move(setup)));
+  agent_ = std::move(agent);
   agent_->SetPeerFailureHandler([this](int rank) { OnPeerFailure(rank); });
   self_ = agent_->self();
   self_.role = options_.role;

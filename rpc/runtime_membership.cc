@@ -5,6 +5,7 @@
 #include "absl/strings/str_split.h"
 #include "common/await_call.h"
 #include "common/logging.h"
+#include "common/status.h"
 #include "rpc/rendezvous.h"
 #include "rpc/runtime.h"
 #include "store/elastic_keys.h"
@@ -40,11 +41,11 @@ constexpr absl::Duration kLeaveNoticeTimeout = absl::Seconds(10);
 }  // namespace
 
 absl::StatusOr<bool> Runtime::AdmitAnnounced(int64_t rank) {
-  auto ranks = RanksEverInJob(*store_client_, options_.store_prefix, options_.world_size);
-  if (!ranks.ok()) return ranks.status();
-  if (rank < 0 || rank >= *ranks) {
+  TESSERA_ASSIGN_OR_RETURN(
+      auto ranks, RanksEverInJob(*store_client_, options_.store_prefix, options_.world_size));
+  if (rank < 0 || rank >= ranks) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", rank, " announced a join, but the job has handed out ", *ranks, " ranks"));
+        "rank ", rank, " announced a join, but the job has handed out ", ranks, " ranks"));
   }
   auto published = ReadWorker(*store_client_, options_.store_prefix, static_cast<int>(rank));
   if (!published.ok()) {

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "common/status.h"
 #include "common/timeouts.h"
 
 namespace tessera::rref {
@@ -135,13 +136,12 @@ absl::StatusOr<c10::intrusive_ptr<RRefImpl>> RRefContext::StartRemote(
     const std::string& owner, const std::string& type,
     const std::function<void(int, const GlobalId&, const GlobalId&)>& send_to_owner,
     const std::function<Future<OwnedValue>()>& produce_here, std::string what) {
-  auto owner_rank = RankOf(owner);
-  if (!owner_rank.ok()) return owner_rank.status();
+  TESSERA_ASSIGN_OR_RETURN(auto owner_rank, RankOf(owner));
   const GlobalId rref_id = NextId();
-  if (*owner_rank == self_) return KeepLocally(rref_id, type, produce_here(), std::move(what));
+  if (owner_rank == self_) return KeepLocally(rref_id, type, produce_here(), std::move(what));
   const GlobalId fork_id = NextId();
-  auto handle = NewUserRRef(rref_id, fork_id, *owner_rank, type, false);
-  send_to_owner(*owner_rank, rref_id, fork_id);
+  auto handle = NewUserRRef(rref_id, fork_id, owner_rank, type, false);
+  send_to_owner(owner_rank, rref_id, fork_id);
   return handle;
 }
 
@@ -325,12 +325,11 @@ absl::StatusOr<std::shared_ptr<void>> RRefContext::LocalObject(const RRefImpl& r
         "local_value() called on worker '", NameOf(self_), "' but the RRef is owned by '",
         rref.ownerName(), "'"));
   }
-  auto value = ValueOf(rref.rref_id()).Wait(kLocalValueTimeout);
-  if (!value.ok()) return value.status();
-  if (value->object == nullptr) {
+  TESSERA_ASSIGN_OR_RETURN(auto value, ValueOf(rref.rref_id()).Wait(kLocalValueTimeout));
+  if (value.object == nullptr) {
     return absl::FailedPreconditionError("the RRef holds a value, not an object");
   }
-  return value->object;
+  return value.object;
 }
 
 RRefContext::Stats RRefContext::stats() const {

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/status.h"
 #include "store/store_client.h"
 
 namespace tessera::store::elastic {
@@ -61,12 +62,11 @@ inline std::string LeftKey(const std::string& prefix, int rank) {
 // `timeout` for it: DeadlineExceeded when absent, DataLoss when malformed.
 inline absl::StatusOr<int> ReadNumber(StoreClient& store, const std::string& key,
                                       absl::Duration timeout) {
-  auto value = store.Get(key, timeout);
-  if (!value.ok()) return value.status();
+  TESSERA_ASSIGN_OR_RETURN(auto value, store.Get(key, timeout));
   int number = 0;
-  if (!absl::SimpleAtoi(*value, &number)) {
+  if (!absl::SimpleAtoi(value, &number)) {
     return absl::DataLossError(
-        absl::StrCat("malformed number under '", key, "' in the store: '", *value, "'"));
+        absl::StrCat("malformed number under '", key, "' in the store: '", value, "'"));
   }
   return number;
 }

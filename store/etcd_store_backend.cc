@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "auth/mac.h"
 #include "common/host_address.h"
+#include "common/status.h"
 #include "proto/etcd_kv.grpc.pb.h"
 #include "store/store_channel.h"
 
@@ -184,11 +185,10 @@ class EtcdStoreBackend::Stub {
 
 absl::StatusOr<std::unique_ptr<EtcdStoreBackend>> EtcdStoreBackend::Connect(
     const StoreUrl& url, auth::JobSecret secret) {
-  auto grpc_target = GrpcTarget(url);
-  if (!grpc_target.ok()) return grpc_target.status();
+  TESSERA_ASSIGN_OR_RETURN(auto grpc_target, GrpcTarget(url));
   std::string target = absl::StrCat("etcd://", absl::StrJoin(url.endpoints, ","), url.key_prefix);
   return std::unique_ptr<EtcdStoreBackend>(new EtcdStoreBackend(
-      std::move(target), url.key_prefix, *std::move(grpc_target), std::move(secret)));
+      std::move(target), url.key_prefix, std::move(grpc_target), std::move(secret)));
 }
 
 EtcdStoreBackend::EtcdStoreBackend(std::string target, std::string key_prefix,
@@ -237,9 +237,8 @@ absl::StatusOr<std::map<std::string, std::string>> EtcdStoreBackend::Await(
   for (const std::string& key : keys) missing.insert(Full(key));
   auto take = [&](const std::string& full_key, const std::string& stored) -> absl::Status {
     const std::string key = full_key.substr(key_prefix_.size());
-    auto value = Unseal(key, stored);
-    if (!value.ok()) return value.status();
-    found[key] = *std::move(value);
+    TESSERA_ASSIGN_OR_RETURN(auto value, Unseal(key, stored));
+    found[key] = std::move(value);
     missing.erase(full_key);
     return absl::OkStatus();
   };
@@ -277,20 +276,18 @@ absl::StatusOr<std::map<std::string, std::string>> EtcdStoreBackend::Await(
 absl::StatusOr<std::optional<std::string>> EtcdStoreBackend::Get(const std::string& key,
                                                                  absl::Duration wait,
                                                                  absl::Duration reply) {
-  auto found = Await({key}, wait, reply);
-  if (!found.ok()) return found.status();
-  auto it = found->find(key);
-  if (it == found->end()) return std::nullopt;
+  TESSERA_ASSIGN_OR_RETURN(auto found, Await({key}, wait, reply));
+  auto it = found.find(key);
+  if (it == found.end()) return std::nullopt;
   return std::move(it->second);
 }
 
 absl::StatusOr<std::vector<std::string>> EtcdStoreBackend::WaitForKeys(
     const std::vector<std::string>& keys, absl::Duration wait, absl::Duration reply) {
-  auto found = Await(keys, wait, reply);
-  if (!found.ok()) return found.status();
+  TESSERA_ASSIGN_OR_RETURN(auto found, Await(keys, wait, reply));
   std::vector<std::string> missing;
   for (const std::string& key : keys) {
-    if (!found->count(key)) missing.push_back(key);
+    if (!found.count(key)) missing.push_back(key);
   }
   return missing;
 }
@@ -312,9 +309,8 @@ absl::StatusOr<int64_t> EtcdStoreBackend::Add(const std::string& key, int64_t de
       unchanged->set_target(etcd::Compare::VERSION);
       unchanged->set_version(0);
     } else {
-      auto stored = Unseal(key, current.kvs(0).value());
-      if (!stored.ok()) return stored.status();
-      if (!absl::SimpleAtoi(*stored, &value)) {
+      TESSERA_ASSIGN_OR_RETURN(auto stored, Unseal(key, current.kvs(0).value()));
+      if (!absl::SimpleAtoi(stored, &value)) {
         return absl::FailedPreconditionError("key '" + key + "' is not an integer");
       }
       unchanged->set_target(etcd::Compare::MOD);

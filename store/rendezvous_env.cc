@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/host_address.h"
+#include "common/status.h"
 #include "store/slurm_env.h"
 
 namespace tessera::store {
@@ -58,9 +59,8 @@ absl::StatusOr<RendezvousEnv> ReadRendezvousEnv() {
   if (const char* addr = std::getenv("MASTER_ADDR"); addr != nullptr) {
     env.master_addr = addr;
   } else {
-    auto slurm = SlurmMasterHost();
-    if (!slurm.ok()) return slurm.status();
-    if (slurm->has_value()) env.master_addr = **slurm;
+    TESSERA_ASSIGN_OR_RETURN(auto slurm, SlurmMasterHost());
+    if (slurm.has_value()) env.master_addr = *slurm;
   }
   return env;
 }

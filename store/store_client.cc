@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/host_load.h"
+#include "common/status.h"
 #include "store/builtin_store_backend.h"
 
 namespace tessera::store {
@@ -61,12 +62,11 @@ absl::StatusOr<std::vector<std::string>> StoreClient::WaitForKeys(
 }
 
 absl::Status StoreClient::Wait(const std::vector<std::string>& keys, absl::Duration timeout) {
-  auto missing = WaitForKeys(keys, timeout);
-  if (!missing.ok()) return missing.status();
-  if (missing->empty()) return absl::OkStatus();
+  TESSERA_ASSIGN_OR_RETURN(auto missing, WaitForKeys(keys, timeout));
+  if (missing.empty()) return absl::OkStatus();
   return absl::DeadlineExceededError("store " + target() + ": keys still missing after " +
                                      absl::FormatDuration(timeout) + ": " +
-                                     absl::StrJoin(*missing, ", "));
+                                     absl::StrJoin(missing, ", "));
 }
 
 absl::StatusOr<std::map<std::string, std::string>> StoreClient::GetMany(

@@ -12,6 +12,7 @@
 #include "common/grpc_logging.h"
 #include "common/host_address.h"
 #include "common/mutex.h"
+#include "common/status.h"
 #include "proto/store.grpc.pb.h"
 #include "store/store_auth.h"
 
@@ -193,9 +194,8 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::strin
 
 absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::StartForMaster(
     const std::string& master_addr, int port, auth::JobSecret secret) {
-  auto host = StoreListenHost(master_addr);
-  if (!host.ok()) return host.status();
-  return Start(*host, port, std::move(secret));
+  TESSERA_ASSIGN_OR_RETURN(auto host, StoreListenHost(master_addr));
+  return Start(host, port, std::move(secret));
 }
 
 void StoreServer::Clear(const std::string& keep_prefix) { service_->Clear(keep_prefix); }

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/host_address.h"
+#include "common/status.h"
 #include "store/builtin_store_backend.h"
 #include "store/etcd_store_backend.h"
 
@@ -76,15 +77,13 @@ absl::StatusOr<StoreUrl> ParseStoreUrl(const std::string& url) {
 absl::StatusOr<std::unique_ptr<StoreClient>> ConnectStore(const std::string& url,
                                                           absl::Duration default_timeout,
                                                           auth::JobSecret secret) {
-  auto parsed = ParseStoreUrl(url);
-  if (!parsed.ok()) return parsed.status();
-  if (!parsed->etcd) {
-    return std::make_unique<StoreClient>(parsed->host, parsed->port, default_timeout,
+  TESSERA_ASSIGN_OR_RETURN(auto parsed, ParseStoreUrl(url));
+  if (!parsed.etcd) {
+    return std::make_unique<StoreClient>(parsed.host, parsed.port, default_timeout,
                                          std::move(secret));
   }
-  auto etcd = EtcdStoreBackend::Connect(*parsed, std::move(secret));
-  if (!etcd.ok()) return etcd.status();
-  return std::make_unique<StoreClient>(*std::move(etcd), parsed->host, default_timeout);
+  TESSERA_ASSIGN_OR_RETURN(auto etcd, EtcdStoreBackend::Connect(parsed, std::move(secret)));
+  return std::make_unique<StoreClient>(std::move(etcd), parsed.host, default_timeout);
 }
 
 }  // namespace tessera::store

@@ -34,9 +34,8 @@ absl::StatusOr<QuorumMember> DecodeMember(absl::string_view line) {
 absl::StatusOr<std::vector<QuorumMember>> Decode(const std::string& value) {
   std::vector<QuorumMember> members;
   for (absl::string_view line : absl::StrSplit(value, '\n', absl::SkipEmpty())) {
-    auto member = DecodeMember(line);
-    if (!member.ok()) return member.status();
-    members.push_back(*std::move(member));
+    TESSERA_ASSIGN_OR_RETURN(auto member, DecodeMember(line));
+    members.push_back(std::move(member));
   }
   return members;
 }
@@ -98,9 +97,8 @@ std::string Quorum::ArrivalKey(int64_t round, const std::string& id) const {
 }
 
 absl::StatusOr<std::vector<QuorumMember>> Quorum::Closed(int64_t round, absl::Duration wait) const {
-  auto value = store_->Get(Key(round, "quorum"), wait);
-  if (!value.ok()) return value.status();
-  return Decode(*value);
+  TESSERA_ASSIGN_OR_RETURN(auto value, store_->Get(Key(round, "quorum"), wait));
+  return Decode(value);
 }
 
 absl::StatusOr<std::vector<QuorumMember>> Quorum::AwaitArrivals(int64_t r) const {
@@ -167,9 +165,8 @@ absl::Status Quorum::ReadArrivals(int64_t r, const std::vector<std::string>& ids
     if (arrived->count(id) == 0) keys.push_back(ArrivalKey(r, id));
   }
   if (keys.empty()) return absl::OkStatus();
-  auto values = store_->GetMany(keys, wait);
-  if (!values.ok()) return values.status();
-  for (const auto& [key, value] : *values) {
+  TESSERA_ASSIGN_OR_RETURN(auto values, store_->GetMany(keys, wait));
+  for (const auto& [key, value] : values) {
     int64_t step = 0;
     if (!absl::SimpleAtoi(value, &step)) {
       return absl::DataLossError(absl::StrCat("malformed arrival '", value, "' at ", key));
@@ -181,9 +178,8 @@ absl::Status Quorum::ReadArrivals(int64_t r, const std::vector<std::string>& ids
 
 absl::Status Quorum::ReadNewcomers(int64_t r, std::vector<bool>* slots_read,
                                    Arrivals* arrived) const {
-  auto slots = store_->Add(Key(r, "newcomers"), 0);
-  if (!slots.ok()) return slots.status();
-  slots_read->resize(static_cast<size_t>(*slots), false);
+  TESSERA_ASSIGN_OR_RETURN(auto slots, store_->Add(Key(r, "newcomers"), 0));
+  slots_read->resize(static_cast<size_t>(slots), false);
   std::vector<std::string> unread;
   for (size_t slot = 0; slot < slots_read->size(); ++slot) {
     if (!(*slots_read)[slot]) unread.push_back(Key(r, absl::StrCat("newcomer/", slot)));
@@ -191,12 +187,10 @@ absl::Status Quorum::ReadNewcomers(int64_t r, std::vector<bool>* slots_read,
   if (unread.empty()) return absl::OkStatus();
   // A slot is taken (Add) before it is filled, and a replica may die in
   // between: an empty slot is not an arrival (yet).
-  auto values = store_->GetMany(unread, absl::ZeroDuration());
-  if (!values.ok()) return values.status();
-  for (const auto& [key, value] : *values) {
-    auto member = DecodeMember(value);
-    if (!member.ok()) return member.status();
-    (*arrived)[member->id] = member->step;
+  TESSERA_ASSIGN_OR_RETURN(auto values, store_->GetMany(unread, absl::ZeroDuration()));
+  for (const auto& [key, value] : values) {
+    TESSERA_ASSIGN_OR_RETURN(auto member, DecodeMember(value));
+    (*arrived)[member.id] = member.step;
     (*slots_read)[std::stoul(key.substr(Key(r, "newcomer/").size()))] = true;
   }
   return absl::OkStatus();
@@ -220,19 +214,16 @@ absl::StatusOr<std::optional<QuorumRound>> Quorum::EnterRound(int64_t step, std:
   if (!known && Closed(r, absl::ZeroDuration()).ok()) return std::nullopt;
   TESSERA_RETURN_IF_ERROR(store_->Set(ArrivalKey(r, id_), std::to_string(step)));
   if (!known) {
-    auto slot = store_->Add(Key(r, "newcomers"), 1);
-    if (!slot.ok()) return slot.status();
+    TESSERA_ASSIGN_OR_RETURN(auto slot, store_->Add(Key(r, "newcomers"), 1));
     TESSERA_RETURN_IF_ERROR(
-        store_->Set(Key(r, absl::StrCat("newcomer/", *slot - 1)), absl::StrCat(id_, " ", step)));
+        store_->Set(Key(r, absl::StrCat("newcomer/", slot - 1)), absl::StrCat(id_, " ", step)));
   }
-  auto arrived = AwaitArrivals(r);
-  if (!arrived.ok()) return arrived.status();
+  TESSERA_ASSIGN_OR_RETURN(auto arrived, AwaitArrivals(r));
   // By id (AwaitArrivals' order), not arrival order: the same members make
   // the same group, with the same ranks, round after round (no group formed
   // again for nothing).
-  auto closed = store_->CompareSet(Key(r, "quorum"), "", Encode(*arrived));
-  if (!closed.ok()) return closed.status();
-  auto members = Decode(*closed);
+  TESSERA_ASSIGN_OR_RETURN(auto closed, store_->CompareSet(Key(r, "quorum"), "", Encode(arrived)));
+  auto members = Decode(closed);
   if (!members.ok()) return members.status();
   const std::vector<std::string> ids = Ids(*members);
   const auto self = std::find(ids.begin(), ids.end(), id_);

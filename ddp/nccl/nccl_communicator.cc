@@ -27,9 +27,8 @@ template <typename Poll>
 absl::Status PollUntil(absl::Time deadline, Poll poll) {
   absl::Duration pause = absl::Microseconds(1);
   for (int spins = 0;; ++spins) {
-    absl::StatusOr<bool> done = poll();
-    if (!done.ok()) return done.status();
-    if (*done) return absl::OkStatus();
+    TESSERA_ASSIGN_OR_RETURN(auto done, poll());
+    if (done) return absl::OkStatus();
     if (absl::Now() >= deadline) return absl::DeadlineExceededError("deadline passed");
     if (spins < 200) {
       std::this_thread::yield();
@@ -90,8 +89,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   SteerNcclInterface(store);
   TESSERA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device),
                                absl::StrCat("selecting CUDA device ", device));
-  auto id = ExchangeUniqueId(store, key, rank, deadline);
-  if (!id.ok()) return id.status();
+  TESSERA_ASSIGN_OR_RETURN(auto id, ExchangeUniqueId(store, key, rank, deadline));
 
   std::unique_ptr<NcclCommunicator> comm(new NcclCommunicator(rank, size, device));
   TESSERA_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&comm->stream_, cudaStreamNonBlocking),
@@ -102,7 +100,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
 
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  const ncclResult_t started = ncclCommInitRankConfig(&comm->comm_, size, *id, rank, &config);
+  const ncclResult_t started = ncclCommInitRankConfig(&comm->comm_, size, id, rank, &config);
   if (started != ncclSuccess && started != ncclInProgress) {
     return comm->Break(NcclStatus(started, "creating the NCCL communicator", comm->comm_));
   }
@@ -167,9 +165,8 @@ absl::Status NcclCommunicator::Run(
 absl::Status NcclCommunicator::AwaitNccl(const std::string& what, absl::Time deadline) {
   const absl::Time start = absl::Now();
   absl::Status status = PollUntil(deadline, [&]() -> absl::StatusOr<bool> {
-    auto busy = NcclBusy(what);
-    if (!busy.ok()) return busy.status();
-    return !*busy;
+    TESSERA_ASSIGN_OR_RETURN(auto busy, NcclBusy(what));
+    return !busy;
   });
   if (absl::IsDeadlineExceeded(status)) {
     status = absl::DeadlineExceededError(
@@ -196,8 +193,7 @@ absl::Status NcclCommunicator::Synchronize(const std::string& what, absl::Time d
     if (query == cudaSuccess) return true;
     if (query != cudaErrorNotReady) return CudaStatus(query, what);
     // A peer that died or failed shows up here rather than as a CUDA error.
-    auto busy = NcclBusy(what);
-    if (!busy.ok()) return busy.status();
+    TESSERA_ASSIGN_OR_RETURN(auto busy, NcclBusy(what));
     return false;
   });
   if (absl::IsDeadlineExceeded(status)) {

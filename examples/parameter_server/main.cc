@@ -31,6 +31,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/mutex.h"
+#include "common/status.h"
 #include "data/fashion_mnist.h"
 #include "dist_optim/distributed_optimizer.h"
 #include "examples/common/dist_training.h"
@@ -144,8 +145,8 @@ int RunServer(WorkerOptions options, const TrainingFlags& flags) {
                                           bool more) -> absl::StatusOr<std::vector<int64_t>> {
         const rpc::WorkerInfo caller = ctx.runtime->GetWorkerInfo(ctx.caller_rank);
         int64_t acked = 0;
-        auto batch = plan->Next(caller.name, caller.incarnation, more, ctx.deadline, &acked);
-        if (!batch.ok()) return batch.status();
+        TESSERA_ASSIGN_OR_RETURN(
+            auto batch, plan->Next(caller.name, caller.incarnation, more, ctx.deadline, &acked));
         if (resume->Due(acked)) {
           MutexLock lock(saving.get());
           std::map<std::string, at::Tensor> tensors = server->Snapshot();
@@ -155,8 +156,8 @@ int RunServer(WorkerOptions options, const TrainingFlags& flags) {
           resume->Save("ps", std::move(tensors),
                        {done / plan->steps_per_epoch(), done % plan->steps_per_epoch(), 0, {}});
         }
-        if (batch->has_value()) log->OnLease(caller.name);
-        return ToWire(*batch, plan->steps_total());
+        if (batch.has_value()) log->OnLease(caller.name);
+        return ToWire(batch, plan->steps_total());
       });
   std::printf("[ps] pid %d serving a CNN to %d trainers, %lld steps in all\n",
               static_cast<int>(getpid()), worker->world_size() - 1,

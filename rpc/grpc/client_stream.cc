@@ -27,8 +27,7 @@ void ClientStream::Start(grpc::GenericStub* stub, const std::string& method,
 void ClientStream::OnOpened() { Write(EncodeEnvelopeFrame(handshake_.Hello())); }
 
 absl::Status ClientStream::Send(const Message& request) {
-  auto frame = EncodeFrame(request, host_->settings().max_message_bytes);
-  if (!frame.ok()) return frame.status();
+  TESSERA_ASSIGN_OR_RETURN(auto frame, EncodeFrame(request, host_->settings().max_message_bytes));
   grpc::ByteBuffer* start = nullptr;
   {
     // Queued under mu_, so a request never overtakes one that waited for
@@ -36,17 +35,17 @@ absl::Status ClientStream::Send(const Message& request) {
     MutexLock lock(&mu_);
     if (ending_) return failure_.ok() ? absl::UnavailableError("stream ended") : failure_;
     const uint64_t waiting = before_ready_bytes_ + writes_.bytes();
-    const uint64_t bytes = frame->Length();
+    const uint64_t bytes = frame.Length();
     const uint64_t limit = host_->settings().max_unsent_bytes;
     if (!FitsUnsentBytes(waiting, bytes, limit)) {
       return UnsentBytesExhausted(waiting, bytes, limit, host_->settings().self.name);
     }
     if (!ready_) {
       before_ready_bytes_ += bytes;
-      before_ready_.push_back(*std::move(frame));
+      before_ready_.push_back(std::move(frame));
       return absl::OkStatus();
     }
-    start = writes_.Push(*std::move(frame));
+    start = writes_.Push(std::move(frame));
   }
   if (start != nullptr) StartWrite(start);
   return absl::OkStatus();
@@ -97,9 +96,8 @@ void ClientStream::OnReadDone(bool ok) {
 
 absl::Status ClientStream::HandleHandshake(const Message& message) {
   if (phase_ == Phase::kChallenge) {
-    auto proof = handshake_.OnChallenge(message.envelope);
-    if (!proof.ok()) return proof.status();
-    Write(EncodeEnvelopeFrame(*std::move(proof)));
+    TESSERA_ASSIGN_OR_RETURN(auto proof, handshake_.OnChallenge(message.envelope));
+    Write(EncodeEnvelopeFrame(std::move(proof)));
     phase_ = Phase::kResult;
     return absl::OkStatus();
   }

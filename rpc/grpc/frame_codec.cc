@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace tessera::rpc {
 namespace {
@@ -144,33 +145,31 @@ absl::StatusOr<Message> DecodeFrame(const grpc::ByteBuffer& frame, const CodecLi
   std::vector<SliceReader::Position> tensor_positions;
   std::vector<size_t> tensor_lengths;
   while (!reader.AtEnd()) {
-    auto key = reader.ReadVarint();
-    if (!key.ok()) return key.status();
-    auto length = reader.ReadVarint();
-    if (!length.ok()) return length.status();
-    if (*length > reader.remaining()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "frame field announces ", *length, " bytes but ", reader.remaining(), " remain"));
+    TESSERA_ASSIGN_OR_RETURN(auto key, reader.ReadVarint());
+    TESSERA_ASSIGN_OR_RETURN(auto length, reader.ReadVarint());
+    if (length > reader.remaining()) {
+      return absl::InvalidArgumentError(absl::StrCat("frame field announces ", length,
+                                                     " bytes but ", reader.remaining(), " remain"));
     }
-    if (*key == kEnvelopeKey) {
+    if (key == kEnvelopeKey) {
       if (have_envelope) return absl::InvalidArgumentError("frame has two envelopes");
-      if (*length > limits.max_envelope_bytes) {
+      if (length > limits.max_envelope_bytes) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "envelope of ", *length, " bytes exceeds the limit of ", limits.max_envelope_bytes));
+            "envelope of ", length, " bytes exceeds the limit of ", limits.max_envelope_bytes));
       }
-      envelope_bytes.resize(*length);
-      reader.CopyAt(reader.position(), *length, envelope_bytes.data());
+      envelope_bytes.resize(length);
+      reader.CopyAt(reader.position(), length, envelope_bytes.data());
       have_envelope = true;
-    } else if (*key == kTensorDataKey) {
+    } else if (key == kTensorDataKey) {
       if (tensor_lengths.size() >= limits.max_tensors) {
         return absl::InvalidArgumentError("frame carries too many tensors");
       }
       tensor_positions.push_back(reader.position());
-      tensor_lengths.push_back(*length);
+      tensor_lengths.push_back(length);
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("frame has an unknown field (key ", *key, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("frame has an unknown field (key ", key, ")"));
     }
-    auto skipped = reader.Skip(*length);
+    auto skipped = reader.Skip(length);
     if (!skipped.ok()) return skipped;
   }
   if (!have_envelope) return absl::InvalidArgumentError("frame has no envelope");

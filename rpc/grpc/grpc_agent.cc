@@ -40,13 +40,10 @@ struct TlsMaterial {
 
 absl::StatusOr<TlsMaterial> LoadTls(const GrpcTlsOptions& tls) {
   TlsMaterial material;
-  auto cert = ReadPem(tls.cert_chain_file, "certificate chain");
-  if (!cert.ok()) return cert.status();
-  auto key = ReadPem(tls.private_key_file, "private key");
-  if (!key.ok()) return key.status();
-  auto roots = ReadPem(tls.root_certs_file, "root certificates");
-  if (!roots.ok()) return roots.status();
-  return TlsMaterial{*cert, *key, *roots};
+  TESSERA_ASSIGN_OR_RETURN(auto cert, ReadPem(tls.cert_chain_file, "certificate chain"));
+  TESSERA_ASSIGN_OR_RETURN(auto key, ReadPem(tls.private_key_file, "private key"));
+  TESSERA_ASSIGN_OR_RETURN(auto roots, ReadPem(tls.root_certs_file, "root certificates"));
+  return TlsMaterial{cert, key, roots};
 }
 
 }  // namespace
@@ -172,9 +169,8 @@ absl::Status GrpcAgent::Start() {
   RouteGrpcLogging();
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (options_.tls.enabled()) {
-    auto tls = LoadTls(options_.tls);
-    if (!tls.ok()) return tls.status();
-    tls_ = *std::move(tls);
+    TESSERA_ASSIGN_OR_RETURN(auto tls, LoadTls(options_.tls));
+    tls_ = std::move(tls);
     grpc::SslServerCredentialsOptions ssl(
         options_.tls.mutual ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
                             : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);

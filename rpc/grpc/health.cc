@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace tessera::rpc {
 namespace {
@@ -44,10 +45,9 @@ HealthMethod HealthMethodOf(const std::string& method) {
 }
 
 absl::StatusOr<grpc::ByteBuffer> HealthResponse(const grpc::ByteBuffer& request, bool serving) {
-  auto service = ServiceName(request);
-  if (!service.ok()) return service.status();
-  if (!service->empty() && *service != "tessera.proto.Worker") {
-    return absl::NotFoundError(absl::StrCat("unknown service '", *service, "'"));
+  TESSERA_ASSIGN_OR_RETURN(auto service, ServiceName(request));
+  if (!service.empty() && service != "tessera.proto.Worker") {
+    return absl::NotFoundError(absl::StrCat("unknown service '", service, "'"));
   }
   const char response[] = {kStatusField, serving ? kServing : kNotServing};
   grpc::Slice slice(response, sizeof(response));

@@ -166,26 +166,24 @@ bool ServerStream::OnRequestFrame(Message message) {
 
 absl::Status ServerStream::HandleHandshake(const Message& message) {
   if (phase_ == Phase::kHello) {
-    auto challenge = handshake_.OnHello(message.envelope);
-    if (!challenge.ok()) return challenge.status();
-    Write(EncodeEnvelopeFrame(*std::move(challenge)));
+    TESSERA_ASSIGN_OR_RETURN(auto challenge, handshake_.OnHello(message.envelope));
+    Write(EncodeEnvelopeFrame(std::move(challenge)));
     phase_ = Phase::kProof;
     return absl::OkStatus();
   }
-  auto peer = handshake_.OnProof(message.envelope);
-  if (!peer.ok()) return peer.status();
+  TESSERA_ASSIGN_OR_RETURN(auto peer, handshake_.OnProof(message.envelope));
   host_->timer()->Cancel(handshake_timer_);
   checked_version_ = host_->WorkersVersion();  // before the lookup: a change after it shows
-  const int member_rank = host_->MemberRankOf(*peer);
+  const int member_rank = host_->MemberRankOf(peer);
   if (member_rank == kStaleIncarnation) {
-    return StaleIncarnationError(peer->name, peer->rank, peer->incarnation,
+    return StaleIncarnationError(peer.name, peer.rank, peer.incarnation,
                                  host_->settings().self.name);
   }
   {
     MutexLock lock(&mu_);
     peer_rank_ = member_rank;
   }
-  peer_ = *std::move(peer);
+  peer_ = std::move(peer);
   phase_ = Phase::kReady;
   Write(EncodeEnvelopeFrame(ServerHandshake::Accepted()));
   return absl::OkStatus();

@@ -232,10 +232,9 @@ void TensorPipeAgent::ReadResponse(std::shared_ptr<ClientPipe> client) {
 absl::Status TensorPipeAgent::HandleClientHandshake(const std::shared_ptr<ClientPipe>& client,
                                                     const Message& message) {
   if (!client->proof_sent) {
-    auto proof = client->handshake.OnChallenge(message.envelope);
-    if (!proof.ok()) return proof.status();
+    TESSERA_ASSIGN_OR_RETURN(auto proof, client->handshake.OnChallenge(message.envelope));
     auto reply = std::make_shared<Message>();
-    reply->envelope = *std::move(proof);
+    reply->envelope = std::move(proof);
     client->proof_sent = true;
     WriteMessage(client->pipe, std::move(reply), [this, client](const tp::Error& error) {
       if (error) FailPipe(client, StatusFromPipeError(error, "write failed: "));

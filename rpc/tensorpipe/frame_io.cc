@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "common/status.h"
 #include "rpc/shared_tensors.h"
 #include "rpc/tensorpipe/guarded_tcp/frame_error.h"
 
@@ -219,8 +220,7 @@ absl::StatusOr<std::vector<at::Tensor>> MergeSharedTensors(const proto::Envelope
       continue;
     }
     const proto::SharedMemoryRef& ref = meta.shared();
-    auto bytes = TensorBytes(meta, i, limits);
-    if (!bytes.ok()) return bytes.status();
+    TESSERA_RETURN_IF_ERROR(TensorBytes(meta, i, limits).status());
     SharedSegment::Id id;
     if (ref.segment().size() != id.size()) {
       return absl::InvalidArgumentError("tensor " + std::to_string(i) +
@@ -232,10 +232,9 @@ absl::StatusOr<std::vector<at::Tensor>> MergeSharedTensors(const proto::Envelope
     if (!fd.ok())
       return absl::InvalidArgumentError("tensor " + std::to_string(i) + ": " +
                                         std::string(fd.status().message()));
-    auto segment = SharedSegment::Adopt(*fd, id, ref.segment_bytes());
-    if (!segment.ok()) return segment.status();
+    TESSERA_ASSIGN_OR_RETURN(auto segment, SharedSegment::Adopt(*fd, id, ref.segment_bytes()));
     std::vector<int64_t> sizes(meta.sizes().begin(), meta.sizes().end());
-    auto tensor = TensorInSegment(*std::move(segment), ref.offset(), sizes,
+    auto tensor = TensorInSegment(std::move(segment), ref.offset(), sizes,
                                   static_cast<c10::ScalarType>(meta.dtype()));
     if (!tensor.ok()) return tensor.status();
     tensors.push_back(*std::move(tensor));
@@ -264,11 +263,11 @@ absl::StatusOr<FrameBody> PrepareBody(const tp::Descriptor& descriptor, proto::E
   for (const proto::TensorMeta& meta : envelope->tensors()) {
     if (!meta.has_shared()) *metas.add_tensors() = meta;
   }
-  auto body = PrepareTravellingBody(descriptor, envelope, metas, limits, buffers);
-  if (!body.ok()) return body.status();
-  auto tensors = MergeSharedTensors(*envelope, inbox, limits, std::move(body->tensors));
+  TESSERA_ASSIGN_OR_RETURN(auto body,
+                           PrepareTravellingBody(descriptor, envelope, metas, limits, buffers));
+  auto tensors = MergeSharedTensors(*envelope, inbox, limits, std::move(body.tensors));
   if (!tensors.ok()) return tensors.status();
-  body->tensors = *std::move(tensors);
+  body.tensors = *std::move(tensors);
   return body;
 }
 

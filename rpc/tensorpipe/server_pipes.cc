@@ -78,9 +78,8 @@ absl::Status TensorPipeAgent::HandleServerHandshake(const std::shared_ptr<Server
                                                     const Message& message) {
   auto reply = std::make_shared<Message>();
   if (!server->challenged) {
-    auto challenge = server->handshake.OnHello(message.envelope);
-    if (!challenge.ok()) return challenge.status();
-    reply->envelope = *std::move(challenge);
+    TESSERA_ASSIGN_OR_RETURN(auto challenge, server->handshake.OnHello(message.envelope));
+    reply->envelope = std::move(challenge);
     server->challenged = true;
   } else {
     auto peer = server->handshake.OnProof(message.envelope);

@@ -16,11 +16,10 @@
 namespace tessera::rpc {
 
 absl::Status TensorPipeAgent::Start() {
-  auto registered = RegisterTransports(*context_, options_, secret_);
-  if (!registered.ok()) return registered.status();
-  const std::string& tcp_name = registered->tcp_name;
-  same_host_ = registered->same_host;
-  inbox_ = std::move(registered->inbox);
+  TESSERA_ASSIGN_OR_RETURN(auto registered, RegisterTransports(*context_, options_, secret_));
+  const std::string& tcp_name = registered.tcp_name;
+  same_host_ = registered.same_host;
+  inbox_ = std::move(registered.inbox);
   std::vector<std::string> urls = {tcp_name + "://" + JoinHostPort(options_.listen_host, 0)};
   if (same_host_ != SameHostTransport::kTcp) urls.push_back(SameHostUrl(same_host_, self_.name));
   std::shared_ptr<tp::Listener> listener;
@@ -36,11 +35,11 @@ absl::Status TensorPipeAgent::Start() {
   int port = 0;
   SplitHostPort(self_.address, &host, &port);
   listen_url_ = tcp_name + "://" + JoinHostPort(options_.listen_host, port);
-  self_.locality = absl::StrJoin(registered->locality, "\t");
+  self_.locality = absl::StrJoin(registered.locality, "\t");
   TESSERA_LOG(INFO) << self_.name << ": TensorPipe listening at " << listen_url_
                     << (self_.address != listen_url_ ? ", advertised as " + self_.address : "")
-                    << "; transports: " << registered->transports
-                    << "; channels: " << registered->channels;
+                    << "; transports: " << registered.transports
+                    << "; channels: " << registered.channels;
   {
     MutexLock lock(&mu_);
     listener_ = listener;

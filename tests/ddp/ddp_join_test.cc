@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status.h"
 #include "ddp/distributed_data_parallel.h"
 #include "tests/ddp/two_ranks.h"
 
@@ -159,8 +160,7 @@ absl::Status RunBuffers(ddp::ProcessGroup& group) {
   for (const auto& p : replica->parameters()) flat.push_back(p.detach().reshape({-1}));
   const torch::Tensor mine = torch::cat(flat);
   torch::Tensor all = torch::empty({2 * mine.numel()});
-  auto gathered = group.Allgather(mine, all).Wait(absl::Seconds(60));
-  if (!gathered.ok()) return gathered.status();
+  TESSERA_RETURN_IF_ERROR(group.Allgather(mine, all).Wait(absl::Seconds(60)).status());
   if (!torch::equal(all.narrow(0, 0, mine.numel()), all.narrow(0, mine.numel(), mine.numel()))) {
     return absl::InternalError("ranks left the Join with different parameters");
   }

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/gloo/gloo_process_group.h"
 #include "tests/ddp/two_ranks.h"
@@ -85,9 +86,8 @@ absl::Status RunParity(ddp::ProcessGroup& group) {
   // 1. Plain DDP. Ranks start differently; rank 0's weights win.
   ddp::DdpOptions options;
   options.bucket_cap_mb = 0.0002;  // ~200 bytes: {2.bias, 2.weight}, {0.bias, 0.weight}
-  auto plain = TrainHalvesAndWhole(group, x, y, /*seed=*/0, options);
-  if (!plain.ok()) return plain.status();
-  auto status = AllClose(*plain->replica, *plain->reference, "DDP vs single process");
+  TESSERA_ASSIGN_OR_RETURN(auto plain, TrainHalvesAndWhole(group, x, y, /*seed=*/0, options));
+  auto status = AllClose(*plain.replica, *plain.reference, "DDP vs single process");
   if (!status.ok()) return status;
 
   // 2. no_sync: micro-batch 0 accumulates locally, micro-batch 1 syncs.
@@ -129,12 +129,12 @@ absl::Status RunParity(ddp::ProcessGroup& group) {
     const std::string name = c10::toString(wire);
     ddp::DdpOptions compressed_options = options;
     compressed_options.comm_hook = hook;
-    auto compressed = TrainHalvesAndWhole(group, x, y, seed, compressed_options);
-    if (!compressed.ok()) return compressed.status();
-    status = AllClose(*compressed->replica, *compressed->reference,
+    TESSERA_ASSIGN_OR_RETURN(auto compressed,
+                             TrainHalvesAndWhole(group, x, y, seed, compressed_options));
+    status = AllClose(*compressed.replica, *compressed.reference,
                       name + "-compressed DDP vs single process", /*rtol=*/0, atol);
     if (!status.ok()) return status;
-    for (const auto& p : compressed->replica->parameters()) {
+    for (const auto& p : compressed.replica->parameters()) {
       if (!torch::equal(p.grad(), p.grad().to(wire).to(p.scalar_type()))) {
         return absl::InternalError(name + " hook: the averaged gradients are not " + name +
                                    " values");
@@ -146,11 +146,11 @@ absl::Status RunParity(ddp::ProcessGroup& group) {
   // buckets (two parameters of one bucket share its storage).
   ddp::DdpOptions view_options = options;  // {2.bias, 2.weight}, {0.bias, 0.weight}
   view_options.gradient_as_bucket_view = true;
-  auto viewed = TrainHalvesAndWhole(group, x, y, /*seed=*/30, view_options);
-  if (!viewed.ok()) return viewed.status();
-  status = AllClose(*viewed->replica, *viewed->reference, "bucket-view DDP vs single process");
+  TESSERA_ASSIGN_OR_RETURN(auto viewed,
+                           TrainHalvesAndWhole(group, x, y, /*seed=*/30, view_options));
+  status = AllClose(*viewed.replica, *viewed.reference, "bucket-view DDP vs single process");
   if (!status.ok()) return status;
-  auto params = viewed->replica->parameters();
+  auto params = viewed.replica->parameters();
   return params[0].grad().storage().data() == params[1].grad().storage().data()
              ? absl::OkStatus()
              : absl::InternalError("gradient_as_bucket_view: .grad is not in the bucket");

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "ddp/distributed_data_parallel.h"
 #include "tests/ddp/two_ranks.h"
 
@@ -88,23 +89,21 @@ absl::Status PowerSgdConvergesAndSendsWhatRankPredicts(ddp::ProcessGroup& group)
 
   // Convergence: rank 1 with error feedback ends near plain DDP.
   constexpr int kSteps = 150;
-  auto plain = Train(group, nullptr, kSteps);
-  if (!plain.ok()) return plain.status();
+  TESSERA_ASSIGN_OR_RETURN(auto plain, Train(group, nullptr, kSteps));
   options.matrix_rank = 1;
-  auto compressed = Train(group, std::make_shared<ddp::PowerSgdHook>(options), kSteps);
-  if (!compressed.ok()) return compressed.status();
-  const double first = Mean(compressed->losses, 0, 10);
-  const double last = Mean(compressed->losses, kSteps - 10, kSteps);
-  const double plain_last = Mean(plain->losses, kSteps - 10, kSteps);
+  TESSERA_ASSIGN_OR_RETURN(auto compressed,
+                           Train(group, std::make_shared<ddp::PowerSgdHook>(options), kSteps));
+  const double first = Mean(compressed.losses, 0, 10);
+  const double last = Mean(compressed.losses, kSteps - 10, kSteps);
+  const double plain_last = Mean(plain.losses, kSteps - 10, kSteps);
   if (!(last < 0.1 * first) || !(last < 2 * plain_last + 1e-3)) {
     return absl::InternalError(absl::StrCat("PowerSGD loss ", first, " -> ", last,
                                             " (plain DDP ends at ", plain_last, ")"));
   }
   // The ranks apply the same approximation: identical parameters.
-  for (const auto& p : compressed->model->parameters()) {
+  for (const auto& p : compressed.model->parameters()) {
     torch::Tensor rank0 = p.detach().clone();
-    auto done = group.Broadcast(rank0, 0).Wait(absl::Seconds(30));
-    if (!done.ok()) return done.status();
+    TESSERA_RETURN_IF_ERROR(group.Broadcast(rank0, 0).Wait(absl::Seconds(30)).status());
     if (!torch::equal(rank0, p.detach())) {
       return absl::InternalError("ranks diverged under PowerSGD");
     }

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/mutex.h"
+#include "common/status.h"
 #include "store/store_client.h"
 #include "store/store_server.h"
 
@@ -56,19 +57,17 @@ struct Replica {
   // One step; the round it took part in. `ok`: whether its part (the
   // collective) succeeded.
   absl::StatusOr<QuorumRound> Step(bool* committed, bool ok = true) {
-    auto round = quorum.Join(static_cast<int64_t>(history.size()));
-    if (!round.ok()) return round.status();
-    for (const auto& member : round->members) {
-      if (member.step == round->max_step() && member.id != id &&
-          static_cast<int64_t>(history.size()) != round->max_step()) {
+    TESSERA_ASSIGN_OR_RETURN(auto round, quorum.Join(static_cast<int64_t>(history.size())));
+    for (const auto& member : round.members) {
+      if (member.step == round.max_step() && member.id != id &&
+          static_cast<int64_t>(history.size()) != round.max_step()) {
         history = histories->Prefix(member.id, member.step);
         break;
       }
     }
-    auto decided = quorum.Commit(*round, ok);
-    if (!decided.ok()) return decided.status();
-    *committed = *decided;
-    if (*decided) history.push_back(round->round);
+    TESSERA_ASSIGN_OR_RETURN(auto decided, quorum.Commit(round, ok));
+    *committed = decided;
+    if (decided) history.push_back(round.round);
     histories->Publish(id, history);
     return round;
   }

@@ -68,8 +68,7 @@ absl::Status RunShards(ddp::ProcessGroup& group) {
         Close(mine.grad(), whole.grad().index_select(0, rows), what + "input gradient"));
     // Weight and bias gradients are this shard's part: summed over ranks.
     torch::Tensor affine_grads = torch::cat({sync->weight.grad(), sync->bias.grad()});
-    auto summed = group.Allreduce(affine_grads).Wait(absl::Seconds(20));
-    if (!summed.ok()) return summed.status();
+    TESSERA_RETURN_IF_ERROR(group.Allreduce(affine_grads).Wait(absl::Seconds(20)).status());
     TESSERA_RETURN_IF_ERROR(Close(affine_grads,
                                   torch::cat({reference->weight.grad(), reference->bias.grad()}),
                                   what + "weight and bias gradients, summed"));

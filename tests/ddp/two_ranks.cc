@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "common/status.h"
+
 namespace tessera::testing {
 
 void TwoRankGlooTest::SetUp() {
@@ -33,8 +35,7 @@ void TwoRankGlooTest::RunOnBothRanks(const std::string& scenario,
 
 absl::Status GroupStillInStep(ddp::ProcessGroup& group, const std::string& after) {
   at::Tensor ones = at::ones({1});
-  auto done = group.Allreduce(ones).Wait(absl::Seconds(60));
-  if (!done.ok()) return done.status();
+  TESSERA_RETURN_IF_ERROR(group.Allreduce(ones).Wait(absl::Seconds(60)).status());
   return ones.item<float>() == group.size()
              ? absl::OkStatus()
              : absl::InternalError("the group is out of step after " + after);

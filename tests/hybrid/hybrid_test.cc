@@ -52,8 +52,7 @@ std::shared_ptr<rref::RRefContext> MakeRRefContext() {
 absl::StatusOr<bool> SameEverywhere(ddp::ProcessGroup& group, const at::Tensor& values) {
   at::Tensor low = values.clone(), high = values.clone();
   for (auto [tensor, op] : {std::pair{low, ddp::ReduceOp::kMin}, {high, ddp::ReduceOp::kMax}}) {
-    auto done = group.Allreduce(tensor, op).Wait(absl::Seconds(60));
-    if (!done.ok()) return done.status();
+    TESSERA_RETURN_IF_ERROR(group.Allreduce(tensor, op).Wait(absl::Seconds(60)).status());
   }
   return at::equal(low, high);
 }

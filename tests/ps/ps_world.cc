@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/status.h"
 #include "ps/ps_messages.h"
 #include "ps/ps_server.h"
 #include "ps/replica_check.h"
@@ -65,13 +66,10 @@ absl::Status CheckpointStep(ps::PsClient& client) {
   const absl::Duration timeout = absl::Seconds(60);
   const at::Tensor keys = at::arange(16, at::kLong);
   for (const char* table : {"counts", "ssp"}) {
-    auto pushed = client.Push(table, keys, at::ones({16, 1})).Wait(timeout);
-    if (!pushed.ok()) return pushed.status();
+    TESSERA_RETURN_IF_ERROR(client.Push(table, keys, at::ones({16, 1})).Wait(timeout).status());
   }
-  auto pushed = client.Push("sync", keys, at::ones({16, 2})).Wait(timeout);
-  if (!pushed.ok()) return pushed.status();
-  auto pulled = client.Pull("ssp", keys).Wait(timeout);
-  if (!pulled.ok()) return pulled.status();
+  TESSERA_RETURN_IF_ERROR(client.Push("sync", keys, at::ones({16, 2})).Wait(timeout).status());
+  TESSERA_ASSIGN_OR_RETURN(auto pulled, client.Pull("ssp", keys).Wait(timeout));
   return client.Clock().Wait(timeout).status();
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/host_address.h"
+#include "common/status.h"
 #include "common/subprocess.h"
 #include "store/store_url.h"
 #include "tests/testing/multiprocess.h"
@@ -22,13 +23,13 @@ absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::StartLocal(int members
                                 std::vector<std::vector<std::string>>(members));
   if (!started.ok()) return started;
   // Serving once a write goes through (an elected leader, a quorum).
-  auto client = store::ConnectStore(cluster->Url("ready"), absl::Seconds(30), {});
-  if (!client.ok()) return client.status();
-  if (auto ready = (*client)->Set("ready", "1"); !ready.ok()) {
+  TESSERA_ASSIGN_OR_RETURN(auto client,
+                           store::ConnectStore(cluster->Url("ready"), absl::Seconds(30), {}));
+  if (auto ready = client->Set("ready", "1"); !ready.ok()) {
     return absl::UnavailableError(
         absl::StrCat("etcd did not start serving: ", ready.message(), "\n", cluster->Logs()));
   }
-  (void)(*client)->Delete("ready");
+  (void)(client)->Delete("ready");
   return cluster;
 }
 
