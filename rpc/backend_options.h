@@ -31,8 +31,8 @@ enum class SameHostTransport {
 
 struct TensorPipeOptions {
   // Numeric address to listen on (a wildcard listens on every interface)
-  // and the one peers dial; the runtime sets both by see Note [Choosing the host
-  // address] (common/host_address.h). An empty advertise_host is listen_host.
+  // and the one peers dial; the runtime sets both (see Note [Choosing the host
+  // address], common/host_address.h). An empty advertise_host is listen_host.
   std::string listen_host = "127.0.0.1";
   std::string advertise_host;
   // How workers on one host reach each other (see Note [Same-host transport],

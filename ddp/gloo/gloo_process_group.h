@@ -17,8 +17,8 @@
 namespace tessera::ddp {
 
 struct GlooOptions {
-  // Where this rank's Gloo device listens, by see Note [Choosing the host
-  // address] (common/host_address.h) towards the store's host; settings left
+  // Where this rank's Gloo device listens, chosen towards the store's host
+  // (see Note [Choosing the host address], common/host_address.h); settings left
   // empty come from GLOO_SOCKET_IFNAME, TESSERA_SOCKET_IFNAME, TESSERA_ADDRESS.
   // Gloo advertises the address it listens on: `advertise` is used only as
   // what a wildcard `address` listens on for (no NAT for Gloo, as PyTorch).

@@ -7,7 +7,7 @@
 // one accepted connection does not deliver a valid hello (its first frame),
 // the listener hands a connection over only once that frame has fully
 // arrived, is no larger than kMaxHelloBytes, and parses (bounded:
-// See Note [Bounded nop reads]) as a TensorPipe hello — it only peeks, so the
+// see Note [Bounded nop reads]) as a TensorPipe hello — it only peeks, so the
 // core still reads the frame itself. Anything else is closed here with a
 // logged reason. At most kMaxPendingHellos connections may be waiting
 // without having proved the secret (a new one makes room: see Note [Full gate]),
