@@ -193,7 +193,7 @@ absl::Status NcclCommunicator::Synchronize(const std::string& what, absl::Time d
     if (query == cudaSuccess) return true;
     if (query != cudaErrorNotReady) return CudaStatus(query, what);
     // A peer that died or failed shows up here rather than as a CUDA error.
-    TESSERA_ASSIGN_OR_RETURN(auto busy, NcclBusy(what));
+    TESSERA_RETURN_IF_ERROR(NcclBusy(what).status());
     return false;
   });
   if (absl::IsDeadlineExceeded(status)) {
