@@ -1,14 +1,15 @@
 // The options of the RPC backends (TensorPipe, gRPC): plain settings that
 // RpcOptions carries, so the runtime core names them without including a
-// backend (the backends include this; rpc/init.h makes their agents).
+// backend (the backends include this; rpc/init.h makes their agents). Only
+// each backend's own: what every backend takes — where to listen, the
+// limits, idle connections, queues, the secret — is declared once, in
+// RpcOptions, and reaches the agent through its AgentSetup.
 #pragma once
 
 #include <climits>
 #include <string>
 
 #include "absl/time/time.h"
-#include "rpc/codec.h"
-#include "rpc/queue_limits.h"
 
 namespace tessera::rpc {
 
@@ -30,11 +31,6 @@ enum class SameHostTransport {
 };
 
 struct TensorPipeOptions {
-  // Numeric address to listen on (a wildcard listens on every interface)
-  // and the one peers dial; the runtime sets both (see Note [Choosing the host
-  // address], common/host_address.h). An empty advertise_host is listen_host.
-  std::string listen_host = "127.0.0.1";
-  std::string advertise_host;
   // How workers on one host reach each other (see Note [Same-host transport],
   // rpc/tensorpipe/transport_choice.cc). TESSERA_TENSORPIPE_SAME_HOST=
   // unix|shm|tcp overrides it; TESSERA_TENSORPIPE_SHM=0 means tcp.
@@ -43,8 +39,6 @@ struct TensorPipeOptions {
   // memory) between workers of one host; never with SameHostTransport::kTcp.
   bool enable_cma = true;
   TcpTransport tcp = TcpTransport::kGuarded;
-  // Set from RpcOptions::limits by the runtime.
-  CodecLimits limits;
   // How long a connecting peer has to complete the handshake, and how long
   // a connecting side dials a busy listener again. Generous: on
   // the guarded transports a peer that gets this far proved the job secret
@@ -53,10 +47,6 @@ struct TensorPipeOptions {
   // cores) a member's handshake took over 10 s (see Note [Connect again]).
   // TESSERA_HANDSHAKE_TIMEOUT_S sets it.
   absl::Duration handshake_timeout = absl::Seconds(60);
-  // Set from RpcOptions::max_idle_connections by the runtime.
-  int max_idle_connections = 128;
-  // Set from RpcOptions::queues by the runtime.
-  QueueLimits queues;
 };
 
 // Certificates and keys are PEM files.
@@ -78,16 +68,6 @@ struct GrpcTlsOptions {
 };
 
 struct GrpcOptions {
-  // As TensorPipeOptions: where to listen, and what peers dial (empty: the
-  // same); the runtime sets both (common/host_address.h).
-  std::string listen_host = "127.0.0.1";
-  std::string advertise_host;
-  // Set from RpcOptions::limits by the runtime.
-  CodecLimits limits;
-  // Set from RpcOptions::max_idle_connections by the runtime.
-  int max_idle_connections = 128;
-  // Set from RpcOptions::queues by the runtime.
-  QueueLimits queues;
   // Largest frame sent or accepted, envelope plus tensor bytes; gRPC's own
   // ceiling is 2 GiB - 1. Larger messages fail with ResourceExhausted.
   size_t max_message_bytes = INT_MAX;

@@ -7,29 +7,8 @@
 
 namespace tessera::rpc {
 AgentFactory BackendFactory(Backend backend) {
-  if (backend == Backend::kGrpc) {
-    return [](AgentSetup setup) {
-      GrpcOptions grpc = setup.grpc;
-      grpc.limits = setup.limits;
-      grpc.max_idle_connections = setup.max_idle_connections;
-      grpc.queues = setup.queues;
-      grpc.listen_host = setup.host.bind;
-      grpc.advertise_host = setup.host.advertise;
-      return CreateGrpcAgent(grpc, setup.secret, setup.name, setup.rank, setup.incarnation,
-                             std::move(setup.handler), setup.executor, setup.timer);
-    };
-  }
-  return [](AgentSetup setup) {
-    TensorPipeOptions tensorpipe = setup.tensorpipe;
-    tensorpipe.limits = setup.limits;
-    tensorpipe.max_idle_connections = setup.max_idle_connections;
-    tensorpipe.queues = setup.queues;
-    tensorpipe.listen_host = setup.host.bind;
-    tensorpipe.advertise_host = setup.host.advertise;
-    return CreateTensorPipeAgent(tensorpipe, setup.secret, setup.name, setup.rank,
-                                 setup.incarnation, std::move(setup.handler), setup.executor,
-                                 setup.timer);
-  };
+  if (backend == Backend::kGrpc) return CreateGrpcAgent;
+  return CreateTensorPipeAgent;
 }
 
 absl::StatusOr<std::unique_ptr<Runtime>> TryInit(

@@ -14,25 +14,28 @@
 #include "common/timeouts.h"
 #include "rpc/backend_options.h"
 #include "rpc/codec.h"
+#include "rpc/queue_limits.h"
 #include "rpc/rpc_agent.h"
 
 namespace tessera::rpc {
 
-// What a backend gets to make one worker's agent (RpcOptions::agent_factory).
+struct RpcOptions;
+
+// What a backend gets to make one worker's agent (RpcOptions::agent_factory):
+// what the runtime resolved — who the worker is, where it listens — and the
+// options as the user set them, where every setting is declared once: those
+// every backend takes (job_secret, limits, max_idle_connections, queues)
+// and each backend's own (tensorpipe, grpc). Nothing is copied between them.
 struct AgentSetup {
-  std::string name;
-  int rank = -1;
-  int incarnation = 0;  // WorkerInfo::incarnation: said in every handshake
-  HostAddress host;     // where to listen and what to advertise
-  auth::JobSecret secret;
-  CodecLimits limits;
-  int max_idle_connections = 128;
-  QueueLimits queues;
-  TensorPipeOptions tensorpipe;
-  GrpcOptions grpc;
+  // name, rank, and incarnation (said in every handshake); the address is
+  // the agent's to fill in once it listens.
+  WorkerInfo self;
+  HostAddress host;  // where to listen and what to advertise
+  // Read while the agent is made, not kept (the agent copies what it needs).
+  const RpcOptions* options = nullptr;
   RequestHandler handler;
-  Executor* executor = nullptr;    // runs handlers and callbacks
-  DeadlineTimer* timer = nullptr;  // fires deadlines
+  Executor* executor = nullptr;    // runs handlers and callbacks; outlives the agent
+  DeadlineTimer* timer = nullptr;  // fires deadlines; outlives the agent
 };
 using AgentFactory = std::function<absl::StatusOr<std::unique_ptr<RpcAgent>>(AgentSetup setup)>;
 

@@ -147,16 +147,11 @@ absl::Status Runtime::StartAgent(const HostAddress& host) {
     incarnation = static_cast<int>(*taken);
   }
   AgentSetup setup;
-  setup.name = options_.name;
-  setup.rank = options_.rank;
-  setup.incarnation = incarnation;
+  setup.self.name = options_.name;
+  setup.self.rank = options_.rank;
+  setup.self.incarnation = incarnation;
   setup.host = host;
-  setup.secret = options_.job_secret;
-  setup.limits = options_.limits;
-  setup.max_idle_connections = options_.max_idle_connections;
-  setup.queues = options_.queues;
-  setup.tensorpipe = options_.tensorpipe;
-  setup.grpc = options_.grpc;
+  setup.options = &options_;
   setup.handler = [this](int from, Message request) {
     return HandleRequest(from, std::move(request));
   };

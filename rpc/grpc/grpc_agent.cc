@@ -54,20 +54,21 @@ namespace {
 
 class GrpcAgent final : public RpcAgent, public StreamHost {
  public:
-  GrpcAgent(const GrpcOptions& options, const auth::JobSecret& secret, WorkerInfo self,
-            RequestHandler handler, Executor* executor, DeadlineTimer* timer)
-      : options_(options),
-        self_(std::move(self)),
-        timer_(timer),
-        requests_(std::move(handler), executor, options.queues.max_requests_in_service,
-                  self_.name, self_.rank),
-        pending_(timer, [this](int rank) { return PeerAt(rank); }) {
+  explicit GrpcAgent(AgentSetup setup)
+      : options_(setup.options->grpc),
+        host_(setup.host),
+        max_idle_connections_(setup.options->max_idle_connections),
+        self_(std::move(setup.self)),
+        timer_(setup.timer),
+        requests_(std::move(setup.handler), setup.executor,
+                  setup.options->queues.max_requests_in_service, self_.name, self_.rank),
+        pending_(timer_, [this](int rank) { return PeerAt(rank); }) {
     settings_.self = PeerIdentity{self_.name, self_.rank, self_.incarnation};
-    settings_.secret = secret;
-    settings_.limits = options.limits;
-    settings_.max_message_bytes = options.max_message_bytes;
-    settings_.max_unsent_bytes = options.queues.max_unsent_bytes_per_peer;
-    settings_.handshake_timeout = options.handshake_timeout;
+    settings_.secret = setup.options->job_secret;
+    settings_.limits = setup.options->limits;
+    settings_.max_message_bytes = options_.max_message_bytes;
+    settings_.max_unsent_bytes = setup.options->queues.max_unsent_bytes_per_peer;
+    settings_.handshake_timeout = options_.handshake_timeout;
   }
 
   ~GrpcAgent() override { Close(absl::CancelledError("RPC agent destroyed")); }
@@ -107,7 +108,7 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
     pending_.Complete(id, std::move(response));
   }
   void OnClientStreamIdle() override {
-    if (idle_streams_.load() > options_.max_idle_connections) CloseIdleStreams();
+    if (idle_streams_.load() > max_idle_connections_) CloseIdleStreams();
   }
   void OnClientStreamDone(ClientStream* stream, const absl::Status& why) override;
   void OnRequest(std::shared_ptr<ServerStream> stream, int from_rank, Message request) override;
@@ -131,7 +132,12 @@ class GrpcAgent final : public RpcAgent, public StreamHost {
   std::string PeerName(int rank) const;
   std::string PeerAt(int rank) const;  // with its address, for connection errors
 
+  // What this agent was made with (AgentSetup): its backend's own options
+  // and those every backend takes, as RpcOptions declares them (the limits,
+  // queues and secret in settings_).
   const GrpcOptions options_;
+  const HostAddress host_;
+  const int max_idle_connections_;
   WorkerInfo self_;
   StreamSettings settings_;
   DeadlineTimer* const timer_;
@@ -188,7 +194,7 @@ absl::Status GrpcAgent::Start() {
   }
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(JoinHostPort(options_.listen_host, 0), credentials, &port);
+  builder.AddListeningPort(JoinHostPort(host_.bind, 0), credentials, &port);
   builder.RegisterAsyncGenericService(&service_);
   std::unique_ptr<grpc::ServerCompletionQueue> queue = builder.AddCompletionQueue();
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<size_t>(options_.max_message_bytes, INT_MAX)));
@@ -200,10 +206,10 @@ absl::Status GrpcAgent::Start() {
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) {
     return absl::UnavailableError(
-        absl::StrCat("gRPC agent of '", self_.name, "' cannot listen on ", options_.listen_host));
+        absl::StrCat("gRPC agent of '", self_.name, "' cannot listen on ", host_.bind));
   }
   self_.address = JoinHostPort(
-      options_.advertise_host.empty() ? options_.listen_host : options_.advertise_host, port);
+      host_.advertise.empty() ? host_.bind : host_.advertise, port);
   loop_ = std::make_unique<CompletionLoop>(std::move(queue),
                                            std::max(1, options_.completion_threads));
   ListenForNextStream();
@@ -290,14 +296,14 @@ void GrpcAgent::CloseIdleStreams() {
   {
     MutexLock lock(&mu_);
     if (closed_) return;
-    closing = TakeIdleBeyond(streams_, options_.max_idle_connections);
+    closing = TakeIdleBeyond(streams_, max_idle_connections_);
     // The channel (its connection) goes once its last call has ended.
     for (const auto& stream : closing) stubs_.erase(stream->peer_rank());
   }
   for (const auto& stream : closing) {
     TESSERA_LOG(DEBUG) << self_.name << ": closing the idle stream to rank "
                        << stream->peer_rank() << " (more than "
-                       << options_.max_idle_connections << " idle)";
+                       << max_idle_connections_ << " idle)";
     stream->SayGoodbye();
   }
 }
@@ -415,15 +421,8 @@ void GrpcAgent::Close(const absl::Status& reason) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<RpcAgent>> CreateGrpcAgent(
-    const GrpcOptions& options, const auth::JobSecret& secret, const std::string& name, int rank,
-    int incarnation, RequestHandler handler, Executor* executor, DeadlineTimer* timer) {
-  WorkerInfo self;
-  self.name = name;
-  self.rank = rank;
-  self.incarnation = incarnation;
-  auto agent = std::make_unique<GrpcAgent>(options, secret, std::move(self), std::move(handler),
-                                           executor, timer);
+absl::StatusOr<std::unique_ptr<RpcAgent>> CreateGrpcAgent(AgentSetup setup) {
+  auto agent = std::make_unique<GrpcAgent>(std::move(setup));
   TESSERA_RETURN_IF_ERROR(agent->Start());
   return std::unique_ptr<RpcAgent>(std::move(agent));
 }

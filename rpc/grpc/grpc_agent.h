@@ -17,13 +17,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
-#include "auth/job_secret.h"
-#include "common/deadline_timer.h"
-#include "common/executor.h"
-#include "rpc/backend_options.h"
-#include "rpc/codec.h"
 #include "rpc/rpc_agent.h"
+#include "rpc/rpc_options.h"
 
 namespace tessera::rpc {
 
@@ -36,12 +31,9 @@ namespace tessera::rpc {
 // with that queue's threads. A gRPC already started keeps its poller.
 void PrepareProcessForGrpcAgent();
 
-// `executor` runs handlers; `timer` fires deadlines. Both outlive the agent.
-absl::StatusOr<std::unique_ptr<RpcAgent>> CreateGrpcAgent(const GrpcOptions& options,
-                                                          const auth::JobSecret& secret,
-                                                          const std::string& name, int rank,
-                                                          int incarnation, RequestHandler handler,
-                                                          Executor* executor, DeadlineTimer* timer);
+// `setup.executor` runs handlers; `setup.timer` fires deadlines. Both
+// outlive the agent.
+absl::StatusOr<std::unique_ptr<RpcAgent>> CreateGrpcAgent(AgentSetup setup);
 
 // The full name of the stream method, for clients in other languages.
 inline constexpr char kWorkerExchangeMethod[] = "/tessera.proto.Worker/Exchange";

@@ -88,7 +88,7 @@ std::shared_ptr<ClientPipe> TensorPipeAgent::PipeTo(int to_rank, absl::Status* e
 }
 
 void TensorPipeAgent::CallEnded(const std::shared_ptr<ClientPipe>& client) {
-  if (client->use.Release() && idle_pipes_.load() > options_.max_idle_connections) {
+  if (client->use.Release() && idle_pipes_.load() > max_idle_connections_) {
     CloseIdlePipes();
   }
 }
@@ -98,11 +98,11 @@ void TensorPipeAgent::CloseIdlePipes() {
   {
     MutexLock lock(&mu_);
     if (closed_) return;
-    closing = TakeIdleBeyond(client_pipes_, options_.max_idle_connections);
+    closing = TakeIdleBeyond(client_pipes_, max_idle_connections_);
   }
   for (const auto& client : closing) {
     TESSERA_LOG(DEBUG) << self_.name << ": closing the idle connection to rank " << client->rank
-                       << " (more than " << options_.max_idle_connections << " idle)";
+                       << " (more than " << max_idle_connections_ << " idle)";
     auto goodbye = std::make_shared<Message>();
     goodbye->envelope.set_kind(proto::GOODBYE);
     // The callee closes the pipe on reading it; then our read ends.
@@ -118,7 +118,7 @@ void TensorPipeAgent::WriteRequest(const std::shared_ptr<ClientPipe>& client,
   OutgoingRequest outgoing{std::move(request), 0, {}};
   outgoing.route = RouteFor(client->rank, *outgoing.message);
   outgoing.bytes = MessageBytes(*outgoing.message) - outgoing.route.shared_bytes;
-  const uint64_t limit = options_.queues.max_unsent_bytes_per_peer;
+  const uint64_t limit = queues_.max_unsent_bytes_per_peer;
   bool failed = false;
   absl::Status failure;
   absl::Status refused;
@@ -199,7 +199,7 @@ void TensorPipeAgent::ReadResponse(std::shared_ptr<ClientPipe> client) {
   }
   // Tensors in shared memory only from a peer that proved the job secret.
   FdInbox* inbox = handshake_done ? inbox_.get() : nullptr;
-  ReadFrame(client->pipe, options_.limits, buffers_.get(), inbox,
+  ReadFrame(client->pipe, limits_, buffers_.get(), inbox,
             [this, client](absl::StatusOr<Message> message) {
               if (!message.ok()) {
                 FailPipe(client, message.status());

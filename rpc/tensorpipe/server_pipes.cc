@@ -13,7 +13,7 @@ void TensorPipeAgent::ReadRequest(std::shared_ptr<ServerPipe> server) {
   // Tensors in shared memory only from a peer that proved the job secret.
   FdInbox* inbox = server->peer.has_value() ? inbox_.get() : nullptr;
   ReadFrame(
-      server->pipe, options_.limits, buffers_.get(), inbox,
+      server->pipe, limits_, buffers_.get(), inbox,
       [this, server](absl::StatusOr<Message> message) {
         if (!message.ok()) {
           if (message.status().code() == absl::StatusCode::kUnavailable) {

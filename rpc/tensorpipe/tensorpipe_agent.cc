@@ -15,12 +15,12 @@
 
 namespace tessera::rpc {
 
-absl::Status TensorPipeAgent::Start() {
-  TESSERA_ASSIGN_OR_RETURN(auto registered, RegisterTransports(*context_, options_, secret_));
+absl::Status TensorPipeAgent::Start(const AgentSetup& setup) {
+  TESSERA_ASSIGN_OR_RETURN(auto registered, RegisterTransports(*context_, setup));
   const std::string& tcp_name = registered.tcp_name;
   same_host_ = registered.same_host;
   inbox_ = std::move(registered.inbox);
-  std::vector<std::string> urls = {tcp_name + "://" + JoinHostPort(options_.listen_host, 0)};
+  std::vector<std::string> urls = {tcp_name + "://" + JoinHostPort(host_.bind, 0)};
   if (same_host_ != SameHostTransport::kTcp) urls.push_back(SameHostUrl(same_host_, self_.name));
   std::shared_ptr<tp::Listener> listener;
   try {
@@ -29,12 +29,12 @@ absl::Status TensorPipeAgent::Start() {
     self_.address = listener->url(tcp_name);
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", options_.listen_host, ": ", e.what()));
+        "cannot listen on ", host_.bind, ": ", e.what()));
   }
   std::string host;
   int port = 0;
   SplitHostPort(self_.address, &host, &port);
-  listen_url_ = tcp_name + "://" + JoinHostPort(options_.listen_host, port);
+  listen_url_ = tcp_name + "://" + JoinHostPort(host_.bind, port);
   self_.locality = absl::StrJoin(registered.locality, "\t");
   TESSERA_LOG(INFO) << self_.name << ": TensorPipe listening at " << listen_url_
                     << (self_.address != listen_url_ ? ", advertised as " + self_.address : "")
@@ -186,19 +186,12 @@ void TensorPipeAgent::Close(const absl::Status& reason) {
   server_pipes_.clear();
 }
 
-absl::StatusOr<std::unique_ptr<RpcAgent>> CreateTensorPipeAgent(
-    const TensorPipeOptions& options, const auth::JobSecret& secret, const std::string& name,
-    int rank, int incarnation, RequestHandler handler, Executor* executor, DeadlineTimer* timer) {
+absl::StatusOr<std::unique_ptr<RpcAgent>> CreateTensorPipeAgent(AgentSetup setup) {
   // TensorPipe's shm transport writes to Unix sockets without MSG_NOSIGNAL
   // (see Note [SIGPIPE]).
   IgnoreBrokenPipeSignals();
-  WorkerInfo self;
-  self.name = name;
-  self.rank = rank;
-  self.incarnation = incarnation;
-  auto agent = std::make_unique<TensorPipeAgent>(options, secret, std::move(self),
-                                                 std::move(handler), executor, timer);
-  auto status = agent->Start();
+  auto agent = std::make_unique<TensorPipeAgent>(std::move(setup));
+  auto status = agent->Start(setup);
   if (!status.ok()) return status;
   return std::unique_ptr<RpcAgent>(std::move(agent));
 }

@@ -14,21 +14,14 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
-#include "auth/job_secret.h"
-#include "common/deadline_timer.h"
-#include "common/executor.h"
-#include "rpc/backend_options.h"
-#include "rpc/codec.h"
 #include "rpc/rpc_agent.h"
+#include "rpc/rpc_options.h"
 
 namespace tessera::rpc {
 
 // Every pipe starts with the job-secret handshake (rpc/auth/handshake.h).
-// `executor` runs handlers and future callbacks; `timer` fires deadlines.
-// Both must outlive the agent.
-absl::StatusOr<std::unique_ptr<RpcAgent>> CreateTensorPipeAgent(
-    const TensorPipeOptions& options, const auth::JobSecret& secret, const std::string& name,
-    int rank, int incarnation, RequestHandler handler, Executor* executor, DeadlineTimer* timer);
+// `setup.executor` runs handlers and future callbacks; `setup.timer` fires
+// deadlines. Both must outlive the agent.
+absl::StatusOr<std::unique_ptr<RpcAgent>> CreateTensorPipeAgent(AgentSetup setup);
 
 }  // namespace tessera::rpc

@@ -88,23 +88,27 @@ struct ServerPipe {
 
 class TensorPipeAgent final : public RpcAgent {
  public:
-  TensorPipeAgent(const TensorPipeOptions& options, const auth::JobSecret& secret, WorkerInfo self,
-                  RequestHandler handler, Executor* executor, DeadlineTimer* timer)
-      : options_(options),
-        secret_(secret),
-        self_(std::move(self)),
-        timer_(timer),
-        requests_(std::move(handler), executor, options.queues.max_requests_in_service,
-                  self_.name, self_.rank),
+  explicit TensorPipeAgent(AgentSetup setup)
+      : options_(setup.options->tensorpipe),
+        host_(setup.host),
+        limits_(setup.options->limits),
+        max_idle_connections_(setup.options->max_idle_connections),
+        queues_(setup.options->queues),
+        secret_(setup.options->job_secret),
+        self_(std::move(setup.self)),
+        timer_(setup.timer),
+        requests_(std::move(setup.handler), setup.executor,
+                  queues_.max_requests_in_service, self_.name, self_.rank),
         context_(std::make_shared<tp::Context>(tp::ContextOptions().name(self_.name))),
-        pending_(timer, [this](int rank) { return PeerAt(rank); }) {}
+        pending_(timer_, [this](int rank) { return PeerAt(rank); }) {}
 
   ~TensorPipeAgent() override {
     Close(absl::CancelledError("RPC agent destroyed"));
   }
 
-  // Listens (TCP and the same-host transport) and starts accepting.
-  absl::Status Start();
+  // Listens (TCP and the same-host transport) and starts accepting;
+  // `setup` is the one the agent was made with.
+  absl::Status Start(const AgentSetup& setup);
 
   const WorkerInfo& self() const override { return self_; }
 
@@ -160,7 +164,13 @@ class TensorPipeAgent final : public RpcAgent {
   // Writes a response (or a refusal) to `to_rank` on `pipe`.
   void Respond(const std::shared_ptr<tp::Pipe>& pipe, int to_rank, Message response);
 
+  // What this agent was made with (AgentSetup): its backend's own options
+  // and those every backend takes, as RpcOptions declares them.
   const TensorPipeOptions options_;
+  const HostAddress host_;
+  const CodecLimits limits_;
+  const int max_idle_connections_;
+  const QueueLimits queues_;
   const auth::JobSecret secret_;
   WorkerInfo self_;
   DeadlineTimer* const timer_;

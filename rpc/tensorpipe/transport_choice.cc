@@ -56,26 +56,29 @@ SameHostTransport SameHostFromEnv(SameHostTransport configured) {
 }  // namespace
 
 absl::StatusOr<RegisteredTransports> RegisterTransports(tp::Context& context,
-                                                        const TensorPipeOptions& options,
-                                                        const auth::JobSecret& secret) {
+                                                        const AgentSetup& setup) {
+  const TensorPipeOptions& options = setup.options->tensorpipe;
+  const auth::JobSecret& secret = setup.options->job_secret;
+  // A descriptor frame is the envelope plus TensorPipe's small header.
+  const size_t max_frame_bytes = setup.options->limits.max_envelope_bytes + (64 << 10);
+  const std::string& listen_host = setup.host.bind;
   RegisteredTransports registered;
   registered.tcp_name = "uv";
   if (options.tcp == TcpTransport::kGuarded) {
     registered.tcp_name = "tcp";
     GuardedTcpOptions tcp_options;
-    tcp_options.advertise_host = options.advertise_host;
+    tcp_options.advertise_host = setup.host.advertise;
     tcp_options.secret = secret;
     tcp_options.connect_budget = options.handshake_timeout;
-    // A descriptor frame is the envelope plus TensorPipe's small header.
-    tcp_options.max_frame_bytes = options.limits.max_envelope_bytes + (64 << 10);
+    tcp_options.max_frame_bytes = max_frame_bytes;
     context.registerTransport(0, registered.tcp_name, CreateGuardedTcpTransport(tcp_options));
   } else {
     const std::string& advertise =
-        options.advertise_host.empty() ? options.listen_host : options.advertise_host;
-    if (advertise != options.listen_host || IsWildcardAddress(options.listen_host)) {
+        setup.host.advertise.empty() ? listen_host : setup.host.advertise;
+    if (advertise != listen_host || IsWildcardAddress(listen_host)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "TensorPipe's uv transport tells peers the address it listens on, so it cannot "
-          "listen on ", options.listen_host, " and advertise ", advertise,
+          "listen on ", listen_host, " and advertise ", advertise,
           ": use the guarded TCP transport (the default)"));
     }
     context.registerTransport(0, registered.tcp_name, tp::transport::uv::create());
@@ -92,7 +95,7 @@ absl::StatusOr<RegisteredTransports> RegisterTransports(tp::Context& context,
     GuardedTcpOptions unix_options;
     unix_options.secret = secret;
     unix_options.connect_budget = options.handshake_timeout;
-    unix_options.max_frame_bytes = options.limits.max_envelope_bytes + (64 << 10);
+    unix_options.max_frame_bytes = max_frame_bytes;
     auto unix_transport = CreateGuardedUnixTransport(unix_options);
     context.registerTransport(10, "unix", unix_transport);
     registered.locality.push_back("unix=" + unix_transport->domainDescriptor());

@@ -11,6 +11,7 @@
 #include "auth/job_secret.h"
 #include "rpc/backend_options.h"
 #include "rpc/rpc_agent.h"
+#include "rpc/rpc_options.h"
 #include "rpc/tensorpipe/fd_inbox.h"
 
 namespace tensorpipe {
@@ -33,13 +34,12 @@ struct RegisteredTransports {
   std::unique_ptr<FdInbox> inbox;
 };
 
-// Registers the cross-host transport, the same-host one `options` (or
-// TESSERA_TENSORPIPE_SAME_HOST / TESSERA_TENSORPIPE_SHM) asks for where
-// viable, and the channels. InvalidArgument for options the uv transport
-// cannot honour.
+// Registers the cross-host transport, the same-host one the TensorPipe
+// options (or TESSERA_TENSORPIPE_SAME_HOST / TESSERA_TENSORPIPE_SHM) ask for
+// where viable, and the channels, for the agent `setup` makes.
+// InvalidArgument for options the uv transport cannot honour.
 absl::StatusOr<RegisteredTransports> RegisterTransports(tensorpipe::Context& context,
-                                                        const TensorPipeOptions& options,
-                                                        const auth::JobSecret& secret);
+                                                        const AgentSetup& setup);
 
 // A fresh listening URL for the same-host transport `same_host` (not kTcp),
 // unique on this host.

@@ -123,7 +123,8 @@ rpc::AgentFactory FakeNetwork::Factory() {
   return [weak](rpc::AgentSetup setup) -> absl::StatusOr<std::unique_ptr<rpc::RpcAgent>> {
     auto network = weak.lock();
     if (network == nullptr) return absl::FailedPreconditionError("fake network is gone");
-    rpc::WorkerInfo self{setup.name, setup.rank, absl::StrCat("fake://", setup.rank)};
+    rpc::WorkerInfo self = setup.self;
+    self.address = absl::StrCat("fake://", self.rank);
     return std::unique_ptr<rpc::RpcAgent>(
         new FakeAgent(std::move(network), std::move(self), std::move(setup.handler)));
   };
