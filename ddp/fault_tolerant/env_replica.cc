@@ -23,13 +23,12 @@ absl::StatusOr<EnvReplica> ConnectReplicaFromEnv() {
   }
   TESSERA_ASSIGN_OR_RETURN(auth::JobSecret secret, auth::JobSecret::FromEnv());
   EnvReplica replica;
-  TESSERA_ASSIGN_OR_RETURN(replica.store,
-                           store::ConnectStore(env.StoreAddress(),
-                                               env.rendezvous_timeout.value_or(absl::Seconds(60)),
-                                               std::move(secret)));
-  TESSERA_RETURN_IF_ERROR(store::elastic::DeclareRole(*replica.store,
-                                                      store::elastic::kDefaultPrefix, env.rank,
-                                                      "replica"));
+  TESSERA_ASSIGN_OR_RETURN(
+      replica.store,
+      store::ConnectStore(env.StoreAddress(), env.rendezvous_timeout.value_or(absl::Seconds(60)),
+                          std::move(secret)));
+  TESSERA_RETURN_IF_ERROR(store::elastic::DeclareRole(
+      *replica.store, store::elastic::kDefaultPrefix, env.rank, "replica"));
   replica.rank = env.rank;
   replica.world_size = env.world_size;
   replica.id = absl::StrCat("replica", env.rank);

@@ -208,8 +208,7 @@ absl::Status GrpcAgent::Start() {
     return absl::UnavailableError(
         absl::StrCat("gRPC agent of '", self_.name, "' cannot listen on ", host_.bind));
   }
-  self_.address = JoinHostPort(
-      host_.advertise.empty() ? host_.bind : host_.advertise, port);
+  self_.address = JoinHostPort(host_.advertise.empty() ? host_.bind : host_.advertise, port);
   loop_ = std::make_unique<CompletionLoop>(std::move(queue),
                                            std::max(1, options_.completion_threads));
   ListenForNextStream();
@@ -301,9 +300,8 @@ void GrpcAgent::CloseIdleStreams() {
     for (const auto& stream : closing) stubs_.erase(stream->peer_rank());
   }
   for (const auto& stream : closing) {
-    TESSERA_LOG(DEBUG) << self_.name << ": closing the idle stream to rank "
-                       << stream->peer_rank() << " (more than "
-                       << max_idle_connections_ << " idle)";
+    TESSERA_LOG(DEBUG) << self_.name << ": closing the idle stream to rank " << stream->peer_rank()
+                       << " (more than " << max_idle_connections_ << " idle)";
     stream->SayGoodbye();
   }
 }

@@ -78,7 +78,8 @@ absl::StatusOr<RegisteredTransports> RegisterTransports(tp::Context& context,
     if (advertise != listen_host || IsWildcardAddress(listen_host)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "TensorPipe's uv transport tells peers the address it listens on, so it cannot "
-          "listen on ", listen_host, " and advertise ", advertise,
+          "listen on ",
+          listen_host, " and advertise ", advertise,
           ": use the guarded TCP transport (the default)"));
     }
     context.registerTransport(0, registered.tcp_name, tp::transport::uv::create());

@@ -2,10 +2,11 @@
 // environment whose store would die with a replica, saying how to run it.
 // That it connects, declares the role and names the replica under
 // tessera-run is fault_tolerant_ddp_test's: the example starts from it.
+#include "ddp/fault_tolerant/env_replica.h"
+
 #include <cstdlib>
 
 #include "absl/strings/match.h"
-#include "ddp/fault_tolerant/env_replica.h"
 #include "gtest/gtest.h"
 
 namespace tessera::ddp {
