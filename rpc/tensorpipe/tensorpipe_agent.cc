@@ -190,7 +190,10 @@ absl::StatusOr<std::unique_ptr<RpcAgent>> CreateTensorPipeAgent(AgentSetup setup
   // TensorPipe's shm transport writes to Unix sockets without MSG_NOSIGNAL
   // (see Note [SIGPIPE]).
   IgnoreBrokenPipeSignals();
-  auto agent = std::make_unique<TensorPipeAgent>(std::move(setup));
+  // Not moved into the agent: Start reads `setup` too (a moved-from one
+  // once advertised the wildcard it listened on instead of the host's
+  // address).
+  auto agent = std::make_unique<TensorPipeAgent>(setup);
   auto status = agent->Start(setup);
   if (!status.ok()) return status;
   return std::unique_ptr<RpcAgent>(std::move(agent));

@@ -88,16 +88,17 @@ struct ServerPipe {
 
 class TensorPipeAgent final : public RpcAgent {
  public:
-  explicit TensorPipeAgent(AgentSetup setup)
+  // Copies from `setup`, which Start reads again.
+  explicit TensorPipeAgent(const AgentSetup& setup)
       : options_(setup.options->tensorpipe),
         host_(setup.host),
         limits_(setup.options->limits),
         max_idle_connections_(setup.options->max_idle_connections),
         queues_(setup.options->queues),
         secret_(setup.options->job_secret),
-        self_(std::move(setup.self)),
+        self_(setup.self),
         timer_(setup.timer),
-        requests_(std::move(setup.handler), setup.executor, queues_.max_requests_in_service,
+        requests_(setup.handler, setup.executor, queues_.max_requests_in_service,
                   self_.name, self_.rank),
         context_(std::make_shared<tp::Context>(tp::ContextOptions().name(self_.name))),
         pending_(timer_, [this](int rank) { return PeerAt(rank); }) {}

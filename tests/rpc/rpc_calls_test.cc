@@ -51,6 +51,19 @@ bool StructurallyEqual(const c10::IValue& a, const c10::IValue& b) {
   return a == b;
 }
 
+// A worker listening on a wildcard publishes the address it was told to
+// advertise, with the port it bound (the cross-host form of this is
+// tests/multihost's AWorkerMayAdvertiseAnotherAddressThanItListensOn).
+TEST_F(RpcCallsTest, AWorkerPublishesTheAddressItAdvertisesNotTheWildcardItListensOn) {
+  StartWorld(2, {{"TESSERA_ADDRESS", "0.0.0.0"}, {"TESSERA_ADVERTISE_ADDRESS", "127.0.0.2"}});
+  const std::string address = rt().GetWorkerInfo("worker1").address;
+  EXPECT_NE(address.find("127.0.0.2:"), std::string::npos) << address;
+  EXPECT_EQ(address.find("0.0.0.0"), std::string::npos) << address;
+  auto echoed = rt().CallAsync("worker1", "echo", {c10::IValue(int64_t{7})}).Wait(absl::Seconds(30));
+  ASSERT_TRUE(echoed.ok()) << echoed.status();
+  EXPECT_EQ(echoed->toInt(), 7);
+}
+
 TEST_F(RpcCallsTest, EchoesEveryValueType) {
   StartWorld(2);
   at::Tensor matrix = at::randn({4, 6});
