@@ -98,8 +98,8 @@ class TensorPipeAgent final : public RpcAgent {
         secret_(setup.options->job_secret),
         self_(setup.self),
         timer_(setup.timer),
-        requests_(setup.handler, setup.executor, queues_.max_requests_in_service,
-                  self_.name, self_.rank),
+        requests_(setup.handler, setup.executor, queues_.max_requests_in_service, self_.name,
+                  self_.rank),
         context_(std::make_shared<tp::Context>(tp::ContextOptions().name(self_.name))),
         pending_(timer_, [this](int rank) { return PeerAt(rank); }) {}
 

@@ -59,7 +59,8 @@ TEST_F(RpcCallsTest, AWorkerPublishesTheAddressItAdvertisesNotTheWildcardItListe
   const std::string address = rt().GetWorkerInfo("worker1").address;
   EXPECT_NE(address.find("127.0.0.2:"), std::string::npos) << address;
   EXPECT_EQ(address.find("0.0.0.0"), std::string::npos) << address;
-  auto echoed = rt().CallAsync("worker1", "echo", {c10::IValue(int64_t{7})}).Wait(absl::Seconds(30));
+  auto echoed =
+      rt().CallAsync("worker1", "echo", {c10::IValue(int64_t{7})}).Wait(absl::Seconds(30));
   ASSERT_TRUE(echoed.ok()) << echoed.status();
   EXPECT_EQ(echoed->toInt(), 7);
 }
