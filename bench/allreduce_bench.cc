@@ -4,7 +4,7 @@
 //   allreduce_bench [world_size [bcube_min_bytes bcube_max_bytes]]
 // (defaults: 2 ranks, GlooOptions' thresholds). With
 // TESSERA_DISTRIBUTED_DEBUG=DETAIL the group is checked
-// (ddp/collective_checks.h), to measure what the checks cost.
+// (collectives/collective_checks.h), to measure what the checks cost.
 // Run through bench/compare_allreduce.sh to compare with PyTorch.
 #include <cstdio>
 #include <cstdlib>
@@ -16,22 +16,23 @@
 #include "bench/gloo_group.h"
 #include "bench/two_processes.h"
 #include "bench/usage.h"
-#include "ddp/collective_checks.h"
+#include "collectives/collective_checks.h"
 
 namespace {
 
 int RunRank(int rank, int port, const std::vector<std::string>& args) {
   const int world = args.empty() ? 2 : std::stoi(args[0]);
-  tessera::ddp::GlooOptions options;
+  tessera::collectives::GlooOptions options;
   if (args.size() > 2) {
     options.bcube_min_bytes = std::stoull(args[1]);
     options.bcube_max_bytes = std::stoull(args[2]);
   }
   auto connected = tessera::bench::ConnectGlooGroup(rank, port, world, options);
-  auto checked = tessera::ddp::CollectiveChecksFromEnv();
+  auto checked = tessera::collectives::CollectiveChecksFromEnv();
   if (!connected.ok() || !checked.ok()) return 1;
-  std::unique_ptr<tessera::ddp::ProcessGroup>& group = connected->group;
-  if (*checked) group = tessera::ddp::WithCollectiveChecks(std::move(group), options.timeout);
+  std::unique_ptr<tessera::collectives::ProcessGroup>& group = connected->group;
+  if (*checked)
+    group = tessera::collectives::WithCollectiveChecks(std::move(group), options.timeout);
   const std::string json = tessera::bench::TimeAllreduce(*group, rank, world);
   if (json.empty()) return 1;
   if (rank == 0) std::printf("%s\n", json.c_str());

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/process_group.h"
+#include "collectives/process_group.h"
 
 namespace tessera::bench {
 
@@ -42,7 +42,7 @@ inline int AllreduceIterations(int64_t bytes) {
 // Runs the loop on every rank; returns the JSON object (every rank builds
 // it; the caller prints rank 0's). An operation that fails ends the run with
 // its status printed to stderr and an empty string returned.
-inline std::string TimeAllreduce(ddp::ProcessGroup& group, int rank, int world) {
+inline std::string TimeAllreduce(collectives::ProcessGroup& group, int rank, int world) {
   using Clock = std::chrono::steady_clock;
   std::string json = "{";
   for (int64_t bytes : AllreduceSizes()) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Allreduce between processes of one host, in the same run: Tessera's group
-# with its default shared-memory collectives (ddp/shm/), Tessera's group on
+# with its default shared-memory collectives (collectives/shm/), Tessera's group on
 # Gloo alone (TESSERA_SHM_COLLECTIVES=0), and PyTorch's Gloo group.
 #   bench/compare_allreduce.sh [WORLD_SIZE...]     (default: 2 4)
 # Prints, per world size and size, the median time and bus bandwidth of each,

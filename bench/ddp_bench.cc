@@ -64,7 +64,7 @@ int RunRank(int rank, int port, const std::vector<std::string>&) {
   torch::set_num_threads(1);
   auto connected = tessera::bench::ConnectGlooGroup(rank, port, 2);
   if (!connected.ok()) return 1;
-  std::unique_ptr<tessera::ddp::ProcessGroup>& group = connected->group;
+  std::unique_ptr<tessera::collectives::ProcessGroup>& group = connected->group;
   const torch::Tensor x = torch::randn({64, 1024});
   const torch::Tensor y = torch::randn({64, 1024});
   std::string json;

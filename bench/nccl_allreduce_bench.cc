@@ -17,18 +17,18 @@
 #include "bench/allreduce_timing.h"
 #include "bench/two_processes.h"
 #include "bench/usage.h"
-#include "ddp/nccl/nccl_process_group.h"
+#include "collectives/nccl/nccl_process_group.h"
 #include "store/store_client.h"
 
 namespace {
 
 int RunRank(int rank, int port, const std::vector<std::string>& args) {
-  const int world = args.empty() ? tessera::ddp::VisibleCudaDevices() : std::stoi(args[0]);
+  const int world = args.empty() ? tessera::collectives::VisibleCudaDevices() : std::stoi(args[0]);
   tessera::store::StoreClient store("127.0.0.1", port, absl::Seconds(60),
                                     tessera::bench::BenchJobSecret());
-  std::unique_ptr<tessera::ddp::ProcessGroup> group;
+  std::unique_ptr<tessera::collectives::ProcessGroup> group;
   try {
-    group = tessera::ddp::CreateNcclProcessGroup(&store, rank, world);
+    group = tessera::collectives::CreateNcclProcessGroup(&store, rank, world);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
     return 1;
@@ -49,7 +49,7 @@ constexpr char kUsage[] =
 int main(int argc, char** argv) {
   tessera::bench::ExitOnHelp(argc, argv, kUsage);
   const bool given = argc > 1 && std::strcmp(argv[1], "--rank") != 0;
-  const int world = given ? std::atoi(argv[1]) : tessera::ddp::VisibleCudaDevices();
+  const int world = given ? std::atoi(argv[1]) : tessera::collectives::VisibleCudaDevices();
   if (world < 1) {
     std::fprintf(stderr, "nccl_allreduce_bench: no GPU visible\n");
     return 1;

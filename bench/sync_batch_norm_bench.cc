@@ -39,7 +39,7 @@ double ForwardBackwardUs(Layer& layer, const torch::Tensor& x, const torch::Tens
 
 // The two collectives SyncBatchNorm adds, alone: the forward's allgather
 // of (count, mean, M2) and the backward's allreduce of two sums per channel.
-double BareCollectivesUs(tessera::ddp::ProcessGroup& group, int64_t channels) {
+double BareCollectivesUs(tessera::collectives::ProcessGroup& group, int64_t channels) {
   const auto start = Clock::now();
   torch::Tensor stats = torch::zeros({1 + 2 * channels});
   torch::Tensor all = torch::empty({2 * stats.numel()});
@@ -53,7 +53,7 @@ int RunRank(int rank, int port, const std::vector<std::string>&) {
   torch::set_num_threads(1);
   auto connected = tessera::bench::ConnectGlooGroup(rank, port, 2);
   if (!connected.ok()) return 1;
-  std::unique_ptr<tessera::ddp::ProcessGroup>& group = connected->group;
+  std::unique_ptr<tessera::collectives::ProcessGroup>& group = connected->group;
   std::string json;
   // (batch, channels, height, width) per rank: early, middle and late layers of a small CNN.
   for (const auto& shape :

@@ -52,7 +52,7 @@ int RunRank(int rank, int port, const std::vector<std::string>&) {
   torch::set_num_threads(1);
   auto connected = tessera::bench::ConnectGlooGroup(rank, port, 2);
   if (!connected.ok()) return 1;
-  tessera::ddp::ProcessGroup* group = connected->group.get();
+  tessera::collectives::ProcessGroup* group = connected->group.get();
   const torch::Tensor x = torch::randn({64, 1024}), y = torch::randn({64, 1024});
   auto plain_model = tessera::bench::Mlp1024(), zero_model = tessera::bench::Mlp1024(),
        overlap_model = tessera::bench::Mlp1024();

@@ -9,8 +9,8 @@ namespace {
 
 class AllreduceCommHook final : public CommHook {
  public:
-  Work Reduce(const GradBucket& bucket, ProcessGroup& group) override {
-    return group.Allreduce(bucket.flat, ReduceOp::kAverage);
+  collectives::Work Reduce(const GradBucket& bucket, collectives::ProcessGroup& group) override {
+    return group.Allreduce(bucket.flat, collectives::ReduceOp::kAverage);
   }
   std::string name() const override { return "allreduce"; }
 };
@@ -19,10 +19,11 @@ class CompressCommHook final : public CommHook {
  public:
   explicit CompressCommHook(at::ScalarType wire) : wire_(wire) {}
 
-  Work Reduce(const GradBucket& bucket, ProcessGroup& group) override {
-    if (bucket.flat.scalar_type() == wire_) return group.Allreduce(bucket.flat, ReduceOp::kAverage);
+  collectives::Work Reduce(const GradBucket& bucket, collectives::ProcessGroup& group) override {
+    if (bucket.flat.scalar_type() == wire_)
+      return group.Allreduce(bucket.flat, collectives::ReduceOp::kAverage);
     at::Tensor wire = bucket.flat.to(wire_);
-    return group.Allreduce(wire, ReduceOp::kAverage)
+    return group.Allreduce(wire, collectives::ReduceOp::kAverage)
         .Then([flat = bucket.flat,
                wire](const absl::StatusOr<std::monostate>& done) -> absl::StatusOr<std::monostate> {
           if (done.ok()) flat.copy_(wire);

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/process_group.h"
+#include "collectives/process_group.h"
 
 namespace tessera::ddp {
 
@@ -39,7 +39,7 @@ class CommHook {
   virtual ~CommHook() = default;
   // Starts averaging `bucket` across `group`; completes once bucket.flat
   // holds the result, or with the collective's error.
-  virtual Work Reduce(const GradBucket& bucket, ProcessGroup& group) = 0;
+  virtual collectives::Work Reduce(const GradBucket& bucket, collectives::ProcessGroup& group) = 0;
   virtual std::string name() const = 0;
 };
 

@@ -11,11 +11,13 @@
 namespace tessera::ddp {
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
-                                                 ProcessGroup* group, DdpOptions options)
+                                                 collectives::ProcessGroup* group,
+                                                 DdpOptions options)
     : module_(std::move(module)), group_(group), options_(options) {}
 
 std::unique_ptr<DistributedDataParallel> DistributedDataParallel::Create(
-    std::shared_ptr<torch::nn::Module> module, ProcessGroup* group, DdpOptions options) {
+    std::shared_ptr<torch::nn::Module> module, collectives::ProcessGroup* group,
+    DdpOptions options) {
   options = WithDefaultTimeout(std::move(options));
   std::unique_ptr<DistributedDataParallel> ddp(
       new DistributedDataParallel(std::move(module), group, options));

@@ -35,8 +35,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "collectives/process_group.h"
 #include "ddp/join.h"
-#include "ddp/process_group.h"
 #include "ddp/reducer.h"
 
 namespace tessera::ddp {
@@ -63,7 +63,7 @@ class DistributedDataParallel {
   // shapes) and copies rank 0's values and buffers to all. Throws
   // StatusError naming the rank and parameter that differ, or the failure.
   static std::unique_ptr<DistributedDataParallel> Create(std::shared_ptr<torch::nn::Module> module,
-                                                         ProcessGroup* group,
+                                                         collectives::ProcessGroup* group,
                                                          DdpOptions options = {});
 
   torch::nn::Module& module() { return *module_; }
@@ -117,8 +117,8 @@ class DistributedDataParallel {
   JoinGuard Join(JoinOptions options = {});
 
  private:
-  DistributedDataParallel(std::shared_ptr<torch::nn::Module> module, ProcessGroup* group,
-                          DdpOptions options);
+  DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
+                          collectives::ProcessGroup* group, DdpOptions options);
 
   std::vector<at::Tensor> Buffers();
   // The joined rank's loop (see Note [Joining with uneven inputs]).
@@ -126,7 +126,7 @@ class DistributedDataParallel {
   void LeaveJoin();
 
   std::shared_ptr<torch::nn::Module> module_;
-  ProcessGroup* const group_;
+  collectives::ProcessGroup* const group_;
   const DdpOptions options_;
   std::unique_ptr<Reducer> reducer_;
   std::shared_ptr<JoinTracker> join_;  // inside a Join

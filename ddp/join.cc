@@ -17,7 +17,7 @@ constexpr int64_t kSyncBuffersCount = 1;
 constexpr int64_t kFirstTrainingFlag = 2;
 
 // This rank's contribution to a round.
-at::Tensor Contribution(const ProcessGroup& group, std::optional<JoinStep> step) {
+at::Tensor Contribution(const collectives::ProcessGroup& group, std::optional<JoinStep> step) {
   at::Tensor counts = at::zeros({kFirstTrainingFlag + group.size()}, at::kLong);
   if (step.has_value()) {
     int64_t* data = counts.data_ptr<int64_t>();
@@ -29,8 +29,9 @@ at::Tensor Contribution(const ProcessGroup& group, std::optional<JoinStep> step)
 
 }  // namespace
 
-JoinAnnouncement::JoinAnnouncement(ProcessGroup* group, std::optional<JoinStep> step)
-    : counts_(Contribution(*group, step)), work_(group->Allreduce(counts_, ReduceOp::kSum)) {}
+JoinAnnouncement::JoinAnnouncement(collectives::ProcessGroup* group, std::optional<JoinStep> step)
+    : counts_(Contribution(*group, step)),
+      work_(group->Allreduce(counts_, collectives::ReduceOp::kSum)) {}
 
 absl::StatusOr<JoinRound> JoinAnnouncement::Wait(absl::Duration timeout) {
   auto done = work_.Wait(timeout);

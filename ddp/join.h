@@ -37,8 +37,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "collectives/process_group.h"
 #include "common/mutex.h"
-#include "ddp/process_group.h"
 
 namespace tessera::ddp {
 
@@ -63,14 +63,14 @@ struct JoinRound {
 // enters (`step`: what this rank does next; none: it has joined).
 class JoinAnnouncement {
  public:
-  JoinAnnouncement(ProcessGroup* group, std::optional<JoinStep> step);
+  JoinAnnouncement(collectives::ProcessGroup* group, std::optional<JoinStep> step);
   // InvalidArgument if ranks announced different steps; the group's error
   // if the round fails.
   absl::StatusOr<JoinRound> Wait(absl::Duration timeout);
 
  private:
   at::Tensor counts_;
-  Work work_;
+  collectives::Work work_;
 };
 
 // One rank's view of a Join, shared by the DDP wrapper and its Reducer.

@@ -76,7 +76,7 @@ at::Tensor Pack(const std::vector<at::Tensor>& pieces, const at::Tensor& like) {
 }  // namespace
 
 PowerSgdHook::PowerSgdHook(PowerSgdOptions options)
-    : options_(options), tail_(Work::Ready(std::monostate{})) {
+    : options_(options), tail_(collectives::Work::Ready(std::monostate{})) {
   if (options_.matrix_rank < 1) throw StatusError(absl::InvalidArgumentError("PowerSGD: matrix_rank must be >= 1"));
 }
 
@@ -89,7 +89,7 @@ bool PowerSgdHook::Compresses(int64_t n, int64_t m, int64_t rank, double min_com
   return static_cast<double>(r * (n + m)) * min_compression_rate < static_cast<double>(n * m);
 }
 
-Work PowerSgdHook::Reduce(const GradBucket& bucket, ProcessGroup& group) {
+collectives::Work PowerSgdHook::Reduce(const GradBucket& bucket, collectives::ProcessGroup& group) {
   MutexLock lock(&mu_);
   std::vector<std::vector<int64_t>> shapes;
   for (const auto& g : bucket.gradients) shapes.push_back(g.sizes().vec());
@@ -102,10 +102,10 @@ Work PowerSgdHook::Reduce(const GradBucket& bucket, ProcessGroup& group) {
   const bool compress = state->passes++ >= options_.start_step;
   // After the previous bucket's collectives, in the same order everywhere.
   tail_ = tail_.Then([this, bucket, &group, state,
-                      compress](const absl::StatusOr<std::monostate>& before) -> Work {
-    if (!before.ok()) return Work::Ready(before.status());
+                      compress](const absl::StatusOr<std::monostate>& before) -> collectives::Work {
+    if (!before.ok()) return collectives::Work::Ready(before.status());
     if (compress) return Compress(bucket, group, state);
-    return Allreduce(group, bucket.flat, ReduceOp::kAverage);
+    return Allreduce(group, bucket.flat, collectives::ReduceOp::kAverage);
   });
   return tail_;
 }
@@ -119,16 +119,16 @@ struct PowerSgdHook::Compression {
   at::Tensor packed;  // the uncompressed gradients, averaged in place
   std::vector<at::Tensor> ps;
   at::Tensor p_all, q_all;
-  Work packed_done = Work::Ready(std::monostate{});
-  Work p_done = Work::Ready(std::monostate{});
+  collectives::Work packed_done = collectives::Work::Ready(std::monostate{});
+  collectives::Work p_done = collectives::Work::Ready(std::monostate{});
 };
 
-Work PowerSgdHook::Compress(const GradBucket& bucket, ProcessGroup& group,
-                            const std::shared_ptr<BucketState>& state) {
+collectives::Work PowerSgdHook::Compress(const GradBucket& bucket, collectives::ProcessGroup& group,
+                                         const std::shared_ptr<BucketState>& state) {
   auto step = Begin(bucket, group, state);
   return step->p_done
-      .Then([this, step, &group](const absl::StatusOr<std::monostate>& p_ok) -> Work {
-        if (!p_ok.ok()) return Work::Ready(p_ok.status());
+      .Then([this, step, &group](const absl::StatusOr<std::monostate>& p_ok) -> collectives::Work {
+        if (!p_ok.ok()) return collectives::Work::Ready(p_ok.status());
         return ExchangeQ(*step, group);
       })
       .Then([this, step, world = group.size()](
@@ -142,7 +142,8 @@ Work PowerSgdHook::Compress(const GradBucket& bucket, ProcessGroup& group,
 // Error feedback, P = M Q for every matrix; issues the uncompressed pack's
 // allreduce, then P's.
 std::shared_ptr<PowerSgdHook::Compression> PowerSgdHook::Begin(
-    const GradBucket& bucket, ProcessGroup& group, const std::shared_ptr<BucketState>& state) {
+    const GradBucket& bucket, collectives::ProcessGroup& group,
+    const std::shared_ptr<BucketState>& state) {
   auto step = std::make_shared<Compression>();
   step->bucket = bucket;
   step->state = state;
@@ -164,14 +165,14 @@ std::shared_ptr<PowerSgdHook::Compression> PowerSgdHook::Begin(
     step->ps.push_back(at::matmul(step->layout.matrices[i], state->qs[i]));
   }
   step->p_all = Pack(step->ps, bucket.flat);
-  step->packed_done = Allreduce(group, step->packed, ReduceOp::kAverage);
-  step->p_done = Allreduce(group, step->p_all, ReduceOp::kSum);
+  step->packed_done = Allreduce(group, step->packed, collectives::ReduceOp::kAverage);
+  step->p_done = Allreduce(group, step->p_all, collectives::ReduceOp::kSum);
   return step;
 }
 
 // P's columns orthonormalised, Q = M^T P, Q allreduced; completes once Q
 // and the uncompressed pack are both in.
-Work PowerSgdHook::ExchangeQ(Compression& step, ProcessGroup& group) {
+collectives::Work PowerSgdHook::ExchangeQ(Compression& step, collectives::ProcessGroup& group) {
   Unpack(step.p_all, step.ps);
   std::vector<at::Tensor> qs;
   for (size_t i = 0; i < step.ps.size(); ++i) {
@@ -179,8 +180,8 @@ Work PowerSgdHook::ExchangeQ(Compression& step, ProcessGroup& group) {
     qs.push_back(at::matmul(step.layout.matrices[i].t(), step.ps[i]));
   }
   step.q_all = Pack(qs, step.bucket.flat);
-  return WhenAllOk(
-             std::vector<Work>{Allreduce(group, step.q_all, ReduceOp::kSum), step.packed_done})
+  return WhenAllOk(std::vector<collectives::Work>{
+                       Allreduce(group, step.q_all, collectives::ReduceOp::kSum), step.packed_done})
       .Then([](const absl::StatusOr<bool>& all) -> absl::StatusOr<std::monostate> {
         if (!all.ok()) return all.status();
         return std::monostate{};
@@ -197,9 +198,10 @@ void PowerSgdHook::Finish(Compression& step, int world) {
   if (options_.error_feedback) step.state->error = step.input - step.bucket.flat;
 }
 
-Work PowerSgdHook::Allreduce(ProcessGroup& group, const at::Tensor& tensor, ReduceOp op) {
+collectives::Work PowerSgdHook::Allreduce(collectives::ProcessGroup& group,
+                                          const at::Tensor& tensor, collectives::ReduceOp op) {
   bytes_ += tensor.numel() * tensor.element_size();
-  if (tensor.numel() == 0) return Work::Ready(std::monostate{});
+  if (tensor.numel() == 0) return collectives::Work::Ready(std::monostate{});
   return group.Allreduce(tensor, op);
 }
 

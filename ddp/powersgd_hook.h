@@ -52,7 +52,7 @@ class PowerSgdHook final : public CommHook {
   explicit PowerSgdHook(PowerSgdOptions options);
   ~PowerSgdHook() override;
 
-  Work Reduce(const GradBucket& bucket, ProcessGroup& group) override;
+  collectives::Work Reduce(const GradBucket& bucket, collectives::ProcessGroup& group) override;
   std::string name() const override;
 
   // Bytes this rank has put into collectives so far (payloads only).
@@ -65,20 +65,21 @@ class PowerSgdHook final : public CommHook {
 
  private:
   struct Compression;
-  Work Compress(const GradBucket& bucket, ProcessGroup& group,
-                const std::shared_ptr<BucketState>& state);
-  std::shared_ptr<Compression> Begin(const GradBucket& bucket, ProcessGroup& group,
+  collectives::Work Compress(const GradBucket& bucket, collectives::ProcessGroup& group,
+                             const std::shared_ptr<BucketState>& state);
+  std::shared_ptr<Compression> Begin(const GradBucket& bucket, collectives::ProcessGroup& group,
                                      const std::shared_ptr<BucketState>& state);
-  Work ExchangeQ(Compression& step, ProcessGroup& group);
+  collectives::Work ExchangeQ(Compression& step, collectives::ProcessGroup& group);
   void Finish(Compression& step, int world);
   // Counts the bytes; an empty tensor is not sent.
-  Work Allreduce(ProcessGroup& group, const at::Tensor& tensor, ReduceOp op);
+  collectives::Work Allreduce(collectives::ProcessGroup& group, const at::Tensor& tensor,
+                              collectives::ReduceOp op);
 
   const PowerSgdOptions options_;
   std::atomic<int64_t> bytes_{0};
   Mutex mu_;
   std::map<size_t, std::shared_ptr<BucketState>> buckets_ ABSL_GUARDED_BY(mu_);
-  Work tail_ ABSL_GUARDED_BY(mu_);  // the last bucket's chain
+  collectives::Work tail_ ABSL_GUARDED_BY(mu_);  // the last bucket's chain
 };
 
 }  // namespace tessera::ddp

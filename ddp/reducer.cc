@@ -88,7 +88,8 @@ at::Tensor AliasOf(const at::Tensor& flat, int64_t offset, at::IntArrayRef sizes
 
 }  // namespace
 
-Reducer::Reducer(std::vector<at::Tensor> parameters, ProcessGroup* group, ReducerOptions options)
+Reducer::Reducer(std::vector<at::Tensor> parameters, collectives::ProcessGroup* group,
+                 ReducerOptions options)
     : parameters_(std::move(parameters)),
       state_(std::make_shared<State>()),
       group_(group),
@@ -174,7 +175,7 @@ void Reducer::set_join(std::shared_ptr<JoinTracker> join) {
 
 absl::Status Reducer::ShadowPass() {
   MutexLock lock(&state_->mu);
-  std::vector<Work> works;
+  std::vector<collectives::Work> works;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     works.push_back(hook_->Reduce(HookView(b, at::zeros_like(buckets_[b].flat)), *group_));
   }

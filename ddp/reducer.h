@@ -54,11 +54,11 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "collectives/process_group.h"
 #include "common/mutex.h"
 #include "ddp/bucket_assignment.h"
 #include "ddp/comm_hook.h"
 #include "ddp/join.h"
-#include "ddp/process_group.h"
 
 namespace torch::autograd {
 struct Node;
@@ -88,7 +88,8 @@ struct ReducerPassStats {
 
 class Reducer {
  public:
-  Reducer(std::vector<at::Tensor> parameters, ProcessGroup* group, ReducerOptions options);
+  Reducer(std::vector<at::Tensor> parameters, collectives::ProcessGroup* group,
+          ReducerOptions options);
   ~Reducer();
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
@@ -114,7 +115,7 @@ class Reducer {
     std::vector<int64_t> offsets;    // of each parameter in `flat`
     at::Tensor flat;
     size_t pending = 0;
-    std::optional<Work> work;
+    std::optional<collectives::Work> work;
   };
 
   // The bucket as the communication hook sees it.
@@ -126,7 +127,7 @@ class Reducer {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::vector<Bucket> buckets_;
   std::shared_ptr<State> state_;
-  ProcessGroup* const group_;
+  collectives::ProcessGroup* const group_;
   const ReducerOptions options_;
   const std::shared_ptr<CommHook> hook_;
 };

@@ -14,13 +14,15 @@ namespace {
 // Index of the first element of `values` that is not the same on every rank,
 // or -1. One allreduce: the maximum of the values and of their negations
 // gives each element's maximum and minimum across ranks.
-absl::StatusOr<int64_t> FirstDifference(ProcessGroup* group, const std::vector<int64_t>& values,
+absl::StatusOr<int64_t> FirstDifference(collectives::ProcessGroup* group,
+                                        const std::vector<int64_t>& values,
                                         absl::Duration timeout) {
   const int64_t n = static_cast<int64_t>(values.size());
   if (n == 0) return int64_t{-1};
   const at::Tensor mine = at::tensor(values);
   at::Tensor extremes = at::cat({mine, -mine});
-  TESSERA_RETURN_IF_ERROR(group->Allreduce(extremes, ReduceOp::kMax).Wait(timeout).status());
+  TESSERA_RETURN_IF_ERROR(
+      group->Allreduce(extremes, collectives::ReduceOp::kMax).Wait(timeout).status());
   const int64_t* e = extremes.data_ptr<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
     if (e[i] != -e[n + i]) return i;
@@ -37,7 +39,8 @@ std::string Describe(const at::Tensor& p) {
 // Three rounds, each comparing vectors of one length on all ranks (a vector
 // of another length would be a mismatched collective): the count; then each
 // parameter's dtype and number of dimensions; then all the sizes.
-absl::Status CheckReplicasAgree(ProcessGroup* group, const std::vector<std::string>& names,
+absl::Status CheckReplicasAgree(collectives::ProcessGroup* group,
+                                const std::vector<std::string>& names,
                                 const std::vector<at::Tensor>& parameters, absl::Duration timeout) {
   TESSERA_ASSIGN_OR_RETURN(
       const int64_t count,
@@ -70,8 +73,8 @@ absl::Status CheckReplicasAgree(ProcessGroup* group, const std::vector<std::stri
   return absl::OkStatus();
 }
 
-absl::Status BroadcastFrom(ProcessGroup* group, const std::vector<at::Tensor>& tensors, int root,
-                           absl::Duration timeout) {
+absl::Status BroadcastFrom(collectives::ProcessGroup* group, const std::vector<at::Tensor>& tensors,
+                           int root, absl::Duration timeout) {
   constexpr size_t kCoalesceBytes = size_t{250} << 20;  // PyTorch DDP's choice
   std::vector<size_t> order(tensors.size());
   for (size_t k = 0; k < order.size(); ++k) order[k] = k;

@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "ddp/process_group.h"
+#include "collectives/process_group.h"
 
 namespace tessera::ddp {
 
@@ -23,7 +23,8 @@ namespace tessera::ddp {
 // InvalidArgument naming the first parameter that differs (with this rank's
 // dtype and shape of it) on every rank if they do not agree; the group's
 // error if a collective fails.
-absl::Status CheckReplicasAgree(ProcessGroup* group, const std::vector<std::string>& names,
+absl::Status CheckReplicasAgree(collectives::ProcessGroup* group,
+                                const std::vector<std::string>& names,
                                 const std::vector<at::Tensor>& parameters, absl::Duration timeout);
 
 // Copies `root`'s `tensors` (parameters, buffers) into every rank's, in
@@ -32,7 +33,7 @@ absl::Status CheckReplicasAgree(ProcessGroup* group, const std::vector<std::stri
 // in flat buffers of up to 250 MiB, so a model of hundreds of small tensors
 // costs a few collectives, not hundreds. A collective; every rank passes
 // tensors of the same dtypes and shapes.
-absl::Status BroadcastFrom(ProcessGroup* group, const std::vector<at::Tensor>& tensors, int root,
-                           absl::Duration timeout);
+absl::Status BroadcastFrom(collectives::ProcessGroup* group, const std::vector<at::Tensor>& tensors,
+                           int root, absl::Duration timeout);
 
 }  // namespace tessera::ddp

@@ -25,7 +25,7 @@ using torch::autograd::variable_list;
 
 // What the autograd function needs besides its differentiable inputs.
 struct Settings {
-  ProcessGroup* group;
+  collectives::ProcessGroup* group;
   double eps;
   double momentum;
   absl::Duration timeout;
@@ -33,7 +33,7 @@ struct Settings {
   at::Tensor running_var;
 };
 
-void Check(Work work, const char* what, absl::Duration timeout) {
+void Check(collectives::Work work, const char* what, absl::Duration timeout) {
   ThrowIfError(
       Annotate(work.Wait(timeout).status(), absl::StrCat("SyncBatchNorm: ", what, " failed")));
 }
@@ -152,8 +152,8 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     const at::Tensor& weight = saved[1];
     const at::Tensor& mean = saved[2];
     const at::Tensor& invstd = saved[3];
-    auto* group =
-        reinterpret_cast<ProcessGroup*>(static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
+    auto* group = reinterpret_cast<collectives::ProcessGroup*>(
+        static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
     const absl::Duration timeout = absl::Microseconds(ctx->saved_data["timeout_us"].toInt());
     const double count = ctx->saved_data["count"].toDouble();
 
@@ -165,7 +165,7 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     // Summed across ranks in float at least (bfloat16 sums would lose digits).
     const auto sum_type = invstd.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
     at::Tensor sums = at::cat({sum_dy, local_grad_weight / invstd}).to(sum_type);
-    Check(group->Allreduce(sums, ReduceOp::kSum), "reducing gradients", timeout);
+    Check(group->Allreduce(sums, collectives::ReduceOp::kSum), "reducing gradients", timeout);
     const int64_t channels = mean.numel();
     const at::Tensor mean_dy = sums.narrow(0, 0, channels) / count;
     const at::Tensor mean_dy_xmu = sums.narrow(0, channels, channels) / count;
@@ -184,7 +184,7 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
 
 }  // namespace
 
-SyncBatchNormImpl::SyncBatchNormImpl(SyncBatchNormOptions options, ProcessGroup* group)
+SyncBatchNormImpl::SyncBatchNormImpl(SyncBatchNormOptions options, collectives::ProcessGroup* group)
     : options_(WithDefaultTimeout(options)), group_(group) {
   const int64_t c = options_.num_features;
   if (options_.affine) {

@@ -33,7 +33,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "absl/time/time.h"
-#include "ddp/process_group.h"
+#include "collectives/process_group.h"
 
 namespace tessera::ddp {
 
@@ -51,7 +51,7 @@ struct SyncBatchNormOptions {
 class SyncBatchNormImpl : public torch::nn::Module {
  public:
   // `group` must outlive the module.
-  SyncBatchNormImpl(SyncBatchNormOptions options, ProcessGroup* group);
+  SyncBatchNormImpl(SyncBatchNormOptions options, collectives::ProcessGroup* group);
 
   at::Tensor forward(const at::Tensor& input);
 
@@ -68,7 +68,7 @@ class SyncBatchNormImpl : public torch::nn::Module {
   at::Tensor Normalise(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias);
 
   const SyncBatchNormOptions options_;
-  ProcessGroup* const group_;
+  collectives::ProcessGroup* const group_;
 };
 
 TORCH_MODULE(SyncBatchNorm);

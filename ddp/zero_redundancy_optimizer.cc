@@ -38,15 +38,16 @@ std::vector<std::vector<size_t>> PartitionBySize(const std::vector<int64_t>& num
 class ZeroRedundancyOptimizer::OverlapHookImpl final : public CommHook {
  public:
   explicit OverlapHookImpl(ZeroRedundancyOptimizer* zero)
-      : zero_(zero), tail_(Work::Ready(std::monostate{})) {}
+      : zero_(zero), tail_(collectives::Work::Ready(std::monostate{})) {}
 
-  Work Reduce(const GradBucket& bucket, ProcessGroup& group) override {
-    tail_ =
-        tail_.Then([this, bucket, &group](const absl::StatusOr<std::monostate>& before) -> Work {
-          if (!before.ok()) return Work::Ready(before.status());
-          return group.Allreduce(bucket.flat, ReduceOp::kAverage)
-              .Then([this, bucket, &group](const absl::StatusOr<std::monostate>& averaged) -> Work {
-                if (!averaged.ok()) return Work::Ready(averaged.status());
+  collectives::Work Reduce(const GradBucket& bucket, collectives::ProcessGroup& group) override {
+    tail_ = tail_.Then(
+        [this, bucket, &group](const absl::StatusOr<std::monostate>& before) -> collectives::Work {
+          if (!before.ok()) return collectives::Work::Ready(before.status());
+          return group.Allreduce(bucket.flat, collectives::ReduceOp::kAverage)
+              .Then([this, bucket,
+                     &group](const absl::StatusOr<std::monostate>& averaged) -> collectives::Work {
+                if (!averaged.ok()) return collectives::Work::Ready(averaged.status());
                 return StepAndShare(bucket, group);
               });
         });
@@ -55,7 +56,7 @@ class ZeroRedundancyOptimizer::OverlapHookImpl final : public CommHook {
   std::string name() const override { return "zero_overlap"; }
 
  private:
-  Work StepAndShare(const GradBucket& bucket, ProcessGroup& group) {
+  collectives::Work StepAndShare(const GradBucket& bucket, collectives::ProcessGroup& group) {
     std::vector<std::vector<size_t>> by_owner(group.size());  // positions in the bucket
     for (size_t i = 0; i < bucket.parameters.size(); ++i) {
       by_owner[zero_->owner_[IndexOf(bucket.parameters[i])]].push_back(i);
@@ -65,7 +66,7 @@ class ZeroRedundancyOptimizer::OverlapHookImpl final : public CommHook {
       p.mutable_grad() = bucket.gradients[i].clone();
       zero_->per_parameter_.at(IndexOf(p))->step();
     }
-    std::vector<Work> shared;
+    std::vector<collectives::Work> shared;
     for (int rank = 0; rank < group.size(); ++rank) {
       if (by_owner[rank].empty()) continue;
       std::vector<at::Tensor> pieces;
@@ -104,11 +105,11 @@ class ZeroRedundancyOptimizer::OverlapHookImpl final : public CommHook {
   }
 
   ZeroRedundancyOptimizer* const zero_;
-  Work tail_;
+  collectives::Work tail_;
 };
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<at::Tensor> parameters,
-                                                 ProcessGroup* group,
+                                                 collectives::ProcessGroup* group,
                                                  const ShardOptimizerFactory& make_optimizer,
                                                  ZeroOptions options)
     : parameters_(std::move(parameters)), group_(group), options_(WithDefaultTimeout(options)) {
@@ -140,11 +141,11 @@ void ZeroRedundancyOptimizer::Step() {
   at::NoGradGuard no_grad;
   // Issued in rank order on every rank, so the broadcasts match up.
   std::vector<at::Tensor> flats(group_->size());
-  std::vector<Work> works;
+  std::vector<collectives::Work> works;
   for (int rank = 0; rank < group_->size(); ++rank) {
     const auto& indices = shards_[rank];
     if (indices.empty()) {
-      works.push_back(Work::Ready(std::monostate{}));
+      works.push_back(collectives::Work::Ready(std::monostate{}));
       continue;
     }
     std::vector<at::Tensor> pieces;

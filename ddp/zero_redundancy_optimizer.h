@@ -51,7 +51,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "ddp/process_group.h"
+#include "collectives/process_group.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -73,7 +73,7 @@ using ShardOptimizerFactory =
 class ZeroRedundancyOptimizer {
  public:
   // `parameters` in the same order on every rank (a module's parameters()).
-  ZeroRedundancyOptimizer(std::vector<at::Tensor> parameters, ProcessGroup* group,
+  ZeroRedundancyOptimizer(std::vector<at::Tensor> parameters, collectives::ProcessGroup* group,
                           const ShardOptimizerFactory& make_optimizer, ZeroOptions options = {});
   ~ZeroRedundancyOptimizer();
 
@@ -101,7 +101,7 @@ class ZeroRedundancyOptimizer {
   class OverlapHookImpl;
 
   std::vector<at::Tensor> parameters_;
-  ProcessGroup* const group_;
+  collectives::ProcessGroup* const group_;
   const ZeroOptions options_;
   std::unordered_map<const c10::TensorImpl*, size_t> index_of_;
   std::vector<int> owner_;                          // per parameter

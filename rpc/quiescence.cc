@@ -9,12 +9,19 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/logging.h"
 #include "common/status.h"
 
 namespace tessera::rpc {
 namespace {
 
 constexpr absl::Duration kProbeEvery = absl::Seconds(1);
+// Once every participant has arrived, agreement takes a few rounds; one
+// that has not come for this long says why, and again as often. (Waiting
+// for ranks to arrive is not reported: a parameter server rightly waits
+// hours for its trainers, see Note [Shutdown liveness],
+// rpc/runtime_shutdown.cc.)
+constexpr absl::Duration kReportEvery = absl::Seconds(60);
 
 // One worker probes, the others hear its verdict through the store: if
 // every waiting worker probed, each would open a connection to each missing
@@ -92,6 +99,36 @@ bool Balanced(const std::vector<AgentCounters>& all) {
   return true;
 }
 
+// What keeps `current` (of `members`) from agreeing: each rank's calls
+// unanswered and requests in service, or, balanced, who moved since
+// `previous` (still calling).
+std::string Outstanding(const std::vector<int>& members, const std::vector<AgentCounters>& current,
+                        const std::vector<AgentCounters>& previous) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < members.size(); ++i) {
+    const AgentCounters& c = current[i];
+    std::vector<std::string> what;
+    if (c.requests_sent != c.responses_received) {
+      what.push_back(absl::StrCat(c.requests_sent - c.responses_received, " of its ",
+                                  c.requests_sent, " calls unanswered"));
+    }
+    if (c.requests_received != c.responses_sent) {
+      what.push_back(absl::StrCat(c.requests_received - c.responses_sent, " of the ",
+                                  c.requests_received, " requests it received in service"));
+    }
+    if (what.empty() && previous.size() == current.size() && !(c == previous[i])) {
+      what.push_back(absl::StrCat("still calling (", c.requests_sent - previous[i].requests_sent,
+                                  " calls sent, ",
+                                  c.requests_received - previous[i].requests_received,
+                                  " received since the round before)"));
+    }
+    if (!what.empty()) {
+      parts.push_back(absl::StrCat("rank ", members[i], ": ", absl::StrJoin(what, ", ")));
+    }
+  }
+  return parts.empty() ? "nothing outstanding" : absl::StrJoin(parts, "; ");
+}
+
 }  // namespace
 
 absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix, int rank,
@@ -100,6 +137,8 @@ absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix
   std::vector<AgentCounters> previous;
   // Rounds back off so a long-running call does not hammer the store.
   absl::Duration pause = absl::Milliseconds(1);
+  // Counted from the first round every participant took part in.
+  absl::Time next_report = absl::InfiniteFuture();
   for (int round = 0;; ++round) {
     const std::string round_prefix = absl::StrCat(prefix, "/", round, "/");
     auto status = store.Set(round_prefix + std::to_string(rank), Encode(agent.counters()));
@@ -142,8 +181,19 @@ absl::Status AgreeQuiescent(store::StoreClient& store, const std::string& prefix
     }
     if (Balanced(current) && current == previous) return absl::OkStatus();
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "graceful shutdown: calls still outstanding after round ", round));
+      return absl::DeadlineExceededError(
+          absl::StrCat("graceful shutdown: calls still outstanding after round ", round, ": ",
+                       Outstanding(members, current, previous)));
+    }
+    if (next_report == absl::InfiniteFuture()) next_report = absl::Now() + kReportEvery;
+    if (absl::Now() >= next_report) {
+      next_report = absl::Now() + kReportEvery;
+      // Said by the lowest participant: one line for the job, not one per
+      // worker.
+      if (!members.empty() && rank == *std::min_element(members.begin(), members.end())) {
+        TESSERA_LOG(WARNING) << prefix << ": not yet agreed that nothing is in flight, round "
+                             << round << ": " << Outstanding(members, current, previous);
+      }
     }
     // Balanced but not yet confirmed: go again at once. Unbalanced: wait for
     // the in-flight calls to finish before the next snapshot.

@@ -35,16 +35,17 @@ declare -A allowed=(
   [dist_optim]="rref dist_autograd checkpoint rpc common"
   [pipeline]="rref dist_autograd rpc common"
   [ps]="rpc store checkpoint common"
-  [ddp]="store common auth checkpoint dist_autograd/gradient_sink.h"
-  [ddp/shm]="ddp store common"
-  [ddp/gloo]="ddp ddp/shm store common"
-  [ddp/nccl]="ddp store common"
-  [ddp/fault_tolerant]="ddp ddp/gloo checkpoint store common auth"
+  [collectives]="store common auth"
+  [collectives/shm]="collectives store common"
+  [collectives/gloo]="collectives collectives/shm store common"
+  [collectives/nccl]="collectives store common"
+  [ddp]="collectives common checkpoint dist_autograd/gradient_sink.h"
+  [ddp/fault_tolerant]="collectives collectives/gloo checkpoint store common auth"
   [launcher]="store common auth"
   [tessera]="rpc/init rpc rref dist_autograd dist_optim common"
   # //tessera:tessera, libtessera.so for programs outside the tree: every
   # library, by Bazel dependency only (it has no code of its own).
-  [tessera-library]="tessera ddp ddp/gloo ddp/shm ddp/fault_tolerant pipeline ps store checkpoint common"
+  [tessera-library]="tessera ddp collectives collectives/gloo collectives/shm ddp/fault_tolerant pipeline ps store checkpoint common"
 )
 # Bazel targets that are a package of their own here (by default a target
 # belongs to the package of its folder).
@@ -55,7 +56,7 @@ declare -A package_of_target=(
 
 # Tessera's own packages; other quoted includes (absl/, gloo/, ...) are
 # third-party, below everything.
-ours='^(common|auth|data|checkpoint|store|proto|rpc|rref|dist_autograd|dist_optim|pipeline|ps|ddp|launcher|tessera)/'
+ours='^(common|auth|data|checkpoint|store|proto|rpc|rref|dist_autograd|dist_optim|pipeline|ps|collectives|ddp|launcher|tessera)/'
 
 package_of() {  # the longest key of `allowed` matching a path ("" for none)
   local path=$1 best=""
@@ -167,9 +168,9 @@ self_test() {
   scratch=$(mktemp -d)
   trap 'rm -rf "$scratch"' RETURN
   git -C "$scratch" init -q
-  mkdir -p "$scratch"/{rpc/tensorpipe,ddp/gloo,common,pipeline}
+  mkdir -p "$scratch"/{rpc/tensorpipe,ddp,common,pipeline}
   printf '#include "rpc/tensorpipe/agent.h"\n#include "store/store_client.h"\n' >"$scratch/rpc/runtime.cc"
-  printf '#include "ddp/gloo/gloo_process_group.h"\n#include "dist_autograd/gradient_sink.h"\n' \
+  printf '#include "collectives/gloo/gloo_process_group.h"\n#include "dist_autograd/gradient_sink.h"\n' \
     >"$scratch/ddp/reducer.cc"
   printf '#include "dist_autograd/dist_autograd.h"\n' >"$scratch/ddp/sampler.cc"
   printf '#include "rpc/runtime.h"\n' >"$scratch/common/future.h"
@@ -181,19 +182,19 @@ self_test() {
     violations=0
     check_includes "$scratch"
     check_tensorpipe_seam "$scratch"
-    check_deps <<<"$(printf '%s\n' "//rpc:runtime //rpc/grpc:grpc" "//ddp:ddp //ddp/gloo:gloo" \
-      "//ddp:ddp //dist_autograd:gradient_sink" "//ddp/gloo:gloo //ddp:ddp")"
+    check_deps <<<"$(printf '%s\n' "//rpc:runtime //rpc/grpc:grpc" "//ddp:ddp //collectives/gloo:gloo" \
+      "//ddp:ddp //dist_autograd:gradient_sink" "//ddp:ddp //collectives:process_group")"
     echo "violations=$violations"
   )
   local expected=(
     'rpc/runtime.cc (rpc) includes "rpc/tensorpipe/agent.h"'
-    'ddp/reducer.cc (ddp) includes "ddp/gloo/gloo_process_group.h"'
+    'ddp/reducer.cc (ddp) includes "collectives/gloo/gloo_process_group.h"'
     'ddp/sampler.cc (ddp) includes "dist_autograd/dist_autograd.h"'
     'common/future.h (common) includes "rpc/runtime.h"'
     'pipeline/stage.cc (pipeline) includes "dist_optim/distributed_optimizer.h"'
     "rpc/tensorpipe/agent.h includes TensorPipe's non-public"
     '//rpc:runtime (rpc) depends on //rpc/grpc:grpc'
-    '//ddp:ddp (ddp) depends on //ddp/gloo:gloo'
+    '//ddp:ddp (ddp) depends on //collectives/gloo:gloo'
     'violations=8'
   )
   local failed=0 line

@@ -32,7 +32,7 @@ elif [[ $# -gt 0 ]]; then
   files=("$@")
 else
   # The NCCL backend needs CUDA's headers; programs and tests are not annotated.
-  mapfile -t files < <(git ls-files '*.cc' | grep -vE '^(tests|examples|bench|third_party|ddp/nccl)/')
+  mapfile -t files < <(git ls-files '*.cc' | grep -vE '^(tests|examples|bench|third_party|collectives/nccl)/')
 fi
 # Only the analysis's warnings, as errors: the others are gcc's business.
 flags=(-std=c++17 -Wno-everything -Wthread-safety -Werror=thread-safety

@@ -21,7 +21,7 @@ namespace {
 
 // Waits for a collective (which fails by itself at `timeout`), throwing its
 // error.
-void Await(const Work& work, absl::Duration timeout) {
+void Await(const collectives::Work& work, absl::Duration timeout) {
   ThrowIfError(AwaitCall(work, timeout).status());
 }
 
@@ -44,11 +44,12 @@ FaultTolerantDdp::~FaultTolerantDdp() = default;
 
 void FaultTolerantDdp::FormGroup(const QuorumRound& round) {
   group_.reset();
-  GlooOptions gloo = options_.gloo;
+  collectives::GlooOptions gloo = options_.gloo;
   // A fresh group per quorum: its keys must not meet an older group's.
   gloo.store_prefix = absl::StrCat(options_.quorum.prefix, "/group/", round.round);
   gloo.connect_timeout = options_.quorum.round_timeout();
-  group_ = CreateGlooProcessGroup(store_, round.rank, static_cast<int>(round.members.size()), gloo);
+  group_ = collectives::CreateGlooProcessGroup(store_, round.rank,
+                                               static_cast<int>(round.members.size()), gloo);
   group_broken_ = false;
 }
 
@@ -89,7 +90,7 @@ void FaultTolerantDdp::AverageGradients(const QuorumRound& round, bool contribut
   if (!contribute) flat.zero_();
   int64_t contributors = 0;
   for (const auto& m : round.members) contributors += m.step == round.max_step() ? 1 : 0;
-  Await(group_->Allreduce(flat, ReduceOp::kSum), options_.gloo.timeout);
+  Await(group_->Allreduce(flat, collectives::ReduceOp::kSum), options_.gloo.timeout);
   flat.div_(static_cast<double>(contributors));
   int64_t offset = 0;
   for (auto& param : params) {

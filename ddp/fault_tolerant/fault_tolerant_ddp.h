@@ -38,8 +38,8 @@
 #include <memory>
 #include <string>
 
+#include "collectives/gloo/gloo_process_group.h"
 #include "ddp/fault_tolerant/quorum.h"
-#include "ddp/gloo/gloo_process_group.h"
 #include "store/store_client.h"
 
 namespace torch::nn {
@@ -57,7 +57,7 @@ struct FaultTolerantOptions {
   QuorumOptions quorum;
   // The groups formed over each quorum (their timeout bounds a collective
   // with a member that died without closing its connections).
-  GlooOptions gloo;
+  collectives::GlooOptions gloo;
 };
 
 struct FaultTolerantStep {
@@ -105,7 +105,7 @@ class FaultTolerantDdp {
   torch::optim::Optimizer& optimizer_;
   const FaultTolerantOptions options_;
   Quorum quorum_;
-  std::unique_ptr<ProcessGroup> group_;
+  std::unique_ptr<collectives::ProcessGroup> group_;
   bool group_broken_ = false;  // a step failed on it: form a new one
   int64_t step_ = 0;
 };

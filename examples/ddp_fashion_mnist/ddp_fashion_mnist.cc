@@ -19,11 +19,11 @@
 
 #include "absl/flags/flag.h"
 #include "checkpoint/optimizer_state.h"
+#include "collectives/gloo/gloo_process_group.h"
 #include "data/fashion_mnist.h"
 #include "ddp/comm_hook.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/distributed_sampler.h"
-#include "ddp/gloo/gloo_process_group.h"
 #include "ddp/zero_redundancy_optimizer.h"
 #include "examples/common/fashion_cnn.h"
 #include "examples/common/resume.h"
@@ -67,8 +67,8 @@ void Restore(const tessera::checkpoint::Checkpoint& last, Net& net, torch::optim
 int Train(const tessera::examples::TrainingFlags& flags) {
   const auto train = tessera::data::LoadFashionMnist(tessera::data::Split::kTrain);
   const auto test = tessera::data::LoadFashionMnist(tessera::data::Split::kTest);
-  auto env = tessera::ddp::CreateGlooProcessGroupFromEnv();
-  tessera::ddp::ProcessGroup* group = env.group.get();
+  auto env = tessera::collectives::CreateGlooProcessGroupFromEnv();
+  tessera::collectives::ProcessGroup* group = env.group.get();
   const int rank = group->rank();
   const int world = group->size();
   const std::string who = "ddp";

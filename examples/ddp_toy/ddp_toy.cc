@@ -13,10 +13,10 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "examples/common/example_main.h"
+#include "collectives/gloo/gloo_process_group.h"
 #include "common/status.h"
 #include "ddp/distributed_data_parallel.h"
-#include "ddp/gloo/gloo_process_group.h"
+#include "examples/common/example_main.h"
 
 ABSL_FLAG(std::string, checkpoint, "/tmp/tessera_ddp_toy.pt",
           "where rank 0 saves the model for every rank to load");
@@ -31,8 +31,8 @@ std::shared_ptr<torch::nn::SequentialImpl> ToyModel() {
 
 int Train() {
   const std::string checkpoint = absl::GetFlag(FLAGS_checkpoint);
-  auto env = tessera::ddp::CreateGlooProcessGroupFromEnv();
-  tessera::ddp::ProcessGroup* group = env.group.get();
+  auto env = tessera::collectives::CreateGlooProcessGroupFromEnv();
+  tessera::collectives::ProcessGroup* group = env.group.get();
   const int rank = group->rank();
 
   torch::manual_seed(rank);  // replicas start apart; DDP copies rank 0's

@@ -19,7 +19,7 @@ HybridTrainer::HybridTrainer(dist_autograd::DistAutograd& autograd,
 
 std::unique_ptr<HybridTrainer> HybridTrainer::Create(rref::RRefContext& rrefs,
                                                      dist_autograd::DistAutograd& autograd,
-                                                     ddp::ProcessGroup* group,
+                                                     collectives::ProcessGroup* group,
                                                      rref::RRef<EmbeddingTable> table,
                                                      const dist_optim::OptimizerOptions& options) {
   std::unique_ptr<HybridTrainer> trainer(new HybridTrainer(autograd, std::move(table)));

@@ -26,7 +26,7 @@ class HybridTrainer {
   // parameters are broadcast to the others. Throws StatusError.
   static std::unique_ptr<HybridTrainer> Create(rref::RRefContext& rrefs,
                                                dist_autograd::DistAutograd& autograd,
-                                               ddp::ProcessGroup* group,
+                                               collectives::ProcessGroup* group,
                                                rref::RRef<EmbeddingTable> table,
                                                const dist_optim::OptimizerOptions& options);
 

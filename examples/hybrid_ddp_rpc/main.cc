@@ -17,9 +17,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/gloo/gloo_process_group.h"
 #include "data/fashion_mnist.h"
 #include "ddp/distributed_sampler.h"
-#include "ddp/gloo/gloo_process_group.h"
 #include "examples/common/remote_parameters.h"
 #include "examples/common/resume.h"
 #include "examples/common/training.h"
@@ -51,9 +51,9 @@ int RunTrainer(Worker& worker, const TrainingFlags& flags) {
   const int index = worker.rank() - 1;
   const data::Examples train = data::LoadFashionMnist(data::Split::kTrain);
   auto table = worker.RpcSync<rref::RRef<EmbeddingTable>>("ps", "table");
-  ddp::GlooOptions gloo;
+  collectives::GlooOptions gloo;
   gloo.store_prefix = "hybrid/ddp";
-  auto group = ddp::CreateGlooProcessGroup(&worker.rpc().store(), index, trainers, gloo);
+  auto group = collectives::CreateGlooProcessGroup(&worker.rpc().store(), index, trainers, gloo);
   dist_optim::AdamOptions adam;
   adam.lr = flags.lr;
   auto trainer = HybridTrainer::Create(worker.rrefs(), worker.autograd(), group.get(), table, adam);

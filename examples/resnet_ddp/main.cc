@@ -13,10 +13,10 @@
 #include <cstdio>
 
 #include "absl/flags/flag.h"
+#include "collectives/gloo/gloo_process_group.h"
 #include "data/fashion_mnist.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/distributed_sampler.h"
-#include "ddp/gloo/gloo_process_group.h"
 #include "examples/common/training.h"
 #include "examples/resnet_ddp/resnet.h"
 
@@ -46,8 +46,8 @@ double Accuracy(ResNet18& net, const data::Examples& test, int64_t count) {
 int Train(const TrainingFlags& flags) {
   const auto train = data::LoadFashionMnist(data::Split::kTrain);
   const auto test = data::LoadFashionMnist(data::Split::kTest);
-  auto env = ddp::CreateGlooProcessGroupFromEnv();
-  ddp::ProcessGroup* group = env.group.get();
+  auto env = collectives::CreateGlooProcessGroupFromEnv();
+  collectives::ProcessGroup* group = env.group.get();
   const int rank = group->rank();
   const std::string who = rank == 0 ? "rank0" : "rank" + std::to_string(rank);
 

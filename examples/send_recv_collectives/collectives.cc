@@ -12,7 +12,7 @@ namespace {
 // Tags keep the messages of one collective's rounds apart.
 constexpr uint64_t kBroadcastTag = 1000, kRingTag = 2000;
 
-absl::Status Await(ddp::Work work, absl::Duration timeout, const std::string& what) {
+absl::Status Await(collectives::Work work, absl::Duration timeout, const std::string& what) {
   auto done = work.Wait(timeout);
   return done.ok() ? absl::OkStatus()
                    : absl::Status(done.status().code(),
@@ -21,7 +21,7 @@ absl::Status Await(ddp::Work work, absl::Duration timeout, const std::string& wh
 
 }  // namespace
 
-absl::Status TreeBroadcast(ddp::ProcessGroup& group, at::Tensor& tensor, int root,
+absl::Status TreeBroadcast(collectives::ProcessGroup& group, at::Tensor& tensor, int root,
                            absl::Duration timeout) {
   const int n = group.size();
   const int me = (group.rank() - root + n) % n;  // position relative to the root
@@ -41,7 +41,8 @@ absl::Status TreeBroadcast(ddp::ProcessGroup& group, at::Tensor& tensor, int roo
   return absl::OkStatus();
 }
 
-absl::Status RingAllreduce(ddp::ProcessGroup& group, at::Tensor& tensor, absl::Duration timeout) {
+absl::Status RingAllreduce(collectives::ProcessGroup& group, at::Tensor& tensor,
+                           absl::Duration timeout) {
   const int n = group.size(), rank = group.rank();
   if (n == 1) return absl::OkStatus();
   const int next = (rank + 1) % n, previous = (rank - 1 + n) % n;
@@ -51,8 +52,8 @@ absl::Status RingAllreduce(ddp::ProcessGroup& group, at::Tensor& tensor, absl::D
     at::Tensor incoming = at::empty_like(chunks[recv_chunk]);
     // Send and receive at once: every rank sends first would deadlock
     // without buffering.
-    ddp::Work sent = group.Send(chunks[send_chunk], next, kRingTag + step);
-    ddp::Work got = group.Recv(incoming, previous, kRingTag + step);
+    collectives::Work sent = group.Send(chunks[send_chunk], next, kRingTag + step);
+    collectives::Work got = group.Recv(incoming, previous, kRingTag + step);
     absl::Status status =
         Await(got, timeout, absl::StrCat("ring step ", step, ": recv from rank ", previous));
     if (!status.ok()) return status;

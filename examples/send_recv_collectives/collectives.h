@@ -8,18 +8,19 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/status.h"
-#include "ddp/process_group.h"
+#include "collectives/process_group.h"
 
 namespace tessera::examples {
 
 // Copies `root`'s `tensor` into every rank's, in ceil(log2 n) rounds: in
 // round k the ranks that have it send to the rank 2^k further on.
-absl::Status TreeBroadcast(ddp::ProcessGroup& group, at::Tensor& tensor, int root,
+absl::Status TreeBroadcast(collectives::ProcessGroup& group, at::Tensor& tensor, int root,
                            absl::Duration timeout);
 
 // Sums `tensor` (1-D, contiguous) across ranks into every rank's tensor: n
 // chunks; n - 1 steps of reduce-scatter (send chunk i to the next rank, add
 // the one received from the previous), then n - 1 of all-gather.
-absl::Status RingAllreduce(ddp::ProcessGroup& group, at::Tensor& tensor, absl::Duration timeout);
+absl::Status RingAllreduce(collectives::ProcessGroup& group, at::Tensor& tensor,
+                           absl::Duration timeout);
 
 }  // namespace tessera::examples

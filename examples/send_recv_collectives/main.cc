@@ -16,9 +16,9 @@
 #include <cstdio>
 #include <functional>
 
-#include "examples/common/example_main.h"
+#include "collectives/gloo/gloo_process_group.h"
 #include "common/status.h"
-#include "ddp/gloo/gloo_process_group.h"
+#include "examples/common/example_main.h"
 #include "examples/send_recv_collectives/collectives.h"
 
 namespace tessera::examples {
@@ -27,7 +27,7 @@ namespace {
 constexpr absl::Duration kTimeout = absl::Seconds(60);
 
 // Median milliseconds of `repeats` runs of `fn`, every rank in step.
-double MedianMs(ddp::ProcessGroup& group, int repeats, const std::function<void()>& fn) {
+double MedianMs(collectives::ProcessGroup& group, int repeats, const std::function<void()>& fn) {
   std::vector<double> times;
   for (int i = 0; i < repeats; ++i) {
     ThrowIfError(group.Barrier().Wait(kTimeout).status());
@@ -42,8 +42,8 @@ double MedianMs(ddp::ProcessGroup& group, int repeats, const std::function<void(
 }
 
 int Run() {
-  auto env = ddp::CreateGlooProcessGroupFromEnv();
-  ddp::ProcessGroup& group = *env.group;
+  auto env = collectives::CreateGlooProcessGroupFromEnv();
+  collectives::ProcessGroup& group = *env.group;
   const int rank = group.rank();
   bool all_match = true;
   if (rank == 0) {
@@ -71,7 +71,7 @@ int Run() {
     ours = mine.clone();
     theirs = mine.clone();
     ThrowIfError(RingAllreduce(group, ours, kTimeout));
-    ThrowIfError(group.Allreduce(theirs, ddp::ReduceOp::kSum).Wait(kTimeout).status());
+    ThrowIfError(group.Allreduce(theirs, collectives::ReduceOp::kSum).Wait(kTimeout).status());
     const bool allreduce_ok = at::allclose(ours, theirs, 1e-5, 1e-5);
     const double ring_ms = MedianMs(group, 5, [&] {
       at::Tensor t = mine.clone();
@@ -79,7 +79,7 @@ int Run() {
     });
     const double gloo_allreduce_ms = MedianMs(group, 5, [&] {
       at::Tensor t = mine.clone();
-      ThrowIfError(group.Allreduce(t, ddp::ReduceOp::kSum).Wait(kTimeout).status());
+      ThrowIfError(group.Allreduce(t, collectives::ReduceOp::kSum).Wait(kTimeout).status());
     });
     all_match = all_match && broadcast_ok && allreduce_ok;
     if (rank == 0) {
@@ -91,7 +91,7 @@ int Run() {
   }
   // Every rank checked its own result; the verdict is the worst of them.
   at::Tensor verdict = at::full({1}, all_match ? 1.0f : 0.0f);
-  ThrowIfError(group.Allreduce(verdict, ddp::ReduceOp::kMin).Wait(kTimeout).status());
+  ThrowIfError(group.Allreduce(verdict, collectives::ReduceOp::kMin).Wait(kTimeout).status());
   if (rank == 0) {
     std::printf("every rank's results match the built-in collectives: %s\n",
                 verdict.item<float>() == 1.0f ? "yes" : "NO");

@@ -1,8 +1,8 @@
-// Checked collectives (ddp/collective_checks.h) over Gloo with real
+// Checked collectives (collectives/collective_checks.h) over Gloo with real
 // processes: valid calls still give the right results; calls that differ
 // across ranks fail on every rank at once, saying who issued what, and the
 // group goes on working.
-#include "ddp/collective_checks.h"
+#include "collectives/collective_checks.h"
 
 #include <ATen/ops/cat.h>
 #include <ATen/ops/equal.h>
@@ -19,21 +19,21 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collectives/collective_fingerprint.h"
+#include "collectives/gloo/gloo_process_group.h"
 #include "common/status.h"
-#include "ddp/collective_fingerprint.h"
-#include "ddp/gloo/gloo_process_group.h"
 #include "tests/ddp/process_group_conformance.h"
 
 namespace tessera::testing {
 namespace {
 
-using ddp::CollectiveKind;
-using ddp::ReduceOp;
+using collectives::CollectiveKind;
+using collectives::ReduceOp;
 
 const std::map<std::string, std::string> kChecked = {{"TESSERA_DISTRIBUTED_DEBUG", "DETAIL"}};
 
 // `work` must fail with INVALID_ARGUMENT saying each of `parts`.
-absl::Status ExpectMismatch(ddp::Work work, const std::vector<std::string>& parts) {
+absl::Status ExpectMismatch(collectives::Work work, const std::vector<std::string>& parts) {
   auto result = work.Wait(absl::Seconds(60));
   if (result.status().code() != absl::StatusCode::kInvalidArgument) {
     return absl::InternalError(absl::StrCat("expected a mismatch, got ", result.status().ToString()));
@@ -48,7 +48,7 @@ absl::Status ExpectMismatch(ddp::Work work, const std::vector<std::string>& part
 }
 
 // Each kind of mismatch once (world size 3), then a valid call.
-absl::Status RunMismatches(ddp::ProcessGroup& pg) {
+absl::Status RunMismatches(collectives::ProcessGroup& pg) {
   const int r = pg.rank();
   TESSERA_RETURN_IF_ERROR(ExpectMismatch(pg.Allreduce(at::ones({r == 1 ? 5 : 4})),
                                          {"collective #1 differs across ranks (not run)",
@@ -80,10 +80,10 @@ absl::Status RunMismatches(ddp::ProcessGroup& pg) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ddp::EnvProcessGroup> ChildGroup() {
-  ddp::GlooOptions options;
+absl::StatusOr<collectives::EnvProcessGroup> ChildGroup() {
+  collectives::GlooOptions options;
   options.timeout = absl::Seconds(60);
-  return ddp::CreateGlooProcessGroupFromEnv(options);
+  return collectives::CreateGlooProcessGroupFromEnv(options);
 }
 
 // The children's groups are checked through TESSERA_DISTRIBUTED_DEBUG.
@@ -101,17 +101,19 @@ class CollectiveChecksTest : public ::testing::Test {
  protected:
   // Rank 0 of a checked Gloo group of `world_size`, the others running
   // `scenario` with checks on.
-  std::unique_ptr<ddp::ProcessGroup> StartChecked(int world_size, const std::string& scenario) {
+  std::unique_ptr<collectives::ProcessGroup> StartChecked(int world_size,
+                                                          const std::string& scenario) {
     world_.StartChildren(world_size, scenario, kChecked);
-    ddp::GlooOptions options;
+    collectives::GlooOptions options;
     options.timeout = absl::Seconds(60);
-    return ddp::WithCollectiveChecks(
-        ddp::CreateGlooProcessGroup(world_.store(), 0, world_size, options), options.timeout);
+    return collectives::WithCollectiveChecks(
+        collectives::CreateGlooProcessGroup(world_.store(), 0, world_size, options),
+        options.timeout);
   }
 
   // Rank 0 runs `body`; ranks 1 and 2 run `scenario` (the same body).
   void RunOnThreeRanks(const std::string& scenario,
-                       const std::function<absl::Status(ddp::ProcessGroup&)>& body) {
+                       const std::function<absl::Status(collectives::ProcessGroup&)>& body) {
     auto pg = StartChecked(3, scenario);
     ASSERT_NE(pg, nullptr);
     auto status = body(*pg);
@@ -135,9 +137,9 @@ TEST_F(CollectiveChecksTest, MismatchesFailEveryRankAndTheGroupGoesOn) {
 // here is the other one, a rank that does not join the collective.)
 TEST_F(CollectiveChecksTest, UncheckedATimeoutPointsToTheChecks) {
   world_.StartChildren(2, "silent_rank");
-  ddp::GlooOptions options;
+  collectives::GlooOptions options;
   options.timeout = absl::Seconds(1);  // joining is bounded by connect_timeout instead
-  auto pg = ddp::CreateGlooProcessGroup(world_.store(), 0, 2, options);
+  auto pg = collectives::CreateGlooProcessGroup(world_.store(), 0, 2, options);
   auto result = pg->Allreduce(at::ones({4})).Wait(absl::Seconds(60));
   ASSERT_EQ(result.status().code(), absl::StatusCode::kDeadlineExceeded) << result.status();
   EXPECT_TRUE(absl::StrContains(result.status().message(), "TESSERA_DISTRIBUTED_DEBUG=DETAIL"))
@@ -148,40 +150,42 @@ TEST_F(CollectiveChecksTest, UncheckedATimeoutPointsToTheChecks) {
 
 TEST(CollectiveChecksFromEnvTest, AnUnknownLevelIsAnErrorNamingTheAcceptedOnes) {
   setenv("TESSERA_DISTRIBUTED_DEBUG", "INFO", 1);
-  auto checked = ddp::CollectiveChecksFromEnv();
+  auto checked = collectives::CollectiveChecksFromEnv();
   unsetenv("TESSERA_DISTRIBUTED_DEBUG");
   ASSERT_FALSE(checked.ok());
   EXPECT_TRUE(absl::StrContains(checked.status().message(), "'INFO' is not one of OFF, DETAIL"))
       << checked.status();
-  ASSERT_TRUE(ddp::CollectiveChecksFromEnv().ok());
-  EXPECT_FALSE(*ddp::CollectiveChecksFromEnv());
+  ASSERT_TRUE(collectives::CollectiveChecksFromEnv().ok());
+  EXPECT_FALSE(*collectives::CollectiveChecksFromEnv());
 }
 
 std::string Describe(const at::Tensor& fingerprint) {
-  return ddp::DescribeFingerprint(fingerprint.data_ptr<int64_t>());
+  return collectives::DescribeFingerprint(fingerprint.data_ptr<int64_t>());
 }
 
 TEST(CollectiveFingerprintTest, DescribesLayoutAndManyDimensions) {
   at::Tensor transposed = at::ones({2, 3}).t();
-  EXPECT_EQ(Describe(ddp::Fingerprint(CollectiveKind::kAllreduce,
-                                      static_cast<int64_t>(ReduceOp::kAverage), transposed)),
+  EXPECT_EQ(Describe(collectives::Fingerprint(
+                CollectiveKind::kAllreduce, static_cast<int64_t>(ReduceOp::kAverage), transposed)),
             "allreduce(average) of Float[3, 2] (non-contiguous)");
   at::Tensor many = at::zeros({1, 2, 1, 2, 1, 2, 3, 5}, at::kLong);
-  EXPECT_EQ(Describe(ddp::Fingerprint(CollectiveKind::kBroadcast, 1, many)),
+  EXPECT_EQ(Describe(collectives::Fingerprint(CollectiveKind::kBroadcast, 1, many)),
             "broadcast from rank 1 of Long[1, 2, 1, 2, 1, 2, 15...]");
-  EXPECT_EQ(Describe(ddp::Fingerprint(CollectiveKind::kReduceScatter,
-                                      static_cast<int64_t>(ReduceOp::kMin), at::ones({6}), {})),
-            "reduce_scatter(min) of Float[6] into an undefined tensor");
+  EXPECT_EQ(
+      Describe(collectives::Fingerprint(CollectiveKind::kReduceScatter,
+                                        static_cast<int64_t>(ReduceOp::kMin), at::ones({6}), {})),
+      "reduce_scatter(min) of Float[6] into an undefined tensor");
 }
 
 TEST(CollectiveFingerprintTest, EqualCallsCompareEqualAndTheLastDimensionCounts) {
   auto gathered = [](const at::Tensor& a, const at::Tensor& b) {
-    return at::cat({ddp::Fingerprint(CollectiveKind::kAllreduce, 0, a),
-                    ddp::Fingerprint(CollectiveKind::kAllreduce, 0, b)});
+    return at::cat({collectives::Fingerprint(CollectiveKind::kAllreduce, 0, a),
+                    collectives::Fingerprint(CollectiveKind::kAllreduce, 0, b)});
   };
-  EXPECT_TRUE(ddp::CompareFingerprints(gathered(at::ones({2, 2}), at::ones({2, 2})), 1).ok());
+  EXPECT_TRUE(
+      collectives::CompareFingerprints(gathered(at::ones({2, 2}), at::ones({2, 2})), 1).ok());
   // Dimensions past the seventh are folded into it, not dropped.
-  auto folded = ddp::CompareFingerprints(
+  auto folded = collectives::CompareFingerprints(
       gathered(at::ones({1, 1, 1, 1, 1, 1, 2, 3}), at::ones({1, 1, 1, 1, 1, 1, 2, 4})), 9);
   EXPECT_EQ(folded.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(folded.message(), "collective #9")) << folded;

@@ -39,7 +39,7 @@ struct ShuffledImpl : torch::nn::Module {
 // the point: the averages still match one process computing both ranks'
 // losses (equal-sized layers: ranks on different bucket orders would pair
 // different layers without any error).
-absl::Status RunShuffled(ddp::ProcessGroup& group) {
+absl::Status RunShuffled(collectives::ProcessGroup& group) {
   const int r = group.rank();
   torch::manual_seed(3);
   const torch::Tensor x = torch::randn({8, 10});

@@ -57,7 +57,7 @@ absl::Status AllClose(torch::nn::Module& a, torch::nn::Module& b, const std::str
 // a synchronised one — and joins. Every rank must end with the parameters
 // of one process that, at each step, averages the losses of the ranks
 // still training over the world size (or over those ranks).
-absl::Status TrainUneven(ddp::ProcessGroup& group, std::vector<int> steps,
+absl::Status TrainUneven(collectives::ProcessGroup& group, std::vector<int> steps,
                          ddp::JoinOptions join_options) {
   const int r = group.rank();
   const std::string what =
@@ -111,7 +111,7 @@ absl::Status TrainUneven(ddp::ProcessGroup& group, std::vector<int> steps,
   return AllClose(*replica, *reference, what);
 }
 
-absl::Status RunUneven(ddp::ProcessGroup& group) {
+absl::Status RunUneven(collectives::ProcessGroup& group) {
   // {0, 3}: rank 0 never trains, so it also takes part in rank 1's bucket
   // rebuild (see Note [Bucket rebuild]); {4, 2}: the last to train is rank 0.
   for (const std::vector<int>& steps :
@@ -129,7 +129,7 @@ absl::Status RunUneven(ddp::ProcessGroup& group) {
 // Inside a Join, buffers come from the highest rank still training (rank 0
 // has joined with stale ones), and every rank leaves with the last one's
 // parameters and buffers.
-absl::Status RunBuffers(ddp::ProcessGroup& group) {
+absl::Status RunBuffers(collectives::ProcessGroup& group) {
   const int r = group.rank();
   const std::vector<int> steps = {2, 4};
   auto replica = std::make_shared<ToyImpl>(/*seed=*/r);
@@ -170,7 +170,7 @@ absl::Status RunBuffers(ddp::ProcessGroup& group) {
 // throw_on_early_termination: rank 0 trains one step, rank 1 three. Rank
 // 1's second backward fails naming rank 0, rank 0's Finish fails too, and
 // neither leaves a collective behind: the group still works.
-absl::Status RunThrowOnEarlyTermination(ddp::ProcessGroup& group) {
+absl::Status RunThrowOnEarlyTermination(collectives::ProcessGroup& group) {
   const int r = group.rank();
   auto replica = std::make_shared<ToyImpl>(/*seed=*/r);
   auto ddp = ddp::DistributedDataParallel::Create(replica, &group, {});

@@ -11,9 +11,9 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/gloo/gloo_process_group.h"
 #include "common/status.h"
 #include "ddp/distributed_data_parallel.h"
-#include "ddp/gloo/gloo_process_group.h"
 #include "tests/ddp/two_ranks.h"
 
 namespace tessera::testing {
@@ -55,9 +55,9 @@ struct Trained {
 
 // kSteps of SGD: this rank's DDP replica on its half of (x, y), and a local
 // reference on all of it, starting from rank 0's initial weights (`seed`).
-absl::StatusOr<Trained> TrainHalvesAndWhole(ddp::ProcessGroup& group, const torch::Tensor& x,
-                                            const torch::Tensor& y, int64_t seed,
-                                            const ddp::DdpOptions& options) {
+absl::StatusOr<Trained> TrainHalvesAndWhole(collectives::ProcessGroup& group,
+                                            const torch::Tensor& x, const torch::Tensor& y,
+                                            int64_t seed, const ddp::DdpOptions& options) {
   const int r = group.rank();
   Trained trained{ToyModel(seed + r), ToyModel(seed)};  // ranks start apart
   auto ddp = ddp::DistributedDataParallel::Create(trained.replica, &group, options);
@@ -77,7 +77,7 @@ absl::StatusOr<Trained> TrainHalvesAndWhole(ddp::ProcessGroup& group, const torc
   return trained;
 }
 
-absl::Status RunParity(ddp::ProcessGroup& group) {
+absl::Status RunParity(collectives::ProcessGroup& group) {
   const int r = group.rank();
   torch::manual_seed(123);
   const torch::Tensor x = torch::randn({8, 10});
@@ -177,7 +177,7 @@ struct SidedImpl : torch::nn::Module {
 // losses; with find_unused_parameters every bucket is sent during backward
 // (the unused are found in the graph), without it the bucket holding `never`
 // and all after it wait for the end.
-absl::Status RunUnused(ddp::ProcessGroup& group) {
+absl::Status RunUnused(collectives::ProcessGroup& group) {
   const int r = group.rank();
   torch::manual_seed(7);
   const torch::Tensor x = torch::randn({8, 10});
@@ -237,7 +237,7 @@ absl::Status RunUnused(ddp::ProcessGroup& group) {
 
 // A replica of another shape: creation fails on every rank, naming it.
 TESSERA_WORKER_SCENARIO(ddp_mismatch) {
-  auto env = ddp::CreateGlooProcessGroupFromEnv();
+  auto env = collectives::CreateGlooProcessGroupFromEnv();
   const absl::Status refused = StatusOf(
       [&] { ddp::DistributedDataParallel::Create(ToyModel(0, /*hidden=*/12), env.group.get()); });
   return refused.code() == absl::StatusCode::kInvalidArgument ? 0 : 1;

@@ -3,15 +3,15 @@
 // weight, another dtype), naming the parameter on every rank; and a model
 // mixing float and double parameters averages each in its own precision.
 // Rank 0 is this process, rank 1 a child.
-#include <gtest/gtest.h>
 #include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <csignal>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/gloo/gloo_process_group.h"
 #include "ddp/distributed_data_parallel.h"
-#include "ddp/gloo/gloo_process_group.h"
 #include "tests/ddp/two_ranks.h"
 
 namespace tessera::testing {
@@ -37,7 +37,7 @@ absl::Status RefusedNaming(const absl::Status& created, int rank, const std::str
 }
 
 // Rank 1 holds `w` of `sizes` and `dtype`; rank 0 holds Float [2, 5].
-absl::Status RefuseOn(ddp::ProcessGroup& group, at::IntArrayRef sizes, at::ScalarType dtype,
+absl::Status RefuseOn(collectives::ProcessGroup& group, at::IntArrayRef sizes, at::ScalarType dtype,
                       const std::string& described) {
   const absl::Status refused = StatusOf([&] {
     ddp::DistributedDataParallel::Create(std::make_shared<ShapedImpl>(sizes, dtype), &group);
@@ -46,11 +46,12 @@ absl::Status RefuseOn(ddp::ProcessGroup& group, at::IntArrayRef sizes, at::Scala
 }
 
 TESSERA_WORKER_SCENARIO(ddp_transposed) {
-  return RunOnRank1(
-      [](ddp::ProcessGroup& group) { return RefuseOn(group, {5, 2}, at::kFloat, "Float [5, 2]"); });
+  return RunOnRank1([](collectives::ProcessGroup& group) {
+    return RefuseOn(group, {5, 2}, at::kFloat, "Float [5, 2]");
+  });
 }
 TESSERA_WORKER_SCENARIO(ddp_other_dtype) {
-  return RunOnRank1([](ddp::ProcessGroup& group) {
+  return RunOnRank1([](collectives::ProcessGroup& group) {
     return RefuseOn(group, {2, 5}, at::kDouble, "Double [2, 5]");
   });
 }
@@ -76,7 +77,7 @@ struct TwoPrecisionsImpl : torch::nn::Module {
 // One backward on this rank's half of a batch; the averaged gradients must
 // match one process's on the whole batch: the double ones to double
 // precision (float rounding would leave ~1e-8), the float ones to float's.
-absl::Status RunTwoPrecisions(ddp::ProcessGroup& group) {
+absl::Status RunTwoPrecisions(collectives::ProcessGroup& group) {
   const int r = group.rank();
   torch::manual_seed(5);
   const torch::Tensor x = torch::randn({8, 10});
@@ -110,7 +111,7 @@ class DdpReplicaTest : public TwoRankGlooTest {
   // Rank 1 runs `scenario` (a replica unlike rank 0's Float [2, 5]); both
   // ranks' creations must fail naming `w` as each holds it.
   void ExpectRefusedOnBothRanks(const std::string& scenario) {
-    RunOnBothRanks(scenario, [](ddp::ProcessGroup& group) {
+    RunOnBothRanks(scenario, [](collectives::ProcessGroup& group) {
       return RefuseOn(group, {2, 5}, at::kFloat, "Float [2, 5]");
     });
   }
@@ -128,7 +129,7 @@ TESSERA_TWO_RANK_TEST(DdpReplicaTest, FloatAndDoubleParametersAverageEachInItsOw
 // Rank 1 joins, creates its replica (the parameters' broadcast needs it), and
 // is SIGKILLed before the first backward.
 TESSERA_WORKER_SCENARIO(ddp_killed_before_backward) {
-  auto env = ddp::CreateGlooProcessGroupFromEnv();
+  auto env = collectives::CreateGlooProcessGroupFromEnv();
   ddp::DistributedDataParallel::Create(std::make_shared<ShapedImpl>(at::IntArrayRef{2, 5},
                                                                     at::kFloat),
                                        env.group.get());

@@ -2,7 +2,7 @@
 // process, the other ranks are children running the same sequence; each
 // rank checks its own results. Then the failure modes: a rank that never
 // joins, and a rank that dies.
-#include "ddp/gloo/gloo_process_group.h"
+#include "collectives/gloo/gloo_process_group.h"
 
 #include <ATen/ops/full.h>
 #include <gtest/gtest.h>
@@ -18,16 +18,16 @@ namespace {
 
 // Gloo alone: ranks on one host would otherwise reduce through shared
 // memory (tests/ddp/shm_process_group_test.cc).
-ddp::GlooOptions GlooAlone() {
-  ddp::GlooOptions options;
+collectives::GlooOptions GlooAlone() {
+  collectives::GlooOptions options;
   options.shm.enabled = false;
   return options;
 }
 
-absl::StatusOr<ddp::EnvProcessGroup> ChildGroup() {
-  ddp::GlooOptions options = GlooAlone();
+absl::StatusOr<collectives::EnvProcessGroup> ChildGroup() {
+  collectives::GlooOptions options = GlooAlone();
   options.timeout = absl::Seconds(60);
-  return ddp::CreateGlooProcessGroupFromEnv(options);
+  return collectives::CreateGlooProcessGroupFromEnv(options);
 }
 
 TESSERA_WORKER_SCENARIO(pg_conformance) { return RunChildRank(ChildGroup(), RunConformance); }
@@ -59,7 +59,7 @@ class GlooProcessGroupTest : public ::testing::TestWithParam<int> {
 TEST_P(GlooProcessGroupTest, EveryOpDtypeAndSize) {
   const int world_size = GetParam();
   world_.StartChildren(world_size, "pg_conformance");
-  auto pg = ddp::CreateGlooProcessGroup(world_.store(), 0, world_size, GlooAlone());
+  auto pg = collectives::CreateGlooProcessGroup(world_.store(), 0, world_size, GlooAlone());
   EXPECT_EQ(pg->size(), world_size);
   auto status = RunConformance(*pg);
   EXPECT_TRUE(status.ok()) << status;
@@ -69,10 +69,10 @@ TEST_P(GlooProcessGroupTest, EveryOpDtypeAndSize) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooProcessGroupTest, ::testing::Values(2, 3));
 
 TEST_F(GlooProcessGroupTest, MissingRankIsATimeoutNotAHang) {
-  ddp::GlooOptions options = GlooAlone();
+  collectives::GlooOptions options = GlooAlone();
   options.connect_timeout = absl::Milliseconds(800);
   const absl::Status pg =
-      StatusOf([&] { ddp::CreateGlooProcessGroup(world_.store(), 0, 2, options); });
+      StatusOf([&] { collectives::CreateGlooProcessGroup(world_.store(), 0, 2, options); });
   EXPECT_EQ(pg.code(), absl::StatusCode::kDeadlineExceeded) << pg;
   EXPECT_NE(pg.message().find("within 800 ms (GlooOptions::connect_timeout)"), std::string::npos)
       << pg;
@@ -82,10 +82,10 @@ TEST_F(GlooProcessGroupTest, MissingRankIsATimeoutNotAHang) {
 // timeout: a rank that starts seconds after the others still joins.
 TEST_F(GlooProcessGroupTest, LateRankJoinsWithinConnectTimeout) {
   world_.StartChildren(2, "pg_late");
-  ddp::GlooOptions options = GlooAlone();
+  collectives::GlooOptions options = GlooAlone();
   options.timeout = kShortOpTimeout;
   options.connect_timeout = absl::Seconds(120);
-  auto pg = ddp::CreateGlooProcessGroup(world_.store(), 0, 2, options);
+  auto pg = collectives::CreateGlooProcessGroup(world_.store(), 0, 2, options);
   at::Tensor t = at::full({4}, 1.0f);
   // The child allreduces right after joining: well within the short timeout.
   auto done = pg->Allreduce(t).Wait(absl::Seconds(60));
@@ -96,9 +96,9 @@ TEST_F(GlooProcessGroupTest, LateRankJoinsWithinConnectTimeout) {
 
 TEST_F(GlooProcessGroupTest, DeadRankFailsTheCollective) {
   world_.StartChildren(2, "pg_dies");
-  ddp::GlooOptions options = GlooAlone();
+  collectives::GlooOptions options = GlooAlone();
   options.timeout = absl::Seconds(5);
-  auto pg = ddp::CreateGlooProcessGroup(world_.store(), 0, 2, options);
+  auto pg = collectives::CreateGlooProcessGroup(world_.store(), 0, 2, options);
   // Writes to the dead rank's socket fail with EPIPE instead of killing this
   // one (see Note [SIGPIPE]; before, about one run in thirty died here).
   struct sigaction broken_pipe {};

@@ -4,7 +4,7 @@
 // others children. Then the failure modes. Tests that need more GPUs than
 // are visible skip, saying so; without any GPU, the one check left is that
 // asking for the backend is a clear error rather than a crash.
-#include "ddp/nccl/nccl_process_group.h"
+#include "collectives/nccl/nccl_process_group.h"
 
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
@@ -19,10 +19,10 @@
 namespace tessera::testing {
 namespace {
 
-absl::StatusOr<ddp::EnvProcessGroup> ChildGroup() {
-  ddp::NcclOptions options;
+absl::StatusOr<collectives::EnvProcessGroup> ChildGroup() {
+  collectives::NcclOptions options;
   options.timeout = absl::Seconds(60);
-  return ddp::CreateNcclProcessGroupFromEnv(options);
+  return collectives::CreateNcclProcessGroupFromEnv(options);
 }
 
 TESSERA_WORKER_SCENARIO(nccl_conformance) { return RunChildRank(ChildGroup(), RunConformance); }
@@ -32,13 +32,14 @@ TESSERA_WORKER_SCENARIO(nccl_dies) { std::_Exit(ChildGroup().ok() ? 0 : 1); }
 
 // Sends rank 0 a message with tag 8 (rank 0 expects tag 7).
 TESSERA_WORKER_SCENARIO(nccl_sends_tag_8) {
-  return RunChildRank(
-      ChildGroup(), [](ddp::ProcessGroup& pg) { return Done(pg.Send(at::full({5}, 1.0f), 0, 8)); });
+  return RunChildRank(ChildGroup(), [](collectives::ProcessGroup& pg) {
+    return Done(pg.Send(at::full({5}, 1.0f), 0, 8));
+  });
 }
 
 // Skips the test unless `gpus` GPUs are visible.
-#define SKIP_UNLESS_GPUS(gpus)                                         \
-  if (const int visible = ddp::VisibleCudaDevices(); visible < (gpus)) \
+#define SKIP_UNLESS_GPUS(gpus)                                                 \
+  if (const int visible = collectives::VisibleCudaDevices(); visible < (gpus)) \
   GTEST_SKIP() << "needs " << (gpus) << " GPU(s), " << visible << " visible"
 
 class NcclProcessGroupTest : public ::testing::TestWithParam<int> {
@@ -47,8 +48,9 @@ class NcclProcessGroupTest : public ::testing::TestWithParam<int> {
 };
 
 TEST_F(NcclProcessGroupTest, WithoutAGpuTheBackendIsAClearError) {
-  if (ddp::VisibleCudaDevices() > 0) GTEST_SKIP() << "a GPU is visible";
-  const absl::Status pg = StatusOf([&] { ddp::CreateNcclProcessGroup(world_.store(), 0, 1); });
+  if (collectives::VisibleCudaDevices() > 0) GTEST_SKIP() << "a GPU is visible";
+  const absl::Status pg =
+      StatusOf([&] { collectives::CreateNcclProcessGroup(world_.store(), 0, 1); });
   EXPECT_EQ(pg.code(), absl::StatusCode::kFailedPrecondition) << pg;
   EXPECT_NE(pg.message().find("needs a GPU"), std::string::npos) << pg;
 }
@@ -57,7 +59,7 @@ TEST_P(NcclProcessGroupTest, EveryOpDtypeAndSize) {
   const int world_size = GetParam();
   SKIP_UNLESS_GPUS(world_size);
   world_.StartChildren(world_size, "nccl_conformance");
-  auto pg = ddp::CreateNcclProcessGroup(world_.store(), 0, world_size);
+  auto pg = collectives::CreateNcclProcessGroup(world_.store(), 0, world_size);
   EXPECT_EQ(pg->size(), world_size);
   auto status = RunConformance(*pg);
   EXPECT_TRUE(status.ok()) << status;
@@ -70,7 +72,7 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, NcclProcessGroupTest, ::testing::Values(1, 
 // (staged, averaged over one rank), so training equals plain local training.
 TEST_F(NcclProcessGroupTest, DdpAtWorldSizeOneTrainsLikeALocalModel) {
   SKIP_UNLESS_GPUS(1);
-  auto pg = ddp::CreateNcclProcessGroup(world_.store(), 0, 1);
+  auto pg = collectives::CreateNcclProcessGroup(world_.store(), 0, 1);
   auto make = [] {
     torch::manual_seed(5);
     return std::make_shared<torch::nn::SequentialImpl>(torch::nn::Linear(10, 10), torch::nn::ReLU(),
@@ -101,19 +103,19 @@ TEST_F(NcclProcessGroupTest, DdpAtWorldSizeOneTrainsLikeALocalModel) {
 // Needs one GPU only: rank 1 never comes.
 TEST_F(NcclProcessGroupTest, MissingRankIsATimeoutNotAHang) {
   SKIP_UNLESS_GPUS(1);
-  ddp::NcclOptions options;
+  collectives::NcclOptions options;
   options.connect_timeout = absl::Seconds(2);
   const absl::Status pg =
-      StatusOf([&] { ddp::CreateNcclProcessGroup(world_.store(), 0, 2, options); });
+      StatusOf([&] { collectives::CreateNcclProcessGroup(world_.store(), 0, 2, options); });
   EXPECT_EQ(pg.code(), absl::StatusCode::kDeadlineExceeded) << pg;
 }
 
 TEST_F(NcclProcessGroupTest, DeadRankFailsTheCollectiveAndBreaksTheGroup) {
   SKIP_UNLESS_GPUS(2);
   world_.StartChildren(2, "nccl_dies");
-  ddp::NcclOptions options;
+  collectives::NcclOptions options;
   options.timeout = absl::Seconds(5);
-  auto pg = ddp::CreateNcclProcessGroup(world_.store(), 0, 2, options);
+  auto pg = collectives::CreateNcclProcessGroup(world_.store(), 0, 2, options);
   ASSERT_EQ(world_.children()[0]->Wait(absl::Seconds(60)), 0);  // joined, then gone
   auto result = pg->Allreduce(at::full({1000}, 1.0f)).Wait(absl::Seconds(60));
   ASSERT_FALSE(result.ok());
@@ -126,7 +128,7 @@ TEST_F(NcclProcessGroupTest, DeadRankFailsTheCollectiveAndBreaksTheGroup) {
 TEST_F(NcclProcessGroupTest, MismatchedMessageIsAnErrorNamingBothSides) {
   SKIP_UNLESS_GPUS(2);
   world_.StartChildren(2, "nccl_sends_tag_8");
-  auto pg = ddp::CreateNcclProcessGroup(world_.store(), 0, 2);
+  auto pg = collectives::CreateNcclProcessGroup(world_.store(), 0, 2);
   auto result = pg->Recv(at::zeros({5}), 1, 7).Wait(absl::Seconds(60));
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();

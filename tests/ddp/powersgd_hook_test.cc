@@ -28,7 +28,7 @@ struct Run {
 
 // `steps` of SGD with DDP under `hook` (null: plain allreduce) on a
 // teacher's outputs; each rank its own samples.
-absl::StatusOr<Run> Train(ddp::ProcessGroup& group, std::shared_ptr<ddp::CommHook> hook,
+absl::StatusOr<Run> Train(collectives::ProcessGroup& group, std::shared_ptr<ddp::CommHook> hook,
                           int steps) {
   auto teacher = Model(99);
   Run run{{}, Model(1)};
@@ -55,7 +55,7 @@ double Mean(const std::vector<double>& v, size_t from, size_t to) {
   return sum / static_cast<double>(to - from);
 }
 
-absl::Status PowerSgdConvergesAndSendsWhatRankPredicts(ddp::ProcessGroup& group) {
+absl::Status PowerSgdConvergesAndSendsWhatRankPredicts(collectives::ProcessGroup& group) {
   // Bytes: Linear(32, 16)'s weight is a 16 x 32 matrix sent as P (16 x 2)
   // and Q (32 x 2); the 4 x 16 weight would cost 2 x (4 + 16) = 40 > 64 / 2
   // elements compressed, so it goes as is with the biases.

@@ -19,14 +19,14 @@
 namespace tessera::testing {
 namespace {
 
-using ddp::ReduceOp;
+using collectives::ReduceOp;
 
 absl::Status Check(bool ok, const std::string& what) {
   return ok ? absl::OkStatus() : absl::InternalError("wrong result: " + what);
 }
 
 // A ring of point-to-point messages: each rank sends to the next.
-absl::Status SendRecvRing(ddp::ProcessGroup& pg) {
+absl::Status SendRecvRing(collectives::ProcessGroup& pg) {
   const int r = pg.rank();
   const int n = pg.size();
   at::Tensor out = at::full({5}, 10.0f * r);
@@ -60,7 +60,7 @@ at::Tensor BitDigest(const at::Tensor& tensor) {
 // Integer sums of varied values are exact, and every rank holds the same
 // bits of a floating sum or average (allgathered digests compared), at a
 // size under and over every backend's segment and algorithm switch.
-absl::Status ExactAndIdenticalEverywhere(ddp::ProcessGroup& pg) {
+absl::Status ExactAndIdenticalEverywhere(collectives::ProcessGroup& pg) {
   const int r = pg.rank();
   const int n = pg.size();
   for (int64_t numel : {int64_t{3001}, (int64_t{1} << 21) + 7}) {
@@ -87,13 +87,13 @@ absl::Status ExactAndIdenticalEverywhere(ddp::ProcessGroup& pg) {
 
 }  // namespace
 
-absl::Status Done(ddp::Work work) {
+absl::Status Done(collectives::Work work) {
   auto result = work.Wait(absl::Seconds(120));
   return result.ok() ? absl::OkStatus() : result.status();
 }
 
 // Every op, several dtypes, sizes from 4 bytes to 64 MB.
-absl::Status RunConformance(ddp::ProcessGroup& pg) {
+absl::Status RunConformance(collectives::ProcessGroup& pg) {
   const int r = pg.rank();
   const int n = pg.size();
   for (int64_t numel : {int64_t{1}, int64_t{1000}, int64_t{1} << 20, int64_t{16} << 20}) {
@@ -177,8 +177,8 @@ absl::Status RunConformance(ddp::ProcessGroup& pg) {
                "non-contiguous tensor rejected");
 }
 
-int RunChildRank(absl::StatusOr<ddp::EnvProcessGroup> env,
-                 const std::function<absl::Status(ddp::ProcessGroup&)>& body) {
+int RunChildRank(absl::StatusOr<collectives::EnvProcessGroup> env,
+                 const std::function<absl::Status(collectives::ProcessGroup&)>& body) {
   if (!env.ok()) {
     std::fprintf(stderr, "process group: %s\n", env.status().ToString().c_str());
     return 1;

@@ -10,8 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "ddp/env_rendezvous.h"
-#include "ddp/process_group.h"
+#include "collectives/env_rendezvous.h"
+#include "collectives/process_group.h"
 #include "store/store_server.h"
 #include "tests/testing/multiprocess.h"
 
@@ -19,15 +19,15 @@ namespace tessera::testing {
 
 // Every op, several dtypes, sizes from 4 bytes to 64 MB; point to point
 // when there is more than one rank.
-absl::Status RunConformance(ddp::ProcessGroup& pg);
+absl::Status RunConformance(collectives::ProcessGroup& pg);
 
 // Waits for `work` (bounded).
-absl::Status Done(ddp::Work work);
+absl::Status Done(collectives::Work work);
 
 // A child rank: runs `body` on the group made from the environment
 // (reporting a failure to make it) and returns the exit code.
-int RunChildRank(absl::StatusOr<ddp::EnvProcessGroup> env,
-                 const std::function<absl::Status(ddp::ProcessGroup&)>& body);
+int RunChildRank(absl::StatusOr<collectives::EnvProcessGroup> env,
+                 const std::function<absl::Status(collectives::ProcessGroup&)>& body);
 
 // The test's side of a group: hosts the store; ranks 1..n-1 are children.
 class ProcessGroupWorld {

@@ -6,7 +6,7 @@
 //   own semantics), also with the output aliasing an input as Gloo calls it;
 // - DivideHalf: bit for bit ATen's `div_` of a Half tensor;
 // - SumBFloat16: bit for bit c10::BFloat16's operator+.
-#include "ddp/gloo/reduced_float_math.h"
+#include "collectives/gloo/reduced_float_math.h"
 
 #include <ATen/ops/from_blob.h>
 #include <c10/util/BFloat16.h>
@@ -21,7 +21,7 @@
 #include <random>
 #include <vector>
 
-namespace tessera::ddp {
+namespace tessera::collectives {
 namespace {
 
 uint16_t Bits(c10::Half h) {
@@ -146,4 +146,4 @@ TEST(SumBFloat16Test, RoundsHalfwayCasesToEven) {
 }
 
 }  // namespace
-}  // namespace tessera::ddp
+}  // namespace tessera::collectives

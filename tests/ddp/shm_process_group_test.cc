@@ -1,4 +1,4 @@
-// Collectives through shared memory (ddp/shm/) between real processes on
+// Collectives through shared memory (collectives/shm/) between real processes on
 // this host: the conformance suite, and what a SIGKILLed rank, mismatched
 // calls and a killed job leave behind. Across network hosts (the
 // hierarchy): tests/multihost/multihost_test.cc.
@@ -18,17 +18,17 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "ddp/gloo/gloo_process_group.h"
-#include "ddp/shm/shm_segment.h"
+#include "collectives/gloo/gloo_process_group.h"
+#include "collectives/shm/shm_segment.h"
 #include "tests/ddp/process_group_conformance.h"
 
 namespace tessera::testing {
 namespace {
 
-absl::StatusOr<ddp::EnvProcessGroup> ChildGroup() {
-  ddp::GlooOptions options;
+absl::StatusOr<collectives::EnvProcessGroup> ChildGroup() {
+  collectives::GlooOptions options;
   options.timeout = absl::Seconds(60);
-  return ddp::CreateGlooProcessGroupFromEnv(options);
+  return collectives::CreateGlooProcessGroupFromEnv(options);
 }
 
 TESSERA_WORKER_SCENARIO(shm_conformance) { return RunChildRank(ChildGroup(), RunConformance); }
@@ -43,7 +43,7 @@ TESSERA_WORKER_SCENARIO(shm_joins_then_waits) {
 
 // Issues an allreduce of another length than rank 0's.
 TESSERA_WORKER_SCENARIO(shm_mismatch) {
-  return RunChildRank(ChildGroup(), [](ddp::ProcessGroup& pg) -> absl::Status {
+  return RunChildRank(ChildGroup(), [](collectives::ProcessGroup& pg) -> absl::Status {
     auto result = pg.Allreduce(at::full({12}, 1.0f)).Wait(absl::Seconds(60));
     if (result.ok() || !absl::IsInvalidArgument(result.status())) {
       return absl::InternalError(absl::StrCat("expected a mismatch error, got ",
@@ -55,7 +55,7 @@ TESSERA_WORKER_SCENARIO(shm_mismatch) {
 
 // Makes a segment and is killed before anyone attaches (its name stays).
 TESSERA_WORKER_SCENARIO(shm_abandons_a_segment) {
-  auto segment = ddp::ShmSegment::Create("abandoned", 4096);
+  auto segment = collectives::ShmSegment::Create("abandoned", 4096);
   if (!segment.ok()) return 1;
   std::printf("segment %s\n", (*segment)->name().c_str());
   std::fflush(stdout);
@@ -90,10 +90,10 @@ std::string OwnSegmentPart() { return absl::StrCat("-", ::getpid(), "-"); }
 
 class ShmProcessGroupTest : public ::testing::TestWithParam<int> {
  protected:
-  std::unique_ptr<ddp::ProcessGroup> Group(int world_size, absl::Duration timeout) {
-    ddp::GlooOptions options;
+  std::unique_ptr<collectives::ProcessGroup> Group(int world_size, absl::Duration timeout) {
+    collectives::GlooOptions options;
     options.timeout = timeout;
-    return ddp::CreateGlooProcessGroup(world_.store(), 0, world_size, options);
+    return collectives::CreateGlooProcessGroup(world_.store(), 0, world_size, options);
   }
   ProcessGroupWorld world_;
 };
@@ -127,7 +127,7 @@ TEST_F(ShmProcessGroupTest, AKilledRankIsNamedLongBeforeTheTimeout) {
   world_.StartChildren(2, "shm_joins_then_waits");
   const absl::Duration timeout = absl::Seconds(60);
   auto pg = Group(2, timeout);
-  ddp::Work work = pg->Allreduce(at::full({1000}, 1.0f));
+  collectives::Work work = pg->Allreduce(at::full({1000}, 1.0f));
   world_.children()[0]->Kill();
   auto result = work.Wait(absl::Seconds(120));
   ASSERT_FALSE(result.ok());
@@ -170,7 +170,7 @@ TEST_F(ShmProcessGroupTest, ANameAbandonedByAKilledCreatorIsRemovedByTheNextGrou
   ASSERT_FALSE(name.empty());
   const std::string file = name.substr(1);
   ASSERT_EQ(ShmNames(file).size(), 1u);
-  auto segment = ddp::ShmSegment::Create("next", 4096);
+  auto segment = collectives::ShmSegment::Create("next", 4096);
   ASSERT_TRUE(segment.ok()) << segment.status();
   (*segment)->Unlink();
   EXPECT_TRUE(ShmNames(file).empty());
@@ -179,7 +179,7 @@ TEST_F(ShmProcessGroupTest, ANameAbandonedByAKilledCreatorIsRemovedByTheNextGrou
 // Mode 0600: another user's process cannot open a segment (as root, a
 // child that became "nobody" tries).
 TEST_F(ShmProcessGroupTest, ASegmentIsPrivateToItsUser) {
-  auto segment = ddp::ShmSegment::Create("private", 4096);
+  auto segment = collectives::ShmSegment::Create("private", 4096);
   ASSERT_TRUE(segment.ok()) << segment.status();
   struct stat st {};
   ASSERT_EQ(::stat(("/dev/shm" + (*segment)->name()).c_str(), &st), 0);

@@ -34,7 +34,7 @@ absl::Status Close(const torch::Tensor& got, const torch::Tensor& want, const st
 // Shards of 3 and 5 rows, for inputs (8, 3, 4, 4) and (8, 3); eval mode
 // afterwards uses the running statistics and communicates nothing (rank 0
 // runs it twice, rank 1 not at all, and the group is still in step).
-absl::Status RunShards(ddp::ProcessGroup& group) {
+absl::Status RunShards(collectives::ProcessGroup& group) {
   const int r = group.rank();
   const torch::Tensor rows = r == 0 ? torch::arange(0, 3) : torch::arange(3, 8);
   for (const std::vector<int64_t>& shape : {std::vector<int64_t>{8, 3, 4, 4}, {8, 3}}) {
@@ -93,7 +93,7 @@ absl::Status RunShards(ddp::ProcessGroup& group) {
 // module converted to the input's dtype: outputs keep the input's dtype and
 // match one float BatchNorm on the whole (rounded) batch within the dtype's
 // precision, gradients likewise; the running statistics too.
-absl::Status RunReducedPrecision(ddp::ProcessGroup& group) {
+absl::Status RunReducedPrecision(collectives::ProcessGroup& group) {
   const torch::Tensor rows = group.rank() == 0 ? torch::arange(0, 3) : torch::arange(3, 8);
   struct Case {
     torch::Dtype input;
@@ -153,7 +153,7 @@ absl::Status RunReducedPrecision(ddp::ProcessGroup& group) {
 // A small CNN whose normalisation is a SyncBatchNorm (replicas) or a
 // BatchNorm2d (the one-process reference).
 struct NetImpl : torch::nn::Module {
-  NetImpl(int64_t seed, ddp::ProcessGroup* group) {
+  NetImpl(int64_t seed, collectives::ProcessGroup* group) {
     torch::manual_seed(seed);
     conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)));
     if (group != nullptr) {
@@ -176,7 +176,7 @@ struct NetImpl : torch::nn::Module {
 
 // DDP, each rank half of every batch: after 3 SGD steps, parameters and
 // running statistics equal one process with BatchNorm2d on whole batches.
-absl::Status RunDdpTraining(ddp::ProcessGroup& group) {
+absl::Status RunDdpTraining(collectives::ProcessGroup& group) {
   const int r = group.rank();
   torch::manual_seed(3);
   const torch::Tensor x = torch::randn({8, 1, 6, 6});

@@ -14,18 +14,18 @@ void TwoRankGlooTest::SetUp() {
                                                 TestJobSecret());
 }
 
-std::unique_ptr<ddp::ProcessGroup> TwoRankGlooTest::Start(const std::string& scenario) {
+std::unique_ptr<collectives::ProcessGroup> TwoRankGlooTest::Start(const std::string& scenario) {
   child_ = std::make_unique<WorkerProcess>(scenario, WorkerEnv(1, 2, server_->port()));
   // A child that dies before joining fails the test in a minute, not after
   // the default connect timeout (5 minutes); starting takes ~1 s, more
   // under sanitizers.
-  ddp::GlooOptions options;
+  collectives::GlooOptions options;
   options.connect_timeout = absl::Seconds(60);
-  return ddp::CreateGlooProcessGroup(store_.get(), 0, 2, options);
+  return collectives::CreateGlooProcessGroup(store_.get(), 0, 2, options);
 }
 
 void TwoRankGlooTest::RunOnBothRanks(const std::string& scenario,
-                                     absl::Status (*check)(ddp::ProcessGroup&)) {
+                                     absl::Status (*check)(collectives::ProcessGroup&)) {
   auto group = Start(scenario);
   ASSERT_NE(group, nullptr);
   const absl::Status status = check(*group);
@@ -33,7 +33,7 @@ void TwoRankGlooTest::RunOnBothRanks(const std::string& scenario,
   EXPECT_EQ(child_->Wait(absl::Seconds(120)), 0);
 }
 
-absl::Status GroupStillInStep(ddp::ProcessGroup& group, const std::string& after) {
+absl::Status GroupStillInStep(collectives::ProcessGroup& group, const std::string& after) {
   at::Tensor ones = at::ones({1});
   TESSERA_RETURN_IF_ERROR(group.Allreduce(ones).Wait(absl::Seconds(60)).status());
   return ones.item<float>() == group.size()
@@ -41,8 +41,8 @@ absl::Status GroupStillInStep(ddp::ProcessGroup& group, const std::string& after
              : absl::InternalError("the group is out of step after " + after);
 }
 
-int RunOnRank1(absl::Status (*check)(ddp::ProcessGroup&)) {
-  auto env = ddp::CreateGlooProcessGroupFromEnv();
+int RunOnRank1(absl::Status (*check)(collectives::ProcessGroup&)) {
+  auto env = collectives::CreateGlooProcessGroupFromEnv();
   auto status = check(*env.group);
   if (!status.ok()) std::fprintf(stderr, "rank 1: %s\n", status.ToString().c_str());
   return status.ok() ? 0 : 1;

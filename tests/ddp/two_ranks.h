@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "ddp/gloo/gloo_process_group.h"
+#include "collectives/gloo/gloo_process_group.h"
 #include "store/store_client.h"
 #include "store/store_server.h"
 #include "tests/testing/multiprocess.h"
@@ -21,10 +21,11 @@ class TwoRankGlooTest : public ::testing::Test {
   void SetUp() override;
   // Starts rank 1 on `scenario` and returns rank 0's group (null on failure,
   // which is also reported).
-  std::unique_ptr<ddp::ProcessGroup> Start(const std::string& scenario);
+  std::unique_ptr<collectives::ProcessGroup> Start(const std::string& scenario);
   // A check both ranks run: rank 1 as `scenario` (RunOnRank1(check)), rank
   // 0 here; both must pass.
-  void RunOnBothRanks(const std::string& scenario, absl::Status (*check)(ddp::ProcessGroup&));
+  void RunOnBothRanks(const std::string& scenario,
+                      absl::Status (*check)(collectives::ProcessGroup&));
 
   std::unique_ptr<store::StoreServer> server_;
   std::unique_ptr<store::StoreClient> store_;
@@ -39,10 +40,10 @@ class TwoRankGlooTest : public ::testing::Test {
 
 // One allreduce of ones, both ranks: OK if it sums to the world size — no
 // collective of an earlier step is left half-matched. `after` names the step.
-absl::Status GroupStillInStep(ddp::ProcessGroup& group, const std::string& after);
+absl::Status GroupStillInStep(collectives::ProcessGroup& group, const std::string& after);
 
 // Rank 1's side of a check both ranks run, in a scenario: joins the group
 // from the environment, runs `check`, returns 0 if it passed (else prints why).
-int RunOnRank1(absl::Status (*check)(ddp::ProcessGroup&));
+int RunOnRank1(absl::Status (*check)(collectives::ProcessGroup&));
 
 }  // namespace tessera::testing

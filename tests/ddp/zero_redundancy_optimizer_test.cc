@@ -29,7 +29,7 @@ std::unique_ptr<torch::optim::Optimizer> Adam(std::vector<at::Tensor> params) {
 
 // kSteps on each rank's own data: `sharded` under DDP + `zero`, `plain`
 // under DDP + Adam; OK if both end with the same parameters.
-absl::Status TrainAndCompare(ddp::ProcessGroup& group, torch::nn::SequentialImpl& sharded,
+absl::Status TrainAndCompare(collectives::ProcessGroup& group, torch::nn::SequentialImpl& sharded,
                              ddp::ZeroRedundancyOptimizer& zero, torch::nn::SequentialImpl& plain) {
   auto adam = Adam(plain.parameters());
   auto forward = [](torch::nn::SequentialImpl& m, const torch::Tensor& x) { return m.forward(x); };
@@ -54,7 +54,7 @@ absl::Status TrainAndCompare(ddp::ProcessGroup& group, torch::nn::SequentialImpl
   return absl::OkStatus();
 }
 
-absl::Status ZeroMatchesPlainAdamWithStateSharded(ddp::ProcessGroup& group) {
+absl::Status ZeroMatchesPlainAdamWithStateSharded(collectives::ProcessGroup& group) {
   auto sharded = Model();
   auto plain = Model();
   auto sharded_ddp = ddp::DistributedDataParallel::Create(sharded, &group, {});
@@ -112,7 +112,7 @@ absl::Status ZeroMatchesPlainAdamWithStateSharded(ddp::ProcessGroup& group) {
 // overlap_with_ddp: each bucket's owned parameters step in DDP's hook during
 // backward; after N steps the same parameters as DDP + Adam, and Step()
 // has nothing left to do.
-absl::Status OverlappedZeroMatchesPlainAdam(ddp::ProcessGroup& group) {
+absl::Status OverlappedZeroMatchesPlainAdam(collectives::ProcessGroup& group) {
   auto sharded = Model();
   auto plain = Model();
   ddp::ZeroOptions zero_options;

@@ -21,9 +21,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/gloo/gloo_process_group.h"
 #include "common/mutex.h"
 #include "common/status.h"
-#include "ddp/gloo/gloo_process_group.h"
 #include "dist_optim/local_optimizer.h"
 #include "examples/hybrid_ddp_rpc/hybrid_trainer.h"
 #include "rpc/init.h"
@@ -49,9 +49,10 @@ std::shared_ptr<rref::RRefContext> MakeRRefContext() {
 }
 
 // Whether `values` is the same on every rank of `group`.
-absl::StatusOr<bool> SameEverywhere(ddp::ProcessGroup& group, const at::Tensor& values) {
+absl::StatusOr<bool> SameEverywhere(collectives::ProcessGroup& group, const at::Tensor& values) {
   at::Tensor low = values.clone(), high = values.clone();
-  for (auto [tensor, op] : {std::pair{low, ddp::ReduceOp::kMin}, {high, ddp::ReduceOp::kMax}}) {
+  for (auto [tensor, op] :
+       {std::pair{low, collectives::ReduceOp::kMin}, {high, collectives::ReduceOp::kMax}}) {
     TESSERA_RETURN_IF_ERROR(group.Allreduce(tensor, op).Wait(absl::Seconds(60)).status());
   }
   return at::equal(low, high);
@@ -89,7 +90,7 @@ struct TrainerPlan {
 // The plan's steps, checking each step's dense gradients (and parameters,
 // while both train); adds the table's gradients to `table_gradients`.
 absl::Status RunSteps(int rank, const TrainerPlan& plan, examples::HybridTrainer& trainer,
-                      ddp::ProcessGroup& group, dist_autograd::DistAutograd& autograd,
+                      collectives::ProcessGroup& group, dist_autograd::DistAutograd& autograd,
                       at::Tensor& table_gradients) {
   absl::Status checks;
   for (int step = 0; step < plan.steps; ++step) {
@@ -140,9 +141,9 @@ absl::Status Train(int rank, const TrainerPlan& plan) {
   TESSERA_ASSIGN_OR_RETURN(auto runtime,
                            rpc::TryInit(TestWorkerOptions(), rpc::Registry(), {rrefs, autograd}));
   auto table = runtime->RpcSync<rref::RRef<EmbeddingTable>>("worker0", "table");
-  ddp::GlooOptions gloo;
+  collectives::GlooOptions gloo;
   gloo.store_prefix = "hybrid_test/ddp";
-  auto group = ddp::CreateGlooProcessGroup(&runtime->store(), rank - 1, 2, gloo);
+  auto group = collectives::CreateGlooProcessGroup(&runtime->store(), rank - 1, 2, gloo);
   dist_optim::SgdOptions sgd;
   sgd.lr = kLr;
   auto trainer = examples::HybridTrainer::Create(*rrefs, *autograd, group.get(), table, sgd);

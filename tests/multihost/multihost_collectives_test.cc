@@ -1,5 +1,5 @@
 // Collectives across separate network hosts with shared memory within each
-// (ddp/shm/, see Note [Hierarchical collectives]): 2 hosts x 2 ranks. Every rank
+// (collectives/shm/, see Note [Hierarchical collectives]): 2 hosts x 2 ranks. Every rank
 // runs the conformance suite on the hierarchical group, then checks it
 // against a flat Gloo group of the same ranks: integer sums, broadcasts and
 // allgathers equal, floating sums equal to rounding; also with hosts of
@@ -8,8 +8,8 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/allclose.h>
 #include <ATen/ops/arange.h>
-#include <ATen/ops/ones.h>
 #include <ATen/ops/equal.h>
+#include <ATen/ops/ones.h>
 #include <ATen/ops/sin.h>
 #include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
@@ -23,8 +23,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "collectives/gloo/gloo_process_group.h"
 #include "common/status.h"
-#include "ddp/gloo/gloo_process_group.h"
 #include "tests/ddp/process_group_conformance.h"
 #include "tests/multihost/job.h"
 #include "tests/testing/multiprocess.h"
@@ -38,7 +38,8 @@ absl::Status Expect(bool ok, const std::string& what) {
 }
 
 // The same collectives on both groups must agree.
-absl::Status AgreesWithFlatGloo(ddp::ProcessGroup& hierarchical, ddp::ProcessGroup& flat) {
+absl::Status AgreesWithFlatGloo(collectives::ProcessGroup& hierarchical,
+                                collectives::ProcessGroup& flat) {
   const int r = hierarchical.rank();
   const int n = hierarchical.size();
   for (int64_t numel : {int64_t{3001}, (int64_t{1} << 21) + 7}) {
@@ -67,12 +68,12 @@ absl::Status AgreesWithFlatGloo(ddp::ProcessGroup& hierarchical, ddp::ProcessGro
 }
 
 TESSERA_WORKER_SCENARIO(hierarchical_collectives) {
-  auto env = ddp::CreateGlooProcessGroupFromEnv();
-  ddp::GlooOptions flat_options;
+  auto env = collectives::CreateGlooProcessGroupFromEnv();
+  collectives::GlooOptions flat_options;
   flat_options.shm.enabled = false;
   flat_options.store_prefix = "tessera/gloo-flat";
-  auto flat = ddp::CreateGlooProcessGroup(env.store.get(), env.group->rank(), env.group->size(),
-                                          flat_options);
+  auto flat = collectives::CreateGlooProcessGroup(env.store.get(), env.group->rank(),
+                                                  env.group->size(), flat_options);
   absl::Status status = RunConformance(*env.group);
   if (status.ok()) status = AgreesWithFlatGloo(*env.group, *flat);
   if (!status.ok()) {
@@ -160,9 +161,9 @@ constexpr absl::Duration kKillTimeout = absl::Seconds(60);
 // itself after 20. Prints why the failing allreduce failed, then stays
 // until every survivor has failed.
 TESSERA_WORKER_SCENARIO(hierarchical_rank_dies) {
-  ddp::GlooOptions options;
+  collectives::GlooOptions options;
   options.timeout = kKillTimeout;
-  auto env = ddp::CreateGlooProcessGroupFromEnv(options);
+  auto env = collectives::CreateGlooProcessGroupFromEnv(options);
   const int rank = env.group->rank();
   at::Tensor values = at::ones({1000});
   for (int i = 0; i < 100000; ++i) {

@@ -29,9 +29,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "collectives/gloo/gloo_process_group.h"
 #include "common/status.h"
 #include "ddp/distributed_data_parallel.h"
-#include "ddp/gloo/gloo_process_group.h"
 #include "dist_autograd/dist_autograd.h"
 #include "dist_optim/distributed_optimizer.h"
 #include "pipeline/pipeline_driver.h"
@@ -239,8 +239,8 @@ std::pair<at::Tensor, at::Tensor> DdpBatch(int rank, int step) {
 // Every rank trains its replica under DDP on its own batches, and a local
 // model on every rank's batches at once; after the steps they must agree.
 TESSERA_WORKER_SCENARIO(multihost_ddp) {
-  auto env = ddp::CreateGlooProcessGroupFromEnv();
-  ddp::ProcessGroup& group = *env.group;
+  auto env = collectives::CreateGlooProcessGroupFromEnv();
+  collectives::ProcessGroup& group = *env.group;
   auto replica = DdpModel();
   auto reference = DdpModel();
   auto ddp = ddp::DistributedDataParallel::Create(replica.ptr(), &group);

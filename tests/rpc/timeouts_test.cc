@@ -14,8 +14,8 @@
 #include <thread>
 
 #include "absl/synchronization/notification.h"
+#include "collectives/gloo/gloo_process_group.h"
 #include "common/status.h"
-#include "ddp/gloo/gloo_process_group.h"
 #include "pipeline/pipeline_driver.h"
 #include "pipeline/stage.h"
 #include "store/store_server.h"
@@ -163,10 +163,10 @@ TEST_F(TimeoutsTest, TheDefaultCutsOffEveryKindOfBlockingCall) {
   ExpectCutOff(StatusOf([&] { driver.Forward(at::ones({2, 2})); }), "pipeline forward");
 
   // A collective rank 1 never joins: rank 0's allreduce fails at the default.
-  std::unique_ptr<ddp::ProcessGroup> groups[2];
+  std::unique_ptr<collectives::ProcessGroup> groups[2];
   std::thread joiner(
-      [&] { groups[1] = ddp::CreateGlooProcessGroup(&workers_[1]->rpc().store(), 1, 2); });
-  groups[0] = ddp::CreateGlooProcessGroup(&caller().rpc().store(), 0, 2);
+      [&] { groups[1] = collectives::CreateGlooProcessGroup(&workers_[1]->rpc().store(), 1, 2); });
+  groups[0] = collectives::CreateGlooProcessGroup(&caller().rpc().store(), 0, 2);
   joiner.join();
   at::Tensor ones = at::ones({4});
   ExpectCutOff(groups[0]->Allreduce(ones).Wait(absl::Seconds(30)).status(), "allreduce");
