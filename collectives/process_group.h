@@ -91,7 +91,8 @@ class ProcessGroup {
   // like `chunk` (when given).
   absl::Status Check(const char* op, std::initializer_list<const at::Tensor*> tensors,
                      const at::Tensor* whole = nullptr, const at::Tensor* chunk = nullptr) const;
-  // That `peer` is another rank of the group.
+  // That `peer` is another rank of the group (a wrapping group: its inner
+  // group checks).
   absl::Status CheckPeer(const char* op, int peer) const;
   // `start`()'s Work, a span and a metric while traced (of `sized`'s bytes,
   // to or from `peer` if not -1). Defined and used in process_group.cc.

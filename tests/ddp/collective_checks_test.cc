@@ -69,10 +69,14 @@ absl::Status RunMismatches(collectives::ProcessGroup& pg) {
       {"rank 0 issued broadcast from rank 0 of Float[4]", "ranks 1, 2 issued allreduce(sum)"}));
   TESSERA_RETURN_IF_ERROR(ExpectMismatch(pg.Broadcast(at::ones({4}), r == 2 ? 2 : 0),
                                          {"rank 2 issued broadcast from rank 2"}));
+  // A root that is no rank at all: compared like any other, so every rank
+  // fails at once (not only rank 2, the others then waiting out the timeout).
+  TESSERA_RETURN_IF_ERROR(ExpectMismatch(pg.Broadcast(at::ones({4}), r == 2 ? 7 : 0),
+                                         {"rank 2 issued broadcast from rank 7"}));
   TESSERA_RETURN_IF_ERROR(ExpectMismatch(pg.Allgather(at::ones({2}), at::zeros({r == 1 ? 4 : 6})),
                                          {"rank 1 issued allgather of Float[2] into Float[4]"}));
   TESSERA_RETURN_IF_ERROR(ExpectMismatch(r == 2 ? pg.Barrier() : pg.Allreduce(at::ones({1})),
-                                         {"collective #8", "rank 2 issued barrier"}));
+                                         {"collective #9", "rank 2 issued barrier"}));
   // None of those ran, so the group is still in step.
   at::Tensor sum = at::full({4}, r + 1.0f);
   TESSERA_RETURN_IF_ERROR(Done(pg.Allreduce(sum)));
