@@ -83,6 +83,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(
     }
   }
   auto status = runtime->Start();
+  if (!status.ok()) runtime->members_known_.Set(Annotate(status, "worker failed to start"));
   runtime->ready_.Set(status.ok()
                           ? absl::StatusOr<bool>(true)
                           : absl::StatusOr<bool>(Annotate(status, "worker failed to start")));
@@ -181,6 +182,7 @@ absl::Status Runtime::MeetWorkers() {
   }
   agent_->SetWorkers(*workers);
   membership_.Reset(*std::move(workers));
+  members_known_.Set(true);
   if (options_.join != JoinMode::kStart) AnnounceJoin();
   return absl::OkStatus();
 }
@@ -278,6 +280,14 @@ Future<c10::IValue> Runtime::Call(int to_rank, const std::string& function,
 Future<Message> Runtime::HandleRequest(int from_rank, Message request) {
   Future<bool> ready = ready_.GetFuture();
   if (ready.IsReady()) return DispatchRecorded(from_rank, request);
+  if (request.envelope.kind() == proto::INTERNAL_CALL &&
+      request.envelope.target() == services::kJoin) {
+    ready = members_known_.GetFuture();  // see Note [Simultaneous rejoins]
+    if (ready.IsReady())
+      return DispatchOnPool([this, from_rank, request = std::move(request)] {
+        return DispatchRecorded(from_rank, request);
+      });
+  }
   // See Note [Deferred calls]: on the pool once started, not in Create().
   return ready.Then([this, from_rank, request = std::move(request)](
                         const absl::StatusOr<bool>& started) mutable -> Future<Message> {

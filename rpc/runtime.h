@@ -40,6 +40,20 @@
 // The RRef services do the same for late classes and functions, and for
 // method calls that wait for their object to be made.
 //
+// Note [Simultaneous rejoins]: a rejoining worker's start ends with its
+// announcement to every member, and each announcement waits up to the
+// rendezvous budget for its answer. Were announcements to wait for the
+// receiver's start like other calls, two workers restarted at once (every
+// server of a parameter-server job lost together) would each wait out the
+// whole budget for the other's start — 60 s, longer than the calls of the
+// trainers waiting on them (found as a 1-in-10 failure of ps_checkpoint_test
+// EveryServerLostAndRestartedComesBackFromTheCheckpoint). An announcement
+// touches only the membership table, the agent's address book and the
+// extensions' release of the old incarnation, all in place once the
+// rendezvous filled the table, so it waits only for that
+// (tests/rpc/rpc_faults_test.cc,
+// TwoRanksRejoiningAtOnceMeetWithoutWaitingOutTheirBudgets).
+//
 // Note [Elastic membership]: a job's membership may change while it runs.
 // A rank restarted alone (tessera-run --elastic_roles) starts with
 // JoinMode::kRejoin: it takes the next incarnation of its rank from the
@@ -316,6 +330,9 @@ class Runtime : public TypedCalls<Runtime> {
   // Set when rendezvous completed (or failed). A peer that finished its own
   // rendezvous first may call us before that; such requests wait on this.
   Promise<bool> ready_;
+  // Set once membership_ holds the rendezvous' table (or the start failed):
+  // the one wait of a join announcement (see Note [Simultaneous rejoins]).
+  Promise<bool> members_known_;
   Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
   // Serialises membership changes with the releases they imply.

@@ -133,6 +133,67 @@ TEST_P(RpcFencingTest, AStaleIncarnationsCallsAreRefusedNamingIt) {
   for (auto& thread : stopping) thread.join();
 }
 
+// See Note [Simultaneous rejoins]: ranks 1 and 2 are lost together and
+// both restarted at once (as every server of a parameter-server job). Each
+// rejoining worker announces itself to the other while that one is still
+// starting; the announcements are answered at once, so both starts end well
+// inside the rendezvous budget and neither marks the other failed — where
+// before each waited out the whole budget for the other and then called it
+// failed.
+TEST_P(RpcFencingTest, TwoRanksRejoiningAtOnceMeetWithoutWaitingOutTheirBudgets) {
+  auto store = store::StoreServer::Start("127.0.0.1", 0, TestJobSecret());
+  ASSERT_TRUE(store.ok());
+  const int port = (*store)->port();
+  const absl::Duration budget = absl::Seconds(120);
+  auto start_all = [&](const std::vector<int>& ranks, rpc::JoinMode join) {
+    std::vector<std::unique_ptr<rpc::Runtime>> started(3);
+    std::vector<std::thread> starting;
+    for (int rank : ranks) {
+      starting.emplace_back([&, rank] {
+        rpc::RpcOptions options = Options(absl::StrCat("worker", rank), rank, port);
+        options.rendezvous_timeout = budget;
+        options.join = join;
+        auto runtime = rpc::TryInit(options, MakeTestRegistry());
+        EXPECT_TRUE(runtime.ok()) << runtime.status();
+        if (runtime.ok()) started[rank] = *std::move(runtime);
+      });
+    }
+    for (auto& thread : starting) thread.join();
+    return started;
+  };
+  std::vector<std::unique_ptr<rpc::Runtime>> world = start_all({0, 1, 2}, rpc::JoinMode::kStart);
+  for (const auto& runtime : world) ASSERT_NE(runtime, nullptr);
+  for (int rank : {1, 2}) {
+    world[rank]->Shutdown(/*graceful=*/false);
+    world[rank].reset();
+  }
+
+  const absl::Time began = absl::Now();
+  std::vector<std::unique_ptr<rpc::Runtime>> fresh = start_all({1, 2}, rpc::JoinMode::kRejoin);
+  ASSERT_NE(fresh[1], nullptr);
+  ASSERT_NE(fresh[2], nullptr);
+  // A deadline, not a timing: half the budget a start had to wait out before.
+  EXPECT_LT(absl::Now() - began, budget / 2);
+  for (int rank : {1, 2}) {
+    const int other = 3 - rank;
+    for (const rpc::Member& member : fresh[rank]->membership().Members()) {
+      if (member.info.rank != other) continue;
+      EXPECT_EQ(member.state, rpc::MemberState::kLive) << "rank " << rank << " on " << other;
+      EXPECT_EQ(member.info.incarnation, 1) << "rank " << rank << " on " << other;
+    }
+    EXPECT_EQ(fresh[rank]->RpcSync<int64_t>(absl::StrCat("worker", other), "echo", int64_t{rank}),
+              rank);
+  }
+  ASSERT_TRUE(Learns(*world[0], 1, 1));
+  ASSERT_TRUE(Learns(*world[0], 2, 1));
+
+  std::vector<std::thread> stopping;
+  for (rpc::Runtime* runtime : {world[0].get(), fresh[1].get(), fresh[2].get()}) {
+    stopping.emplace_back([runtime] { EXPECT_TRUE(runtime->TryShutdown().ok()); });
+  }
+  for (auto& thread : stopping) thread.join();
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, RpcFencingTest,
                          ::testing::Values(rpc::Backend::kTensorPipe, rpc::Backend::kGrpc),
                          [](const ::testing::TestParamInfo<rpc::Backend>& info) {
