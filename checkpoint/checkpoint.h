@@ -19,6 +19,18 @@
 // replaced. Each file starts with a magic and its payload's length, so a
 // truncated or foreign file is refused (DataLoss) instead of half-read.
 //
+// Note [Checkpoint format]: a file is the magic `TSRCKPT2`, the length of
+// its header (u64, host order), the header — a pickled dictionary of the
+// training position and each tensor's name, scalar type and shape, in name
+// order — and then each tensor's bytes, contiguous, in the same order. The
+// bytes are written from the tensors' own memory and read into the tensors
+// the loader allocates: version 1 (`TSRCKPT1`, still read) pickled them
+// into one buffer first, a copy of every byte on each side and the larger
+// part of the time a parameter server's shard took to save (see
+// docs/benchmarks-history.md, "Checkpoint format 2"). A file whose header
+// does not add up to its size, or that names another type, is refused
+// (DataLoss); as in version 1 the tensors' bytes carry no checksum.
+//
 // Errors follow the README's rule: StatusError naming the path and cause.
 #pragma once
 

@@ -29,3 +29,4 @@ check rref_bench remote_method_p50_us "$2"
 check dist_autograd_bench overhead_per_edge_us "$3"
 ALLREDUCE_SIZES=4,65536 ALLREDUCE_ITERATIONS=3 check allreduce_bench 65536 "$4"
 check sync_batch_norm_bench ratio_32x256x4x4 "$5"
+check checkpoint_bench save_s "${12}" "$TEST_TMPDIR" 4 1

@@ -8,6 +8,7 @@
 #include <ATen/ops/full.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "common/status.h"
 #include "tests/testing/launcher_process.h"
 #include "tests/testing/multiprocess.h"
@@ -90,6 +92,80 @@ TEST(CheckpointTest, AFileThatIsNotAWholeCheckpointIsRefused) {
     EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
     EXPECT_NE(status.message().find(path), std::string::npos) << status;
   }
+}
+
+// See Note [Checkpoint format]: a file written by version 1 (one pickled
+// dictionary) is still read, whole.
+TEST(CheckpointTest, AVersion1FileIsStillRead) {
+  const std::string dir = TestDir("version1");
+  std::filesystem::create_directories(dir);
+  const Checkpoint old = Generation(5);
+  c10::Dict<std::string, at::Tensor> tensors;
+  for (const auto& [name, tensor] : old.tensors) tensors.insert(name, tensor);
+  c10::impl::GenericDict all(c10::StringType::get(), c10::AnyType::get());
+  all.insert("tensors", tensors);
+  all.insert("epoch", old.position.epoch);
+  all.insert("step", old.position.step);
+  all.insert("samples_seen", old.position.samples_seen);
+  all.insert("rng_state", old.position.rng_state);
+  const std::vector<char> payload = torch::jit::pickle_save(all);
+  const uint64_t size = payload.size();
+  {
+    std::ofstream out(dir + "/job.ckpt", std::ios::binary);
+    out.write("TSRCKPT1", 8);
+    out.write(reinterpret_cast<const char*>(&size), sizeof(size));
+    out.write(payload.data(), static_cast<std::streamsize>(size));
+  }
+  auto loaded = LoadCheckpoint(dir, "job");
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_EQ(GenerationOf(*loaded), 5);
+  EXPECT_TRUE(at::equal(loaded->position.rng_state, old.position.rng_state));
+}
+
+// A header whose tensors do not add up to the file's bytes — one byte more
+// or less, or a shape too large for any file — is refused, not half-read.
+TEST(CheckpointTest, AHeaderThatDoesNotFitItsBytesIsRefused) {
+  const std::string dir = TestDir("misfit");
+  Checkpoint small;
+  small.tensors["w"] = at::full({4}, 1.0);
+  SaveCheckpoint(dir, "job", small);
+  const std::string path = dir + "/job.ckpt";
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  EXPECT_EQ(bytes.substr(0, 8), "TSRCKPT2");
+  for (const std::string& bad : {bytes + "x", bytes.substr(0, bytes.size() - 1)}) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bad;
+    const absl::Status status = StatusOf([&] { LoadCheckpoint(dir, "job"); });
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+    EXPECT_NE(status.message().find(path), std::string::npos) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), "bytes of tensors, its header says") ||
+                absl::StrContains(status.message(), "tensor 'w' is larger than the file"))
+        << status;
+  }
+  // A forged header: a shape of 2^80 floats over 16 bytes of file.
+  c10::impl::GenericDict header(c10::StringType::get(), c10::AnyType::get());
+  header.insert("names", c10::List<std::string>({"w"}));
+  header.insert("types", c10::List<int64_t>({static_cast<int64_t>(at::kFloat)}));
+  c10::impl::GenericList shapes(c10::ListType::ofInts());
+  shapes.push_back(c10::List<int64_t>({int64_t{1} << 40, int64_t{1} << 40}));
+  header.insert("shapes", shapes);
+  for (const char* key : {"epoch", "step", "samples_seen"}) header.insert(key, int64_t{0});
+  const std::vector<char> forged = torch::jit::pickle_save(header);
+  const uint64_t size = forged.size();
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write("TSRCKPT2", 8);
+    out.write(reinterpret_cast<const char*>(&size), sizeof(size));
+    out.write(forged.data(), static_cast<std::streamsize>(size));
+    out.write("0123456789abcdef", 16);
+  }
+  const absl::Status status = StatusOf([&] { LoadCheckpoint(dir, "job"); });
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_NE(status.message().find("tensor 'w' is larger than the file"), std::string::npos)
+      << status;
 }
 
 TEST(CheckpointTest, AWriterKilledMidSaveLeavesTheLastWholeCheckpoint) {
