@@ -20,36 +20,41 @@
 // Clock() ends this trainer's step for every table.
 //
 // Thread-safety: thread-safe. Pushes and pulls may overlap; a pull is not
-// ordered after a push still in flight (PushPull is). The client must
-// outlive the futures its PushPull, Clock and Checkpoint calls return.
+// ordered after a push still in flight (PushPull is).
+//
+// Note [Client handles]: a PsClient is a handle of its core
+// (ps/ps_client_core.h), and every continuation of its calls holds the
+// core, so the futures it returned may outlive it — a trainer that drops
+// its client (an error unwinding its step, its end) with a checkpoint or a
+// clock still in flight loses nothing and reads nothing freed: the calls
+// run to their deadlines and their futures complete. (Before, they held
+// the client itself: a trainer that failed mid-step with a checkpoint in
+// flight could crash on the freed client; tests/ps/ps_checkpoint_test.cc,
+// AClientDroppedWithACheckpointInFlightLeavesItToFinish, under ASan.)
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
-#include <map>
 #include <memory>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/future.h"
-#include "common/mutex.h"
 #include "ps/ps_options.h"
 #include "ps/shard_map.h"
-#include "ps/shard_router.h"
+#include "ps/table_keys.h"
 #include "rpc/call_options.h"
-#include "rpc/runtime.h"
+
+namespace tessera::rpc {
+class Runtime;
+}  // namespace tessera::rpc
 
 namespace tessera::ps {
 
-// One table's part of a call of several tables: its keys, and for a push
-// their gradients.
-struct TableKeys {
-  std::string table;
-  at::Tensor keys;
-  at::Tensor grads;  // Push only
-};
+class PsClientCore;
 
 class PsClient {
  public:
@@ -81,51 +86,15 @@ class PsClient {
   Future<int64_t> Checkpoint(absl::Duration within = absl::Minutes(10));
   int64_t clock(const std::string& table) const;
   // The shard map as this trainer last read it.
-  ShardMap shard_map() const { return router_->map(); }
+  ShardMap shard_map() const;
   // Each shard's {rows, pushes applied, duplicates, clock} (ShardStats),
   // then the messages of changes its primary sent its backups.
   Future<std::vector<std::vector<int64_t>>> Stats(const std::string& table);
 
  private:
-  struct Table {
-    TableOptions options;
-    int64_t clock = 0;
-    std::vector<int64_t> sequences;  // the next push's sequence, by shard
-  };
-  // A call's keys, made distinct and split by shard.
-  struct Split {
-    at::Tensor unique, inverse;               // unique[inverse] == keys
-    std::vector<int64_t> shards;              // the shards with keys
-    std::vector<at::Tensor> keys, positions;  // by shard: its keys, their places in unique
-  };
+  explicit PsClient(std::shared_ptr<PsClientCore> core) : core_(std::move(core)) {}
 
-  PsClient(rpc::Runtime& runtime, const PsOptions& options, rpc::CallOptions call, ShardMap map);
-  absl::Status Hello();
-  absl::StatusOr<Split> SplitKeys(const Table& table, const at::Tensor& keys) const;
-  // A table's rows for the keys asked (split.inverse's), from its shards'
-  // answers (by split).
-  static absl::StatusOr<at::Tensor> Assemble(const std::string& table, const Split& split,
-                                             std::vector<at::Tensor> answers, int64_t dim);
-  // The message of type M to `shard`'s server, its answer as R.
-  template <typename R, typename M>
-  Future<R> Send(int64_t shard, const M& message) const;
-  absl::StatusOr<Table*> Find(const std::string& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Checkpoint's steps: every shard agrees to cut `tables` at one clock
-  // (from `clock`, asked again at the latest any answered); then each
-  // shard wrote it (asked again while the cut waits for trainers, until
-  // `deadline`).
-  Future<int64_t> AgreeOnCut(std::vector<std::string> tables, int64_t clock, int round) const;
-  Future<int64_t> AwaitSaved(std::vector<std::string> tables, int64_t clock,
-                             absl::Time deadline) const;
-
-  rpc::Runtime& runtime_;
-  const rpc::CallOptions call_;
-  const int64_t shards_;
-  const std::shared_ptr<ShardRouter> router_;
-  mutable Mutex mu_;
-  std::map<std::string, Table> tables_ ABSL_GUARDED_BY(mu_);
-  // Pushes since the last Clock(): it ends the clock once they are taken.
-  std::vector<Future<std::monostate>> pushes_in_flight_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<PsClientCore> core_;
 };
 
 }  // namespace tessera::ps

@@ -339,6 +339,36 @@ TEST_F(PsCheckpointTest, WhatAJobStartedAnewRollsBackIsRecordedByTheJobBeforeIt)
   EXPECT_EQ(rollback.Clocks(), 6 - cut) << rollback.ToString();
 }
 
+// Scenario (see Note [Client handles], ps/ps_client.h): worker0 asks for a
+// checkpoint and drops its client at once, before the shards agreed on the
+// cut; its rounds run on without it. A new client of the same trainer ends
+// the clock the cut waits for, and the dropped client's future completes
+// with the cut and its files. (The rounds held the freed client before:
+// ASan's heap-use-after-free in the continuation that asks the shards
+// whether they wrote it.)
+TEST_F(PsCheckpointTest, AClientDroppedWithACheckpointInFlightLeavesItToFinish) {
+  checkpoint_dir_ = FreshDir("dropped");
+  StartPs(2, 0, "idle");
+  for (int clock = 0; clock < 3; ++clock) ASSERT_TRUE(CheckpointStep(client()).ok());
+  Future<int64_t> saved = client().Checkpoint();
+  client_.reset();
+  ps::PsOptions options = TestPsOptions(2);
+  options.checkpoint_dir = checkpoint_dir_;
+  auto replacement = ps::PsClient::Connect(rt(), options);
+  ASSERT_TRUE(replacement.ok()) << replacement.status();
+  EXPECT_EQ((*replacement)->clock("counts"), 3);
+  ASSERT_TRUE((*replacement)->Clock().Wait(kTimeout).ok());  // ends clock 3: the cut's
+  auto cut = saved.Wait(kTimeout);
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  EXPECT_EQ(*cut, 4);
+  const auto layout = ps::LatestCheckpoint(checkpoint_dir_, TestTables());
+  ASSERT_TRUE(layout.has_value());
+  EXPECT_EQ(layout->clock, 4);
+  EXPECT_TRUE(
+      at::allclose(Restored(checkpoint_dir_, *layout, "counts", 2, at::arange(16, at::kLong)),
+                   at::full({16, 1}, 3.0)));
+}
+
 // Scenario: servers without a checkpoint directory refuse a checkpoint by
 // name, and go on serving.
 TEST_F(PsCheckpointTest, ServersWithoutACheckpointDirectoryRefuseOneByName) {
