@@ -20,7 +20,7 @@ constexpr absl::Duration kProbeEvery = absl::Seconds(1);
 // that has not come for this long says why, and again as often. (Waiting
 // for ranks to arrive is not reported: a parameter server rightly waits
 // hours for its trainers, see Note [Shutdown liveness],
-// rpc/runtime_shutdown.cc.)
+// rpc/shutdown_prober.h.)
 constexpr absl::Duration kReportEvery = absl::Seconds(60);
 
 // One worker probes, the others hear its verdict through the store: if

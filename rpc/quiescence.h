@@ -30,7 +30,7 @@ namespace tessera::rpc {
 // Returns the first error of `probe`(ranks that have not published this
 // round), which the lowest rank that has published runs about once a
 // second while some are missing; the others hear its verdict through the
-// store (see Note [Shutdown liveness], rpc/runtime_shutdown.cc).
+// store (see Note [Shutdown liveness], rpc/shutdown_prober.h).
 using MissingProbe = std::function<absl::Status(const std::vector<int>& missing)>;
 
 // Returns OK once the job is quiescent, or DeadlineExceeded naming the ranks

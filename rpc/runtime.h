@@ -66,7 +66,7 @@
 // the same way (kJoined); Leave() ends a worker's part early (kLeft). A
 // graceful shutdown waits for the ranks that have not left, and while
 // tessera-run restarts a rank it waits for its new incarnation instead of
-// calling the rank dead (see Note [Shutdown liveness], rpc/runtime_shutdown.cc).
+// calling the rank dead (see Note [Shutdown liveness], rpc/shutdown_prober.h).
 //
 // Thread-safety: all methods are thread-safe; Shutdown() runs once.
 #pragma once
@@ -254,11 +254,6 @@ class Runtime : public TypedCalls<Runtime> {
   void PostMembershipEvents();
   // The ranks a graceful shutdown waits for: those that have not left.
   std::vector<int> ShutdownParticipants();
-  // For a rank that does not answer shutdown's probes: whether it is not
-  // dead after all — a joining worker still starting, tessera-run starting
-  // it again, or it left for good, or it is of an elastic role and the
-  // launcher has had only seconds to say which.
-  bool AbsenceExcused(int rank);
   Future<Message> HandleRequest(int from_rank, Message request);
   // Dispatch, recorded when tracing or metrics are on (see Note [Call telemetry]).
   Future<Message> DispatchRecorded(int from_rank, const Message& request);
@@ -283,11 +278,9 @@ class Runtime : public TypedCalls<Runtime> {
   // A call for `target`, not registered yet: waits (see Note [Late registration]).
   Future<Message> AwaitRegistration(int from_rank, const Message& request);
   // --- graceful shutdown (rpc/runtime_shutdown.cc) ---
-  // Answers other workers' liveness probes (see Note [Shutdown liveness]).
+  // Answers other workers' liveness probes (see Note [Shutdown liveness],
+  // rpc/shutdown_prober.h).
   void ServeLivenessProbes();
-  // For the shutdown agreement: an error naming the first of `ranks` found
-  // dead (or not answering for several probes), else OK.
-  absl::Status ProbeMissing(const std::vector<int>& ranks);
 
   template <typename R>
   static Future<ResultOf<R>> Typed(Future<c10::IValue> raw, const std::string& to,
@@ -338,19 +331,6 @@ class Runtime : public TypedCalls<Runtime> {
   // Serialises membership changes with the releases they imply.
   Mutex peer_changes_mu_;
   std::atomic<bool> shutting_down_{false};  // closing: no more peer-failure notices
-  // Shutdown probes: consecutive unanswered probes per rank, and when a
-  // rank was first seen being restarted (touched only by the Shutdown caller).
-  static constexpr int kProbesBeforeGivingUp = 3;
-  std::map<int, int> unanswered_probes_;
-  std::map<int, absl::Time> restarting_since_;
-  // When a rank handed out to a joining worker, and not yet announced, was
-  // first probed (it is starting: loading, meeting the store).
-  std::map<int, absl::Time> joining_since_;
-  // When a rank of an elastic role first failed to answer (its node may be
-  // lost: see Note [Lost nodes]); the launcher's verdict takes a beat or two
-  // beyond --node_timeout.
-  std::map<int, absl::Time> silent_since_;
-  static constexpr absl::Duration kNodeVerdictSlack = absl::Seconds(5);
   bool print_metrics_ = false;  // TESSERA_METRICS=1; set in Create
 };
 

@@ -2,7 +2,6 @@
 // rpc/runtime.h): join and leave announcements, peer failures, and which
 // ranks a graceful shutdown waits for.
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "common/await_call.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -170,45 +169,6 @@ std::vector<int> Runtime::ShutdownParticipants() {
     if (std::find(left.begin(), left.end(), rank) == left.end()) participants.push_back(rank);
   }
   return participants;
-}
-
-bool Runtime::AbsenceExcused(int rank) {
-  namespace elastic = store::elastic;
-  const std::string& prefix = options_.store_prefix;
-  store::StoreClient& store = *store_client_;
-  if (const auto known = membership_.Find(rank); !known.has_value() || known->incarnation < 0) {
-    // Handed out to a joining worker (tessera-run --join) that has not
-    // announced itself yet: it is starting, not gone — for as long as a
-    // rendezvous may take (on a loaded host loading LibTorch alone takes
-    // seconds; three quick probes were not enough). Then it is probed as
-    // any other rank.
-    const absl::Time since = joining_since_.try_emplace(rank, absl::Now()).first->second;
-    return absl::Now() - since < options_.rendezvous_timeout;
-  }
-  joining_since_.erase(rank);
-  if (store.Get(elastic::LeftKey(prefix, rank), absl::ZeroDuration()).ok()) return true;
-  if (store.Get(elastic::RestartingKey(prefix, rank), absl::ZeroDuration()).ok()) {
-    // A restart that never comes back (its launcher died too) is a death
-    // after all.
-    const absl::Time since = restarting_since_.try_emplace(rank, absl::Now()).first->second;
-    return absl::Now() - since < 2 * options_.rendezvous_timeout;
-  }
-  restarting_since_.erase(rank);
-  auto roles = store.Get(elastic::ElasticRolesKey(prefix), absl::ZeroDuration());
-  auto role = store.Get(elastic::RoleKey(prefix, rank), absl::ZeroDuration());
-  if (!roles.ok() || !role.ok() || role->empty()) return false;
-  const std::vector<std::string> elastic_roles = absl::StrSplit(*roles, ',');
-  if (std::find(elastic_roles.begin(), elastic_roles.end(), *role) == elastic_roles.end()) {
-    return false;
-  }
-  // The launcher marks it as soon as it reaps the process: a few probes —
-  // unless its whole node may be gone, which the job's launchers take up
-  // to --node_timeout to declare (then the rank is left).
-  auto node_timeout =
-      elastic::ReadNumber(store, elastic::NodeTimeoutKey(prefix), absl::ZeroDuration());
-  if (!node_timeout.ok()) return ++unanswered_probes_[rank] < kProbesBeforeGivingUp;
-  const absl::Time silent_since = silent_since_.try_emplace(rank, absl::Now()).first->second;
-  return absl::Now() - silent_since < absl::Seconds(*node_timeout) + kNodeVerdictSlack;
 }
 
 void Runtime::Leave(const std::string& reason) {

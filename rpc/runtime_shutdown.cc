@@ -1,33 +1,22 @@
 // The runtime's graceful shutdown: the agreement that nothing is in flight
-// (rpc/quiescence.h), the liveness probes of workers that have not arrived,
-// then closing the agent, the pool and the store.
+// (rpc/quiescence.h), the liveness probes of workers that have not arrived
+// (rpc/shutdown_prober.h), then closing the agent, the pool and the store.
 #include "absl/strings/str_cat.h"
-#include "common/await_call.h"
 #include "common/logging.h"
 #include "rpc/quiescence.h"
 #include "rpc/runtime.h"
+#include "rpc/shutdown_prober.h"
 
 namespace tessera::rpc {
 namespace {
 
-// Note [Shutdown liveness]: a graceful shutdown waits for every worker to
-// arrive, which may take hours (a parameter server shuts down as soon as it
-// has started serving; its trainers arrive when they are done training).
-// While some have not arrived, one waiting worker (the lowest rank that
-// has) probes them about once a second with an internal ping and tells the
-// others through the store (rpc/quiescence.h): a worker that died refuses
-// or resets the connection (Unavailable) and is reported by name at once;
-// one that does not answer kProbesBeforeGivingUp probes in a row (a host
-// cut off) is reported then. A busy worker answers: pings run on its pool,
-// not on the thread that trains. One prober, not all: each probe may open
-// a connection, and trainers that never talk to each other need none.
+// The liveness probe (see Note [Shutdown liveness], rpc/shutdown_prober.h).
 struct PingRequest {
   static constexpr const char* kService = services::kPing;
   static constexpr bool kCarriesUserValues = false;
   using Response = bool;
   auto Fields() { return std::tie(); }
 };
-constexpr absl::Duration kProbeTimeout = absl::Seconds(10);
 
 }  // namespace
 
@@ -36,33 +25,6 @@ void Runtime::ServeLivenessProbes() {
 }
 
 void Runtime::Shutdown(bool graceful) { ThrowIfError(TryShutdown(graceful)); }
-
-absl::Status Runtime::ProbeMissing(const std::vector<int>& ranks) {
-  std::vector<std::pair<int, Future<bool>>> probes;
-  for (int rank : ranks) {
-    if (rank == options_.rank) continue;
-    probes.emplace_back(rank, CallService(rank, PingRequest{}, CallOptions{kProbeTimeout}));
-  }
-  for (auto& [rank, probe] : probes) {
-    auto answer = AwaitCall(probe, kProbeTimeout);
-    const std::string who = DescribeWorker(rank);
-    if (answer.ok()) {
-      unanswered_probes_.erase(rank);
-      silent_since_.erase(rank);
-    } else if (AbsenceExcused(rank)) {
-      continue;  // restarting, or gone for good (see Note [Elastic membership])
-    } else if (absl::IsUnavailable(answer.status())) {
-      return absl::UnavailableError(
-          absl::StrCat("graceful shutdown: ", who, " is gone (", answer.status().message(), ")"));
-    } else if (++unanswered_probes_[rank] >= kProbesBeforeGivingUp) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("graceful shutdown: ", who, " has not answered ", kProbesBeforeGivingUp,
-                       " liveness probes (", absl::FormatDuration(kProbeTimeout),
-                       " each): ", answer.status().message()));
-    }
-  }
-  return absl::OkStatus();
-}
 
 std::string Runtime::DescribeWorker(int rank) const {
   if (std::string name; membership_.NameAndRole(rank, &name)) {
@@ -80,7 +42,15 @@ absl::Status Runtime::TryShutdown(bool graceful) {
   absl::Status status;
   if (agent_ != nullptr && graceful) {
     const absl::Time deadline = absl::Now() + options_.shutdown_timeout;
-    auto probe = [this](const std::vector<int>& missing) { return ProbeMissing(missing); };
+    ShutdownProber prober(
+        options_, *store_client_, membership_,
+        [this](int rank, absl::Duration timeout) {
+          return CallService(rank, PingRequest{}, CallOptions{timeout});
+        },
+        [this](int rank) { return DescribeWorker(rank); });
+    auto probe = [&prober](const std::vector<int>& missing) {
+      return prober.ProbeMissing(missing);
+    };
     auto participants = [this] { return ShutdownParticipants(); };
     status = AgreeQuiescent(*store_client_, options_.store_prefix + "/shutdown", options_.rank,
                             participants, *agent_, deadline, probe);
