@@ -2,7 +2,7 @@
 # Builds Tessera and runs every test: the README's test command.
 # Extra arguments go to `bazel test` (e.g. --config=asan).
 #
-# The NCCL backend's targets (//collectives/nccl, //tests/ddp:nccl_process_group_test)
+# The NCCL backend's targets (//collectives/nccl, //tests/collectives:nccl_process_group_test)
 # are tagged manual, left out of //...: they need CUDA and NCCL to build. They
 # are built and run here too when CUDA is installed in /usr/local/cuda (see
 # WORKSPACE); their GPU tests skip without a visible GPU.
@@ -19,7 +19,7 @@ bazel test //... "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 if [[ -f /usr/local/cuda/include/nccl.h ]]; then
   echo "CUDA and NCCL found in /usr/local/cuda: testing the NCCL backend too"
-  bazel test //collectives/nccl //tests/ddp:nccl_process_group_test //bench:nccl_allreduce_bench "$@" 2>&1 | tee -a "$log"
+  bazel test //collectives/nccl //tests/collectives:nccl_process_group_test //bench:nccl_allreduce_bench "$@" 2>&1 | tee -a "$log"
   nccl_status=${PIPESTATUS[0]}
   [[ $status -eq 0 ]] && status=$nccl_status
 else

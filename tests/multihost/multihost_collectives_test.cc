@@ -25,7 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/gloo/gloo_process_group.h"
 #include "common/status.h"
-#include "tests/ddp/process_group_conformance.h"
+#include "tests/collectives/process_group_conformance.h"
 #include "tests/multihost/job.h"
 #include "tests/testing/multiprocess.h"
 #include "tests/testing/network_hosts.h"

@@ -1,4 +1,4 @@
-#include "tests/ddp/process_group_conformance.h"
+#include "tests/collectives/process_group_conformance.h"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/allclose.h>

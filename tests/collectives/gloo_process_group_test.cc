@@ -11,13 +11,13 @@
 #include <cstdlib>
 
 #include "absl/strings/match.h"
-#include "tests/ddp/process_group_conformance.h"
+#include "tests/collectives/process_group_conformance.h"
 
 namespace tessera::testing {
 namespace {
 
 // Gloo alone: ranks on one host would otherwise reduce through shared
-// memory (tests/ddp/shm_process_group_test.cc).
+// memory (tests/collectives/shm_process_group_test.cc).
 collectives::GlooOptions GlooAlone() {
   collectives::GlooOptions options;
   options.shm.enabled = false;

@@ -14,7 +14,7 @@
 #include <cstdlib>
 
 #include "ddp/distributed_data_parallel.h"
-#include "tests/ddp/process_group_conformance.h"
+#include "tests/collectives/process_group_conformance.h"
 
 namespace tessera::testing {
 namespace {

@@ -22,7 +22,7 @@
 #include "collectives/collective_fingerprint.h"
 #include "collectives/gloo/gloo_process_group.h"
 #include "common/status.h"
-#include "tests/ddp/process_group_conformance.h"
+#include "tests/collectives/process_group_conformance.h"
 
 namespace tessera::testing {
 namespace {

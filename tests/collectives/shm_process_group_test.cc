@@ -20,7 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/gloo/gloo_process_group.h"
 #include "collectives/shm/shm_segment.h"
-#include "tests/ddp/process_group_conformance.h"
+#include "tests/collectives/process_group_conformance.h"
 
 namespace tessera::testing {
 namespace {
