@@ -116,7 +116,7 @@ TrainingPosition PositionOf(const c10::impl::GenericDict& all, const std::string
   return position;
 }
 
-// A whole file's bytes from `fd` at its offset, or DataLoss.
+// `size` bytes from `fd` at its offset, or DataLoss if the file ends first.
 void ReadAll(int fd, char* data, uint64_t size, const std::string& path) {
   while (size > 0) {
     const ssize_t n = ::read(fd, data, std::min<uint64_t>(size, 1 << 30));
