@@ -50,7 +50,10 @@
 // EveryServerLostAndRestartedComesBackFromTheCheckpoint). An announcement
 // touches only the membership table, the agent's address book and the
 // extensions' release of the old incarnation, all in place once the
-// rendezvous filled the table, so it waits only for that
+// rendezvous filled the table, so it waits only for that. And the table a
+// rejoining worker read may hold the other's old address: its call there
+// fails, but marks the rank failed only if no newer incarnation announced
+// itself meanwhile
 // (tests/rpc/rpc_faults_test.cc,
 // TwoRanksRejoiningAtOnceMeetWithoutWaitingOutTheirBudgets).
 //

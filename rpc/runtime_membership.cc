@@ -90,7 +90,12 @@ void Runtime::AnnounceJoin() {
     for (int rank : *left) membership_.MarkLeft(rank);
   }
   const JoinAnnouncement message{self_.rank};
-  std::vector<std::pair<int, Future<bool>>> calls;
+  struct Told {
+    int rank;
+    int incarnation;  // the one called: a newer may announce itself meanwhile
+    Future<bool> answer;
+  };
+  std::vector<Told> calls;
   for (const Member& member : membership_.Members()) {
     const WorkerInfo& peer = member.info;
     if (peer.rank == self_.rank || peer.name.empty() || member.state == MemberState::kLeft) {
@@ -99,17 +104,21 @@ void Runtime::AnnounceJoin() {
     // The job's rendezvous budget, not a constant: a peer slow to answer
     // on a loaded host would be marked failed (see Note [Slow is not failed],
     // store/store_backend.h).
-    calls.emplace_back(peer.rank,
-                       CallService(peer.rank, message, CallOptions{options_.rendezvous_timeout}));
+    calls.push_back({peer.rank, peer.incarnation,
+                     CallService(peer.rank, message, CallOptions{options_.rendezvous_timeout})});
   }
-  for (auto& [rank, call] : calls) {
-    auto answer = AwaitCall(call, options_.rendezvous_timeout);
+  for (Told& told : calls) {
+    auto answer = AwaitCall(told.answer, options_.rendezvous_timeout);
     if (answer.ok()) continue;
     // Dead, or being restarted itself: its new incarnation will announce
-    // itself to us.
-    TESSERA_LOG(INFO) << options_.name << ": could not tell " << DescribeWorker(rank)
+    // itself to us — perhaps already has (see Note [Simultaneous rejoins]:
+    // the table read at rendezvous may hold its old address), and that
+    // one is not failed.
+    TESSERA_LOG(INFO) << options_.name << ": could not tell " << DescribeWorker(told.rank)
                       << " that it joined: " << answer.status().message();
-    membership_.MarkFailed(rank);
+    MutexLock lock(&peer_changes_mu_);
+    const std::optional<WorkerInfo> now = membership_.Find(told.rank);
+    if (now.has_value() && now->incarnation == told.incarnation) membership_.MarkFailed(told.rank);
   }
   // The launcher's mark is spent: this incarnation is the restart.
   store_client_->Delete(store::elastic::RestartingKey(prefix, self_.rank)).IgnoreError();
