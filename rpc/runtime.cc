@@ -83,10 +83,10 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(
     }
   }
   auto status = runtime->Start();
-  if (!status.ok()) runtime->members_known_.Set(Annotate(status, "worker failed to start"));
-  runtime->ready_.Set(status.ok()
-                          ? absl::StatusOr<bool>(true)
-                          : absl::StatusOr<bool>(Annotate(status, "worker failed to start")));
+  const absl::StatusOr<bool> started =
+      status.ok() ? absl::StatusOr<bool>(true) : Annotate(status, "worker failed to start");
+  runtime->members_known_.Set(started);  // set already unless the start failed before it
+  runtime->ready_.Set(started);
   if (!status.ok()) {
     runtime->TryShutdown(/*graceful=*/false).IgnoreError();
     return status;
@@ -283,10 +283,6 @@ Future<Message> Runtime::HandleRequest(int from_rank, Message request) {
   if (request.envelope.kind() == proto::INTERNAL_CALL &&
       request.envelope.target() == services::kJoin) {
     ready = members_known_.GetFuture();  // see Note [Simultaneous rejoins]
-    if (ready.IsReady())
-      return DispatchOnPool([this, from_rank, request = std::move(request)] {
-        return DispatchRecorded(from_rank, request);
-      });
   }
   // See Note [Deferred calls]: on the pool once started, not in Create().
   return ready.Then([this, from_rank, request = std::move(request)](
