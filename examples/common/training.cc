@@ -1,16 +1,18 @@
 #include "examples/common/training.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/tensor.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
 #include "absl/flags/flag.h"
 #include "common/flags.h"
-#include "examples/common/example_main.h"
 #include "common/status.h"
+#include "examples/common/example_main.h"
 
 ABSL_FLAG(int, epochs, 2, "passes over this worker's shard of the training set");
 ABSL_FLAG(int64_t, batch, 64, "examples per step (per trainer)");
@@ -18,6 +20,8 @@ ABSL_FLAG(double, lr, 1e-3, "learning rate");
 ABSL_FLAG(int64_t, max_steps, 0, "steps per epoch at most; 0: the whole shard");
 ABSL_FLAG(int64_t, log_every, 100, "steps between progress lines");
 ABSL_FLAG(uint64_t, seed, 0, "seed of the model's initial parameters");
+ABSL_FLAG(int64_t, test_images, 0,
+          "test images to measure the accuracy on (the test set's first N); 0: all 10,000");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "directory of the checkpoints to resume from and to save; empty: none");
 ABSL_FLAG(int64_t, checkpoint_every, 200,
@@ -31,12 +35,32 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+double TestAccuracy(const data::Examples& test, int64_t count,
+                    const std::function<at::Tensor(const at::Tensor&)>& forward) {
+  constexpr int64_t kBatch = 500;
+  at::NoGradGuard no_grad;
+  const int64_t all = test.labels.size(0);
+  count = count > 0 ? std::min(count, all) : all;
+  int64_t correct = 0;
+  for (int64_t start = 0; start < count; start += kBatch) {
+    const int64_t size = std::min(kBatch, count - start);
+    correct += forward(test.images.narrow(0, start, size))
+                   .argmax(1)
+                   .eq(test.labels.narrow(0, start, size))
+                   .sum()
+                   .item<int64_t>();
+  }
+  return count == 0 ? 0 : static_cast<double>(correct) / static_cast<double>(count);
+}
+
 void SetDefaultLearningRate(double lr) { absl::SetFlag(&FLAGS_lr, lr); }
 
 void SetDefaultEpochsAndBatch(int epochs, int64_t batch) {
   absl::SetFlag(&FLAGS_epochs, epochs);
   absl::SetFlag(&FLAGS_batch, batch);
 }
+
+void SetDefaultTestImages(int64_t count) { absl::SetFlag(&FLAGS_test_images, count); }
 
 void Require(bool holds, const std::string& requirement) {
   if (!holds) throw StatusError(absl::InvalidArgumentError(requirement));
@@ -52,6 +76,7 @@ int RunExample(int argc, char** argv, const std::string& usage,
     flags.max_steps = absl::GetFlag(FLAGS_max_steps);
     flags.log_every = absl::GetFlag(FLAGS_log_every);
     flags.seed = absl::GetFlag(FLAGS_seed);
+    flags.test_images = absl::GetFlag(FLAGS_test_images);
     flags.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
     flags.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
     if (flags.epochs < 1 || flags.batch < 1 || flags.log_every < 1 || flags.lr <= 0 ||

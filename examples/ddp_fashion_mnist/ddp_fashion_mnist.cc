@@ -189,10 +189,9 @@ int Train(const tessera::examples::TrainingFlags& flags) {
   // store the others use.
   group->Barrier().Get(absl::Seconds(120));
   if (rank == 0) {
-    torch::NoGradGuard no_grad;
     net->eval();
-    auto predictions = net->forward(test.images).argmax(1);
-    const double accuracy = predictions.eq(test.labels).to(torch::kFloat).mean().item<double>();
+    const double accuracy = tessera::examples::TestAccuracy(
+        test, flags.test_images, [&](const at::Tensor& images) { return net->forward(images); });
     std::printf("test accuracy %.2f%% after %d epochs\n", 100 * accuracy, flags.epochs);
   }
   return 0;

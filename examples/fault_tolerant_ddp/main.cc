@@ -156,10 +156,9 @@ int Train(const TrainingFlags& flags) {
   // finish evaluate and save (issue 51).
   {
     const data::Examples test = data::LoadFashionMnist(data::Split::kTest);
-    torch::NoGradGuard no_grad;
     net->eval();
-    const double accuracy =
-        net->forward(test.images).argmax(1).eq(test.labels).to(at::kFloat).mean().item<double>();
+    const double accuracy = TestAccuracy(
+        test, flags.test_images, [&](const at::Tensor& images) { return net->forward(images); });
     std::printf("[%s] test accuracy %.2f%% after %lld steps\n", who.c_str(), 100 * accuracy,
                 static_cast<long long>(ft.step()));
   }

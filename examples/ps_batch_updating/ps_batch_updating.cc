@@ -11,7 +11,6 @@
 //   tessera-run --standalone --nproc_per_node 4 ps_batch_updating --servers 2 --epochs 2
 // (one command line). `ps_batch_updating --help` lists the flags.
 #include <ATen/ops/arange.h>
-#include <ATen/ops/argmax.h>
 #include <ATen/ops/cross_entropy_loss.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -84,11 +83,10 @@ class Trainer {
     return loss.item<double>();
   }
 
-  double Accuracy(const data::Examples& test) {
+  double Accuracy(const data::Examples& test, int64_t count) {
     Pull();
-    at::NoGradGuard no_grad;
-    at::Tensor predicted = at::argmax(CnnForward(params_, test.images), 1);
-    return predicted.eq(test.labels).to(at::kFloat).mean().item<double>();
+    return TestAccuracy(test, count,
+                        [&](const at::Tensor& images) { return CnnForward(params_, images); });
   }
 
  private:
@@ -134,8 +132,11 @@ int Run(const TrainingFlags& flags) {
               });
   const double seconds = SecondsSince(start);
   std::printf("[%s] test accuracy %.2f%% (%lld images) after %d epochs, %.1f s\n",
-              worker->name().c_str(), 100 * trainer.Accuracy(test),
-              static_cast<long long>(test.labels.size(0)), flags.epochs, seconds);
+              worker->name().c_str(), 100 * trainer.Accuracy(test, flags.test_images),
+              static_cast<long long>(flags.test_images > 0
+                                         ? std::min(flags.test_images, test.labels.size(0))
+                                         : test.labels.size(0)),
+              flags.epochs, seconds);
   worker->Shutdown();
   return 0;
 }

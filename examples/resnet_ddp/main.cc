@@ -21,26 +21,16 @@
 #include "examples/resnet_ddp/resnet.h"
 
 ABSL_FLAG(int64_t, width, 16, "channels of the first stage (the original ResNet-18: 64)");
-ABSL_FLAG(int64_t, test_images, 2000, "test images to measure the accuracy on each epoch");
 
 namespace tessera::examples {
 namespace {
 
 double Accuracy(ResNet18& net, const data::Examples& test, int64_t count) {
-  torch::NoGradGuard no_grad;
   net->eval();
-  count = std::min<int64_t>(count, test.labels.size(0));
-  int64_t correct = 0;
-  for (int64_t start = 0; start < count; start += 500) {
-    const int64_t size = std::min<int64_t>(500, count - start);
-    correct += net->forward(test.images.narrow(0, start, size))
-                   .argmax(1)
-                   .eq(test.labels.narrow(0, start, size))
-                   .sum()
-                   .item<int64_t>();
-  }
+  const double accuracy =
+      TestAccuracy(test, count, [&](const at::Tensor& images) { return net->forward(images); });
   net->train();
-  return static_cast<double>(correct) / count;
+  return accuracy;
 }
 
 int Train(const TrainingFlags& flags) {
@@ -89,8 +79,7 @@ int Train(const TrainingFlags& flags) {
           "[rank0] epoch %d: %.1f s, %.0f samples/s in all, test accuracy %.2f%% (%lld "
           "images)\n",
           epoch + 1, SecondsSince(epoch_start), throughput * group->size(),
-          100 * Accuracy(net, test, absl::GetFlag(FLAGS_test_images)),
-          static_cast<long long>(absl::GetFlag(FLAGS_test_images)));
+          100 * Accuracy(net, test, flags.test_images), static_cast<long long>(flags.test_images));
     }
   }
   if (rank == 0) {
@@ -105,6 +94,7 @@ int Train(const TrainingFlags& flags) {
 }  // namespace tessera::examples
 
 int main(int argc, char** argv) {
+  tessera::examples::SetDefaultTestImages(2000);  // each epoch's; ResNet-18 is slow to run
   return tessera::examples::RunExample(
       argc, argv,
       "A ResNet-18 trained data-parallel (DDP over Gloo) on Fashion-MNIST; run it with "

@@ -55,7 +55,7 @@ class FaultTolerantDdpTest : public ::testing::Test {
     const int lines = std::uniform_int_distribution<int>(3, 9)(random);
     Launcher job({"--standalone", "--nproc_per_node", "3", "--elastic_roles", "replica",
                   "--max_restarts", std::to_string(max_restarts), kProgram, "--steps",
-                  std::to_string(kSteps), "--log_every", "10"});
+                  std::to_string(kSteps), "--log_every", "10", "--test_images", "2000"});
     EXPECT_TRUE(job.WaitFor("replicas\n", lines, absl::Seconds(180))) << "seed " << seed << "\n"
                                                                       << job.output();
     const pid_t pid = WorkerPid(job_, 1);

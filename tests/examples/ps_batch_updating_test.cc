@@ -17,7 +17,7 @@ namespace {
 TEST(PsBatchUpdatingExampleTest, TwoServersAndTwoTrainersLearnOneModel) {
   Launcher launcher({"--nproc_per_node", "4", "--standalone",
                      "examples/ps_batch_updating/ps_batch_updating", "--servers", "2", "--epochs",
-                     "1", "--max_steps", "80", "--log_every", "20"});
+                     "1", "--max_steps", "80", "--log_every", "20", "--test_images", "2000"});
   ASSERT_EQ(launcher.Finish(absl::Seconds(600)), 0) << launcher.output();
   const std::string& out = launcher.output();
   EXPECT_EQ(launcher.Count("serving its shard of 8 tables to 2 trainers"), 2) << out;

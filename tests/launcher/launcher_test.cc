@@ -290,7 +290,9 @@ TEST(LauncherTest, JobsMeetThroughEtcdAndOutliveAMember) {
                                            "--steps",
                                            "80",
                                            "--log_every",
-                                           "25"};
+                                           "25",
+                                           "--test_images",
+                                           "2000"};
   Launcher job(ft_ddp);
   ASSERT_TRUE(job.WaitFor("step 25/80", 3, absl::Seconds(120))) << job.output();
   (*etcd)->Kill(0);

@@ -43,7 +43,7 @@ std::unique_ptr<Job> StartElasticFaultTolerantDdp(NetworkHosts& hosts, int steps
                                    "--elastic_roles", "replica", "--max_restarts", "1"};
   args.insert(args.end(), store_args.begin(), store_args.end());
   std::vector<std::string> program = {kFaultTolerantDdp, "--steps", std::to_string(steps),
-                                      "--log_every", "25"};
+                                      "--log_every", "25", "--test_images", "2000"};
   program.insert(program.end(), program_args.begin(), program_args.end());
   auto job = Job::Launched(hosts, 1, program, {}, "", args);
   EXPECT_TRUE(job->on(watched).WaitFor("3 replicas\n", 2, absl::Seconds(180))) << job->output();
@@ -157,7 +157,7 @@ TEST(MultiHostClusterFaultsTest,
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
   // 200 steps: replica 2 rejoins about 50 steps in, however fast the
   // machine (the cut's length is Gloo's timeout, not a number of steps).
-  auto job = Job::Launched(hosts, 1, {kFaultTolerantDdp, "--steps", "200", "--log_every", "10"}, {},
+  auto job = Job::Launched(hosts, 1, {kFaultTolerantDdp, "--steps", "200", "--log_every", "10", "--test_images", "2000"}, {},
                            "", {"--elastic_roles", "replica", "--max_restarts", "1"});
   ObservedProcess& host2 = job->on(2);
   ASSERT_TRUE(host2.WaitFor("3 replicas\n", 2, absl::Seconds(180))) << job->output();
@@ -191,7 +191,7 @@ TEST(MultiHostClusterFaultsTest,
 TEST(MultiHostClusterFaultsTest,
      AFaultTolerantDdpJobSplitBetweenTwoReplicasHealsAndAllEndIdentical) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
-  auto job = Job::Launched(hosts, 1, {kFaultTolerantDdp, "--steps", "300", "--log_every", "25"}, {},
+  auto job = Job::Launched(hosts, 1, {kFaultTolerantDdp, "--steps", "300", "--log_every", "25", "--test_images", "2000"}, {},
                            "", {"--elastic_roles", "replica", "--max_restarts", "1"});
   ASSERT_TRUE(job->on(2).WaitFor("3 replicas\n", 2, absl::Seconds(180))) << job->output();
   ASSERT_TRUE(hosts.SetPath(1, 2, /*up=*/false).ok());

@@ -89,7 +89,8 @@ TEST(MultiHostElasticTest, AFaultTolerantDdpReplicaKilledOnItsHostRecoversFromAP
   const std::string marker = absl::StrCat("multihost-ft-ddp-", getpid());
   auto job = Job::Launched(
       hosts, 1,
-      {"examples/fault_tolerant_ddp/fault_tolerant_ddp", "--steps", "150", "--log_every", "25"},
+      {"examples/fault_tolerant_ddp/fault_tolerant_ddp", "--steps", "150", "--log_every", "25",
+       "--test_images", "2000"},
       {{"TESSERA_TEST_JOB", marker}}, "", {"--elastic_roles", "replica", "--max_restarts", "1"});
   ObservedProcess& host1 = job->on(1);
   ASSERT_TRUE(host1.WaitFor("replicas\n", 2, absl::Seconds(180))) << job->output();

@@ -34,7 +34,7 @@ namespace {
 std::unique_ptr<Job> BatchUpdating(NetworkHosts& hosts, const std::string& marker) {
   return Job::Launched(hosts, 1,
                        {"examples/ps_batch_updating/ps_batch_updating", "--servers", "2",
-                        "--epochs", "1", "--max_steps", "60", "--log_every", "20"},
+                        "--epochs", "1", "--max_steps", "60", "--log_every", "20", "--test_images", "2000"},
                        {{"TESSERA_TEST_JOB", marker}}, "",
                        {"--elastic_roles", "server", "--max_restarts", "1"});
 }
