@@ -35,12 +35,16 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+int64_t TestImages(const data::Examples& test, int64_t count) {
+  const int64_t all = test.labels.size(0);
+  return count > 0 ? std::min(count, all) : all;
+}
+
 double TestAccuracy(const data::Examples& test, int64_t count,
                     const std::function<at::Tensor(const at::Tensor&)>& forward) {
   constexpr int64_t kBatch = 500;
   at::NoGradGuard no_grad;
-  const int64_t all = test.labels.size(0);
-  count = count > 0 ? std::min(count, all) : all;
+  count = TestImages(test, count);
   int64_t correct = 0;
   for (int64_t start = 0; start < count; start += kBatch) {
     const int64_t size = std::min(kBatch, count - start);
@@ -80,10 +84,10 @@ int RunExample(int argc, char** argv, const std::string& usage,
     flags.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
     flags.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
     if (flags.epochs < 1 || flags.batch < 1 || flags.log_every < 1 || flags.lr <= 0 ||
-        flags.max_steps < 0 || flags.checkpoint_every < 0) {
+        flags.max_steps < 0 || flags.checkpoint_every < 0 || flags.test_images < 0) {
       std::fprintf(stderr,
                    "%s: --epochs, --batch, --log_every must be >= 1, --lr > 0 and "
-                   "--max_steps, --checkpoint_every >= 0\n",
+                   "--max_steps, --checkpoint_every, --test_images >= 0\n",
                    program.c_str());
       return 2;
     }

@@ -76,5 +76,7 @@ double TrainEpochs(const TrainingFlags& flags, const data::Examples& data,
 // than their 60 training steps.
 double TestAccuracy(const data::Examples& test, int64_t count,
                     const std::function<at::Tensor(const at::Tensor&)>& forward);
+// How many images TestAccuracy(test, count, ...) measures, for its line.
+int64_t TestImages(const data::Examples& test, int64_t count);
 
 }  // namespace tessera::examples

@@ -133,10 +133,7 @@ int Run(const TrainingFlags& flags) {
   const double seconds = SecondsSince(start);
   std::printf("[%s] test accuracy %.2f%% (%lld images) after %d epochs, %.1f s\n",
               worker->name().c_str(), 100 * trainer.Accuracy(test, flags.test_images),
-              static_cast<long long>(flags.test_images > 0
-                                         ? std::min(flags.test_images, test.labels.size(0))
-                                         : test.labels.size(0)),
-              flags.epochs, seconds);
+              static_cast<long long>(TestImages(test, flags.test_images)), flags.epochs, seconds);
   worker->Shutdown();
   return 0;
 }

@@ -79,7 +79,8 @@ int Train(const TrainingFlags& flags) {
           "[rank0] epoch %d: %.1f s, %.0f samples/s in all, test accuracy %.2f%% (%lld "
           "images)\n",
           epoch + 1, SecondsSince(epoch_start), throughput * group->size(),
-          100 * Accuracy(net, test, flags.test_images), static_cast<long long>(flags.test_images));
+          100 * Accuracy(net, test, flags.test_images),
+          static_cast<long long>(TestImages(test, flags.test_images)));
     }
   }
   if (rank == 0) {
