@@ -91,6 +91,7 @@ rpc::RpcOptions InProcessOptions(const std::string& name, int rank, int world_si
   options.world_size = world_size;
   options.master_port = store_port;
   options.store_role = rpc::StoreRole::kConnect;
+  options.rendezvous_timeout = kTestRendezvousTimeout;
   options.job_secret = TestJobSecret();
   options.grpc.tls = rpc::GrpcTlsOptions::FromEnv();
   if (const char* backend = std::getenv("TESSERA_RPC_BACKEND")) {
@@ -103,7 +104,7 @@ rpc::RpcOptions TestWorkerOptions() {
   auto options = rpc::RpcOptions::TryFromEnv();
   if (!options.ok()) throw std::runtime_error(options.status().ToString());
   options->store_role = rpc::StoreRole::kConnect;
-  options->rendezvous_timeout = absl::Seconds(60);
+  options->rendezvous_timeout = kTestRendezvousTimeout;
   options->shutdown_timeout = absl::Seconds(120);
   if (const char* s = std::getenv("TESSERA_TEST_SHUTDOWN_TIMEOUT_S")) {
     options->shutdown_timeout = absl::Seconds(std::atoi(s));

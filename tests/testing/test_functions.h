@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "absl/time/time.h"
 #include "rpc/registry.h"
 #include "rpc/rpc_options.h"
 
@@ -22,13 +23,20 @@ rpc::Registry MakeTestRegistry();
 // it came.
 bool BlockUntilReleased(rpc::CallContext& ctx, const std::string& key);
 
+// How long a test's workers wait for one another to start. Minutes, not
+// the product's 60 s: CI starts 16 sanitizer-built workers at once on 2
+// cores, and at a load of 16 the last of them took longer than a minute
+// to load its libraries (stop 69). Tests of a rank that never comes set
+// their own.
+inline constexpr absl::Duration kTestRendezvousTimeout = absl::Minutes(5);
+
 // Options for a test worker from the environment (see WorkerEnv), with
 // timeouts suited to tests (TESSERA_TEST_SHUTDOWN_TIMEOUT_S and
 // TESSERA_TEST_REGISTRATION_WAIT_S set two of them).
 rpc::RpcOptions TestWorkerOptions();
 
 // Options for a worker in this process that meets the others through a store
-// the test hosts on `store_port`.
+// the test hosts on `store_port` (within kTestRendezvousTimeout).
 rpc::RpcOptions InProcessOptions(const std::string& name, int rank, int world_size,
                                  int store_port);
 
