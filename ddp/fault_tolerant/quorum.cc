@@ -205,12 +205,19 @@ absl::StatusOr<std::optional<QuorumRound>> Quorum::EnterRound(int64_t step, std:
       return absl::DataLossError("malformed quorum round hint '" + *hint + "'");
     }
   }
-  // The round is used up whatever happens in it: a replica must never take
-  // two newcomer slots of one round.
-  const int64_t r = next_round_++;
+  const int64_t r = next_round_;
   // A member of the previous quorum is known to every member of this one;
   // any other replica announces itself, unless it comes too late.
   const bool known = r > 0 && previous_round_ == r - 1;
+  // A newcomer uses the round up whatever happens in it: it must never take
+  // two newcomer slots of one round. A known member whose store call failed
+  // (Unavailable while an etcd member's calls fail over) tries the same
+  // round again, still known: its arrival is one key set to the same value
+  // again, and the close a compare-and-set that answers the value that won.
+  // Had it gone on to the next round, it would have lost its place in the
+  // group; failing again and again, it ran rounds ahead of the others and
+  // waited alone where none of them came (see Note [Quorum per step]).
+  if (!known) next_round_ = r + 1;
   if (!known && Closed(r, absl::ZeroDuration()).ok()) return std::nullopt;
   TESSERA_RETURN_IF_ERROR(store_->Set(ArrivalKey(r, id_), std::to_string(step)));
   if (!known) {
@@ -223,6 +230,7 @@ absl::StatusOr<std::optional<QuorumRound>> Quorum::EnterRound(int64_t step, std:
   // the same group, with the same ranks, round after round (no group formed
   // again for nothing).
   TESSERA_ASSIGN_OR_RETURN(auto closed, store_->CompareSet(Key(r, "quorum"), "", Encode(arrived)));
+  next_round_ = r + 1;  // closed: whatever its members, this replica's next round is the next
   auto members = Decode(closed);
   if (!members.ok()) return members.status();
   const std::vector<std::string> ids = Ids(*members);

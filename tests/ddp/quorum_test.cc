@@ -10,6 +10,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "common/mutex.h"
 #include "common/status.h"
+#include "store/builtin_store_backend.h"
 #include "store/store_client.h"
 #include "store/store_server.h"
 
@@ -90,6 +92,65 @@ void ExpectOneModel(const std::vector<const Replica*>& replicas) {
     }
   }
 }
+
+// The built-in store's client, with calls that fail as Unavailable on
+// demand: the next `FailNext(n)` calls, whatever they are, as while a dead
+// etcd member's calls fail over (each answered Unavailable, not applied).
+class FailingBackend : public store::StoreBackend {
+ public:
+  explicit FailingBackend(int port) : real_("127.0.0.1", port, auth::JobSecret()) {}
+  void FailNext(int calls) { to_fail_ = calls; }
+
+  absl::Status Set(const std::string& key, const std::string& value,
+                   absl::Duration timeout) override {
+    TESSERA_RETURN_IF_ERROR(Injected("Set " + key));
+    return real_.Set(key, value, timeout);
+  }
+  absl::StatusOr<std::optional<std::string>> Get(const std::string& key, absl::Duration wait,
+                                                 absl::Duration reply) override {
+    TESSERA_RETURN_IF_ERROR(Injected("Get " + key));
+    return real_.Get(key, wait, reply);
+  }
+  absl::StatusOr<std::vector<std::string>> WaitForKeys(const std::vector<std::string>& keys,
+                                                       absl::Duration wait,
+                                                       absl::Duration reply) override {
+    TESSERA_RETURN_IF_ERROR(Injected("WaitForKeys"));
+    return real_.WaitForKeys(keys, wait, reply);
+  }
+  absl::StatusOr<std::map<std::string, std::string>> GetMany(const std::vector<std::string>& keys,
+                                                             absl::Duration wait,
+                                                             absl::Duration reply) override {
+    TESSERA_RETURN_IF_ERROR(Injected("GetMany"));
+    return real_.GetMany(keys, wait, reply);
+  }
+  absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta,
+                              absl::Duration timeout) override {
+    TESSERA_RETURN_IF_ERROR(Injected("Add " + key));
+    return real_.Add(key, delta, timeout);
+  }
+  absl::StatusOr<std::string> CompareSet(const std::string& key, const std::string& expected,
+                                         const std::string& desired,
+                                         absl::Duration timeout) override {
+    TESSERA_RETURN_IF_ERROR(Injected("CompareSet " + key));
+    return real_.CompareSet(key, expected, desired, timeout);
+  }
+  absl::StatusOr<bool> Delete(const std::string& key, absl::Duration timeout) override {
+    TESSERA_RETURN_IF_ERROR(Injected("Delete " + key));
+    return real_.Delete(key, timeout);
+  }
+  const std::string& target() const override { return real_.target(); }
+
+ private:
+  absl::Status Injected(const std::string& call) {
+    int left = to_fail_.load();
+    while (left > 0 && !to_fail_.compare_exchange_weak(left, left - 1)) {
+    }
+    if (left > 0) return absl::UnavailableError("injected failure of " + call);
+    return absl::OkStatus();
+  }
+  store::BuiltinStoreBackend real_;
+  std::atomic<int> to_fail_{0};
+};
 
 class QuorumTest : public ::testing::Test {
  protected:
@@ -270,6 +331,43 @@ TEST_F(QuorumTest, TwoOfThreeCommitWithoutTheThird) {
   ASSERT_TRUE(round.ok()) << round.status();
   EXPECT_EQ(round->members.size(), 2u);
   EXPECT_TRUE(committed_a && committed_b);
+}
+
+// A member whose store calls fail for a while (Unavailable, as while a
+// dead etcd member's calls fail over) keeps its place: it tries the same
+// round again, and the others, waiting for it (a round timeout longer than
+// the outage), close that round with it. Had it moved on to the next round
+// at each failure, as it once did, the others would have closed round 1
+// without it after 20 s, and it would have waited alone in round 4, where
+// no one else came, until rejoin_timeout.
+TEST_F(QuorumTest, AMemberWhoseStoreCallsFailKeepsItsPlace) {
+  auto store_a = Client(), store_b = Client();
+  auto* failing = new FailingBackend(server_->port());
+  store::StoreClient store_c(std::unique_ptr<store::StoreBackend>(failing), "127.0.0.1",
+                             absl::Seconds(10));
+  QuorumOptions options = Options(3, 0);
+  options.timeout = absl::Seconds(20);
+  Replica a(store_a.get(), "a", options, &histories_);
+  Replica b(store_b.get(), "b", options, &histories_);
+  Replica c(&store_c, "c", options, &histories_);
+  for (int step = 0; step < 2; ++step) {
+    if (step == 1) failing->FailNext(3);
+    bool committed_a = false, committed_b = false, committed_c = false;
+    absl::StatusOr<QuorumRound> round_a, round_b;
+    std::thread thread_a([&] { round_a = a.Step(&committed_a); });
+    std::thread thread_b([&] { round_b = b.Step(&committed_b); });
+    auto round_c = c.Step(&committed_c);
+    thread_a.join();
+    thread_b.join();
+    ASSERT_TRUE(round_a.ok() && round_b.ok()) << round_a.status() << round_b.status();
+    ASSERT_TRUE(round_c.ok()) << round_c.status();
+    EXPECT_EQ(round_c->round, step) << "c lost its place in the rounds";
+    EXPECT_EQ(round_a->round, round_c->round);
+    EXPECT_EQ(round_c->members.size(), 3u);
+    EXPECT_TRUE(committed_a && committed_b && committed_c) << "step " << step;
+  }
+  EXPECT_EQ(c.history, a.history);
+  ExpectOneModel({&a, &b, &c});
 }
 
 // A store out of reach (a cut link; here, not started yet) is waited out
