@@ -2,6 +2,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <type_traits>
+
 #include "common/host_address.h"
 #include "common/status.h"
 #include "proto/store.grpc.pb.h"
@@ -9,6 +12,13 @@
 #include "store/store_channel.h"
 
 namespace tessera::store {
+namespace {
+
+// Between attempts of a call that is safe to repeat.
+constexpr absl::Duration kRetryPause = absl::Milliseconds(100);
+
+}  // namespace
+
 class BuiltinStoreBackend::Stub {
  public:
   Stub(const std::string& target, auth::JobSecret secret)
@@ -16,20 +26,41 @@ class BuiltinStoreBackend::Stub {
             target, grpc::InsecureChannelCredentials(), StoreChannelArguments()))),
         auth_(std::move(secret)) {}
 
-  // One signed call (see Note [Store call authentication]): `timeout` bounds
-  // it, and the server's answer is checked.
+  // Whether a call may be sent again after it failed Unavailable: the
+  // server may have applied it before the connection broke.
+  enum class Repeat { kNo, kOnUnavailable };
+
+  // One signed call (see Note [Store call authentication]) by `timeout`,
+  // and the server's answer checked. A call that waits on the server
+  // (Get, Wait) lets the server wait what is left of `timeout` less
+  // `reply`. Safe calls are repeated while they fail Unavailable: on a
+  // slow, loaded machine the store's host may answer a keepalive ping
+  // late, gRPC then drops the connection with every call on it ("keepalive
+  // watchdog timeout"), and the caller should see time, not an error.
   template <typename Request, typename Response>
   absl::Status Call(grpc::Status (proto::Store::Stub::*rpc)(grpc::ClientContext*, const Request&,
                                                             Response*),
-                    const char* method, const Request& request, Response* response,
-                    absl::Duration timeout) {
-    grpc::ClientContext context;
-    context.set_wait_for_ready(true);
-    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    const std::string nonce = auth_.SignRequest(&context, method, request);
-    absl::Status status = FromGrpcStatus((stub_.get()->*rpc)(&context, request, response));
-    if (status.ok()) status = auth_.CheckResponse(context, method, nonce, *response);
-    return status;
+                    const char* method, Request request, Response* response, absl::Duration timeout,
+                    Repeat repeat, absl::Duration reply = absl::ZeroDuration()) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (true) {
+      if constexpr (std::is_same_v<Request, proto::GetRequest> ||
+                    std::is_same_v<Request, proto::WaitRequest>) {
+        request.set_timeout_ms(
+            std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now() - reply)));
+      }
+      grpc::ClientContext context;
+      context.set_wait_for_ready(true);
+      context.set_deadline(absl::ToChronoTime(deadline));
+      const std::string nonce = auth_.SignRequest(&context, method, request);
+      absl::Status status = FromGrpcStatus((stub_.get()->*rpc)(&context, request, response));
+      if (status.ok()) return auth_.CheckResponse(context, method, nonce, *response);
+      if (repeat == Repeat::kNo || !absl::IsUnavailable(status) ||
+          absl::Now() + kRetryPause >= deadline) {
+        return status;
+      }
+      absl::SleepFor(kRetryPause);
+    }
   }
 
  private:
@@ -49,7 +80,8 @@ absl::Status BuiltinStoreBackend::Set(const std::string& key, const std::string&
   request.set_key(key);
   request.set_value(value);
   proto::SetResponse response;
-  return stub_->Call(&proto::Store::Stub::Set, "Set", request, &response, timeout);
+  return stub_->Call(&proto::Store::Stub::Set, "Set", request, &response, timeout,
+                     Stub::Repeat::kOnUnavailable);
 }
 
 absl::StatusOr<std::optional<std::string>> BuiltinStoreBackend::Get(const std::string& key,
@@ -57,9 +89,9 @@ absl::StatusOr<std::optional<std::string>> BuiltinStoreBackend::Get(const std::s
                                                                     absl::Duration reply) {
   proto::GetRequest request;
   request.set_key(key);
-  request.set_timeout_ms(absl::ToInt64Milliseconds(wait));
   proto::GetResponse response;
-  auto status = stub_->Call(&proto::Store::Stub::Get, "Get", request, &response, wait + reply);
+  auto status = stub_->Call(&proto::Store::Stub::Get, "Get", request, &response, wait + reply,
+                            Stub::Repeat::kOnUnavailable, reply);
   if (!status.ok()) return status;
   if (!response.found()) return std::nullopt;
   return response.value();
@@ -70,9 +102,9 @@ absl::Status BuiltinStoreBackend::CallWait(const std::vector<std::string>& keys,
                                            bool with_values, proto::WaitResponse* response) {
   proto::WaitRequest request;
   for (const auto& key : keys) request.add_keys(key);
-  request.set_timeout_ms(absl::ToInt64Milliseconds(wait));
   request.set_with_values(with_values);
-  return stub_->Call(&proto::Store::Stub::Wait, "Wait", request, response, wait + reply);
+  return stub_->Call(&proto::Store::Stub::Wait, "Wait", request, response, wait + reply,
+                     Stub::Repeat::kOnUnavailable, reply);
 }
 
 absl::StatusOr<std::vector<std::string>> BuiltinStoreBackend::WaitForKeys(
@@ -99,7 +131,8 @@ absl::StatusOr<int64_t> BuiltinStoreBackend::Add(const std::string& key, int64_t
   request.set_key(key);
   request.set_delta(delta);
   proto::AddResponse response;
-  auto status = stub_->Call(&proto::Store::Stub::Add, "Add", request, &response, timeout);
+  auto status =
+      stub_->Call(&proto::Store::Stub::Add, "Add", request, &response, timeout, Stub::Repeat::kNo);
   if (!status.ok()) return status;
   return response.value();
 }
@@ -113,8 +146,8 @@ absl::StatusOr<std::string> BuiltinStoreBackend::CompareSet(const std::string& k
   request.set_expected(expected);
   request.set_desired(desired);
   proto::CompareSetResponse response;
-  auto status =
-      stub_->Call(&proto::Store::Stub::CompareSet, "CompareSet", request, &response, timeout);
+  auto status = stub_->Call(&proto::Store::Stub::CompareSet, "CompareSet", request, &response,
+                            timeout, Stub::Repeat::kNo);
   if (!status.ok()) return status;
   return response.value();
 }
@@ -123,7 +156,8 @@ absl::StatusOr<bool> BuiltinStoreBackend::Delete(const std::string& key, absl::D
   proto::DeleteRequest request;
   request.set_key(key);
   proto::DeleteResponse response;
-  auto status = stub_->Call(&proto::Store::Stub::Delete, "Delete", request, &response, timeout);
+  auto status = stub_->Call(&proto::Store::Stub::Delete, "Delete", request, &response, timeout,
+                            Stub::Repeat::kNo);
   if (!status.ok()) return status;
   return response.deleted();
 }

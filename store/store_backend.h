@@ -9,7 +9,11 @@
 // the job's own budget (the runtime's is --rdzv_timeout), never a constant.
 // 128 workers reading 128 keys each from one store on a loaded 2-core
 // machine got their answers after more than the 5 s once allowed, and the
-// job failed where it only had to wait.
+// job failed where it only had to wait. Likewise a call that is safe to
+// repeat (Set, Get, Wait) is sent again while it fails Unavailable, until
+// its deadline: a store host too loaded to answer a keepalive ping in time
+// has its connections dropped by gRPC, calls in flight with them. Add,
+// CompareSet and Delete may have been applied and are not repeated.
 //
 // Thread-safety: implementations are thread-safe.
 #pragma once
