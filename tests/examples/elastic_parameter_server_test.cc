@@ -65,7 +65,7 @@ TEST_F(ElasticParameterServerTest, KilledTrainersRejoinAJoiningTrainerHelpsAndTh
   constexpr int kSteps = 800;
   Launcher job({"--standalone", "--nproc_per_node", "3", "--elastic_roles", "trainer",
                 "--max_restarts", "3", kProgram, "--epochs", "1", "--max_steps",
-                std::to_string(kSteps), "--log_every", "20"});
+                std::to_string(kSteps), "--log_every", "20", "--test_images", "2000"});
   ASSERT_TRUE(job.WaitFor("serving a CNN", 1, absl::Seconds(120))) << job.output();
   const int port =
       static_cast<int>(FirstNumber(job.output(), "rendezvous store at [0-9.]+:(\\d+)"));
@@ -75,7 +75,7 @@ TEST_F(ElasticParameterServerTest, KilledTrainersRejoinAJoiningTrainerHelpsAndTh
   KillAfterSteps(job, lines(random), /*rank=*/1, /*incarnation=*/1);
   Launcher joiner({"--join", "--master_port", std::to_string(port), "--nproc_per_node", "1",
                    kProgram, "--epochs", "1", "--max_steps", std::to_string(kSteps), "--log_every",
-                   "20"});
+                   "20", "--test_images", "2000"});
   ASSERT_TRUE(job.WaitFor("trainer3 (rank 3) joined", 1, absl::Seconds(60)))
       << job.output() << joiner.output();
   KillAfterSteps(job, lines(random), /*rank=*/2, /*incarnation=*/1);
@@ -104,7 +104,7 @@ TEST_F(ElasticParameterServerTest, AKilledTrainerRejoinsOverGrpc) {
   setenv("TESSERA_RPC_BACKEND", "grpc", 1);
   Launcher job({"--standalone", "--nproc_per_node", "3", "--elastic_roles", "trainer",
                 "--max_restarts", "1", kProgram, "--epochs", "1", "--max_steps", "300",
-                "--log_every", "20"});
+                "--log_every", "20", "--test_images", "2000"});
   unsetenv("TESSERA_RPC_BACKEND");
   ASSERT_TRUE(job.WaitFor("serving a CNN", 1, absl::Seconds(120))) << job.output();
   const int server_pid = static_cast<int>(FirstNumber(job.output(), "\\[ps\\] pid (\\d+) serving"));
@@ -122,7 +122,7 @@ TEST_F(ElasticParameterServerTest, AKilledTrainerRejoinsOverGrpc) {
 TEST_F(ElasticParameterServerTest, ATrainerThatLeavesEarlyIsNotWaitedFor) {
   Launcher job({"--standalone", "--nproc_per_node", "3", "--elastic_roles", "trainer",
                 "--max_ranks", "4", kProgram, "--epochs", "1", "--max_steps", "300", "--log_every",
-                "50"});
+                "50", "--test_images", "2000"});
   ASSERT_TRUE(job.WaitFor("serving a CNN", 1, absl::Seconds(120))) << job.output();
   const int port =
       static_cast<int>(FirstNumber(job.output(), "rendezvous store at [0-9.]+:(\\d+)"));

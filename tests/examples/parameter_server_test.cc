@@ -16,8 +16,8 @@ namespace {
 
 TEST(ParameterServerExampleTest, ShortRunLearns) {
   Launcher launcher({"--nproc_per_node", "3", "--standalone",
-                     "examples/parameter_server/parameter_server", "--epochs", "1",
-                     "--max_steps", "120", "--log_every", "20"});
+                     "examples/parameter_server/parameter_server", "--epochs", "1", "--max_steps",
+                     "120", "--log_every", "20", "--test_images", "2000"});
   ASSERT_EQ(launcher.Finish(absl::Seconds(600)), 0) << launcher.output();
   const std::string& out = launcher.output();
   // The server hands out the batches (batch_plan.h): the step lines come

@@ -55,7 +55,8 @@ class ResumeTest : public ::testing::Test {
                      int64_t checkpoint_every, int64_t redone = 0) {
     std::vector<std::string> launch = {"--standalone", "--max_restarts", "1"};
     launch.insert(launch.end(), args.begin(), args.end());
-    for (const char* flag : {"--epochs", "1", "--log_every", "25", "--checkpoint_every"}) {
+    for (const char* flag :
+         {"--epochs", "1", "--log_every", "25", "--test_images", "2000", "--checkpoint_every"}) {
       launch.push_back(flag);
     }
     launch.push_back(std::to_string(checkpoint_every));

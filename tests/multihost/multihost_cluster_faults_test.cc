@@ -74,8 +74,9 @@ void ExpectOneModelTrainedByAll(Job& job, int steps) {
 // and 1.
 TEST(MultiHostClusterFaultsTest, AParameterServerJobThatLosesATrainersHostFinishes) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
-  const std::vector<std::string> command = {kParameterServer, "--epochs", "1", "--max_steps", "500",
-                                            "--log_every",    "20"};
+  const std::vector<std::string> command = {
+      kParameterServer, "--epochs", "1", "--max_steps", "500", "--log_every", "20",
+      "--test_images",  "2000"};
   auto job = Job::Launched(hosts, 1, command, {}, "",
                            {"--nnodes", "2:3", "--node_timeout", "10", "--elastic_roles", "trainer",
                             "--max_restarts", "2"});
@@ -115,8 +116,9 @@ TEST(MultiHostClusterFaultsTest, AParameterServerJobThatLosesATrainersHostFinish
 TEST(MultiHostClusterFaultsTest,
      AParameterServerJobCutOffPastItsTimeoutHealsWithoutRestartingTheServer) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
-  const std::vector<std::string> command = {kParameterServer, "--epochs", "1", "--max_steps", "500",
-                                            "--log_every",    "20"};
+  const std::vector<std::string> command = {
+      kParameterServer, "--epochs", "1", "--max_steps", "500", "--log_every", "20",
+      "--test_images",  "2000"};
   auto job = Job::Launched(hosts, 1, command, {{"TESSERA_TIMEOUT_S", "10"}}, "",
                            {"--nnodes", "3", "--elastic_roles", "trainer", "--max_restarts", "5"});
   ObservedProcess& server = job->on(0);

@@ -32,8 +32,9 @@ TEST(MultiHostElasticTest, TrainersKilledOnOtherHostsRejoinAndAJoinerFromAnother
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
   const std::string marker = absl::StrCat("multihost-elastic-", getpid());
   const Env env = {{"TESSERA_TEST_JOB", marker}};
-  const std::vector<std::string> command = {kProgram, "--epochs",    "1", "--max_steps",
-                                            "500",    "--log_every", "20"};
+  const std::vector<std::string> command = {kProgram,      "--epochs",      "1",
+                                            "--max_steps", "500",           "--log_every",
+                                            "20",          "--test_images", "2000"};
   auto job = Job::Launched(hosts, 1, command, env, "",
                            {"--elastic_roles", "trainer", "--max_restarts", "2"});
   ObservedProcess& server = job->on(0);
@@ -62,7 +63,7 @@ TEST(MultiHostElasticTest, TrainersKilledOnOtherHostsRejoinAndAJoinerFromAnother
   kill_and_await_rejoin(1);
   Launcher joiner(
       {"--join", "--master_addr", hosts.address(0), "--master_port", std::to_string(port), kProgram,
-       "--epochs", "1", "--max_steps", "500", "--log_every", "20"},
+       "--epochs", "1", "--max_steps", "500", "--log_every", "20", "--test_images", "2000"},
       hosts.On(2, JobEnv(env)));
   ASSERT_TRUE(server.WaitFor("trainer3 (rank 3) joined", 1, absl::Seconds(60)))
       << job->output() << joiner.output();

@@ -471,7 +471,7 @@ TEST(MultiHostTest, TheParameterServerExampleTrainsAcrossThreeHosts) {
   TESSERA_NETWORK_HOSTS_OR_SKIP(hosts, 3);
   auto job = Job::Launched(hosts, 1,
                            {"examples/parameter_server/parameter_server", "--epochs", "1",
-                            "--max_steps", "500", "--log_every", "20"});
+                            "--max_steps", "500", "--log_every", "20", "--test_images", "2000"});
   EXPECT_EQ(job->Finish(absl::Seconds(400)), std::vector<int>(3, 0)) << job->output();
   const double accuracy = AccuracyIn(job->on(0).output());
   EXPECT_GT(accuracy, 70.0) << job->output();
