@@ -43,6 +43,11 @@ ABSL_FLAG(int, rdzv_timeout, 300, "seconds a node waits for the others");
 ABSL_FLAG(std::string, trace, "",
           "directory where each worker writes its trace, DIR/<worker name>.json (sets "
           "TESSERA_TRACE for the workers; scripts/tessera-trace merges and summarises them)");
+ABSL_FLAG(bool, tune_malloc, true,
+          "give the workers MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ of 256 MiB, so "
+          "that each step's large tensors reuse the heap instead of being mapped and faulted in "
+          "afresh; not when the environment already sets malloc up (either variable, or "
+          "GLIBC_TUNABLES with glibc.malloc)");
 ABSL_FLAG(int, node_timeout, 60,
           "seconds a node may be silent (no heartbeat through the store) before it is declared "
           "lost: the job goes on without it if --nnodes MIN allows and its workers' roles are "
@@ -126,6 +131,7 @@ absl::StatusOr<LaunchOptions> ParseArgs(int argc, char** argv) {
   options.max_ranks = absl::GetFlag(FLAGS_max_ranks);
   options.store_url = absl::GetFlag(FLAGS_store);
   options.trace_dir = absl::GetFlag(FLAGS_trace);
+  options.tune_malloc = absl::GetFlag(FLAGS_tune_malloc);
   if (const char* url = std::getenv("TESSERA_STORE"); options.store_url.empty() && url != nullptr) {
     options.store_url = url;
   }

@@ -57,6 +57,9 @@ struct LaunchOptions {
   // Where workers write their traces (TESSERA_TRACE; see Note [Tracing],
   // common/trace.h); empty: as the environment says.
   std::string trace_dir;
+  // Give the workers glibc malloc thresholds fit for training (see Note
+  // [Worker malloc settings], launcher/malloc_settings.h).
+  bool tune_malloc = true;
   std::vector<std::string> command;  // program and its arguments
 };
 

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/subprocess.h"
+#include "launcher/malloc_settings.h"
 #include "store/rendezvous_env.h"
 
 namespace tessera::launcher {
@@ -313,6 +314,9 @@ Worker Spawn(const LaunchOptions& options, int rank, int local_rank, int world_s
   if (!options.store_url.empty()) spawn.env.push_back({"TESSERA_STORE", options.store_url});
   if (!role_file.empty()) spawn.env.push_back({"TESSERA_ROLE_FILE", role_file});
   if (!options.trace_dir.empty()) spawn.env.push_back({"TESSERA_TRACE", options.trace_dir});
+  if (options.tune_malloc) {
+    for (auto& setting : WorkerMallocSettings()) spawn.env.push_back(std::move(setting));
+  }
   spawn.output_fd = fds[1];
   // Workers start with default signal handling, whatever the launcher
   // inherited (an ignored SIGTERM would defeat stopping them).

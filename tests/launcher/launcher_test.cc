@@ -40,6 +40,36 @@ TEST(LauncherTest, SetsTheEnvironmentAndPrefixesOutput) {
   }
 }
 
+// Note [Worker malloc settings]: the workers get both thresholds, unless
+// the launcher's environment sets malloc up or --tune_malloc=false.
+TEST(LauncherTest, GivesTheWorkersMallocThresholdsUnlessTheUserSetThem) {
+  const std::vector<std::string> print = {
+      "--standalone", "/bin/sh", "-c",
+      "echo \"malloc <$MALLOC_MMAP_THRESHOLD_> <$MALLOC_TRIM_THRESHOLD_>\""};
+  Launcher tuned(print, {"/usr/bin/env", "-u", "MALLOC_MMAP_THRESHOLD_", "-u",
+                         "MALLOC_TRIM_THRESHOLD_", "-u", "GLIBC_TUNABLES"});
+  EXPECT_EQ(tuned.Finish(), 0) << tuned.output();
+  EXPECT_TRUE(absl::StrContains(tuned.output(), "malloc <268435456> <268435456>"))
+      << tuned.output();
+
+  Launcher users(print, {"/usr/bin/env", "-u", "MALLOC_MMAP_THRESHOLD_", "-u", "GLIBC_TUNABLES",
+                         "MALLOC_TRIM_THRESHOLD_=1000"});
+  EXPECT_EQ(users.Finish(), 0) << users.output();
+  EXPECT_TRUE(absl::StrContains(users.output(), "malloc <> <1000>")) << users.output();
+
+  Launcher tunables(print, {"/usr/bin/env", "-u", "MALLOC_MMAP_THRESHOLD_", "-u",
+                            "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES=glibc.malloc.arena_max=2"});
+  EXPECT_EQ(tunables.Finish(), 0) << tunables.output();
+  EXPECT_TRUE(absl::StrContains(tunables.output(), "malloc <> <>")) << tunables.output();
+
+  std::vector<std::string> untuned = print;
+  untuned.insert(untuned.begin(), "--tune_malloc=false");
+  Launcher off(untuned,
+               {"/usr/bin/env", "-u", "MALLOC_MMAP_THRESHOLD_", "-u", "MALLOC_TRIM_THRESHOLD_"});
+  EXPECT_EQ(off.Finish(), 0) << off.output();
+  EXPECT_TRUE(absl::StrContains(off.output(), "malloc <> <>")) << off.output();
+}
+
 TEST(LauncherTest, AFailedWorkerStopsTheOthersAndIsNamed) {
   Launcher launcher({"--nproc_per_node", "3", "--standalone", "/bin/sh", "-c",
                      "if [ $RANK = 1 ]; then exit 3; fi; exec sleep 600"});
