@@ -40,7 +40,7 @@ TEST(LauncherTest, SetsTheEnvironmentAndPrefixesOutput) {
   }
 }
 
-// Note [Worker malloc settings]: the workers get both thresholds, unless
+// See Note [Worker malloc settings]: the workers get both thresholds, unless
 // the launcher's environment sets malloc up or --tune_malloc=false.
 TEST(LauncherTest, GivesTheWorkersMallocThresholdsUnlessTheUserSetThem) {
   const std::vector<std::string> print = {
