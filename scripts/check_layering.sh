@@ -43,15 +43,19 @@ declare -A allowed=(
   [ddp/fault_tolerant]="collectives collectives/gloo checkpoint store common auth"
   [launcher]="store common auth"
   [tessera]="rpc/init rpc rref dist_autograd dist_optim common"
+  # The public ABI's description (see Note [The public ABI],
+  # tessera/public_abi.cc): the public types of every package.
+  [tessera/public_abi]="tessera ddp ddp/fault_tolerant collectives collectives/gloo dist_optim pipeline ps checkpoint rpc"
   # //tessera:tessera, libtessera.so for programs outside the tree: every
   # library, by Bazel dependency only (it has no code of its own).
-  [tessera-library]="tessera ddp collectives collectives/gloo collectives/shm ddp/fault_tolerant pipeline ps store checkpoint common"
+  [tessera-library]="tessera tessera/public_abi ddp collectives collectives/gloo collectives/shm ddp/fault_tolerant pipeline ps store checkpoint common"
 )
 # Bazel targets that are a package of their own here (by default a target
 # belongs to the package of its folder).
 declare -A package_of_target=(
   [//rpc:rpc]=rpc/init
   [//tessera:tessera]=tessera-library
+  [//tessera:public_abi]=tessera/public_abi
 )
 
 # Tessera's own packages; other quoted includes (absl/, gloo/, ...) are

@@ -11,6 +11,7 @@ PACKAGES=(
   dataset-fashion-mnist python3-torch
   clang-14 libclang-rt-14-dev libssl-dev openssl python3-grpcio python3-protobuf
   etcd-server cmake pkg-config python3-matplotlib gdb
+  abigail-tools  # scripts/check_abi.sh (abidw, abidiff)
   iproute2  # the multi-host tests' network hosts (ip netns, bridges, links)
 )
 

@@ -25,6 +25,12 @@ if [[ -f /usr/local/cuda/include/nccl.h ]]; then
 else
   echo "no CUDA and NCCL in /usr/local/cuda: the NCCL backend is not built"
 fi
+# The public ABI against the one recorded for the soname (see Note [The
+# public ABI], tessera/public_abi.cc), after a planted break that must be
+# caught. The default build's library, whatever "$@" asked of the tests.
+echo "the public ABI: scripts/check_abi.sh"
+{ scripts/check_abi.sh --self-test && scripts/check_abi.sh; } 2>&1 | tee -a "$log"
+[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 # Clang's thread-safety analysis of the lock annotations (gcc ignores
 # them); it reads the generated headers the build above made. It runs beside
 # the out-of-tree test below, whose Bazel server start-up, installs and job
