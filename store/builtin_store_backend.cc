@@ -3,6 +3,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <random>
 #include <type_traits>
 
 #include "common/host_address.h"
@@ -14,7 +16,7 @@
 namespace tessera::store {
 namespace {
 
-// Between attempts of a call that is safe to repeat.
+// Between attempts of a call.
 constexpr absl::Duration kRetryPause = absl::Milliseconds(100);
 
 }  // namespace
@@ -26,22 +28,31 @@ class BuiltinStoreBackend::Stub {
             target, grpc::InsecureChannelCredentials(), StoreChannelArguments()))),
         auth_(std::move(secret)) {}
 
-  // Whether a call may be sent again after it failed Unavailable: the
-  // server may have applied it before the connection broke.
-  enum class Repeat { kNo, kOnUnavailable };
+  // A request id for a write that must not be applied twice: the same in
+  // every attempt of the call, unique among this client's calls, and
+  // unlike other clients' (a random start; see AppliedWrites).
+  uint64_t NextRequestId() {
+    uint64_t id;
+    do {
+      id = first_request_id_ + next_request_.fetch_add(1, std::memory_order_relaxed);
+    } while (id == 0);  // 0: no id
+    return id;
+  }
 
   // One signed call (see Note [Store call authentication]) by `timeout`,
   // and the server's answer checked. A call that waits on the server
   // (Get, Wait) lets the server wait what is left of `timeout` less
-  // `reply`. Safe calls are repeated while they fail Unavailable: on a
-  // slow, loaded machine the store's host may answer a keepalive ping
-  // late, gRPC then drops the connection with every call on it ("keepalive
-  // watchdog timeout"), and the caller should see time, not an error.
+  // `reply`. A call is repeated while it fails Unavailable: on a slow,
+  // loaded machine the store's host may answer a keepalive ping late, gRPC
+  // then drops the connection with every call on it ("keepalive watchdog
+  // timeout"), and the caller should see time, not an error. Set, Get and
+  // Wait are safe to repeat; Add, CompareSet and Delete carry a request id
+  // the server applies once (AppliedWrites).
   template <typename Request, typename Response>
   absl::Status Call(grpc::Status (proto::Store::Stub::*rpc)(grpc::ClientContext*, const Request&,
                                                             Response*),
                     const char* method, Request request, Response* response, absl::Duration timeout,
-                    Repeat repeat, absl::Duration reply = absl::ZeroDuration()) {
+                    absl::Duration reply = absl::ZeroDuration()) {
     const absl::Time deadline = absl::Now() + timeout;
     while (true) {
       if constexpr (std::is_same_v<Request, proto::GetRequest> ||
@@ -55,8 +66,7 @@ class BuiltinStoreBackend::Stub {
       const std::string nonce = auth_.SignRequest(&context, method, request);
       absl::Status status = FromGrpcStatus((stub_.get()->*rpc)(&context, request, response));
       if (status.ok()) return auth_.CheckResponse(context, method, nonce, *response);
-      if (repeat == Repeat::kNo || !absl::IsUnavailable(status) ||
-          absl::Now() + kRetryPause >= deadline) {
+      if (!absl::IsUnavailable(status) || absl::Now() + kRetryPause >= deadline) {
         return status;
       }
       absl::SleepFor(kRetryPause);
@@ -66,6 +76,11 @@ class BuiltinStoreBackend::Stub {
  private:
   std::unique_ptr<proto::Store::Stub> stub_;
   const StoreAuth auth_;
+  const uint64_t first_request_id_ = [] {
+    std::random_device random;
+    return (uint64_t{random()} << 32) | random();
+  }();
+  std::atomic<uint64_t> next_request_{0};
 };
 
 BuiltinStoreBackend::BuiltinStoreBackend(const std::string& host, int port, auth::JobSecret secret)
@@ -80,8 +95,7 @@ absl::Status BuiltinStoreBackend::Set(const std::string& key, const std::string&
   request.set_key(key);
   request.set_value(value);
   proto::SetResponse response;
-  return stub_->Call(&proto::Store::Stub::Set, "Set", request, &response, timeout,
-                     Stub::Repeat::kOnUnavailable);
+  return stub_->Call(&proto::Store::Stub::Set, "Set", request, &response, timeout);
 }
 
 absl::StatusOr<std::optional<std::string>> BuiltinStoreBackend::Get(const std::string& key,
@@ -90,8 +104,8 @@ absl::StatusOr<std::optional<std::string>> BuiltinStoreBackend::Get(const std::s
   proto::GetRequest request;
   request.set_key(key);
   proto::GetResponse response;
-  auto status = stub_->Call(&proto::Store::Stub::Get, "Get", request, &response, wait + reply,
-                            Stub::Repeat::kOnUnavailable, reply);
+  auto status =
+      stub_->Call(&proto::Store::Stub::Get, "Get", request, &response, wait + reply, reply);
   if (!status.ok()) return status;
   if (!response.found()) return std::nullopt;
   return response.value();
@@ -103,8 +117,7 @@ absl::Status BuiltinStoreBackend::CallWait(const std::vector<std::string>& keys,
   proto::WaitRequest request;
   for (const auto& key : keys) request.add_keys(key);
   request.set_with_values(with_values);
-  return stub_->Call(&proto::Store::Stub::Wait, "Wait", request, response, wait + reply,
-                     Stub::Repeat::kOnUnavailable, reply);
+  return stub_->Call(&proto::Store::Stub::Wait, "Wait", request, response, wait + reply, reply);
 }
 
 absl::StatusOr<std::vector<std::string>> BuiltinStoreBackend::WaitForKeys(
@@ -130,9 +143,9 @@ absl::StatusOr<int64_t> BuiltinStoreBackend::Add(const std::string& key, int64_t
   proto::AddRequest request;
   request.set_key(key);
   request.set_delta(delta);
+  request.set_request_id(stub_->NextRequestId());
   proto::AddResponse response;
-  auto status =
-      stub_->Call(&proto::Store::Stub::Add, "Add", request, &response, timeout, Stub::Repeat::kNo);
+  auto status = stub_->Call(&proto::Store::Stub::Add, "Add", request, &response, timeout);
   if (!status.ok()) return status;
   return response.value();
 }
@@ -145,9 +158,10 @@ absl::StatusOr<std::string> BuiltinStoreBackend::CompareSet(const std::string& k
   request.set_key(key);
   request.set_expected(expected);
   request.set_desired(desired);
+  request.set_request_id(stub_->NextRequestId());
   proto::CompareSetResponse response;
-  auto status = stub_->Call(&proto::Store::Stub::CompareSet, "CompareSet", request, &response,
-                            timeout, Stub::Repeat::kNo);
+  auto status =
+      stub_->Call(&proto::Store::Stub::CompareSet, "CompareSet", request, &response, timeout);
   if (!status.ok()) return status;
   return response.value();
 }
@@ -155,9 +169,9 @@ absl::StatusOr<std::string> BuiltinStoreBackend::CompareSet(const std::string& k
 absl::StatusOr<bool> BuiltinStoreBackend::Delete(const std::string& key, absl::Duration timeout) {
   proto::DeleteRequest request;
   request.set_key(key);
+  request.set_request_id(stub_->NextRequestId());
   proto::DeleteResponse response;
-  auto status = stub_->Call(&proto::Store::Stub::Delete, "Delete", request, &response, timeout,
-                            Stub::Repeat::kNo);
+  auto status = stub_->Call(&proto::Store::Stub::Delete, "Delete", request, &response, timeout);
   if (!status.ok()) return status;
   return response.deleted();
 }

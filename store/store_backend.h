@@ -9,11 +9,17 @@
 // the job's own budget (the runtime's is --rdzv_timeout), never a constant.
 // 128 workers reading 128 keys each from one store on a loaded 2-core
 // machine got their answers after more than the 5 s once allowed, and the
-// job failed where it only had to wait. Likewise a call that is safe to
-// repeat (Set, Get, Wait) is sent again while it fails Unavailable, until
-// its deadline: a store host too loaded to answer a keepalive ping in time
-// has its connections dropped by gRPC, calls in flight with them. Add,
-// CompareSet and Delete may have been applied and are not repeated.
+// job failed where it only had to wait. Likewise a call is sent again
+// while it fails Unavailable, until its deadline: a store host too loaded
+// to answer a keepalive ping in time has its connections dropped by gRPC,
+// calls in flight with them. Set, Get and Wait are safe to repeat. Add,
+// CompareSet and Delete may have been applied before the connection
+// dropped: the built-in store's client sends each with a request id, and
+// the server applies an id once, answering a repeat as it answered the
+// first (store/applied_writes.h). etcd repeats CompareSet and Delete (a
+// lost CompareSet that was applied finds its own value, a lost Delete
+// that was applied answers false) but not Add, which fails Unavailable
+// saying it may have been applied.
 //
 // Thread-safety: implementations are thread-safe.
 #pragma once

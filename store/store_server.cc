@@ -14,6 +14,7 @@
 #include "common/mutex.h"
 #include "common/status.h"
 #include "proto/store.grpc.pb.h"
+#include "store/applied_writes.h"
 #include "store/store_auth.h"
 
 namespace tessera::store {
@@ -77,6 +78,7 @@ class StoreServiceImpl final : public proto::Store::Service {
                    proto::AddResponse* response) override {
     return Serve(context, "Add", *request, response, [&]() -> grpc::Status {
       MutexLock lock(&mu_);
+      if (applied_.Replay(request->request_id(), response)) return grpc::Status::OK;
       int64_t current = 0;
       auto it = data_.find(request->key());
       if (it != data_.end() && !absl::SimpleAtoi(it->second, &current)) {
@@ -87,6 +89,7 @@ class StoreServiceImpl final : public proto::Store::Service {
       data_[request->key()] = std::to_string(current);
       cv_.SignalAll();
       response->set_value(current);
+      applied_.Record(request->request_id(), *response);
       return grpc::Status::OK;
     });
   }
@@ -95,20 +98,9 @@ class StoreServiceImpl final : public proto::Store::Service {
                           proto::CompareSetResponse* response) override {
     return Serve(context, "CompareSet", *request, response, [&]() -> grpc::Status {
       MutexLock lock(&mu_);
-      auto it = data_.find(request->key());
-      if (it == data_.end()) {
-        if (request->expected().empty()) {
-          data_[request->key()] = request->desired();
-          cv_.SignalAll();
-          response->set_value(request->desired());
-        }
-        return grpc::Status::OK;
-      }
-      if (it->second == request->expected()) {
-        it->second = request->desired();
-        cv_.SignalAll();
-      }
-      response->set_value(it->second);
+      if (applied_.Replay(request->request_id(), response)) return grpc::Status::OK;
+      CompareSetLocked(*request, response);
+      applied_.Record(request->request_id(), *response);
       return grpc::Status::OK;
     });
   }
@@ -117,7 +109,9 @@ class StoreServiceImpl final : public proto::Store::Service {
                       proto::DeleteResponse* response) override {
     return Serve(context, "Delete", *request, response, [&]() -> grpc::Status {
       MutexLock lock(&mu_);
+      if (applied_.Replay(request->request_id(), response)) return grpc::Status::OK;
       response->set_deleted(data_.erase(request->key()) > 0);
+      applied_.Record(request->request_id(), *response);
       return grpc::Status::OK;
     });
   }
@@ -150,6 +144,26 @@ class StoreServiceImpl final : public proto::Store::Service {
     return status;
   }
 
+  // Sets the key to `desired` if it holds `expected` (an absent key holds
+  // ""); answers with what it holds after.
+  void CompareSetLocked(const proto::CompareSetRequest& request,
+                        proto::CompareSetResponse* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = data_.find(request.key());
+    if (it == data_.end()) {
+      if (request.expected().empty()) {
+        data_[request.key()] = request.desired();
+        cv_.SignalAll();
+        response->set_value(request.desired());
+      }
+      return;
+    }
+    if (it->second == request.expected()) {
+      it->second = request.desired();
+      cv_.SignalAll();
+    }
+    response->set_value(it->second);
+  }
+
   // Server-side waits are capped so a client that asked for "forever" cannot
   // pin a thread; the client retries if it really wants to wait longer.
   static absl::Duration Timeout(int64_t timeout_ms) {
@@ -163,6 +177,7 @@ class StoreServiceImpl final : public proto::Store::Service {
   CondVar cv_;
   std::map<std::string, std::string> data_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  AppliedWrites applied_ ABSL_GUARDED_BY(mu_);  // Add, CompareSet, Delete: sent again safely
 };
 
 absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string& host, int port,

@@ -189,45 +189,50 @@ bool AllThreadsStopped(pid_t pid) {
   return true;
 }
 
-// See Note [Slow is not failed] (store_backend.h): a store frozen (SIGSTOP)
-// for longer than the 5 s a read's answer was once allowed, and longer than
-// the client's keepalive ping and its timeout (store_channel.cc), then woken,
-// as a loaded or paused machine is: a read that waits for no key and a write
-// still get their answers, within the client's timeout, and no error. (The
-// keepalive drops the connection with the call on it; the call is sent
-// again, not failed: CI once lost a job to that on a loaded machine.)
-void ExpectCallsOutlastAFreeze(StoreClient& client, pid_t store) {
+// Runs `call` while process `store` is frozen (SIGSTOP) for longer than the
+// 5 s a read's answer was once allowed, and longer than the client's
+// keepalive ping and its timeout (store_channel.cc), then woken, as a
+// loaded or paused machine is; checks the call took the freeze.
+template <typename Call>
+void WhileFrozen(pid_t store, const char* what, Call call) {
   constexpr absl::Duration kFreeze = absl::Seconds(11);
-  ASSERT_TRUE(client.Set("k", "v").ok());
-  for (bool write : {false, true}) {
-    ASSERT_EQ(::kill(store, SIGSTOP), 0);
-    const absl::Time stopping = absl::Now();
-    while (!AllThreadsStopped(store)) {
-      ASSERT_LT(absl::Now() - stopping, absl::Seconds(10)) << "the store did not stop";
-      std::this_thread::yield();
-    }
-    // The freeze's length is the fault itself, not a wait for something.
-    std::thread thaw([store] {
-      absl::SleepFor(kFreeze);
-      ::kill(store, SIGCONT);
-    });
-    const absl::Time start = absl::Now();
-    std::string value;
-    if (write) {
-      const absl::Status status = client.Set("k", "w");
-      EXPECT_TRUE(status.ok()) << status;
-      auto got = client.Get("k", absl::ZeroDuration());
-      if (got.ok()) value = *got;
-    } else {
-      auto values = client.GetMany({"k"}, absl::ZeroDuration());
-      EXPECT_TRUE(values.ok()) << values.status();
-      if (values.ok() && values->count("k")) value = values->at("k");
-    }
-    const absl::Duration took = absl::Now() - start;
-    thaw.join();
-    EXPECT_EQ(value, write ? "w" : "v") << (write ? "Set" : "GetMany");
-    EXPECT_GE(took, kFreeze - absl::Seconds(1)) << "the store answered while frozen?";
+  ASSERT_EQ(::kill(store, SIGSTOP), 0);
+  const absl::Time stopping = absl::Now();
+  while (!AllThreadsStopped(store)) {
+    ASSERT_LT(absl::Now() - stopping, absl::Seconds(10)) << "the store did not stop";
+    std::this_thread::yield();
   }
+  // The freeze's length is the fault itself, not a wait for something.
+  std::thread thaw([store] {
+    absl::SleepFor(kFreeze);
+    ::kill(store, SIGCONT);
+  });
+  const absl::Time start = absl::Now();
+  call();
+  const absl::Duration took = absl::Now() - start;
+  thaw.join();
+  EXPECT_GE(took, kFreeze - absl::Seconds(1)) << what << ": the store answered while frozen?";
+}
+
+// See Note [Slow is not failed] (store_backend.h): across a freeze a read
+// that waits for no key and a write still get their answers, within the
+// client's timeout, and no error. (The keepalive drops the connection with
+// the call on it; the call is sent again, not failed: CI once lost a job to
+// that on a loaded machine.)
+void ExpectCallsOutlastAFreeze(StoreClient& client, pid_t store) {
+  ASSERT_TRUE(client.Set("k", "v").ok());
+  WhileFrozen(store, "GetMany", [&] {
+    auto values = client.GetMany({"k"}, absl::ZeroDuration());
+    ASSERT_TRUE(values.ok()) << values.status();
+    EXPECT_EQ(values->count("k") ? values->at("k") : "", "v");
+  });
+  WhileFrozen(store, "Set", [&] {
+    const absl::Status status = client.Set("k", "w");
+    EXPECT_TRUE(status.ok()) << status;
+  });
+  auto got = client.Get("k", absl::ZeroDuration());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "w");
 }
 
 TEST(StoreClientTest, ABuiltinStoreThatAnswersLateIsWaitedForNotFailed) {
@@ -235,6 +240,36 @@ TEST(StoreClientTest, ABuiltinStoreThatAnswersLateIsWaitedForNotFailed) {
   testing::WorkerProcess server("store_server", {{"STORE_PORT", std::to_string(port)}});
   StoreClient client("127.0.0.1", port, absl::Seconds(60));
   ExpectCallsOutlastAFreeze(client, server.pid());
+}
+
+// The writes that must not apply twice, across a freeze: each is sent again
+// on a new connection once the keepalive dropped the first (the client
+// before request ids failed them Unavailable: checked), and each is
+// answered, applied once. That the store applies a request id once when
+// both attempts reach it is applied_writes_test's.
+TEST(StoreClientTest, ABuiltinStoreAppliesAWriteSentAgainOnce) {
+  const int port = testing::FreeLoopbackPort();
+  testing::WorkerProcess server("store_server", {{"STORE_PORT", std::to_string(port)}});
+  StoreClient client("127.0.0.1", port, absl::Seconds(60));
+  ASSERT_TRUE(client.Set("doomed", "x").ok());
+  WhileFrozen(server.pid(), "Add", [&] {
+    auto added = client.Add("counter", 1);
+    ASSERT_TRUE(added.ok()) << added.status();
+    EXPECT_EQ(*added, 1);
+  });
+  WhileFrozen(server.pid(), "CompareSet", [&] {
+    auto set = client.CompareSet("owner", "", "me");
+    ASSERT_TRUE(set.ok()) << set.status();
+    EXPECT_EQ(*set, "me");
+  });
+  WhileFrozen(server.pid(), "Delete", [&] {
+    auto deleted = client.Delete("doomed");
+    ASSERT_TRUE(deleted.ok()) << deleted.status();
+    EXPECT_TRUE(*deleted) << "the repeat answered, not the attempt that deleted";
+  });
+  auto counter = client.Get("counter", absl::ZeroDuration());
+  ASSERT_TRUE(counter.ok()) << counter.status();
+  EXPECT_EQ(*counter, "1") << "an attempt of the Add was applied twice";
 }
 
 TEST(StoreClientTest, AnEtcdStoreThatAnswersLateIsWaitedForNotFailed) {
