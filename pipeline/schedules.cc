@@ -22,8 +22,24 @@ absl::Status CheckShape(const char* schedule, int workers, int micro_batches) {
   return absl::OkStatus();
 }
 
-void Backward(std::vector<Action>* order, int stage, int micro_batch) {
-  order->push_back(FullBackward(stage, micro_batch));
+// 1F1B's order of forwards and backwards, one stage a worker: worker r runs
+// p - 1 - r forwards, then a forward and a `backward` in turn, then the
+// backwards left.
+std::vector<std::vector<Action>> OneFOneBOrder(int workers, int micro_batches,
+                                               Action (*backward)(int, int)) {
+  std::vector<std::vector<Action>> order(workers);
+  for (int r = 0; r < workers; ++r) {
+    const int warmup = std::min(workers - 1 - r, micro_batches);
+    for (int i = 0; i < warmup; ++i) order[r].push_back(Forward(r, i));
+    for (int i = 0; i + warmup < micro_batches; ++i) {
+      order[r].push_back(Forward(r, i + warmup));
+      order[r].push_back(backward(r, i));
+    }
+    for (int i = micro_batches - warmup; i < micro_batches; ++i) {
+      order[r].push_back(backward(r, i));
+    }
+  }
+  return order;
 }
 
 }  // namespace
@@ -33,24 +49,15 @@ absl::StatusOr<SchedulePlan> GPipePlan(int workers, int micro_batches) {
   std::vector<std::vector<Action>> compute(workers);
   for (int r = 0; r < workers; ++r) {
     for (int i = 0; i < micro_batches; ++i) compute[r].push_back(Forward(r, i));
-    for (int i = 0; i < micro_batches; ++i) Backward(&compute[r], r, i);
+    for (int i = 0; i < micro_batches; ++i) compute[r].push_back(FullBackward(r, i));
   }
   return WithTransfers("GPipe", micro_batches, LoopedPlacement(workers, 1), compute);
 }
 
 absl::StatusOr<SchedulePlan> OneFOneBPlan(int workers, int micro_batches) {
   if (auto shape = CheckShape("1F1B", workers, micro_batches); !shape.ok()) return shape;
-  std::vector<std::vector<Action>> compute(workers);
-  for (int r = 0; r < workers; ++r) {
-    const int warmup = std::min(workers - 1 - r, micro_batches);
-    for (int i = 0; i < warmup; ++i) compute[r].push_back(Forward(r, i));
-    for (int i = 0; i + warmup < micro_batches; ++i) {
-      compute[r].push_back(Forward(r, i + warmup));
-      Backward(&compute[r], r, i);
-    }
-    for (int i = micro_batches - warmup; i < micro_batches; ++i) Backward(&compute[r], r, i);
-  }
-  return WithTransfers("1F1B", micro_batches, LoopedPlacement(workers, 1), compute);
+  return WithTransfers("1F1B", micro_batches, LoopedPlacement(workers, 1),
+                       OneFOneBOrder(workers, micro_batches, FullBackward));
 }
 
 absl::StatusOr<SchedulePlan> Interleaved1F1BPlan(int workers, int chunks, int micro_batches) {
@@ -76,7 +83,7 @@ absl::StatusOr<SchedulePlan> Interleaved1F1BPlan(int workers, int chunks, int mi
       compute[r].push_back(Forward(chunk_of(k, true) * workers + r, micro_batch_of(k)));
     };
     auto backward = [&](int k) {
-      Backward(&compute[r], chunk_of(k, false) * workers + r, micro_batch_of(k));
+      compute[r].push_back(FullBackward(chunk_of(k, false) * workers + r, micro_batch_of(k)));
     };
     // Megatron's: one chunk is 1F1B; with more, the first chunk's
     // backwards arrive two hops' worth later for each worker nearer stage 0.
@@ -95,23 +102,10 @@ absl::StatusOr<SchedulePlan> Interleaved1F1BPlan(int workers, int chunks, int mi
 
 absl::StatusOr<SchedulePlan> ZeroBubbleH1Plan(int workers, int micro_batches) {
   if (auto shape = CheckShape("ZB-H1", workers, micro_batches); !shape.ok()) return shape;
-  // 1F1B's Fs and Bs, in its order.
-  std::vector<std::vector<Action>> order(workers);
-  for (int r = 0; r < workers; ++r) {
-    const int warmup = std::min(workers - 1 - r, micro_batches);
-    for (int i = 0; i < warmup; ++i) order[r].push_back(Forward(r, i));
-    for (int i = 0; i + warmup < micro_batches; ++i) {
-      order[r].push_back(Forward(r, i + warmup));
-      order[r].push_back(InputBackward(r, i));
-    }
-    for (int i = micro_batches - warmup; i < micro_batches; ++i) {
-      order[r].push_back(InputBackward(r, i));
-    }
-  }
   std::vector<int> placement = LoopedPlacement(workers, 1);
-  return WithTransfers(
-      "ZB-H1", micro_batches, placement,
-      WithWeightsInGaps(placement, micro_batches, /*max_held=*/workers, std::move(order)));
+  return WithTransfers("ZB-H1", micro_batches, placement,
+                       WithWeightsInGaps(placement, micro_batches, /*max_held=*/workers,
+                                         OneFOneBOrder(workers, micro_batches, InputBackward)));
 }
 
 absl::StatusOr<SchedulePlan> ZeroBubbleVPlan(int workers, int micro_batches) {
