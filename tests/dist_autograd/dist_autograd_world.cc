@@ -3,6 +3,7 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/linspace.h>
 #include <ATen/ops/matmul.h>
+#include <ATen/ops/mse_loss.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/tanh.h>
 #include <ATen/ops/tensor.h>
@@ -13,6 +14,7 @@
 #include <mutex>
 
 #include "dist_optim/local_optimizer.h"
+#include "pipeline/plan_worker.h"
 #include "pipeline/stage.h"
 #include "rpc/init.h"
 #include "tests/pipeline/test_stages.h"
@@ -79,6 +81,9 @@ rref::ClassRegistry MakeDistAutogradClasses() {
       .Method("grad", &Affine::Grad);
   dist_optim::RegisterLocalOptimizer(classes);
   pipeline::RegisterStage(classes, TestStageFactories());
+  pipeline::RegisterPlanWorker(
+      classes, TestStageFactories(),
+      {{"mse", [](const at::Tensor& y, const at::Tensor& t) { return at::mse_loss(y, t); }}});
   return classes;
 }
 

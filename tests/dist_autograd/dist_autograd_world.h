@@ -47,7 +47,8 @@ class Affine {
 //   apply_stage(x, w) -> Stage(x, w) with w an RRef owned here.
 //   param_sum(w) -> w.sum() with w an RRef owned here.
 // Classes: Affine, the DistributedOptimizer's LocalOptimizer, and pipeline::Stage
-// with the models of tests/pipeline/test_stages.h.
+// and pipeline::PlanWorker with the models of tests/pipeline/test_stages.h (and
+// the loss "mse" for PlanWorker).
 rpc::Registry MakeDistAutogradRegistry(std::shared_ptr<dist_autograd::DistAutograd> autograd);
 rref::ClassRegistry MakeDistAutogradClasses();
 
