@@ -43,9 +43,10 @@ absl::StatusOr<std::vector<Action>> DecodeActions(const std::vector<int64_t>& en
 }
 
 // See Note [Tracing]: one span per action a stage computes.
-trace::Span ActionSpan(const Action& a, int64_t step) {
+trace::Span ActionSpan(const Action& a, int64_t step, int64_t context) {
   if (!trace::Enabled()) return {};
   trace::Span span = trace::Span::Begin(trace::Track::kPipeline, "pipeline", ToString(a));
+  span.Arg("context", context);  // tessera-trace timeline draws one context's step
   span.Arg("step", step);
   span.Arg("micro_batch", a.micro_batch);
   span.Arg("stage", a.stage);
@@ -94,7 +95,7 @@ class PlanWorker::StepRun : public std::enable_shared_from_this<StepRun> {
         absl::Status sent = Send(a);
         if (!sent.ok()) return Fail(sent);
       } else {
-        trace::Span span = ActionSpan(a, step_);
+        trace::Span span = ActionSpan(a, step_, context_);
         absl::Status computed = Guarded([&] { return Compute(a); });
         if (!computed.ok()) return Fail(computed);
       }
