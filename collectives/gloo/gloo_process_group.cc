@@ -10,6 +10,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
 #include <chrono>
 #include <type_traits>
 
@@ -285,6 +286,10 @@ class GlooProcessGroup final : public ProcessGroup {
   SerialQueue queue_;
 };
 
+// How many times its context's timeout Gloo waits for a pair's first
+// connection.
+constexpr int kGlooConnectWaitFactor = 5;
+
 absl::StatusOr<std::unique_ptr<ProcessGroup>> ConnectFlat(store::StoreClient* store, int rank,
                                                           int size, const GlooOptions& options) {
   if (size <= 0 || rank < 0 || rank >= size) {
@@ -305,8 +310,13 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ConnectFlat(store::StoreClient* st
     attr.hostname = IsWildcardAddress(host->bind) ? host->advertise : host->bind;
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    context->setTimeout(
-        std::chrono::milliseconds(absl::ToInt64Milliseconds(options.connect_timeout)));
+    // Gloo waits five times its context's timeout for a pair's first
+    // connection (tcp/pair.h, Pair::waitUntil): a fifth of connect_timeout
+    // keeps a peer that cannot be reached (a cut path) to connect_timeout,
+    // not five times it. The store's waits keep the whole of it (GlooStore).
+    // (At least 1 ms: Gloo reads 0 as no timeout at all.)
+    context->setTimeout(std::chrono::milliseconds(std::max<int64_t>(
+        1, absl::ToInt64Milliseconds(options.connect_timeout / kGlooConnectWaitFactor))));
     GlooStore gloo_store(store, options.store_prefix, options.connect_timeout);
     context->connectFullMesh(gloo_store, device);
     // Ops pass their own timeout; this is the default for any that does not.
