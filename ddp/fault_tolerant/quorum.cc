@@ -110,7 +110,9 @@ absl::StatusOr<std::vector<QuorumMember>> Quorum::AwaitArrivals(int64_t r) const
     expected.clear();
     expected_count = static_cast<size_t>(options_.initial_replicas);
   } else if (previous_round_ != r - 1) {
-    auto previous = Closed(r - 1, options_.round_timeout());
+    // After a miss this replica may be rounds ahead of the others: each
+    // round between closes within a round timeout of the one before.
+    auto previous = Closed(r - 1, options_.round_timeout() * ahead_);
     expected = previous.ok() ? Ids(*previous) : std::vector<std::string>();
     expected_count =
         previous.ok() ? expected.size() : static_cast<size_t>(options_.initial_replicas);
@@ -199,11 +201,8 @@ absl::Status Quorum::ReadNewcomers(int64_t r, std::vector<bool>* slots_read,
 absl::StatusOr<std::optional<QuorumRound>> Quorum::EnterRound(int64_t step, std::string* why) {
   if (next_round_ < 0) {
     // A replica entering a running job starts at the last round closed.
-    auto hint = store_->Get(options_.prefix + "/last_closed", absl::ZeroDuration());
-    next_round_ = 0;
-    if (hint.ok() && !absl::SimpleAtoi(*hint, &next_round_)) {
-      return absl::DataLossError("malformed quorum round hint '" + *hint + "'");
-    }
+    TESSERA_ASSIGN_OR_RETURN(const int64_t last, LastClosed());
+    next_round_ = std::max<int64_t>(last, 0);
   }
   const int64_t r = next_round_;
   // A member of the previous quorum is known to every member of this one;
@@ -218,7 +217,11 @@ absl::StatusOr<std::optional<QuorumRound>> Quorum::EnterRound(int64_t step, std:
   // group; failing again and again, it ran rounds ahead of the others and
   // waited alone where none of them came (see Note [Quorum per step]).
   if (!known) next_round_ = r + 1;
-  if (!known && Closed(r, absl::ZeroDuration()).ok()) return std::nullopt;
+  if (!known && Closed(r, absl::ZeroDuration()).ok()) {
+    *why = absl::StrCat("round ", r, " had closed before it arrived");
+    Missed(r);
+    return std::nullopt;
+  }
   TESSERA_RETURN_IF_ERROR(store_->Set(ArrivalKey(r, id_), std::to_string(step)));
   if (!known) {
     TESSERA_ASSIGN_OR_RETURN(auto slot, store_->Add(Key(r, "newcomers"), 1));
@@ -237,8 +240,10 @@ absl::StatusOr<std::optional<QuorumRound>> Quorum::EnterRound(int64_t step, std:
   const auto self = std::find(ids.begin(), ids.end(), id_);
   if (self == ids.end()) {
     *why = absl::StrCat("round ", r, " closed without it");
+    Missed(r);
     return std::nullopt;
   }
+  lookahead_ = ahead_ = 1;
   if (self == ids.begin()) {
     // The hint for replicas entering later: one member writes it.
     store_->Set(options_.prefix + "/last_closed", std::to_string(r)).IgnoreError();
@@ -262,6 +267,24 @@ absl::StatusOr<std::optional<QuorumRound>> Quorum::EnterRound(int64_t step, std:
   previous_ = ids;
   previous_round_ = r;
   return round;
+}
+
+absl::StatusOr<int64_t> Quorum::LastClosed() const {
+  auto hint = store_->Get(options_.prefix + "/last_closed", absl::ZeroDuration());
+  int64_t last = -1;
+  if (hint.ok() && !absl::SimpleAtoi(*hint, &last)) {
+    return absl::DataLossError("malformed quorum round hint '" + *hint + "'");
+  }
+  return last;
+}
+
+void Quorum::Missed(int64_t r) {
+  // From the last round the others closed, when it is further on: by the
+  // time a replica learns it missed round r, they may be rounds past it.
+  const absl::StatusOr<int64_t> last = LastClosed();
+  next_round_ = std::max(r, last.ok() ? *last : r) + lookahead_;
+  ahead_ = lookahead_;
+  lookahead_ = std::min(2 * lookahead_, kMaxLookahead);
 }
 
 absl::StatusOr<QuorumRound> Quorum::Join(int64_t step) {

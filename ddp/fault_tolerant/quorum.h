@@ -11,7 +11,13 @@
 // deadline (a member that died never does) — with a compare-and-set of the
 // round's quorum key: whatever the others saw, all of them read the one
 // value that won, so all agree. A replica that arrives after the close
-// takes part from a later round. On the steady path a round costs each
+// takes part from a later round: not the next one but one further on
+// after every miss (1, 2, 4 ... up to kMaxLookahead rounds), waiting for
+// the rounds between to close. A round closes as soon as its known
+// members are in, so a newcomer whose way in (some ten store calls) takes
+// longer than the others' step, as on a loaded machine, and went for the
+// next round after each miss, missed it at the same point every time, for
+// the rest of the job. On the steady path a round costs each
 // member four store round trips (arrive, one read that waits for the
 // others, the newcomer count, the close), all of them off the step's
 // critical path: FaultTolerantDdp joins while forward and backward run.
@@ -149,10 +155,17 @@ class Quorum {
                             Arrivals* arrived) const;
   // Reads into `arrived` the newcomer slots of round `r` not read yet.
   absl::Status ReadNewcomers(int64_t r, std::vector<bool>* slots_read, Arrivals* arrived) const;
+  // The last round closed, as its first member noted it (-1: none yet).
+  absl::StatusOr<int64_t> LastClosed() const;
+  // Round `r` closed without this replica, or before it arrived: the next
+  // round it tries is lookahead_ on from r or the last round closed,
+  // whichever is later, and lookahead_ doubles (see Note [Quorum per step]).
+  void Missed(int64_t r);
   // Deletes the keys of rounds [cleaned_, before) in the background.
   void CleanUpBefore(int64_t before);
 
   static constexpr int64_t kCleanupEvery = 64;
+  static constexpr int64_t kMaxLookahead = 32;
 
   store::StoreClient* const store_;
   const std::string id_;
@@ -164,7 +177,9 @@ class Quorum {
   // quorum could not (they hold the latest state): whom rounds wait for.
   std::vector<std::string> holders_;
   std::optional<absl::Time> behind_since_;  // first refused claim since a commit
-  int64_t cleaned_ = 0;                     // rounds below this are cleaned up
+  int64_t lookahead_ = 1;                   // how far on the next round after a miss is
+  int64_t ahead_ = 1;    // how far on from the last round seen closed next_round_ may be
+  int64_t cleaned_ = 0;  // rounds below this are cleaned up
   std::thread cleaner_;
 };
 

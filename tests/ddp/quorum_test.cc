@@ -93,13 +93,16 @@ void ExpectOneModel(const std::vector<const Replica*>& replicas) {
   }
 }
 
-// The built-in store's client, with calls that fail as Unavailable on
-// demand: the next `FailNext(n)` calls, whatever they are, as while a dead
-// etcd member's calls fail over (each answered Unavailable, not applied).
-class FailingBackend : public store::StoreBackend {
+// The built-in store's client, with calls that fail or are slow on
+// demand: the next `FailNext(n)` calls, whatever they are, fail as
+// Unavailable, as while a dead etcd member's calls fail over (each
+// answered Unavailable, not applied); after `SetLatency(d)` each call
+// takes d longer, as on a loaded machine.
+class FaultyBackend : public store::StoreBackend {
  public:
-  explicit FailingBackend(int port) : real_("127.0.0.1", port, auth::JobSecret()) {}
+  explicit FaultyBackend(int port) : real_("127.0.0.1", port, auth::JobSecret()) {}
   void FailNext(int calls) { to_fail_ = calls; }
+  void SetLatency(absl::Duration latency) { latency_ms_ = absl::ToInt64Milliseconds(latency); }
 
   absl::Status Set(const std::string& key, const std::string& value,
                    absl::Duration timeout) override {
@@ -142,6 +145,7 @@ class FailingBackend : public store::StoreBackend {
 
  private:
   absl::Status Injected(const std::string& call) {
+    absl::SleepFor(absl::Milliseconds(latency_ms_.load()));  // the latency stood for
     int left = to_fail_.load();
     while (left > 0 && !to_fail_.compare_exchange_weak(left, left - 1)) {
     }
@@ -150,6 +154,7 @@ class FailingBackend : public store::StoreBackend {
   }
   store::BuiltinStoreBackend real_;
   std::atomic<int> to_fail_{0};
+  std::atomic<int64_t> latency_ms_{0};
 };
 
 class QuorumTest : public ::testing::Test {
@@ -342,7 +347,7 @@ TEST_F(QuorumTest, TwoOfThreeCommitWithoutTheThird) {
 // no one else came, until rejoin_timeout.
 TEST_F(QuorumTest, AMemberWhoseStoreCallsFailKeepsItsPlace) {
   auto store_a = Client(), store_b = Client();
-  auto* failing = new FailingBackend(server_->port());
+  auto* failing = new FaultyBackend(server_->port());
   store::StoreClient store_c(std::unique_ptr<store::StoreBackend>(failing), "127.0.0.1",
                              absl::Seconds(10));
   QuorumOptions options = Options(3, 0);
@@ -367,6 +372,60 @@ TEST_F(QuorumTest, AMemberWhoseStoreCallsFailKeepsItsPlace) {
     EXPECT_TRUE(committed_a && committed_b && committed_c) << "step " << step;
   }
   EXPECT_EQ(c.history, a.history);
+  ExpectOneModel({&a, &b, &c});
+}
+
+// A replica entering a running job whose store calls are slow (a loaded
+// machine) still gets in when its way in — some ten calls — takes longer
+// than the others' step. A round closes as soon as its known members are
+// in; a newcomer that missed round r used to try r + 1 at once, and each
+// miss left it at the same point of the next round: it missed every round
+// until the others finished, then waited alone for rejoin_timeout.
+TEST_F(QuorumTest, ANewcomerWhoseWayInTakesLongerThanAStepGetsIn) {
+  auto store_a = Client(), store_b = Client();
+  auto* slow = new FaultyBackend(server_->port());
+  slow->SetLatency(absl::Milliseconds(30));
+  store::StoreClient store_c(std::unique_ptr<store::StoreBackend>(slow), "127.0.0.1",
+                             absl::Seconds(10));
+  QuorumOptions options = Options(3, 0);
+  options.timeout = absl::Milliseconds(500);  // c's arrival, once in, takes ~60 ms
+  Replica a(store_a.get(), "a", options, &histories_);
+  Replica b(store_b.get(), "b", options, &histories_);
+  QuorumOptions options_c = options;
+  options_c.rejoin_timeout = absl::Seconds(20);
+  Replica c(&store_c, "c", options_c, &histories_);
+  std::atomic<bool> done{false};
+  std::atomic<int> failures{0};
+  // a and b step every 10 ms or so (the sleep stands for forward and
+  // backward), far faster than c's way in, until c has committed with them.
+  auto train = [&](Replica& replica) {
+    for (int i = 0; i < 1000 && !done; ++i) {
+      bool committed = false;
+      if (!replica.Step(&committed).ok()) {
+        ++failures;
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  };
+  std::thread train_a(train, std::ref(a)), train_b(train, std::ref(b));
+  ASSERT_TRUE(store_a->Get("tessera/ft/step/5", absl::Seconds(60)).ok());
+  int with_them = 0;
+  absl::Status failed;
+  while (with_them < 3) {
+    bool committed = false;
+    auto round = c.Step(&committed);
+    if (!round.ok()) {
+      failed = round.status();
+      break;
+    }
+    if (committed && round->members.size() == 3) ++with_them;
+  }
+  done = true;
+  train_a.join();
+  train_b.join();
+  EXPECT_EQ(failures.load(), 0);
+  ASSERT_EQ(with_them, 3) << "c never got into a quorum with a and b: " << failed;
   ExpectOneModel({&a, &b, &c});
 }
 
