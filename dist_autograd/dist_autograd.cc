@@ -14,8 +14,6 @@
 namespace tessera::dist_autograd {
 namespace {
 
-// How many released ids each worker remembers, to ignore late messages.
-constexpr size_t kReleasedMemory = 1 << 16;
 // Context ids: the creating rank above kCounterBits; below, the creating
 // process's incarnation (a rank restarted alone starts its counter again,
 // and must not reuse its old incarnation's ids, which peers may remember as
@@ -64,6 +62,7 @@ std::shared_ptr<DistAutograd> DistAutograd::Create() {
 void DistAutograd::Attach(rpc::Runtime* runtime, rpc::Registry* internal) {
   runtime_.store(runtime);
   self_rank_ = runtime->options().rank;
+  recorder_.Attach(self_rank_, runtime->options().name);
   rpc::Serve<BackwardRequest>(*internal, [this](rpc::CallContext& ctx, BackwardRequest m) {
     return RunFromSend(m.context_id, m.send_id, std::move(m.grads), ctx.deadline);
   });
@@ -72,22 +71,12 @@ void DistAutograd::Attach(rpc::Runtime* runtime, rpc::Registry* internal) {
 }
 
 void DistAutograd::OnPeerUnavailable(int rank) {
-  std::vector<int64_t> orphans;
-  {
-    MutexLock lock(&mu_);
-    for (const auto& [id, context] : contexts_) {
-      if ((id >> kCounterBits) == rank) orphans.push_back(id);
-    }
-  }
-  for (int64_t id : orphans) Release(id);
+  for (int64_t id : contexts_.IdsOf(rank, kCounterBits)) Release(id);
 }
 
 void DistAutograd::OnClosed() {
   runtime_.store(nullptr);
-  std::map<int64_t, std::shared_ptr<Context>> dropped;  // graphs die after the lock
-  MutexLock lock(&mu_);
-  dropped.swap(contexts_);
-  contexts_changed_.SignalAll();
+  contexts_.Clear();
 }
 
 std::string DistAutograd::self_name() const {
@@ -100,47 +89,13 @@ int64_t DistAutograd::NewContext() {
   const int64_t incarnation = runtime == nullptr ? 0 : runtime->self().incarnation & 0xffff;
   const int64_t id = (static_cast<int64_t>(self_rank_) << kCounterBits) |
                      (incarnation << kIncarnationShift) | next_context_.fetch_add(1);
-  MutexLock lock(&mu_);
-  contexts_[id] = std::make_shared<Context>(id);
-  contexts_changed_.SignalAll();
+  contexts_.Add(id);
   return id;
 }
 
-std::shared_ptr<Context> DistAutograd::Find(int64_t context_id) const {
-  MutexLock lock(&mu_);
-  auto it = contexts_.find(context_id);
-  return it == contexts_.end() ? nullptr : it->second;
-}
-
-std::shared_ptr<Context> DistAutograd::FindOrCreate(int64_t context_id) {
-  MutexLock lock(&mu_);
-  auto& context = contexts_[context_id];
-  if (context == nullptr) {
-    if (released_.count(context_id) > 0) {
-      contexts_.erase(context_id);
-      return nullptr;
-    }
-    context = std::make_shared<Context>(context_id);
-    contexts_changed_.SignalAll();
-  }
-  return context;
-}
-
 void DistAutograd::Release(int64_t context_id) {
-  std::shared_ptr<Context> context;
-  {
-    MutexLock lock(&mu_);
-    auto it = contexts_.find(context_id);
-    if (it == contexts_.end()) return;  // never here, or already released
-    context = std::move(it->second);
-    contexts_.erase(it);
-    if (released_.insert(context_id).second) released_order_.push_back(context_id);
-    if (released_order_.size() > kReleasedMemory) {
-      released_.erase(released_order_.front());
-      released_order_.pop_front();
-    }
-    contexts_changed_.SignalAll();
-  }
+  std::shared_ptr<Context> context = contexts_.Take(context_id);
+  if (context == nullptr) return;  // never here, or already released
   rpc::Runtime* runtime = runtime_.load();
   if (runtime == nullptr) return;
   for (int rank : context->known_workers()) {
@@ -160,20 +115,14 @@ std::optional<int64_t> DistAutograd::current_context() const {
   return current.id;
 }
 
-size_t DistAutograd::num_contexts() const {
-  MutexLock lock(&mu_);
-  return contexts_.size();
-}
+size_t DistAutograd::num_contexts() const { return contexts_.size(); }
 
 bool DistAutograd::WaitForContexts(size_t count, absl::Duration timeout) const {
-  MutexLock lock(&mu_);
-  return contexts_changed_.WaitUntil(
-      &mu_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return contexts_.size() == count; },
-      absl::Now() + timeout);
+  return contexts_.WaitForSize(count, timeout);
 }
 
 c10::Dict<at::Tensor, at::Tensor> DistAutograd::GetGradients(int64_t context_id) const {
-  auto context = Find(context_id);
+  auto context = contexts_.Find(context_id);
   if (context == nullptr) {
     throw StatusError(absl::NotFoundError(absl::StrCat(
         "no distributed autograd context ", context_id, " on worker '", self_name(), "'")));
@@ -194,7 +143,7 @@ std::vector<at::Tensor> DistAutograd::GetGradients(int64_t context_id,
 absl::Status DistAutograd::AccumulateGradients(int64_t context_id,
                                                const std::vector<at::Tensor>& leaves,
                                                const std::vector<at::Tensor>& grads) {
-  auto context = Find(context_id);
+  auto context = contexts_.Find(context_id);
   if (context == nullptr) {
     return absl::NotFoundError(absl::StrCat("no distributed autograd context ", context_id,
                                             " on worker '", self_name(), "'"));
@@ -205,7 +154,9 @@ absl::Status DistAutograd::AccumulateGradients(int64_t context_id,
   return absl::OkStatus();
 }
 
-bool DistAutograd::HasContext(int64_t context_id) const { return Find(context_id) != nullptr; }
+bool DistAutograd::HasContext(int64_t context_id) const {
+  return contexts_.Find(context_id) != nullptr;
+}
 
 DistAutograd& DistAutograd::Of(const rpc::Runtime& runtime) {
   auto* autograd = runtime.FindExtension<DistAutograd>();
@@ -227,7 +178,7 @@ absl::Status DistAutograd::TryBackward(int64_t context_id, const std::vector<at:
                                        bool retain_graph, const rpc::CallOptions& options) {
   rpc::Runtime* runtime = runtime_.load();
   if (runtime == nullptr) return absl::FailedPreconditionError("RPC runtime is closed");
-  auto context = Find(context_id);
+  auto context = contexts_.Find(context_id);
   if (context == nullptr) {
     return absl::NotFoundError(absl::StrCat("backward: no distributed autograd context ",
                                             context_id, " on worker '", self_name(), "'"));
@@ -281,7 +232,7 @@ Future<bool> DistAutograd::Propagate(int64_t context_id, std::vector<RecvGradien
 
 Future<bool> DistAutograd::RunFromSend(int64_t context_id, int64_t send_id,
                                        std::vector<at::Tensor> grads, absl::Time deadline) {
-  auto context = Find(context_id);
+  auto context = contexts_.Find(context_id);
   if (context == nullptr) {
     return Future<bool>::Ready(absl::NotFoundError(absl::StrCat(
         "no distributed autograd context ", context_id, " on worker '", self_name(),

@@ -47,17 +47,16 @@
 #include <ATen/core/Tensor.h>
 
 #include <atomic>
-#include <deque>
-#include <map>
 #include <memory>
 #include <optional>
-#include <set>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/future.h"
-#include "common/mutex.h"
+#include "dist_autograd/call_recorder.h"
 #include "dist_autograd/context.h"
+#include "dist_autograd/context_table.h"
 #include "dist_autograd/local_pass.h"
 #include "rpc/call_options.h"
 #include "rpc/runtime.h"
@@ -66,7 +65,6 @@
 namespace tessera::dist_autograd {
 
 class DistAutograd final : public rpc::RuntimeExtension,
-                           public rpc::CallObserver,
                            public std::enable_shared_from_this<DistAutograd> {
  public:
   static std::shared_ptr<DistAutograd> Create();
@@ -118,36 +116,18 @@ class DistAutograd final : public rpc::RuntimeExtension,
 
   // --- rpc::RuntimeExtension ---
   void Attach(rpc::Runtime* runtime, rpc::Registry* internal) override;
-  rpc::CallObserver* call_observer() override { return this; }
+  // Records the calls made in contexts (call_recorder.h).
+  rpc::CallObserver* call_observer() override { return &recorder_; }
   // Contexts that a dead worker created are released here: nobody is left
   // to release them.
   void OnPeerUnavailable(int rank) override;
   void OnClosed() override;
 
-  // --- rpc::CallObserver (recorder.cc) ---
-  absl::Status OnSendRequest(int to_rank, rpc::Message* request) override;
-  absl::StatusOr<std::shared_ptr<rpc::ServeScope>> OnReceiveRequest(
-      int from_rank, const rpc::Message& request) override;
-  absl::Status OnReceiveResponse(int from_rank, const rpc::Message& response) override;
-  // Carries the current context to continuations (e.g. an RRef call that
-  // waits for its fork to be confirmed).
-  std::function<std::shared_ptr<void>()> CaptureThreadState() override;
-
  private:
   friend class ContextScope;
-  class Scope;
 
   DistAutograd() = default;
-  std::shared_ptr<Context> Find(int64_t context_id) const;
-  // nullptr if the id was released here recently (a late message).
-  std::shared_ptr<Context> FindOrCreate(int64_t context_id);
   std::string self_name() const;
-
-  // Recording (recorder.cc): stamps `message` with the context and records
-  // a send function over its tensors that require grad (if any).
-  absl::Status RecordSend(Context& context, rpc::Message* message, bool is_response);
-  // Attaches a recv function to the received tensors that require grad.
-  absl::Status RecordRecv(Context& context, int from_rank, const rpc::Message& message);
 
   // Ships gradients to the senders of the recv functions they reached;
   // completes when those senders' passes (and theirs, ...) are done.
@@ -160,14 +140,8 @@ class DistAutograd final : public rpc::RuntimeExtension,
   std::atomic<rpc::Runtime*> runtime_{nullptr};
   int self_rank_ = -1;
   std::atomic<int64_t> next_context_{1};
-  std::atomic<int64_t> next_send_id_{1};
-
-  mutable Mutex mu_;
-  mutable CondVar contexts_changed_;
-  std::map<int64_t, std::shared_ptr<Context>> contexts_ ABSL_GUARDED_BY(mu_);
-  // Recently released ids, oldest first (bounded).
-  std::set<int64_t> released_ ABSL_GUARDED_BY(mu_);
-  std::deque<int64_t> released_order_ ABSL_GUARDED_BY(mu_);
+  ContextTable contexts_;
+  CallRecorder recorder_{this, &contexts_};
 };
 
 // Makes a context current on this thread for its lifetime (the previous one

@@ -1,6 +1,8 @@
-// Recording (see Note [Distributed autograd]): the CallObserver side of
-// DistAutograd — what happens to messages sent and received in a context.
+#include "dist_autograd/call_recorder.h"
+
 #include <c10/core/ScalarType.h>
+
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -10,25 +12,30 @@ namespace tessera::dist_autograd {
 
 // The serving side of a call made in a context: the handler runs with the
 // context current, and its response is recorded in it.
-class DistAutograd::Scope final : public rpc::ServeScope {
+class CallRecorder::Scope final : public rpc::ServeScope {
  public:
-  Scope(DistAutograd* owner, std::shared_ptr<Context> context)
-      : owner_(owner), context_(std::move(context)) {}
+  Scope(CallRecorder* recorder, const DistAutograd* owner, std::shared_ptr<Context> context)
+      : recorder_(recorder), owner_(owner), context_(std::move(context)) {}
 
   void Enter() override { entered_.emplace(*owner_, context_->id()); }
   void Exit() override { entered_.reset(); }
   absl::Status OnSendResponse(int /*to_rank*/, rpc::Message* response) override {
-    return owner_->RecordSend(*context_, response, /*is_response=*/true);
+    return recorder_->RecordSend(*context_, response, /*is_response=*/true);
   }
 
  private:
-  DistAutograd* const owner_;
+  CallRecorder* const recorder_;
+  const DistAutograd* const owner_;
   const std::shared_ptr<Context> context_;
   std::optional<ContextScope> entered_;
 };
 
-absl::Status DistAutograd::RecordSend(Context& context, rpc::Message* message,
-                                      bool is_response) {
+void CallRecorder::Attach(int self_rank, std::string self_name) {
+  self_rank_ = self_rank;
+  self_name_ = std::move(self_name);
+}
+
+absl::Status CallRecorder::RecordSend(Context& context, rpc::Message* message, bool is_response) {
   std::vector<at::Tensor> sent;
   for (size_t i = 0; i < message->tensors.size(); ++i) {
     if (!message->tensors[i].requires_grad()) continue;
@@ -48,7 +55,7 @@ absl::Status DistAutograd::RecordSend(Context& context, rpc::Message* message,
   return absl::OkStatus();
 }
 
-absl::Status DistAutograd::RecordRecv(Context& context, int from_rank,
+absl::Status CallRecorder::RecordRecv(Context& context, int from_rank,
                                       const rpc::Message& message) {
   const proto::AutogradMeta& meta = message.envelope.autograd();
   if (meta.send_id() == 0) return absl::OkStatus();
@@ -61,25 +68,24 @@ absl::Status DistAutograd::RecordRecv(Context& context, int from_rank,
   for (size_t i = 0; i < message.tensors.size(); ++i) {
     if (!message.envelope.tensors(static_cast<int>(i)).requires_grad()) continue;
     const at::Tensor& tensor = message.tensors[i];
-    if (!c10::isFloatingType(tensor.scalar_type()) &&
-        !c10::isComplexType(tensor.scalar_type())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor ", i, " of dtype ", c10::toString(tensor.scalar_type()),
-          " is marked as requiring grad; only floating-point tensors can"));
+    if (!c10::isFloatingType(tensor.scalar_type()) && !c10::isComplexType(tensor.scalar_type())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", i, " of dtype ", c10::toString(tensor.scalar_type()),
+                       " is marked as requiring grad; only floating-point tensors can"));
     }
     received.push_back(tensor);
   }
   if (received.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "message names send function ", meta.send_id(), " but no tensor requires grad"));
+    return absl::InvalidArgumentError(absl::StrCat("message names send function ", meta.send_id(),
+                                                   " but no tensor requires grad"));
   }
   auto recv = std::make_shared<RecvRpcBackward>(context.id(), from_rank, meta.send_id());
   recv->Attach(received);
   return absl::OkStatus();
 }
 
-absl::Status DistAutograd::OnSendRequest(int to_rank, rpc::Message* request) {
-  const std::optional<int64_t> current = current_context();
+absl::Status CallRecorder::OnSendRequest(int to_rank, rpc::Message* request) {
+  const std::optional<int64_t> current = owner_->current_context();
   if (!current.has_value()) return absl::OkStatus();
   // Internal services are recorded only where their message type says they
   // carry user values (see Note [Typed internal services]): not the
@@ -87,17 +93,18 @@ absl::Status DistAutograd::OnSendRequest(int to_rank, rpc::Message* request) {
   if (request->envelope.kind() == proto::INTERNAL_CALL && !request->carries_user_values) {
     return absl::OkStatus();
   }
-  auto context = Find(*current);
+  auto context = contexts_->Find(*current);
   if (context == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "distributed autograd context ", *current, " is current on this thread but was "
-        "already released on worker '", self_name(), "'"));
+    return absl::FailedPreconditionError(absl::StrCat("distributed autograd context ", *current,
+                                                      " is current on this thread but was "
+                                                      "already released on worker '",
+                                                      self_name_, "'"));
   }
   if (to_rank != self_rank_) context->AddKnownWorker(to_rank);
   return RecordSend(*context, request, /*is_response=*/false);
 }
 
-absl::StatusOr<std::shared_ptr<rpc::ServeScope>> DistAutograd::OnReceiveRequest(
+absl::StatusOr<std::shared_ptr<rpc::ServeScope>> CallRecorder::OnReceiveRequest(
     int from_rank, const rpc::Message& request) {
   if (!request.envelope.has_autograd()) return nullptr;
   const int64_t context_id = request.envelope.autograd().context_id();
@@ -105,23 +112,23 @@ absl::StatusOr<std::shared_ptr<rpc::ServeScope>> DistAutograd::OnReceiveRequest(
     return absl::InvalidArgumentError(
         absl::StrCat("invalid distributed autograd context id ", context_id));
   }
-  auto context = FindOrCreate(context_id);
+  auto context = contexts_->FindOrCreate(context_id);
   if (context == nullptr) {
-    TESSERA_LOG(WARNING) << self_name() << ": call in distributed autograd context "
-                         << context_id << " arrived after its release; not recorded";
+    TESSERA_LOG(WARNING) << self_name_ << ": call in distributed autograd context " << context_id
+                         << " arrived after its release; not recorded";
     return nullptr;
   }
   TESSERA_RETURN_IF_ERROR(RecordRecv(*context, from_rank, request));
-  return std::make_shared<Scope>(this, std::move(context));
+  return std::make_shared<Scope>(this, owner_, std::move(context));
 }
 
-absl::Status DistAutograd::OnReceiveResponse(int from_rank, const rpc::Message& response) {
+absl::Status CallRecorder::OnReceiveResponse(int from_rank, const rpc::Message& response) {
   if (!response.envelope.has_autograd() || response.envelope.autograd().send_id() == 0) {
     return absl::OkStatus();
   }
-  auto context = Find(response.envelope.autograd().context_id());
+  auto context = contexts_->Find(response.envelope.autograd().context_id());
   if (context == nullptr) {
-    TESSERA_LOG(WARNING) << self_name() << ": response in distributed autograd context "
+    TESSERA_LOG(WARNING) << self_name_ << ": response in distributed autograd context "
                          << response.envelope.autograd().context_id()
                          << " arrived after its release; not recorded";
     return absl::OkStatus();
@@ -129,12 +136,12 @@ absl::Status DistAutograd::OnReceiveResponse(int from_rank, const rpc::Message& 
   return RecordRecv(*context, from_rank, response);
 }
 
-std::function<std::shared_ptr<void>()> DistAutograd::CaptureThreadState() {
-  const std::optional<int64_t> id = current_context();
+std::function<std::shared_ptr<void>()> CallRecorder::CaptureThreadState() {
+  const std::optional<int64_t> id = owner_->current_context();
   if (!id.has_value()) return {};
   // The continuation runs while the runtime (and so this extension) lives.
-  return [this, id = *id]() -> std::shared_ptr<void> {
-    return std::make_shared<ContextScope>(*this, id);
+  return [owner = owner_, id = *id]() -> std::shared_ptr<void> {
+    return std::make_shared<ContextScope>(*owner, id);
   };
 }
 
