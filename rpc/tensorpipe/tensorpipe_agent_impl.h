@@ -1,8 +1,7 @@
-// The TensorPipe agent's class and its connections, shared by its three
-// files (as the gRPC agent's streams.h is): tensorpipe_agent.cc sets up,
-// listens, accepts and closes; client_pipes.cc sends requests on the pipes
-// this worker opens and reads their answers; server_pipes.cc serves the
-// requests on pipes peers opened. Private to this package.
+// The TensorPipe agent: it listens and accepts, sends requests on the pipes
+// this worker opens and reads their answers (tensorpipe_agent.cc), and
+// hands the pipes peers open to ServerPipes (server_pipes.h), which serves
+// them. Private to this package; tensorpipe_agent.h makes one.
 #pragma once
 
 #include <tensorpipe/tensorpipe.h>
@@ -31,6 +30,7 @@
 #include "rpc/rpc_agent.h"
 #include "rpc/tensorpipe/fd_inbox.h"
 #include "rpc/tensorpipe/frame_io.h"
+#include "rpc/tensorpipe/server_pipes.h"
 #include "rpc/tensorpipe/tensorpipe_agent.h"
 #include "rpc/tensorpipe/transport_choice.h"
 
@@ -68,24 +68,6 @@ struct ClientPipe {
   metrics::OpenConnection counted;
 };
 
-// One incoming pipe: a peer's requests come in, our responses go back. Its
-// requests are served only after the handshake, as the identity it proved.
-struct ServerPipe {
-  explicit ServerPipe(auth::JobSecret secret) : handshake(std::move(secret)) {}
-  metrics::OpenConnection counted;
-
-  std::shared_ptr<tp::Pipe> pipe;
-  ServerHandshake handshake;  // driven by the pipe's reads, one at a time
-  bool challenged = false;    // likewise
-  // Set once the peer proved itself (under the agent's mu_): the identity
-  // it claimed.
-  std::optional<PeerIdentity> peer;
-  // The rank its requests are served as (MemberRank); may change from -1 to
-  // its rank when SetWorkers learns of a worker that joined.
-  std::atomic<int> member_rank{-1};
-  DeadlineTimer::Id handshake_timer = 0;
-};
-
 class TensorPipeAgent final : public RpcAgent {
  public:
   // Copies from `setup`, which Start reads again.
@@ -101,7 +83,11 @@ class TensorPipeAgent final : public RpcAgent {
         requests_(setup.handler, setup.executor, queues_.max_requests_in_service, self_.name,
                   self_.rank),
         context_(std::make_shared<tp::Context>(tp::ContextOptions().name(self_.name))),
-        pending_(timer_, [this](int rank) { return PeerAt(rank); }) {}
+        pending_(timer_, [this](int rank) { return PeerAt(rank); }),
+        incoming_(ServerPipes::Setup{
+            self_.name, self_.rank, secret_, limits_, options_.handshake_timeout, timer_,
+            &requests_, &served_, &peer_failures_, buffers_.get(),
+            [this](int rank, const Message& message) { return RouteFor(rank, message); }}) {}
 
   ~TensorPipeAgent() override {
     Close(absl::CancelledError("RPC agent destroyed"));
@@ -127,7 +113,6 @@ class TensorPipeAgent final : public RpcAgent {
   }
 
  private:
-  // --- set-up (tensorpipe_agent.cc) ---
   void Accept(std::shared_ptr<tp::Listener> listener);
   void Relisten();
   std::string PeerAt(int rank) const;  // with its address, for connection errors
@@ -137,7 +122,6 @@ class TensorPipeAgent final : public RpcAgent {
   // not on this host's Unix-socket transport.
   SharedMemoryRoute RouteFor(int rank, const Message& message) const;
 
-  // --- pipes this worker opens (client_pipes.cc) ---
   // The pipe to `to_rank`, connected now if there is none; nullptr and
   // `error` if the agent is closed or the rank unknown.
   std::shared_ptr<ClientPipe> PipeTo(int to_rank, absl::Status* error);
@@ -154,16 +138,6 @@ class TensorPipeAgent final : public RpcAgent {
   void CallEnded(const std::shared_ptr<ClientPipe>& client);
   // Closes the least recently used idle pipes beyond the bound.
   void CloseIdlePipes();
-
-  // --- pipes peers open (server_pipes.cc) ---
-  void ReadRequest(std::shared_ptr<ServerPipe> server);
-  // Handles a handshake step; an error rejects the peer.
-  absl::Status HandleServerHandshake(const std::shared_ptr<ServerPipe>& server,
-                                     const Message& message);
-  void RejectPeer(const std::shared_ptr<ServerPipe>& server, const absl::Status& why);
-  void DropServerPipe(const std::shared_ptr<ServerPipe>& server);
-  // Writes a response (or a refusal) to `to_rank` on `pipe`.
-  void Respond(const std::shared_ptr<tp::Pipe>& pipe, int to_rank, Message response);
 
   // What this agent was made with (AgentSetup): its backend's own options
   // and those every backend takes, as RpcOptions declares them.
@@ -193,7 +167,6 @@ class TensorPipeAgent final : public RpcAgent {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<WorkerInfo> workers_ ABSL_GUARDED_BY(mu_);
   std::map<int, std::shared_ptr<ClientPipe>> client_pipes_ ABSL_GUARDED_BY(mu_);
-  std::set<std::shared_ptr<ServerPipe>> server_pipes_ ABSL_GUARDED_BY(mu_);
   uint64_t next_pipe_id_ ABSL_GUARDED_BY(mu_) = 1;
   // Client pipes with no call in flight (see Note [Idle connections]).
   std::atomic<int> idle_pipes_{0};
@@ -202,6 +175,8 @@ class TensorPipeAgent final : public RpcAgent {
   PeerFailureNotifier peer_failures_;
 
   ServedCounts served_;
+  // Last: its callbacks use the members above (the context joins in Close).
+  ServerPipes incoming_;
 };
 
 }  // namespace tessera::rpc
