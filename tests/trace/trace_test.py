@@ -267,6 +267,33 @@ class TesseraTraceToolTest(unittest.TestCase):
             with open(picture, "rb") as f:
                 self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
+    def test_bubble_of_a_known_trace(self):
+        # Two stage workers, two steps; the first (a warm-up) is left out.
+        # Step 2 spans 0-40 us: stage1 works 0-10 and 20-30 (idle 0.5),
+        # stage2 10-40 with an overlapping span counted once (idle 0.25).
+        def span(pid, context, name, ts, dur):
+            return {"ph": "X", "pid": pid, "tid": 1, "cat": "pipeline", "name": name,
+                    "ts": 1000 * context + ts, "dur": dur, "args": {"context": context}}
+
+        def named(pid, name):
+            return {"ph": "M", "pid": pid, "name": "process_name", "args": {"name": name}}
+
+        with tempfile.TemporaryDirectory() as work:
+            events = {1: [named(1, "stage1"), span(1, 1, "F0@0", 0, 500),
+                          span(1, 2, "F0@0", 0, 10), span(1, 2, "B0@0", 20, 10)],
+                      2: [named(2, "stage2"), span(2, 1, "F0@1", 500, 500),
+                          span(2, 2, "F0@1", 10, 30), span(2, 2, "W0@1", 15, 10)]}
+            for pid, mine in events.items():
+                with open(os.path.join(work, f"stage{pid}.json"), "w") as f:
+                    json.dump({"traceEvents": mine}, f)
+            out = subprocess.run([TESSERA_TRACE, "bubble", work], check=True,
+                                 stdout=subprocess.PIPE, text=True).stdout
+            self.assertIn("1 steps: 0.04 ms a step", out)
+            self.assertIn("stage1: idle 0.500", out)
+            self.assertIn("stage2: idle 0.250", out)
+            self.assertIn("mean idle 0.375", out)
+            self.assertIn("W 0.01 ms", out)
+
 
 if __name__ == "__main__":
     unittest.main(argv=[sys.argv[0], "-v"])
