@@ -7,7 +7,9 @@
 // driver feeds micro-batches and collects losses, a DistributedOptimizer
 // (Adam) steps every stage. --schedule local trains the same model in one
 // process, for comparison: the losses are the same, step by step, to
-// floating-point summation order.
+// floating-point summation order. With --checkpoint_dir (and tessera-run
+// --max_restarts 1) the driver saves the stages' parameters, Adam's state
+// and the position, and a group restarted after a stage died resumes there.
 //
 //   bazel-bin/launcher/tessera-run --standalone --nproc_per_node 5
 //       bazel-bin/examples/pipeline_transformer/pipeline_transformer
@@ -32,6 +34,7 @@
 #include "ddp/distributed_sampler.h"
 #include "dist_optim/distributed_optimizer.h"
 #include "examples/common/remote_parameters.h"
+#include "examples/common/resume.h"
 #include "examples/common/training.h"
 #include "examples/pipeline_transformer/vit.h"
 #include "pipeline/plan_driver.h"
@@ -150,6 +153,23 @@ std::vector<at::Tensor> ModelParameters(const pipeline::PlanDriver& driver,
   return params;
 }
 
+// What the plan promises on paper, for the measured bubble beside it
+// (bench/pipeline_schedules.sh). PlanDriver has checked the plan: it runs.
+void PrintPlanOnPaper(const pipeline::SchedulePlan& plan) {
+  const pipeline::PlanRun paper = *pipeline::SimulatePlan(plan);
+  double idle = 0;
+  int held = 0;
+  for (int w = 0; w < plan.workers(); ++w) {
+    idle += paper.idle_fraction(w) / plan.workers();
+    held = std::max(held, paper.peak_activations[w]);
+  }
+  std::printf(
+      "[driver] on paper (F, B and W alike): idle share %.3f, at most %d micro-batches' "
+      "activations held on a worker\n",
+      idle, held);
+  std::fflush(stdout);
+}
+
 int RunDriver(Worker& worker, const TrainingFlags& flags, const pipeline::SchedulePlan& plan) {
   const auto start = Clock::now();
   const data::Examples train = data::LoadFashionMnist(data::Split::kTrain);
@@ -169,28 +189,32 @@ int RunDriver(Worker& worker, const TrainingFlags& flags, const pipeline::Schedu
       "%d micro-batches\n",
       absl::GetFlag(FLAGS_blocks), plan.stages(), plan.workers(), plan.name.c_str(),
       static_cast<long long>(flags.batch), absl::GetFlag(FLAGS_micro_batches));
-  // What the plan promises on paper, for the measured bubble beside it
-  // (bench/pipeline_schedules.sh): PlanDriver has checked it, so it runs.
-  const pipeline::PlanRun paper = *pipeline::SimulatePlan(plan);
-  double idle = 0;
-  int held = 0;
-  for (int w = 0; w < plan.workers(); ++w) {
-    idle += paper.idle_fraction(w) / plan.workers();
-    held = std::max(held, paper.peak_activations[w]);
+  PrintPlanOnPaper(plan);
+  // The driver saves the stages' parameters, their optimizers' state and
+  // the position; on a restart it loads them back into the new stages.
+  Resume resume(flags, "pipeline_transformer", /*writer=*/true);
+  if (resume.last().has_value()) {
+    LoadParameters(worker, params, resume.last()->tensors, "stage.");
+    LoadOptimizerState(optimizer, resume.last()->tensors, "optimizer.");
   }
-  std::printf(
-      "[driver] on paper (F, B and W alike): idle share %.3f, at most %d micro-batches' "
-      "activations held on a worker\n",
-      idle, held);
-  std::fflush(stdout);
+  const checkpoint::TrainingPosition start_at = resume.Start("driver");
+  EpochHooks hooks{start_at.epoch, start_at.step,
+                   [&](int64_t epoch, int64_t step, int64_t steps_done) {
+                     if (!resume.Due(steps_done)) return;
+                     auto tensors = FetchParameters(params, "stage.");
+                     tensors.merge(FetchOptimizerState(optimizer, "optimizer."));
+                     resume.Save("driver", std::move(tensors), {epoch, step, 0, {}});
+                   }};
   ddp::DistributedSampler sampler = Sampler(train);
-  const double throughput = TrainEpochs(flags, train, sampler, "driver",
-                                        [&](const at::Tensor& images, const at::Tensor& labels) {
-                                          dist_autograd::ContextGuard context(worker.autograd());
-                                          const double loss = driver.Train(images, labels);
-                                          optimizer.Step(context.id());
-                                          return loss;
-                                        });
+  const double throughput = TrainEpochs(
+      flags, train, sampler, "driver",
+      [&](const at::Tensor& images, const at::Tensor& labels) {
+        dist_autograd::ContextGuard context(worker.autograd());
+        const double loss = driver.Train(images, labels);
+        optimizer.Step(context.id());
+        return loss;
+      },
+      hooks);
   PrintAccuracy("driver", flags, ModelParameters(driver, params), throughput, start);
   return 0;
 }
