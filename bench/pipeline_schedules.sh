@@ -5,10 +5,11 @@
 # 1F1B, Interleaved 1F1B (v = 2), ZB-H1 and ZBV, p in {2, 4}, m in {4, 8, 16};
 # same data, seed and steps. Per run: the time a step takes, the stage
 # workers' idle share of a step from the traces (tessera-trace bubble; the
-# first step left out), the idle share on paper with F, B and W alike
-# (SimulatePlan), the most micro-batches' activations a worker holds (from
-# the plan, which the workers follow), and the mean F, B and W. Results:
-# docs/benchmarks.md.
+# first step left out), the idle share on paper (SimulatePlan) with F, B and
+# W alike and with the mean F, B and W the run measured (bench/plan_on_paper;
+# transfers taken as free), the most micro-batches' activations a worker
+# holds (from the plan, which the workers follow), and the mean F, B and W.
+# Results: docs/benchmarks.md.
 #
 #   bench/pipeline_schedules.sh [STEPS=12] [BATCH=128] [P="2 4"] [M="4 8 16"]
 #
@@ -21,11 +22,14 @@ steps=${1:-12}
 batch=${2:-128}
 workers=${3:-2 4}
 micro_batches=${4:-4 8 16}
-bazel build //examples/pipeline_transformer //launcher:tessera-run >/dev/null 2>&1
+bazel build //examples/pipeline_transformer //launcher:tessera-run //bench:plan_on_paper \
+  >/dev/null 2>&1
 trace=$(mktemp -d "${TMPDIR:-/tmp}/tessera-pipeline-bench.XXXXXX")
 trap 'rm -rf "$trace"' EXIT
-printf '%-12s %2s %2s %3s %10s %13s %14s %5s  %s\n' schedule p v m "ms/step" "idle (run)" \
-  "idle (paper)" held "mean action"
+# The mean of action KIND in tessera-trace bubble's "mean action" line, 0 if none.
+mean_of() { sed -n "s/.*\b$1 \([0-9.]*\) ms.*/\1/p" <<<"$2" | grep . || echo 0; }
+printf '%-12s %2s %2s %3s %9s %11s %13s %16s %5s  %s\n' schedule p v m "ms/step" "idle (run)" \
+  "idle (paper)" "(measured costs)" held "mean action"
 for p in $workers; do
   for m in $micro_batches; do
     for run in gpipe:1 1f1b:1 interleaved:2 zb-h1:1 zbv:2; do
@@ -41,8 +45,12 @@ for p in $workers; do
       ms=$(sed -n 's/^[0-9]* steps: \([0-9.]*\) ms a step.*/\1/p' <<<"$measured")
       idle=$(sed -n 's/^  mean idle \([0-9.]*\)/\1/p' <<<"$measured")
       actions=$(sed -n 's/^  mean action: //p' <<<"$measured")
-      printf '%-12s %2s %2s %3s %10s %13s %14s %5s  %s\n' "$schedule" "$p" "$v" "$m" "$ms" \
-        "$idle" "${paper% *}" "${paper#* }" "$actions"
+      f=$(mean_of F "$actions") b=$(mean_of B "$actions") w=$(mean_of W "$actions")
+      [[ $b != 0 ]] || b=$(mean_of BW "$actions")  # one BW: B + W as one
+      costed=$(bazel-bin/bench/plan_on_paper "$schedule" "$p" "$v" "$m" "$f" "$b" "$w")
+      costed=${costed#idle } costed=${costed%% *}
+      printf '%-12s %2s %2s %3s %9s %11s %13s %16s %5s  %s\n' "$schedule" "$p" "$v" "$m" "$ms" \
+        "$idle" "${paper% *}" "$costed" "${paper#* }" "$actions"
     done
   done
 done

@@ -30,3 +30,8 @@ check dist_autograd_bench overhead_per_edge_us "$3"
 ALLREDUCE_SIZES=4,65536 ALLREDUCE_ITERATIONS=3 check allreduce_bench 65536 "$4"
 check sync_batch_norm_bench ratio_32x256x4x4 "$5"
 check checkpoint_bench save_s "${12}" "$TEST_TMPDIR" 4 1
+# On paper, GPipe at 4 workers and 8 micro-batches idles 3/11 with equal costs.
+if [[ $("${13}" gpipe 4 1 8 1 1 1) != "idle 0.273 "* ]]; then
+  echo "FAIL: plan_on_paper gpipe 4 1 8: $("${13}" gpipe 4 1 8 1 1 1)"; exit 1
+fi
+echo "ok: plan_on_paper"
