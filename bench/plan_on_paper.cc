@@ -61,8 +61,7 @@ bool WriteTrace(const std::string& path, const tessera::pipeline::SchedulePlan& 
       out << separator << "{\"ph\": \"X\", \"pid\": " << w + 1
           << ", \"tid\": 1, \"cat\": \"pipeline\", \"name\": \""
           << tessera::pipeline::ToString(action) << "\", \"ts\": " << run.start[w][i] * 1000
-          << ", \"dur\": " << CostOf(action.kind, costs) * 1000
-          << ", \"args\": {\"context\": 1}}";
+          << ", \"dur\": " << CostOf(action.kind, costs) * 1000 << ", \"args\": {\"context\": 1}}";
     }
   }
   out << "\n]}\n";
