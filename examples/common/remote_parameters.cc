@@ -66,4 +66,22 @@ bool LoadOptimizerState(const dist_optim::DistributedOptimizer& optimizer,
   return true;
 }
 
+EpochHooks ResumeRemoteModel(Worker& worker, Resume& resume,
+                             const std::vector<rref::RRef<at::Tensor>>& params,
+                             const dist_optim::DistributedOptimizer& optimizer,
+                             const std::string& who) {
+  if (resume.last().has_value()) {
+    LoadParameters(worker, params, resume.last()->tensors, "stage.");
+    LoadOptimizerState(optimizer, resume.last()->tensors, "optimizer.");
+  }
+  const checkpoint::TrainingPosition start = resume.Start(who);
+  return {start.epoch, start.step,
+          [&resume, &params, &optimizer, who](int64_t epoch, int64_t step, int64_t steps_done) {
+            if (!resume.Due(steps_done)) return;
+            auto tensors = FetchParameters(params, "stage.");
+            tensors.merge(FetchOptimizerState(optimizer, "optimizer."));
+            resume.Save(who, std::move(tensors), {epoch, step, 0, {}});
+          }};
+}
+
 }  // namespace tessera::examples

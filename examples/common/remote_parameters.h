@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "dist_optim/distributed_optimizer.h"
+#include "examples/common/resume.h"
+#include "examples/common/training.h"
 #include "rref/rref.h"
 #include "tessera/worker.h"
 
@@ -36,5 +38,16 @@ std::map<std::string, at::Tensor> FetchOptimizerState(
 bool LoadOptimizerState(const dist_optim::DistributedOptimizer& optimizer,
                         const std::map<std::string, at::Tensor>& tensors,
                         const std::string& prefix);
+
+// A driver whose model lives on other workers (a pipeline's stages) resumes:
+// the last checkpoint's parameters ("stage.<i>") and optimizer state
+// ("optimizer.<i>") are loaded into them, and the hooks returned start
+// TrainEpochs at its position and save both every --checkpoint_every steps.
+// Prints "[who] resuming ..." as Resume::Start does. `resume`, `params` and
+// `optimizer` must outlive the hooks.
+EpochHooks ResumeRemoteModel(Worker& worker, Resume& resume,
+                             const std::vector<rref::RRef<at::Tensor>>& params,
+                             const dist_optim::DistributedOptimizer& optimizer,
+                             const std::string& who);
 
 }  // namespace tessera::examples

@@ -109,18 +109,7 @@ int RunDriver(Worker& worker, const TrainingFlags& flags) {
   // The driver saves the stages' parameters, their optimizers' state and
   // the position; on a restart it loads them back into the new stages.
   Resume resume(flags, "pipeline", /*writer=*/true);
-  if (resume.last().has_value()) {
-    LoadParameters(worker, params, resume.last()->tensors, "stage.");
-    LoadOptimizerState(optimizer, resume.last()->tensors, "optimizer.");
-  }
-  const checkpoint::TrainingPosition start_at = resume.Start("driver");
-  EpochHooks hooks{start_at.epoch, start_at.step,
-                   [&](int64_t epoch, int64_t step, int64_t steps_done) {
-                     if (!resume.Due(steps_done)) return;
-                     auto tensors = FetchParameters(params, "stage.");
-                     tensors.merge(FetchOptimizerState(optimizer, "optimizer."));
-                     resume.Save("driver", std::move(tensors), {epoch, step, 0, {}});
-                   }};
+  const EpochHooks hooks = ResumeRemoteModel(worker, resume, params, optimizer, "driver");
   std::printf(
       "[driver] CNN in 2 stages (stage1: convolutions, stage2: linear layers), "
       "batch %lld in %lld micro-batches, schedule %s\n",
