@@ -26,8 +26,6 @@ bazel build //examples/pipeline_transformer //launcher:tessera-run //bench:plan_
   >/dev/null 2>&1
 trace=$(mktemp -d "${TMPDIR:-/tmp}/tessera-pipeline-bench.XXXXXX")
 trap 'rm -rf "$trace"' EXIT
-# The mean of action KIND in tessera-trace bubble's "mean action" line, 0 if none.
-mean_of() { sed -n "s/.*\b$1 \([0-9.]*\) ms.*/\1/p" <<<"$2" | grep . || echo 0; }
 printf '%-12s %2s %2s %3s %9s %11s %13s %16s %5s  %s\n' schedule p v m "ms/step" "idle (run)" \
   "idle (paper)" "(measured costs)" held "mean action"
 for p in $workers; do
@@ -45,8 +43,7 @@ for p in $workers; do
       ms=$(sed -n 's/^[0-9]* steps: \([0-9.]*\) ms a step.*/\1/p' <<<"$measured")
       idle=$(sed -n 's/^  mean idle \([0-9.]*\)/\1/p' <<<"$measured")
       actions=$(sed -n 's/^  mean action: //p' <<<"$measured")
-      f=$(mean_of F "$actions") b=$(mean_of B "$actions") w=$(mean_of W "$actions")
-      [[ $b != 0 ]] || b=$(mean_of BW "$actions")  # one BW: B + W as one
+      read -r f b w < <(sed -n 's/^  costs F B W: //p' <<<"$measured")
       costed=$(bazel-bin/bench/plan_on_paper "$schedule" "$p" "$v" "$m" "$f" "$b" "$w")
       costed=${costed#idle } costed=${costed%% *}
       printf '%-12s %2s %2s %3s %9s %11s %13s %16s %5s  %s\n' "$schedule" "$p" "$v" "$m" "$ms" \

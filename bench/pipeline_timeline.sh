@@ -12,7 +12,6 @@ bazel build //examples/pipeline_transformer //launcher:tessera-run //bench:plan_
   >/dev/null 2>&1
 work=$(mktemp -d "${TMPDIR:-/tmp}/tessera-pipeline-timeline.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-mean_of() { sed -n "s/.*\b$1 \([0-9.]*\) ms.*/\1/p" <<<"$2" | grep . || echo 0; }
 panels=()
 for run in 1f1b:1F1B zb-h1:ZB-H1; do
   schedule=${run%:*} title=${run#*:}
@@ -20,9 +19,7 @@ for run in 1f1b:1F1B zb-h1:ZB-H1; do
     bazel-bin/examples/pipeline_transformer/pipeline_transformer --schedule "$schedule" \
     --stages 4 --micro_batches 8 --batch 128 --epochs 1 --max_steps 4 --log_every 1000 \
     --test_images 100 >/dev/null 2>&1
-  actions=$(scripts/tessera-trace bubble "$work/$schedule" | sed -n 's/^  mean action: //p')
-  f=$(mean_of F "$actions") b=$(mean_of B "$actions") w=$(mean_of W "$actions")
-  [[ $b != 0 ]] || b=$(mean_of BW "$actions")
+  read -r f b w < <(scripts/tessera-trace bubble "$work/$schedule" | sed -n 's/^  costs F B W: //p')
   bazel-bin/bench/plan_on_paper "$schedule" 4 1 8 "$f" "$b" "$w" --trace="$work/$schedule.json" \
     >/dev/null
   panels+=("$title, p = 4, m = 8: the plan on paper, at the measured mean costs=$work/$schedule.json"

@@ -293,6 +293,7 @@ class TesseraTraceToolTest(unittest.TestCase):
             self.assertIn("stage2: idle 0.250", out)
             self.assertIn("mean idle 0.375", out)
             self.assertIn("W 0.01 ms", out)
+            self.assertIn("costs F B W: 0.02 0.01 0.01", out)
 
 
 if __name__ == "__main__":
