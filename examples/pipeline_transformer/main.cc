@@ -136,14 +136,13 @@ std::vector<at::Tensor> ModelParameters(const pipeline::PlanDriver& driver,
                                         const std::vector<rref::RRef<at::Tensor>>& rrefs) {
   const pipeline::SchedulePlan& plan = driver.plan();
   const VitConfig config = Config();
-  const std::vector<at::Tensor> shapes = InitVit(config, 0);
   std::map<std::string, at::Tensor> fetched = FetchParameters(rrefs, "");
   std::vector<std::vector<at::Tensor>> by_stage(plan.stages());
   size_t next = 0;
   for (int worker = 0; worker < plan.workers(); ++worker) {
     for (int stage = 0; stage < plan.stages(); ++stage) {
       if (plan.worker_of_stage[stage] != worker) continue;
-      const size_t count = ChunkParameters(config, shapes, stage, plan.stages()).size();
+      const size_t count = ChunkParameterCount(config, stage, plan.stages());
       for (size_t i = 0; i < count; ++i)
         by_stage[stage].push_back(fetched.at(std::to_string(next++)));
     }

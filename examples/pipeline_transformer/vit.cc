@@ -13,6 +13,7 @@
 #include <ATen/ops/zeros.h>
 
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -108,12 +109,27 @@ std::vector<at::Tensor> InitVit(const VitConfig& config, uint64_t seed) {
   return p;
 }
 
-std::vector<at::Tensor> ChunkParameters(const VitConfig& config, const std::vector<at::Tensor>& all,
-                                        int chunk, int chunks) {
+namespace {
+
+// Where part `chunk`'s parameters lie in InitVit's list: [begin, end).
+std::pair<size_t, size_t> ChunkRange(const VitConfig& config, int chunk, int chunks) {
   const auto [first, last] = BlocksOf(config, chunk, chunks);
   const size_t begin = chunk == 0 ? 0 : kEmbedParams + first * kBlockParams;
   const size_t end = kEmbedParams + last * kBlockParams + (chunk == chunks - 1 ? kHeadParams : 0);
+  return {begin, end};
+}
+
+}  // namespace
+
+std::vector<at::Tensor> ChunkParameters(const VitConfig& config, const std::vector<at::Tensor>& all,
+                                        int chunk, int chunks) {
+  const auto [begin, end] = ChunkRange(config, chunk, chunks);
   return std::vector<at::Tensor>(all.begin() + begin, all.begin() + end);
+}
+
+size_t ChunkParameterCount(const VitConfig& config, int chunk, int chunks) {
+  const auto [begin, end] = ChunkRange(config, chunk, chunks);
+  return end - begin;
 }
 
 at::Tensor VitChunk(const VitConfig& config, const std::vector<at::Tensor>& params, int chunk,

@@ -34,6 +34,8 @@ std::vector<at::Tensor> InitVit(const VitConfig& config, uint64_t seed);
 // [N, 10] out of the last.
 std::vector<at::Tensor> ChunkParameters(const VitConfig& config, const std::vector<at::Tensor>& all,
                                         int chunk, int chunks);
+// How many parameters part `chunk` holds (ChunkParameters' size).
+size_t ChunkParameterCount(const VitConfig& config, int chunk, int chunks);
 at::Tensor VitChunk(const VitConfig& config, const std::vector<at::Tensor>& params, int chunk,
                     int chunks, const at::Tensor& input);
 
