@@ -1,4 +1,4 @@
-// Jobs restarted as a group (DDP, pipeline, hybrid DDP + RPC; one process
+// Jobs restarted as a group (DDP, pipelines, hybrid DDP + RPC; one process
 // per network host) and a cluster's failures (see Note [Regrouping without
 // lost nodes], launcher/node_coordinator.h): their workers cannot be let go
 // as a parameter server's trainers can, so a lost machine restarts the
@@ -25,17 +25,24 @@ namespace tessera::testing {
 namespace {
 
 // A job shape restarted as a group: its program, the host whose process
-// writes the checkpoints and prints the accuracy, and the name it prints.
+// writes the checkpoints and prints the accuracy, the name it prints, and
+// a flag of its own (or none).
 struct Shape {
   const char* name;
   const char* program;
   int writer_host;
   const char* who;
+  const char* flag = nullptr;
 };
 
 constexpr Shape kDdp = {"ddp", "examples/ddp_fashion_mnist/ddp_fashion_mnist", 0, "ddp"};
 constexpr Shape kPipeline = {"pipeline", "examples/pipeline/pipeline", 0, "driver"};
 constexpr Shape kHybrid = {"hybrid", "examples/hybrid_ddp_rpc/hybrid_ddp_rpc", 1, "trainer1"};
+// The transformer under a schedule of actions (PlanDriver), the backward
+// split into B and W: a stage worker on each of hosts 1 and 2.
+constexpr Shape kPlannedPipeline = {"planned_pipeline",
+                                    "examples/pipeline_transformer/pipeline_transformer", 0,
+                                    "driver", "--schedule=zb-h1"};
 
 // `shape` on every host for 120 steps, checkpointing every 20 into a
 // folder every host sees (as a cluster's shared file system), with
@@ -46,10 +53,12 @@ constexpr Shape kHybrid = {"hybrid", "examples/hybrid_ddp_rpc/hybrid_ddp_rpc", 1
 std::unique_ptr<Job> Start(NetworkHosts& hosts, const Shape& shape, const std::string& fault,
                            std::vector<std::string> launcher_args) {
   const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", shape.name, "-", fault);
-  auto job = Job::Launched(hosts, 1,
-                           {shape.program, "--epochs", "1", "--max_steps", "120", "--log_every",
-                            "20", "--checkpoint_dir", dir, "--checkpoint_every", "20"},
-                           {{"TESSERA_TIMEOUT_S", "10"}}, "", std::move(launcher_args));
+  std::vector<std::string> command = {shape.program, "--epochs",           "1",  "--max_steps",
+                                      "120",         "--log_every",        "20", "--checkpoint_dir",
+                                      dir,           "--checkpoint_every", "20"};
+  if (shape.flag != nullptr) command.push_back(shape.flag);
+  auto job = Job::Launched(hosts, 1, std::move(command), {{"TESSERA_TIMEOUT_S", "10"}}, "",
+                           std::move(launcher_args));
   EXPECT_TRUE(job->on(shape.writer_host)
                   .WaitFor(absl::StrCat("[", shape.who, "] checkpoint at epoch 1 step 40"), 1,
                            absl::Seconds(180)))
@@ -174,7 +183,7 @@ TEST_P(MultiHostHealedCutTest, RestartsTheGroupOnEveryHostFromTheCheckpoint) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MultiHostHealedCutTest,
-                         ::testing::Values(kDdp, kPipeline, kHybrid),
+                         ::testing::Values(kDdp, kPipeline, kPlannedPipeline, kHybrid),
                          [](const ::testing::TestParamInfo<Shape>& info) {
                            return std::string(info.param.name);
                          });
